@@ -1,0 +1,347 @@
+//! The in-memory backend: the embedded default and a supported test double.
+
+use crate::engine::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::spi::{
+    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, SessionGrant,
+    Subscribers, Subscription,
+};
+use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct SessionRow {
+    expires: Instant,
+    metadata: Metadata,
+    leases: BTreeSet<LeaseName>,
+    groups: BTreeSet<GroupName>,
+}
+
+struct LeaseRow {
+    session: Option<SessionId>,
+    token: u64,
+}
+
+#[derive(Default)]
+struct Tables {
+    sessions: HashMap<SessionId, SessionRow>,
+    leases: HashMap<LeaseName, LeaseRow>,
+    groups: HashMap<GroupName, BTreeSet<SessionId>>,
+}
+
+impl Tables {
+    fn live(&self, id: &SessionId, now: Instant) -> Option<&SessionRow> {
+        self.sessions.get(id).filter(|s| s.expires > now)
+    }
+
+    /// Deletes a session, frees its leases (tokens kept) and memberships; returns the
+    /// notifications to publish.
+    fn remove(&mut self, id: &SessionId, out: &mut Vec<Notification>) {
+        let Some(row) = self.sessions.remove(id) else {
+            return;
+        };
+        for name in row.leases {
+            if let Some(l) = self.leases.get_mut(&name) {
+                if l.session.as_ref() == Some(id) {
+                    l.session = None;
+                    out.push(Notification::Released(name));
+                }
+            }
+        }
+        for g in row.groups {
+            if let Some(m) = self.groups.get_mut(&g) {
+                m.remove(id);
+                if m.is_empty() {
+                    self.groups.remove(&g);
+                }
+            }
+            out.push(Notification::GroupChanged(g));
+        }
+    }
+
+    fn expired(&self, id: &SessionId) -> Error {
+        Error::SessionExpired {
+            session: id.to_string(),
+        }
+    }
+}
+
+/// Leases, sessions and groups in this process's memory, keeping the whole contract:
+/// tokens never reset (not on release, expiry or purge), expired sessions are never revived,
+/// and releases and group changes are notified at once.
+///
+/// Its clock is injectable: the real monotonic clock by default, a
+/// [`ManualClock`](crate::ManualClock) in tests.
+///
+/// ```
+/// use simba_lease::{backends::MemoryBackend, spi::{Acquire, LeaseBackend}, LeaseName, Metadata, ManualClock};
+/// use std::{sync::Arc, time::Duration};
+/// let clock = Arc::new(ManualClock::new());
+/// let backend = MemoryBackend::with_clock(clock.clone());
+/// let s = backend.open_session(Duration::from_secs(10), &Metadata::default())?;
+/// let name = LeaseName::new("job")?;
+/// assert!(matches!(backend.acquire(&s.id, &name)?, Acquire::Acquired(t) if t.token.get() == 1));
+/// clock.advance(Duration::from_secs(11));
+/// assert!(backend.keep_alive(&s.id, Duration::from_secs(10)).unwrap_err().is_session_expired());
+/// # Ok::<(), simba_lease::Error>(())
+/// ```
+pub struct MemoryBackend {
+    clock: Arc<dyn Clock>,
+    tables: Mutex<Tables>,
+    subscribers: Subscribers,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryBackend")
+    }
+}
+
+impl MemoryBackend {
+    /// A backend on the real monotonic clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// A backend on the given clock.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryBackend {
+            clock,
+            tables: Mutex::new(Tables::default()),
+            subscribers: Subscribers::default(),
+        }
+    }
+
+    fn publish(&self, notes: Vec<Notification>) {
+        for n in &notes {
+            self.subscribers.publish(n);
+        }
+    }
+}
+
+impl LeaseBackend for MemoryBackend {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        let now = self.clock.now();
+        let id = SessionId::random();
+        self.tables.lock().sessions.insert(
+            id.clone(),
+            SessionRow {
+                expires: now + lease,
+                metadata: metadata.clone(),
+                leases: BTreeSet::new(),
+                groups: BTreeSet::new(),
+            },
+        );
+        Ok(SessionGrant {
+            id,
+            remaining: lease,
+        })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        let now = self.clock.now();
+        let mut notes = Vec::new();
+        let mut guard = self.tables.lock();
+        let t = &mut *guard;
+        let reply = match t.sessions.get_mut(session).filter(|s| s.expires > now) {
+            Some(row) => {
+                row.expires = now + lease;
+                let leases = row
+                    .leases
+                    .iter()
+                    .filter_map(|name| {
+                        let l = t.leases.get(name)?;
+                        (l.session.as_ref() == Some(session)).then(|| HeldLease {
+                            name: name.clone(),
+                            token: Token::new(l.token).expect("tokens start at 1"),
+                            remaining: lease,
+                        })
+                    })
+                    .collect();
+                Ok(KeepAlive {
+                    remaining: lease,
+                    leases,
+                })
+            }
+            None => {
+                t.remove(session, &mut notes);
+                Err(t.expired(session))
+            }
+        };
+        drop(guard);
+        self.publish(notes);
+        reply
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        let mut notes = Vec::new();
+        self.tables.lock().remove(session, &mut notes);
+        self.publish(notes);
+        Ok(())
+    }
+
+    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
+        let now = self.clock.now();
+        let mut t = self.tables.lock();
+        let Some(me) = t.live(session, now) else {
+            return Err(t.expired(session));
+        };
+        let remaining = me.expires - now;
+        let lease = t.leases.entry(name.clone()).or_insert(LeaseRow {
+            session: None,
+            token: 0,
+        });
+        if let Some(holder) = lease.session.clone().filter(|h| h != session) {
+            let holder_row = t.sessions.get(&holder).filter(|s| s.expires > now);
+            if let Some(row) = holder_row {
+                let lease = &t.leases[name];
+                return Ok(Acquire::Held(Owner {
+                    session: holder,
+                    token: Token::new(lease.token).expect("held leases have a token"),
+                    remaining: row.expires - now,
+                }));
+            }
+        }
+        let lease = t.leases.get_mut(name).expect("inserted above");
+        if lease.session.as_ref() != Some(session) {
+            lease.token += 1;
+            lease.session = Some(session.clone());
+        }
+        let token = Token::new(lease.token).expect("token advanced above zero");
+        if let Some(row) = t.sessions.get_mut(session) {
+            row.leases.insert(name.clone());
+        }
+        Ok(Acquire::Acquired(Term {
+            name: name.clone(),
+            token,
+            remaining,
+        }))
+    }
+
+    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        let mut t = self.tables.lock();
+        let freed = match t.leases.get_mut(name) {
+            Some(l) if l.session.as_ref() == Some(session) && l.token == token.get() => {
+                l.session = None;
+                true
+            }
+            _ => false,
+        };
+        if freed {
+            if let Some(row) = t.sessions.get_mut(session) {
+                row.leases.remove(name);
+            }
+        }
+        drop(t);
+        if freed {
+            self.subscribers
+                .publish(&Notification::Released(name.clone()));
+        }
+        Ok(freed)
+    }
+
+    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
+        let now = self.clock.now();
+        let t = self.tables.lock();
+        let Some(l) = t.leases.get(name) else {
+            return Ok(None);
+        };
+        Ok(l.session.as_ref().and_then(|s| {
+            let row = t.live(s, now)?;
+            Some(Owner {
+                session: s.clone(),
+                token: Token::new(l.token).ok()?,
+                remaining: row.expires - now,
+            })
+        }))
+    }
+
+    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
+        let now = self.clock.now();
+        let mut t = self.tables.lock();
+        if t.live(session, now).is_none() {
+            return Err(t.expired(session));
+        }
+        let row = t.sessions.get_mut(session).expect("live above");
+        row.groups.insert(group.clone());
+        let added = t
+            .groups
+            .entry(group.clone())
+            .or_default()
+            .insert(session.clone());
+        drop(t);
+        if added {
+            self.subscribers
+                .publish(&Notification::GroupChanged(group.clone()));
+        }
+        Ok(())
+    }
+
+    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        let mut t = self.tables.lock();
+        let removed = t.groups.get_mut(group).is_some_and(|m| m.remove(session));
+        if t.groups.get(group).is_some_and(|m| m.is_empty()) {
+            t.groups.remove(group);
+        }
+        if let Some(row) = t.sessions.get_mut(session) {
+            row.groups.remove(group);
+        }
+        drop(t);
+        if removed {
+            self.subscribers
+                .publish(&Notification::GroupChanged(group.clone()));
+        }
+        Ok(removed)
+    }
+
+    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
+        let now = self.clock.now();
+        let t = self.tables.lock();
+        let Some(ids) = t.groups.get(group) else {
+            return Ok(Vec::new());
+        };
+        Ok(ids
+            .iter()
+            .filter_map(|id| {
+                t.live(id, now).map(|row| Member {
+                    session: id.clone(),
+                    metadata: row.metadata.clone(),
+                })
+            })
+            .collect())
+    }
+
+    fn purge_expired(&self) -> Result<usize> {
+        let now = self.clock.now();
+        let mut notes = Vec::new();
+        let mut t = self.tables.lock();
+        let dead: Vec<SessionId> = t
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.expires <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &dead {
+            t.remove(id, &mut notes);
+        }
+        drop(t);
+        self.publish(notes);
+        Ok(dead.len())
+    }
+
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        Ok(Some(self.subscribers.add(sink)))
+    }
+}

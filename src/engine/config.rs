@@ -1,0 +1,141 @@
+//! Session configuration.
+
+use crate::error::{Error, Result};
+use crate::types::Metadata;
+use std::time::Duration;
+
+/// How a [`Session`](crate::Session) keeps itself alive.
+///
+/// Defaults: lease 15 s, renew interval 5 s, drift 1 %. Built and validated with
+/// [`Config::builder`].
+///
+/// ```
+/// use simba_lease::Config;
+/// use std::time::Duration;
+/// let config = Config::builder()
+///     .lease(Duration::from_secs(10))
+///     .renew_interval(Duration::from_secs(3))
+///     .metadata("worker-7")
+///     .build()?;
+/// assert_eq!(config.lease(), Duration::from_secs(10));
+/// assert!(Config::builder().drift(0.9).build().is_err());
+/// # Ok::<(), simba_lease::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Config {
+    lease: Duration,
+    renew_interval: Duration,
+    drift: f64,
+    metadata: Metadata,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            lease: Duration::from_secs(15),
+            renew_interval: Duration::from_secs(5),
+            drift: 0.01,
+            metadata: Metadata::default(),
+        }
+    }
+}
+
+impl Config {
+    /// A builder starting from the defaults.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder {
+            config: Config::default(),
+            metadata: None,
+        }
+    }
+
+    /// How long the session (and every lease it holds) lives without a keep-alive.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// How often the session is kept alive.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval
+    }
+
+    /// The bound on the rate difference between the local clock and the backend's clock
+    /// (0.01 = 1 %); local deadlines are shortened by this fraction.
+    pub fn drift(&self) -> f64 {
+        self.drift
+    }
+
+    /// The session's metadata, visible to group members.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// How long a candidate or a blocked lock waits between attempts without a release
+    /// notification: half the renew interval (plus jitter of up to a quarter of it).
+    pub fn retry_interval(&self) -> Duration {
+        self.renew_interval / 2
+    }
+}
+
+/// Builder of [`Config`]; [`ConfigBuilder::build`] validates every value.
+#[derive(Clone, Debug)]
+pub struct ConfigBuilder {
+    config: Config,
+    metadata: Option<String>,
+}
+
+impl ConfigBuilder {
+    /// Lease duration (default 15 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// Renew interval (default 5 s); must be shorter than the lease minus drift.
+    pub fn renew_interval(mut self, renew: Duration) -> Self {
+        self.config.renew_interval = renew;
+        self
+    }
+
+    /// Clock-rate drift bound in `[0, 0.5)` (default 0.01).
+    pub fn drift(mut self, drift: f64) -> Self {
+        self.config.drift = drift;
+        self
+    }
+
+    /// Session metadata (at most 1024 bytes of UTF-8).
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<Config> {
+        let mut c = self.config;
+        if let Some(m) = self.metadata {
+            c.metadata = Metadata::new(m)?;
+        }
+        if c.lease < Duration::from_millis(10) {
+            return Err(Error::config(
+                "lease",
+                format!("{:?} is shorter than the 10 ms minimum", c.lease),
+            ));
+        }
+        if !(0.0..0.5).contains(&c.drift) || c.drift.is_nan() {
+            return Err(Error::config(
+                "drift",
+                format!("{} is outside [0, 0.5)", c.drift),
+            ));
+        }
+        if c.renew_interval.is_zero() || c.renew_interval >= c.lease.mul_f64(1.0 - c.drift) {
+            return Err(Error::config(
+                "renew_interval",
+                format!(
+                    "{:?} must be greater than zero and shorter than the lease {:?} minus drift",
+                    c.renew_interval, c.lease
+                ),
+            ));
+        }
+        Ok(c)
+    }
+}

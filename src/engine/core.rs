@@ -1,0 +1,722 @@
+//! The session's decision logic, free of I/O and threads.
+//!
+//! [`Core`] is driven by `(now, input)` calls: ticks, backend replies and notifications. It
+//! queues [`Output`]s (requests to send, events to emit) and tells the driver when to wake up
+//! next. It reads no clock of its own, so tests and the simulation run it on virtual time.
+
+use super::event::{Event, LossReason};
+use crate::error::{Error, Result};
+use crate::spi::{Acquire, KeepAlive, Notification};
+use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Term, Token};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// Identifies a handle (election, lock guard, observer, group) within a session.
+pub type HandleId = u64;
+
+/// Who in this process holds a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// An election candidate.
+    Election(HandleId),
+    /// A lock guard.
+    Lock(HandleId),
+}
+
+impl Holder {
+    fn handle(self) -> HandleId {
+        match self {
+            Holder::Election(h) | Holder::Lock(h) => h,
+        }
+    }
+}
+
+/// Backend work the driver runs off the keep-alive thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Task {
+    /// A candidate's acquire attempt.
+    Attempt(HandleId, LeaseName),
+    /// An observer's read of the owner.
+    Owner(HandleId, LeaseName),
+    /// A group watcher's read of the members.
+    Members(HandleId, GroupName),
+}
+
+/// What the core asks the driver to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Send a keep-alive now (the core recorded the send instant).
+    KeepAlive,
+    /// Run a task.
+    Run(Task),
+    /// Release a lease on the backend.
+    Release(LeaseName, Token),
+    /// The session was lost locally: close it on the backend, best effort.
+    CloseBackend,
+    /// Deliver an event to the session's listeners and, if given, to one handle's.
+    Emit(Option<HandleId>, Event),
+}
+
+/// The session's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Kept alive.
+    Valid,
+    /// Keep-alives failing; still inside the local deadline.
+    Jeopardy,
+    /// Expired or lost at the local deadline (terminal).
+    Expired,
+    /// Closed (terminal).
+    Closed,
+}
+
+impl State {
+    /// Valid or Jeopardy.
+    pub fn is_live(self) -> bool {
+        matches!(self, State::Valid | State::Jeopardy)
+    }
+}
+
+/// Durations the core works with.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Lease duration.
+    pub lease: Duration,
+    /// Keep-alive interval.
+    pub renew: Duration,
+    /// Retry interval of candidates and watchers without notification.
+    pub retry: Duration,
+    /// Clock-rate drift bound.
+    pub drift: f64,
+}
+
+impl Timing {
+    fn local(&self, sent: Instant, remaining: Duration) -> Instant {
+        sent + remaining.mul_f64(1.0 - self.drift)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Held {
+    term: Term,
+    deadline: Instant,
+    confirmed: Instant,
+    holder: Holder,
+}
+
+#[derive(Clone, Debug)]
+struct Scheduled<K> {
+    key: K,
+    due: Instant,
+    running: bool,
+}
+
+#[derive(Debug)]
+struct Watch<K, V> {
+    s: Scheduled<K>,
+    last: Option<V>,
+}
+
+/// The state machine of one session.
+pub struct Core {
+    t: Timing,
+    session: SessionId,
+    state: State,
+    deadline: Instant,
+    next_keep_alive: Instant,
+    keep_alive_sent: Option<Instant>,
+    leases: BTreeMap<LeaseName, Held>,
+    acquiring: BTreeMap<LeaseName, u32>,
+    releasing: BTreeSet<LeaseName>,
+    candidates: BTreeMap<HandleId, Scheduled<LeaseName>>,
+    observers: BTreeMap<HandleId, Watch<LeaseName, Option<(SessionId, Token)>>>,
+    groups: BTreeMap<HandleId, Watch<GroupName, BTreeSet<Member>>>,
+    releases_seen: u64,
+    rng: u64,
+    out: Vec<Output>,
+}
+
+impl Core {
+    /// A core for a session opened by a request sent at `sent` that reported `remaining`.
+    pub fn new(
+        t: Timing,
+        session: SessionId,
+        sent: Instant,
+        remaining: Duration,
+        seed: u64,
+    ) -> Self {
+        Core {
+            t,
+            session,
+            state: State::Valid,
+            deadline: t.local(sent, remaining),
+            next_keep_alive: sent + t.renew,
+            keep_alive_sent: None,
+            leases: BTreeMap::new(),
+            acquiring: BTreeMap::new(),
+            releasing: BTreeSet::new(),
+            candidates: BTreeMap::new(),
+            observers: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            releases_seen: 0,
+            rng: seed | 1,
+            out: Vec::new(),
+        }
+    }
+
+    /// The session id.
+    pub fn session(&self) -> &SessionId {
+        &self.session
+    }
+
+    /// The state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The local session deadline.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The timing.
+    pub fn timing(&self) -> Timing {
+        self.t
+    }
+
+    /// Counts release notifications (lock waiters wait for it to change).
+    pub fn releases_seen(&self) -> u64 {
+        self.releases_seen
+    }
+
+    /// Takes the queued outputs.
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Fails unless the session is live.
+    pub fn check_live(&self) -> Result<()> {
+        match self.state {
+            State::Valid | State::Jeopardy => Ok(()),
+            State::Expired => Err(Error::SessionExpired {
+                session: self.session.to_string(),
+            }),
+            State::Closed => Err(Error::Closed),
+        }
+    }
+
+    fn jitter(&mut self) -> Duration {
+        // xorshift64*: deterministic for a given seed (the simulation relies on it).
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        let max = (self.t.retry / 2).as_nanos().max(1) as u64;
+        Duration::from_nanos(r % max)
+    }
+
+    fn retry_at(&mut self, now: Instant) -> Instant {
+        now + self.t.retry + self.jitter()
+    }
+
+    fn emit(&mut self, to: Option<HandleId>, e: Event) {
+        self.out.push(Output::Emit(to, e));
+    }
+
+    /// Advances time: starts keep-alives and due tasks, detects jeopardy and loss.
+    pub fn tick(&mut self, now: Instant) {
+        if !self.state.is_live() {
+            return;
+        }
+        if now >= self.deadline {
+            self.expire(now, true);
+            return;
+        }
+        let due: Vec<LeaseName> = self
+            .leases
+            .iter()
+            .filter(|(_, h)| h.deadline <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            self.lose(&name, LossReason::Expired, now);
+        }
+        match self.keep_alive_sent {
+            None if now >= self.next_keep_alive => {
+                self.keep_alive_sent = Some(now);
+                self.out.push(Output::KeepAlive);
+            }
+            Some(sent) if now >= sent + self.t.renew && self.state == State::Valid => {
+                self.enter_jeopardy();
+            }
+            _ => {}
+        }
+        let mut run = Vec::new();
+        for (h, c) in self.candidates.iter_mut() {
+            if !c.running && c.due <= now && !self.leases.contains_key(&c.key) {
+                c.running = true;
+                *self.acquiring.entry(c.key.clone()).or_insert(0) += 1;
+                run.push(Task::Attempt(*h, c.key.clone()));
+            }
+        }
+        for (h, w) in self.observers.iter_mut() {
+            if !w.s.running && w.s.due <= now {
+                w.s.running = true;
+                run.push(Task::Owner(*h, w.s.key.clone()));
+            }
+        }
+        for (h, w) in self.groups.iter_mut() {
+            if !w.s.running && w.s.due <= now {
+                w.s.running = true;
+                run.push(Task::Members(*h, w.s.key.clone()));
+            }
+        }
+        self.out.extend(run.into_iter().map(Output::Run));
+    }
+
+    /// When [`Core::tick`] has something to do next (`None` once terminal).
+    pub fn next_wake(&self) -> Option<Instant> {
+        if !self.state.is_live() {
+            return None;
+        }
+        let mut at = self.deadline;
+        let mut consider = |t: Instant| at = at.min(t);
+        match self.keep_alive_sent {
+            None => consider(self.next_keep_alive),
+            Some(sent) if self.state == State::Valid => consider(sent + self.t.renew),
+            Some(_) => {}
+        }
+        self.leases.values().for_each(|h| consider(h.deadline));
+        self.candidates
+            .values()
+            .filter(|c| !c.running && !self.leases.contains_key(&c.key))
+            .for_each(|c| consider(c.due));
+        self.observers
+            .values()
+            .filter(|w| !w.s.running)
+            .for_each(|w| consider(w.s.due));
+        self.groups
+            .values()
+            .filter(|w| !w.s.running)
+            .for_each(|w| consider(w.s.due));
+        Some(at)
+    }
+
+    fn enter_jeopardy(&mut self) {
+        if self.state == State::Valid {
+            self.state = State::Jeopardy;
+            let session = self.session.clone();
+            self.emit(None, Event::Jeopardy { session });
+        }
+    }
+
+    /// The reply (or failure) of the keep-alive sent at `sent`.
+    pub fn on_keep_alive(&mut self, sent: Instant, now: Instant, reply: Result<KeepAlive>) {
+        self.keep_alive_sent = None;
+        if !self.state.is_live() {
+            return;
+        }
+        match reply {
+            Ok(ka) => {
+                self.deadline = self.deadline.max(self.t.local(sent, ka.remaining));
+                self.next_keep_alive = sent + self.t.renew;
+                if self.state == State::Jeopardy {
+                    self.state = State::Valid;
+                    let session = self.session.clone();
+                    self.emit(None, Event::Recovered { session });
+                }
+                let listed: BTreeMap<&LeaseName, _> =
+                    ka.leases.iter().map(|h| (&h.name, h)).collect();
+                let mut lost = Vec::new();
+                for (name, held) in self.leases.iter_mut() {
+                    match listed.get(name) {
+                        Some(l) if l.token == held.term.token => {
+                            held.deadline = held.deadline.max(self.t.local(sent, l.remaining));
+                        }
+                        // Acquired after the keep-alive was sent: the reply may predate it.
+                        _ if held.confirmed > sent => {}
+                        _ => lost.push(name.clone()),
+                    }
+                }
+                for name in lost {
+                    self.lose(&name, LossReason::Missing, now);
+                }
+                for l in &ka.leases {
+                    let known = self
+                        .leases
+                        .get(&l.name)
+                        .is_some_and(|h| h.term.token == l.token);
+                    if !known
+                        && !self.acquiring.contains_key(&l.name)
+                        && self.releasing.insert(l.name.clone())
+                    {
+                        log::debug!("releasing {} (token {}): held but unknown", l.name, l.token);
+                        self.out.push(Output::Release(l.name.clone(), l.token));
+                    }
+                }
+                if now >= self.deadline {
+                    self.expire(now, true);
+                }
+            }
+            Err(Error::SessionExpired { .. }) => self.expire(now, false),
+            Err(e) => {
+                log::warn!("keep-alive of session {} failed: {e}", self.session);
+                self.enter_jeopardy();
+                self.next_keep_alive = now + self.t.renew / 4;
+            }
+        }
+    }
+
+    fn expire(&mut self, now: Instant, locally: bool) {
+        let names: Vec<LeaseName> = self.leases.keys().cloned().collect();
+        for name in names {
+            self.lose(&name, LossReason::SessionExpired, now);
+        }
+        self.state = State::Expired;
+        if locally {
+            self.out.push(Output::CloseBackend);
+        }
+        let session = self.session.clone();
+        self.emit(None, Event::SessionExpired { session });
+    }
+
+    fn lose(&mut self, name: &LeaseName, reason: LossReason, now: Instant) {
+        let Some(held) = self.leases.remove(name) else {
+            return;
+        };
+        let term = held.term;
+        match held.holder {
+            Holder::Election(h) => {
+                let due = self.retry_at(now);
+                if let Some(c) = self.candidates.get_mut(&h) {
+                    c.due = due;
+                }
+                self.emit(Some(h), Event::Revoked { term, reason });
+            }
+            Holder::Lock(h) => self.emit(Some(h), Event::LockLost { term, reason }),
+        }
+        self.observers_due(name, now);
+    }
+
+    fn observers_due(&mut self, name: &LeaseName, now: Instant) {
+        for w in self.observers.values_mut().filter(|w| &w.s.key == name) {
+            w.s.due = w.s.due.min(now);
+        }
+    }
+
+    /// Marks an acquire of `name` as in flight (a lock's, sent by the caller).
+    pub fn begin_acquire(&mut self, name: &LeaseName) {
+        *self.acquiring.entry(name.clone()).or_insert(0) += 1;
+    }
+
+    fn end_acquire(&mut self, name: &LeaseName) {
+        if let Some(n) = self.acquiring.get_mut(name) {
+            *n -= 1;
+            if *n == 0 {
+                self.acquiring.remove(name);
+            }
+        }
+    }
+
+    fn adopt(&mut self, term: Term, sent: Instant, now: Instant, holder: Holder) {
+        self.releasing.remove(&term.name);
+        let deadline = self.t.local(sent, term.remaining).min(self.deadline);
+        let name = term.name.clone();
+        self.leases.insert(
+            name.clone(),
+            Held {
+                term,
+                deadline,
+                confirmed: now,
+                holder,
+            },
+        );
+        self.observers_due(&name, now);
+    }
+
+    /// The result of a lock's acquire sent at `sent`. Returns the term if the lock now holds
+    /// it; otherwise the backend's answer is passed back (and a stray grant released).
+    pub fn on_lock_acquire(
+        &mut self,
+        handle: HandleId,
+        name: &LeaseName,
+        sent: Instant,
+        now: Instant,
+        reply: Result<Acquire>,
+    ) -> Result<Acquire> {
+        self.end_acquire(name);
+        match reply {
+            Ok(Acquire::Acquired(term)) => {
+                if let Err(e) = self.check_live() {
+                    self.release_stray(&term);
+                    return Err(e);
+                }
+                self.adopt(term.clone(), sent, now, Holder::Lock(handle));
+                Ok(Acquire::Acquired(term))
+            }
+            Err(e @ Error::SessionExpired { .. }) => {
+                if self.state.is_live() {
+                    self.expire(now, false);
+                }
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    fn release_stray(&mut self, term: &Term) {
+        if self.state.is_live() && self.releasing.insert(term.name.clone()) {
+            self.out
+                .push(Output::Release(term.name.clone(), term.token));
+        }
+    }
+
+    /// A lock guard is dropped: forgets the lease and returns the token to release, if the
+    /// term was still held.
+    pub fn unlock(&mut self, handle: HandleId, name: &LeaseName, now: Instant) -> Option<Token> {
+        match self.leases.get(name) {
+            Some(h) if h.holder == Holder::Lock(handle) => {
+                let token = h.term.token;
+                self.leases.remove(name);
+                self.releasing.insert(name.clone());
+                self.observers_due(name, now);
+                Some(token)
+            }
+            _ => None,
+        }
+    }
+
+    /// A release of `name` finished (either way).
+    pub fn on_released(&mut self, name: &LeaseName) {
+        self.releasing.remove(name);
+    }
+
+    /// Whether `handle` holds `name` with `token` and the term's local deadline is ahead.
+    pub fn is_valid(&self, name: &LeaseName, token: Token, now: Instant) -> bool {
+        self.state.is_live()
+            && now < self.deadline
+            && self
+                .leases
+                .get(name)
+                .is_some_and(|h| h.term.token == token && now < h.deadline)
+    }
+
+    /// The term `holder` holds, if any.
+    pub fn term_of(&self, name: &LeaseName, holder: Holder) -> Option<Term> {
+        self.leases
+            .get(name)
+            .filter(|h| h.holder == holder)
+            .map(|h| h.term.clone())
+    }
+
+    /// Registers an election candidate for `name`; it attempts at once.
+    pub fn add_candidate(&mut self, handle: HandleId, name: LeaseName, now: Instant) {
+        self.candidates.insert(
+            handle,
+            Scheduled {
+                key: name,
+                due: now,
+                running: false,
+            },
+        );
+    }
+
+    /// Withdraws a candidate; if it was elected, emits `Revoked{Resigned}` and returns the
+    /// lease to release.
+    pub fn remove_candidate(
+        &mut self,
+        handle: HandleId,
+        now: Instant,
+    ) -> Option<(LeaseName, Token)> {
+        let c = self.candidates.remove(&handle)?;
+        let held = self.leases.get(&c.key)?;
+        if held.holder != Holder::Election(handle) {
+            return None;
+        }
+        let held = self.leases.remove(&c.key)?;
+        let token = held.term.token;
+        self.releasing.insert(c.key.clone());
+        self.emit(
+            Some(handle),
+            Event::Revoked {
+                term: held.term,
+                reason: LossReason::Resigned,
+            },
+        );
+        self.observers_due(&c.key, now);
+        Some((c.key, token))
+    }
+
+    /// The result of a candidate's attempt sent at `sent`.
+    pub fn on_attempt(
+        &mut self,
+        handle: HandleId,
+        name: &LeaseName,
+        sent: Instant,
+        now: Instant,
+        reply: Result<Acquire>,
+    ) {
+        self.end_acquire(name);
+        let due = self.retry_at(now);
+        let Some(c) = self.candidates.get_mut(&handle) else {
+            if let Ok(Acquire::Acquired(term)) = reply {
+                self.release_stray(&term);
+            }
+            return;
+        };
+        c.running = false;
+        c.due = due;
+        match reply {
+            Ok(Acquire::Acquired(term)) => {
+                if !self.state.is_live() {
+                    return;
+                }
+                self.adopt(term.clone(), sent, now, Holder::Election(handle));
+                self.emit(Some(handle), Event::Elected { term });
+            }
+            Ok(Acquire::Held(_)) => {}
+            Err(Error::SessionExpired { .. }) => {
+                if self.state.is_live() {
+                    self.expire(now, false);
+                }
+            }
+            Err(e) => log::warn!("candidate for {name} failed to acquire: {e}"),
+        }
+    }
+
+    /// Registers an observer of `name`; it reads the owner at once.
+    pub fn add_observer(&mut self, handle: HandleId, name: LeaseName, now: Instant) {
+        let s = Scheduled {
+            key: name,
+            due: now,
+            running: false,
+        };
+        self.observers.insert(handle, Watch { s, last: None });
+    }
+
+    /// Registers a watcher of `group`; it reads the members at once.
+    pub fn add_group_watch(&mut self, handle: HandleId, group: GroupName, now: Instant) {
+        let s = Scheduled {
+            key: group,
+            due: now,
+            running: false,
+        };
+        self.groups.insert(handle, Watch { s, last: None });
+    }
+
+    /// Removes an observer or group watcher.
+    pub fn remove_watch(&mut self, handle: HandleId) {
+        self.observers.remove(&handle);
+        self.groups.remove(&handle);
+    }
+
+    /// The result of an observer's read.
+    pub fn on_owner(&mut self, handle: HandleId, now: Instant, reply: Result<Option<Owner>>) {
+        let due = self.retry_at(now);
+        let Some(w) = self.observers.get_mut(&handle) else {
+            return;
+        };
+        w.s.running = false;
+        w.s.due = w.s.due.max(due);
+        match reply {
+            Ok(owner) => {
+                let key = owner.as_ref().map(|o| (o.session.clone(), o.token));
+                if w.last.as_ref() != Some(&key) {
+                    w.last = Some(key);
+                    let name = w.s.key.clone();
+                    self.emit(Some(handle), Event::LeaderChanged { name, owner });
+                }
+            }
+            Err(e) => log::warn!("observer of {} failed to read the owner: {e}", w.s.key),
+        }
+    }
+
+    /// The result of a group watcher's read.
+    pub fn on_members(&mut self, handle: HandleId, now: Instant, reply: Result<Vec<Member>>) {
+        let due = self.retry_at(now);
+        let Some(w) = self.groups.get_mut(&handle) else {
+            return;
+        };
+        w.s.running = false;
+        w.s.due = w.s.due.max(due);
+        match reply {
+            Ok(members) => {
+                let now_set: BTreeSet<Member> = members.into_iter().collect();
+                let before = w.last.take().unwrap_or_default();
+                let first = w.last.is_none() && before.is_empty();
+                let joined: Vec<Member> = now_set.difference(&before).cloned().collect();
+                let left: Vec<Member> = before.difference(&now_set).cloned().collect();
+                let changed = !joined.is_empty() || !left.is_empty();
+                let group = w.s.key.clone();
+                w.last = Some(now_set.clone());
+                if changed || first {
+                    let members = now_set.into_iter().collect();
+                    self.emit(
+                        Some(handle),
+                        Event::MembersChanged {
+                            group,
+                            members,
+                            joined,
+                            left,
+                        },
+                    );
+                }
+            }
+            Err(e) => log::warn!("watcher of group {} failed to read members: {e}", w.s.key),
+        }
+    }
+
+    /// A backend notification.
+    pub fn notify(&mut self, n: &Notification, now: Instant) {
+        match n {
+            Notification::Released(name) => {
+                self.releases_seen += 1;
+                for c in self.candidates.values_mut().filter(|c| &c.key == name) {
+                    c.due = c.due.min(now);
+                }
+                self.observers_due(name, now);
+            }
+            Notification::GroupChanged(g) => {
+                for w in self.groups.values_mut().filter(|w| &w.s.key == g) {
+                    w.s.due = w.s.due.min(now);
+                }
+            }
+            Notification::Resync => {
+                self.releases_seen += 1;
+                self.candidates
+                    .values_mut()
+                    .for_each(|c| c.due = c.due.min(now));
+                self.observers
+                    .values_mut()
+                    .for_each(|w| w.s.due = w.s.due.min(now));
+                self.groups
+                    .values_mut()
+                    .for_each(|w| w.s.due = w.s.due.min(now));
+            }
+        }
+    }
+
+    /// Closes the session locally: every term ends with `Closed`. Returns false if it was
+    /// already closed. The driver then closes the backend session.
+    pub fn close(&mut self) -> bool {
+        if self.state == State::Closed {
+            return false;
+        }
+        let leases = std::mem::take(&mut self.leases);
+        for (_, held) in leases {
+            let (term, reason) = (held.term, LossReason::Closed);
+            let h = held.holder.handle();
+            match held.holder {
+                Holder::Election(_) => self.emit(Some(h), Event::Revoked { term, reason }),
+                Holder::Lock(_) => self.emit(Some(h), Event::LockLost { term, reason }),
+            }
+        }
+        self.candidates.clear();
+        self.observers.clear();
+        self.groups.clear();
+        self.state = State::Closed;
+        let session = self.session.clone();
+        self.emit(None, Event::Closed { session });
+        true
+    }
+}

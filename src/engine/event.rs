@@ -1,0 +1,86 @@
+//! Events a session reports: state changes, terms won and lost, leader and member changes.
+
+use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Term};
+
+/// Why a term ended without the holder asking for it (or how it ended when it did).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The session expired, or its local deadline passed without a successful keep-alive.
+    SessionExpired,
+    /// The term's own deadline passed.
+    Expired,
+    /// The backend's keep-alive reply no longer listed the lease.
+    Missing,
+    /// The candidate resigned.
+    Resigned,
+    /// The session was closed.
+    Closed,
+}
+
+/// Something that happened to a session or one of its handles.
+///
+/// Every event reaches the session's listeners ([`Session::events`](crate::Session::events)),
+/// and the handle it concerns (an election, a lock, an observer, a group) gets it on its own
+/// receiver too. Events are delivered in order on the session's event thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// Keep-alives are failing; leases stay valid until the local deadline.
+    Jeopardy {
+        /// The session.
+        session: SessionId,
+    },
+    /// A keep-alive succeeded again after [`Event::Jeopardy`].
+    Recovered {
+        /// The session.
+        session: SessionId,
+    },
+    /// The session expired (terminal): every term it held was lost.
+    SessionExpired {
+        /// The session.
+        session: SessionId,
+    },
+    /// The session was closed; this is its last event.
+    Closed {
+        /// The session.
+        session: SessionId,
+    },
+    /// An election won a term.
+    Elected {
+        /// The term and its fencing token.
+        term: Term,
+    },
+    /// An elected candidate lost its term.
+    Revoked {
+        /// The lost term.
+        term: Term,
+        /// Why.
+        reason: LossReason,
+    },
+    /// A held lock was lost before its guard was dropped.
+    LockLost {
+        /// The lost term.
+        term: Term,
+        /// Why.
+        reason: LossReason,
+    },
+    /// An observed lease changed hands (or became free: `owner` is `None`).
+    LeaderChanged {
+        /// The lease.
+        name: LeaseName,
+        /// The new holder with its token.
+        owner: Option<Owner>,
+    },
+    /// A watched group's membership changed.
+    MembersChanged {
+        /// The group.
+        group: GroupName,
+        /// The members now.
+        members: Vec<Member>,
+        /// Who joined since the last view.
+        joined: Vec<Member>,
+        /// Who left since the last view.
+        left: Vec<Member>,
+    },
+}

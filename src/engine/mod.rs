@@ -1,0 +1,15 @@
+//! The session engine: a pure, clock-injected state machine ([`core`]) and the threads that
+//! carry its inputs and outputs ([`Session`]).
+
+mod clock;
+mod config;
+pub mod core;
+mod event;
+mod listeners;
+pub(crate) mod session;
+
+pub use self::core::{HandleId, Holder};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{Config, ConfigBuilder};
+pub use event::{Event, LossReason};
+pub use session::{Session, SessionState};

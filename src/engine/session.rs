@@ -1,0 +1,422 @@
+//! `Session`: the threads around the core (keep-alive, work, ticker, events).
+
+use super::clock::{Clock, SystemClock};
+use super::config::Config;
+use super::core::{Core, HandleId, Output, State, Task, Timing};
+use super::event::Event;
+use super::listeners::{Delivery, Listeners, SESSION};
+use crate::error::{Error, Result};
+use crate::spi::{LeaseBackend, Notification, Subscription};
+use crate::types::{LeaseName, SessionId, Token};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
+
+/// The state of a session, as [`Session::state`] reports it.
+pub use super::core::State as SessionState;
+
+/// Work for the session's work thread.
+enum Work {
+    Run(Task),
+    Release(LeaseName, Token),
+    CloseBackend,
+    Stop,
+}
+
+/// What the core and the local lock table share under one mutex.
+pub(crate) struct Shared {
+    pub(crate) core: Core,
+    /// Names in use by a handle of this session (locks are not reentrant).
+    pub(crate) reserved: BTreeMap<LeaseName, HandleId>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Arc<dyn LeaseBackend>,
+    clock: SystemClock,
+    pub(crate) config: Config,
+    pub(crate) id: SessionId,
+    shared: Mutex<Shared>,
+    changed: Condvar,
+    pub(crate) listeners: Listeners,
+    wake_tx: Sender<()>,
+    ka_tx: Sender<Option<Instant>>,
+    work_tx: Sender<Work>,
+    events_tx: Sender<Delivery>,
+    next_handle: AtomicU64,
+    closed: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    event_thread: Mutex<Option<(ThreadId, JoinHandle<()>)>>,
+    subscription: Mutex<Option<Subscription>>,
+}
+
+/// A session on a backend: one keep-alive thread, and the elections, locks, observers and
+/// groups opened on it.
+///
+/// The session renews itself every `renew_interval`. Its local deadline is
+/// `send instant + remaining × (1 − drift)` of the last successful keep-alive; a failing
+/// keep-alive moves it to [`SessionState::Jeopardy`], and at the deadline it is lost
+/// ([`SessionState::Expired`]) even while a backend call hangs. An expired session is never
+/// revived: open a new one. Dropping a session closes it.
+///
+/// ```
+/// use simba_lease::{Config, Session, backends::MemoryBackend};
+/// use std::sync::Arc;
+/// let backend = Arc::new(MemoryBackend::new());
+/// let session = Session::open(backend, Config::default())?;
+/// let guard = session.try_lock("nightly-report")?.expect("nobody else holds it");
+/// assert!(guard.is_valid());
+/// println!("fencing token {}", guard.token());
+/// drop(guard);
+/// session.close()?;
+/// # Ok::<(), simba_lease::Error>(())
+/// ```
+pub struct Session {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.inner.id)
+            .field("backend", &self.inner.backend.kind())
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl Session {
+    /// Opens a session on `backend` (one backend call) and starts its threads.
+    pub fn open(backend: Arc<dyn LeaseBackend>, config: Config) -> Result<Session> {
+        let clock = SystemClock;
+        let sent = clock.now();
+        let grant = backend.open_session(config.lease(), config.metadata())?;
+        let timing = Timing {
+            lease: config.lease(),
+            renew: config.renew_interval(),
+            retry: config.retry_interval(),
+            drift: config.drift(),
+        };
+        let core = Core::new(
+            timing,
+            grant.id.clone(),
+            sent,
+            grant.remaining,
+            crate::rand::u64(),
+        );
+        let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
+        let (ka_tx, ka_rx) = crossbeam_channel::unbounded();
+        let (work_tx, work_rx) = crossbeam_channel::unbounded();
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let inner = Arc::new(Inner {
+            backend,
+            clock,
+            config,
+            id: grant.id,
+            shared: Mutex::new(Shared {
+                core,
+                reserved: BTreeMap::new(),
+            }),
+            changed: Condvar::new(),
+            listeners: Listeners::default(),
+            wake_tx,
+            ka_tx,
+            work_tx,
+            events_tx,
+            next_handle: AtomicU64::new(SESSION + 1),
+            closed: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            event_thread: Mutex::new(None),
+            subscription: Mutex::new(None),
+        });
+        let short = &inner.id.as_str()[..8.min(inner.id.as_str().len())];
+        let spawn = |what: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(format!("simba-{what}-{short}"))
+                .spawn(f)
+                .map_err(|e| Error::backend("spawning a session thread", e))
+        };
+        let result = (|| {
+            let i = inner.clone();
+            let ev = spawn("events", Box::new(move || i.listeners.run(events_rx)))?;
+            *inner.event_thread.lock() = Some((ev.thread().id(), ev));
+            let i = inner.clone();
+            let t1 = spawn("keepalive", Box::new(move || i.keep_alive_loop(ka_rx)))?;
+            let i = inner.clone();
+            let t2 = spawn("work", Box::new(move || i.work_loop(work_rx)))?;
+            let i = inner.clone();
+            let t3 = spawn("ticker", Box::new(move || i.ticker_loop(wake_rx)))?;
+            inner.threads.lock().extend([t1, t2, t3]);
+            let weak = Arc::downgrade(&inner);
+            let sink = Arc::new(move |n: &Notification| {
+                if let Some(i) = weak.upgrade() {
+                    let now = i.clock.now();
+                    i.with_core(|c| c.notify(n, now));
+                }
+            });
+            let sub = inner.backend.subscribe(sink)?;
+            *inner.subscription.lock() = sub;
+            Ok(())
+        })();
+        let session = Session { inner };
+        result.map(|()| session)
+    }
+
+    /// The backend session's id.
+    pub fn id(&self) -> &SessionId {
+        &self.inner.id
+    }
+
+    /// The configuration the session was opened with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LeaseBackend> {
+        &self.inner.backend
+    }
+
+    /// The current state.
+    pub fn state(&self) -> SessionState {
+        self.inner.shared.lock().core.state()
+    }
+
+    /// Every event of this session and its handles, from now on, in order.
+    pub fn events(&self) -> Receiver<Event> {
+        self.inner.listeners.channel(SESSION)
+    }
+
+    /// Calls `f` with every event of this session and its handles, in order, on the session's
+    /// event thread (never under an internal lock).
+    pub fn on_event(&self, f: impl FnMut(&Event) + Send + 'static) {
+        self.inner.listeners.callback(SESSION, f)
+    }
+
+    /// Waits until the session is [`SessionState::Valid`] or `timeout` passes; errors if it
+    /// expired or closed.
+    pub fn wait_valid(&self, timeout: Duration) -> Result<()> {
+        let until = Instant::now() + timeout;
+        let mut s = self.inner.shared.lock();
+        loop {
+            s.core.check_live()?;
+            if s.core.state() == State::Valid {
+                return Ok(());
+            }
+            if self.inner.changed.wait_until(&mut s, until).timed_out() {
+                return Err(Error::Timeout {
+                    operation: "waiting for the session to be valid",
+                    after: timeout,
+                });
+            }
+        }
+    }
+
+    /// Closes the session: ends every term (events `Revoked`/`LockLost` with
+    /// [`LossReason::Closed`](crate::LossReason::Closed), then [`Event::Closed`]), deletes the
+    /// backend session (which frees its leases and memberships) and waits until the final
+    /// events were delivered. Idempotent.
+    pub fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+
+    /// Stops the session's threads without closing it on the backend, as a crashed process
+    /// would: its leases stay held until the session expires there.
+    #[cfg(feature = "tck")]
+    #[doc(hidden)]
+    pub fn crash(self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.inner.stop_threads();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Err(e) = self.inner.close() {
+            log::warn!("closing session {} on drop failed: {e}", self.inner.id);
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    pub(crate) fn next_handle(&self) -> HandleId {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn lock_shared(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock()
+    }
+
+    /// Runs `f` on the core, then dispatches its outputs (still under the lock, so events keep
+    /// their order; every send is non-blocking) and wakes the ticker and lock waiters.
+    pub(crate) fn with_core<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
+        let mut s = self.shared.lock();
+        let r = f(&mut s.core);
+        self.dispatch(&mut s);
+        drop(s);
+        r
+    }
+
+    pub(crate) fn dispatch(&self, s: &mut Shared) {
+        let now = self.now();
+        for o in s.core.take_outputs() {
+            let _ = match o {
+                Output::KeepAlive => self.ka_tx.send(Some(now)).map_err(drop),
+                Output::Run(t) => self.work_tx.send(Work::Run(t)).map_err(drop),
+                Output::Release(n, t) => self.work_tx.send(Work::Release(n, t)).map_err(drop),
+                Output::CloseBackend => self.work_tx.send(Work::CloseBackend).map_err(drop),
+                Output::Emit(h, e) => self.events_tx.send(Delivery::Event(h, e)).map_err(drop),
+            };
+        }
+        let _ = self.wake_tx.send(());
+        self.changed.notify_all();
+    }
+
+    /// Waits on the shared state until notified or `until` (forever if `None`).
+    /// Returns false on timeout.
+    pub(crate) fn wait(&self, s: &mut MutexGuard<'_, Shared>, until: Option<Instant>) -> bool {
+        match until {
+            Some(t) => !self.changed.wait_until(s, t).timed_out(),
+            None => {
+                self.changed.wait(s);
+                true
+            }
+        }
+    }
+
+    /// Frees a local reservation and wakes waiters.
+    pub(crate) fn unreserve(&self, name: &LeaseName, handle: HandleId) {
+        let mut s = self.shared.lock();
+        if s.reserved.get(name) == Some(&handle) {
+            s.reserved.remove(name);
+        }
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// Releases a term on the backend from the calling thread.
+    pub(crate) fn release_now(&self, name: &LeaseName, token: Token) -> Result<bool> {
+        let r = self.backend.release(&self.id, name, token);
+        self.with_core(|c| c.on_released(name));
+        r
+    }
+
+    fn ticker_loop(self: Arc<Self>, wake: Receiver<()>) {
+        loop {
+            let next = {
+                let mut s = self.shared.lock();
+                s.core.tick(self.now());
+                self.dispatch(&mut s);
+                s.core.next_wake()
+            };
+            // Coalesce wake-ups queued meanwhile (every one asks for the same tick).
+            while wake.try_recv().is_ok() {}
+            if self.closed.load(Ordering::SeqCst) {
+                break;
+            }
+            let r = match next {
+                Some(at) => wake
+                    .recv_timeout(at.saturating_duration_since(self.now()))
+                    .map_err(|e| e.is_disconnected()),
+                None => wake.recv().map_err(|_| true),
+            };
+            if r == Err(true) {
+                break;
+            }
+        }
+    }
+
+    fn keep_alive_loop(self: Arc<Self>, rx: Receiver<Option<Instant>>) {
+        let lease = self.config.lease();
+        for sent in rx {
+            let Some(sent) = sent else { break };
+            let reply = self.backend.keep_alive(&self.id, lease);
+            let now = self.now();
+            self.with_core(|c| c.on_keep_alive(sent, now, reply));
+        }
+    }
+
+    fn work_loop(self: Arc<Self>, rx: Receiver<Work>) {
+        for w in rx {
+            match w {
+                Work::Run(Task::Attempt(h, name)) => {
+                    let sent = self.now();
+                    let reply = self.backend.acquire(&self.id, &name);
+                    let now = self.now();
+                    self.with_core(|c| c.on_attempt(h, &name, sent, now, reply));
+                }
+                Work::Run(Task::Owner(h, name)) => {
+                    let reply = self.backend.owner(&name);
+                    let now = self.now();
+                    self.with_core(|c| c.on_owner(h, now, reply));
+                }
+                Work::Run(Task::Members(h, group)) => {
+                    let reply = self.backend.members(&group);
+                    let now = self.now();
+                    self.with_core(|c| c.on_members(h, now, reply));
+                }
+                Work::Release(name, token) => {
+                    if let Err(e) = self.release_now(&name, token) {
+                        log::warn!("releasing {name} (token {token}) failed: {e}");
+                    }
+                }
+                Work::CloseBackend => {
+                    if let Err(e) = self.backend.close_session(&self.id) {
+                        log::warn!("closing lost session {} failed: {e}", self.id);
+                    }
+                }
+                Work::Stop => break,
+            }
+        }
+    }
+
+    fn stop_threads(&self) {
+        self.subscription.lock().take();
+        let _ = self.ka_tx.send(None);
+        let _ = self.work_tx.send(Work::Stop);
+        let _ = self.wake_tx.send(());
+        // The I/O threads may be stuck in a backend call: they exit after it returns.
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            let is_ticker = t
+                .thread()
+                .name()
+                .is_some_and(|n| n.starts_with("simba-ticker"));
+            if is_ticker && t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        let _ = self.events_tx.send(Delivery::Stop);
+        if let Some((id, t)) = self.event_thread.lock().take() {
+            if id != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let was_live = self.with_core(|c| {
+            let live = c.state().is_live();
+            c.close();
+            live
+        });
+        let result = if was_live {
+            self.backend.close_session(&self.id)
+        } else {
+            Ok(())
+        };
+        self.stop_threads();
+        result
+    }
+}

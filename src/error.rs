@@ -1,0 +1,126 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// A boxed driver error kept as the source of [`Error::Backend`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Every failure simba-lease reports.
+///
+/// Bad input is rejected before any I/O with a variant that names the offending value.
+///
+/// ```
+/// use simba_lease::{Error, LeaseName};
+/// let err = LeaseName::new("no spaces").unwrap_err();
+/// assert!(matches!(err, Error::InvalidName { .. }));
+/// assert!(err.to_string().contains("no spaces"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lease or group name broke the naming rule (1–128 characters of `[A-Za-z0-9._:-]`,
+    /// not `.` or `..`).
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Session metadata longer than 1024 bytes.
+    #[error("invalid metadata ({len} bytes): at most {max} bytes of UTF-8 are allowed")]
+    InvalidMetadata {
+        /// Length of the rejected metadata in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A session id that is not 16 or 32 lowercase hex digits.
+    #[error("invalid session id {id:?}: expected 16 or 32 lowercase hex digits")]
+    InvalidSessionId {
+        /// The rejected id.
+        id: String,
+    },
+    /// A configuration value out of range; names the setting and the value.
+    #[error("invalid configuration `{setting}`: {reason}")]
+    InvalidConfig {
+        /// The setting (snake_case, as in [`Config`](crate::Config) and URL options).
+        setting: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A backend URL that cannot be used.
+    #[error("invalid backend URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL (credentials removed).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The URL names a backend whose Cargo feature is not enabled.
+    #[error("the `{scheme}://` backend needs the Cargo feature `{feature}` of simba-lease")]
+    FeatureDisabled {
+        /// The URL scheme.
+        scheme: String,
+        /// The Cargo feature to enable.
+        feature: &'static str,
+    },
+    /// The session expired (or was lost locally at its deadline); it is never revived.
+    #[error("session {session} expired")]
+    SessionExpired {
+        /// The expired session's id.
+        session: String,
+    },
+    /// The lease is held by this session through another handle (locks are not reentrant).
+    #[error("lease {name:?} is already in use by this session")]
+    AlreadyHeld {
+        /// The lease name.
+        name: String,
+    },
+    /// An operation did not finish within its time limit.
+    #[error("timed out after {after:?} while {operation}")]
+    Timeout {
+        /// What was being done.
+        operation: &'static str,
+        /// The limit that ran out.
+        after: Duration,
+    },
+    /// The session or handle was closed.
+    #[error("closed")]
+    Closed,
+    /// The backend failed; the driver's error is the source.
+    #[error("backend error while {operation}: {source}")]
+    Backend {
+        /// What was being done.
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// Wraps a driver error as [`Error::Backend`].
+    pub fn backend(operation: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Backend {
+            operation,
+            source: source.into(),
+        }
+    }
+
+    /// Builds an [`Error::InvalidConfig`].
+    pub fn config(setting: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            setting: setting.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether this error means the session is gone for good.
+    pub fn is_session_expired(&self) -> bool {
+        matches!(self, Error::SessionExpired { .. })
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,172 @@
+//! Leader election: a candidate that campaigns until it resigns.
+
+use super::IntoLeaseName;
+use crate::engine::session::Inner;
+use crate::engine::{HandleId, Holder, Session};
+use crate::error::{Error, Result};
+use crate::types::{LeaseName, Term};
+use crate::Event;
+use crossbeam_channel::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type EventCallback = Box<dyn FnMut(&Event) + Send>;
+
+impl Session {
+    /// Enters the election `name` as a candidate. The candidate tries at once, then every
+    /// `renew_interval / 2` plus jitter, or at once when the backend notifies a release.
+    /// Winning emits [`Event::Elected`]; losing the term emits [`Event::Revoked`] and the
+    /// candidate campaigns again until it resigns or is dropped.
+    ///
+    /// One candidate per name and session: a second one (or a lock of the same name held
+    /// through this session) gives [`Error::AlreadyHeld`].
+    ///
+    /// ```
+    /// use simba_lease::{Config, Session, backends::MemoryBackend};
+    /// use std::{sync::Arc, time::Duration};
+    /// let session = Session::open(Arc::new(MemoryBackend::new()), Config::default())?;
+    /// let election = session.election("scheduler")?;
+    /// let term = election.wait_elected(Duration::from_secs(5))?;
+    /// println!("leading with token {}", term.token);
+    /// election.resign()?;
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn election(&self, name: impl IntoLeaseName) -> Result<Election> {
+        self.election_inner(name.try_into()?, None)
+    }
+
+    /// Like [`Session::election`], with a callback that receives the election's events in
+    /// order on the session's event thread, starting with the first.
+    pub fn election_with(
+        &self,
+        name: impl IntoLeaseName,
+        on_event: impl FnMut(&Event) + Send + 'static,
+    ) -> Result<Election> {
+        self.election_inner(name.try_into()?, Some(Box::new(on_event)))
+    }
+
+    fn election_inner(
+        &self,
+        name: LeaseName,
+        cb: Option<EventCallback>,
+    ) -> Result<Election> {
+        let inner = &self.inner;
+        let h = inner.next_handle();
+        {
+            let mut s = inner.lock_shared();
+            s.core.check_live()?;
+            if s.reserved.contains_key(&name) {
+                return Err(Error::AlreadyHeld {
+                    name: name.to_string(),
+                });
+            }
+            s.reserved.insert(name.clone(), h);
+        }
+        let events = inner.listeners.channel(h);
+        if let Some(cb) = cb {
+            inner.listeners.callback(h, cb);
+        }
+        let now = inner.now();
+        inner.with_core(|c| c.add_candidate(h, name.clone(), now));
+        Ok(Election {
+            inner: inner.clone(),
+            handle: h,
+            name,
+            events,
+            resigned: false,
+        })
+    }
+}
+
+/// A candidate in an election. Dropping it resigns.
+pub struct Election {
+    inner: Arc<Inner>,
+    handle: HandleId,
+    name: LeaseName,
+    events: Receiver<Event>,
+    resigned: bool,
+}
+
+impl Election {
+    /// The election's name.
+    pub fn name(&self) -> &LeaseName {
+        &self.name
+    }
+
+    /// This candidate's events ([`Event::Elected`], [`Event::Revoked`]) in order. Clones of
+    /// the receiver share one queue.
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// The term this candidate holds, if it is the leader now (locally valid).
+    pub fn term(&self) -> Option<Term> {
+        let now = self.inner.now();
+        let s = self.inner.lock_shared();
+        s.core
+            .term_of(&self.name, Holder::Election(self.handle))
+            .filter(|t| s.core.is_valid(&t.name, t.token, now))
+    }
+
+    /// Whether this candidate is the leader now.
+    pub fn is_leader(&self) -> bool {
+        self.term().is_some()
+    }
+
+    /// Waits until this candidate is elected, or `timeout` passes ([`Error::Timeout`]).
+    pub fn wait_elected(&self, timeout: Duration) -> Result<Term> {
+        let until = Instant::now() + timeout;
+        let mut s = self.inner.lock_shared();
+        loop {
+            s.core.check_live()?;
+            if let Some(t) = s.core.term_of(&self.name, Holder::Election(self.handle)) {
+                return Ok(t);
+            }
+            if !self.inner.wait(&mut s, Some(until)) {
+                return Err(Error::Timeout {
+                    operation: "waiting to be elected",
+                    after: timeout,
+                });
+            }
+        }
+    }
+
+    /// Leaves the election: a leader releases its term (emitting [`Event::Revoked`] with
+    /// [`LossReason::Resigned`](crate::LossReason::Resigned)) so another candidate can take
+    /// over at once. Idempotent.
+    pub fn resign(&self) -> Result<()> {
+        self.withdraw()
+    }
+
+    fn withdraw(&self) -> Result<()> {
+        let inner = &self.inner;
+        let now = inner.now();
+        let held = inner.with_core(|c| c.remove_candidate(self.handle, now));
+        let r = match held {
+            Some((name, token)) => inner.release_now(&name, token).map(drop),
+            None => Ok(()),
+        };
+        inner.unreserve(&self.name, self.handle);
+        r
+    }
+}
+
+impl Drop for Election {
+    fn drop(&mut self) {
+        if !self.resigned {
+            self.resigned = true;
+            if let Err(e) = self.withdraw() {
+                log::warn!("resigning from {} failed: {e}", self.name);
+            }
+        }
+        self.inner.listeners.remove(self.handle);
+    }
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .finish()
+    }
+}

@@ -1,0 +1,224 @@
+//! Distributed locks: `Session::lock`, `try_lock`, `lock_timeout` and the guard.
+
+use super::IntoLeaseName;
+use crate::engine::session::Inner;
+use crate::engine::{HandleId, Session};
+use crate::error::{Error, Result};
+use crate::spi::Acquire;
+use crate::types::{LeaseName, Term, Token};
+use crossbeam_channel::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::Event;
+
+impl Session {
+    /// Takes the lock `name`, waiting as long as it takes (until the session is lost).
+    ///
+    /// Locks are **not reentrant**: a thread that locks a name it already holds through this
+    /// session waits for itself forever (use [`Session::lock_timeout`] or
+    /// [`Session::try_lock`] where that can happen). Threads sharing one session exclude each
+    /// other, like processes with different sessions do.
+    pub fn lock(&self, name: impl IntoLeaseName) -> Result<LockGuard> {
+        let name = name.try_into()?;
+        self.lock_until(name, None, false)
+            .map(|g| g.expect("a blocking lock returns a guard"))
+    }
+
+    /// Takes the lock `name` if it is free now; `Ok(None)` if someone holds it.
+    ///
+    /// ```
+    /// use simba_lease::{Config, Session, backends::MemoryBackend};
+    /// use std::sync::Arc;
+    /// let backend = Arc::new(MemoryBackend::new());
+    /// let a = Session::open(backend.clone(), Config::default())?;
+    /// let b = Session::open(backend, Config::default())?;
+    /// let guard = a.try_lock("db-migration")?.unwrap();
+    /// assert!(b.try_lock("db-migration")?.is_none());
+    /// drop(guard);
+    /// assert!(b.try_lock("db-migration")?.is_some());
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn try_lock(&self, name: impl IntoLeaseName) -> Result<Option<LockGuard>> {
+        let name = name.try_into()?;
+        self.lock_until(name, Some(Instant::now()), true)
+    }
+
+    /// Takes the lock `name`, waiting at most `timeout`; [`Error::Timeout`] after that.
+    pub fn lock_timeout(&self, name: impl IntoLeaseName, timeout: Duration) -> Result<LockGuard> {
+        let name = name.try_into()?;
+        let until = Instant::now() + timeout;
+        match self.lock_until(name, Some(until), false)? {
+            Some(g) => Ok(g),
+            None => Err(Error::Timeout {
+                operation: "waiting for a lock",
+                after: timeout,
+            }),
+        }
+    }
+
+    fn lock_until(
+        &self,
+        name: LeaseName,
+        until: Option<Instant>,
+        once: bool,
+    ) -> Result<Option<LockGuard>> {
+        let inner = &self.inner;
+        let h = inner.next_handle();
+        {
+            let mut s = inner.lock_shared();
+            loop {
+                s.core.check_live()?;
+                if !s.reserved.contains_key(&name) {
+                    s.reserved.insert(name.clone(), h);
+                    break;
+                }
+                if once || !inner.wait(&mut s, until) {
+                    return Ok(None);
+                }
+            }
+        }
+        let events = inner.listeners.channel(h);
+        let r = self.acquire_loop(&name, h, until, once);
+        match r {
+            Ok(Some(term)) => Ok(Some(LockGuard {
+                inner: inner.clone(),
+                handle: h,
+                term,
+                events,
+                done: false,
+            })),
+            other => {
+                inner.listeners.remove(h);
+                inner.unreserve(&name, h);
+                other.map(|_| None)
+            }
+        }
+    }
+
+    fn acquire_loop(
+        &self,
+        name: &LeaseName,
+        h: HandleId,
+        until: Option<Instant>,
+        once: bool,
+    ) -> Result<Option<Term>> {
+        let inner = &self.inner;
+        let retry = inner.config.retry_interval();
+        loop {
+            let seen = {
+                let mut s = inner.lock_shared();
+                s.core.check_live()?;
+                s.core.begin_acquire(name);
+                s.core.releases_seen()
+            };
+            let sent = inner.now();
+            let reply = inner.backend.acquire(&inner.id, name);
+            let now = inner.now();
+            let r = inner.with_core(|c| c.on_lock_acquire(h, name, sent, now, reply));
+            match r {
+                Ok(Acquire::Acquired(term)) => return Ok(Some(term)),
+                Ok(Acquire::Held(_)) if once => return Ok(None),
+                Ok(Acquire::Held(_)) => {}
+                Err(e @ (Error::SessionExpired { .. } | Error::Closed)) => return Err(e),
+                Err(e) if once => return Err(e),
+                Err(e) => log::warn!("acquiring lock {name} failed, retrying: {e}"),
+            }
+            let mut next = inner.now() + retry + crate::rand::jitter(retry / 2);
+            if let Some(u) = until {
+                next = next.min(u);
+            }
+            let mut s = inner.lock_shared();
+            while s.core.releases_seen() == seen && s.core.check_live().is_ok() {
+                if !inner.wait(&mut s, Some(next)) {
+                    break;
+                }
+            }
+            if until.is_some_and(|u| inner.now() >= u) {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// A held lock. Dropping it releases the lock; it is `Send`, so it may be dropped on
+/// another thread.
+///
+/// Check [`LockGuard::is_valid`] (or pass [`LockGuard::token`] to the protected resource)
+/// before acting on the lock: it ends without the guard being dropped if the session is lost.
+pub struct LockGuard {
+    inner: Arc<Inner>,
+    handle: HandleId,
+    term: Term,
+    events: Receiver<Event>,
+    done: bool,
+}
+
+impl LockGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &LeaseName {
+        &self.term.name
+    }
+
+    /// The term's fencing token.
+    pub fn token(&self) -> Token {
+        self.term.token
+    }
+
+    /// The term as granted (its `remaining` is from the acquire reply).
+    pub fn term(&self) -> &Term {
+        &self.term
+    }
+
+    /// Whether the lock is still held: the session is live and the term's local deadline is
+    /// ahead.
+    pub fn is_valid(&self) -> bool {
+        let now = self.inner.now();
+        self.inner
+            .lock_shared()
+            .core
+            .is_valid(&self.term.name, self.term.token, now)
+    }
+
+    /// Receives [`Event::LockLost`] if the lock is lost before the guard is dropped.
+    pub fn lost(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// Releases the lock now, reporting a backend failure (dropping the guard only logs it).
+    pub fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.done, true) {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let now = inner.now();
+        let token = inner.with_core(|c| c.unlock(self.handle, &self.term.name, now));
+        let r = match token {
+            Some(token) => inner.release_now(&self.term.name, token).map(drop),
+            None => Ok(()),
+        };
+        inner.listeners.remove(self.handle);
+        inner.unreserve(&self.term.name, self.handle);
+        r
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            log::warn!("releasing lock {} failed: {e}", self.term.name);
+        }
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("term", &self.term)
+            .finish()
+    }
+}

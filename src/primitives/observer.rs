@@ -1,0 +1,74 @@
+//! Watching who holds a lease, without being a candidate.
+
+use super::IntoLeaseName;
+use crate::engine::session::Inner;
+use crate::engine::{HandleId, Session};
+use crate::error::Result;
+use crate::types::{LeaseName, Owner};
+use crate::Event;
+use crossbeam_channel::Receiver;
+use std::sync::Arc;
+
+impl Session {
+    /// Observes the lease `name`: [`Event::LeaderChanged`] with the holder and its token,
+    /// first for the current holder, then at every change (read again on every release
+    /// notification and every `renew_interval / 2`).
+    ///
+    /// ```
+    /// use simba_lease::{Config, Event, Session, backends::MemoryBackend};
+    /// use std::{sync::Arc, time::Duration};
+    /// let session = Session::open(Arc::new(MemoryBackend::new()), Config::default())?;
+    /// let observer = session.observe("scheduler")?;
+    /// let first = observer.events().recv_timeout(Duration::from_secs(5)).unwrap();
+    /// assert!(matches!(first, Event::LeaderChanged { owner: None, .. }));
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn observe(&self, name: impl IntoLeaseName) -> Result<Observer> {
+        let name: LeaseName = name.try_into()?;
+        let inner = &self.inner;
+        inner.lock_shared().core.check_live()?;
+        let h = inner.next_handle();
+        let events = inner.listeners.channel(h);
+        let now = inner.now();
+        inner.with_core(|c| c.add_observer(h, name.clone(), now));
+        Ok(Observer {
+            inner: inner.clone(),
+            handle: h,
+            name,
+            events,
+        })
+    }
+}
+
+/// Watches a lease's holder. Dropping it stops the watch.
+pub struct Observer {
+    inner: Arc<Inner>,
+    handle: HandleId,
+    name: LeaseName,
+    events: Receiver<Event>,
+}
+
+impl Observer {
+    /// The observed lease.
+    pub fn name(&self) -> &LeaseName {
+        &self.name
+    }
+
+    /// [`Event::LeaderChanged`] events in order.
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// Reads the current holder from the backend.
+    pub fn leader(&self) -> Result<Option<Owner>> {
+        self.inner.backend.owner(&self.name)
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        let h = self.handle;
+        self.inner.with_core(|c| c.remove_watch(h));
+        self.inner.listeners.remove(h);
+    }
+}

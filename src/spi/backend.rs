@@ -1,0 +1,105 @@
+//! The `LeaseBackend` trait and its reply types.
+
+use super::notify::{NotifySink, Subscription};
+use crate::error::Result;
+use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
+use std::time::Duration;
+
+/// Reply to [`LeaseBackend::open_session`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionGrant {
+    /// The new session's id.
+    pub id: SessionId,
+    /// Time the session has left by the backend's clock.
+    pub remaining: Duration,
+}
+
+/// A lease a session holds, as listed in a keep-alive reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldLease {
+    /// The lease.
+    pub name: LeaseName,
+    /// Its current token.
+    pub token: Token,
+    /// Time the term has left by the backend's clock (normally the session's).
+    pub remaining: Duration,
+}
+
+/// Reply to [`LeaseBackend::keep_alive`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeepAlive {
+    /// Time the session has left after the renewal, by the backend's clock.
+    pub remaining: Duration,
+    /// Every lease the session holds after the renewal.
+    pub leases: Vec<HeldLease>,
+}
+
+/// Reply to [`LeaseBackend::acquire`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// The session holds the lease: a new term, or the same term if it already held it.
+    Acquired(Term),
+    /// Another live session holds it.
+    Held(Owner),
+}
+
+/// A lease store: sessions, leases with fencing tokens, and group memberships.
+///
+/// The contract (checked by the TCK in [`crate::tck`]):
+/// 1. A session expires once it was not kept alive for its lease; it is never revived:
+///    `keep_alive`, `acquire` and `join` on it fail with [`Error::SessionExpired`](crate::Error::SessionExpired).
+/// 2. A lease belongs to a session only while that session is live.
+/// 3. A token is > 0, strictly increases with every new term, and never resets.
+///    Acquire by the holder returns the same term.
+/// 4. Every remaining time is measured by the backend's clock.
+///
+/// Implementations are object safe and shared between threads (`Arc<dyn LeaseBackend>`).
+pub trait LeaseBackend: Send + Sync {
+    /// A short name for diagnostics, e.g. `"memory"` or `"postgres"`.
+    fn kind(&self) -> &'static str;
+
+    /// Opens a session that lives for `lease` unless kept alive.
+    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant>;
+
+    /// Renews the session for another `lease` and lists the leases it holds.
+    /// Fails with `SessionExpired` (and forgets the session) once it expired.
+    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive>;
+
+    /// Deletes the session, frees its leases (tokens kept) and its memberships.
+    /// Closing an unknown or expired session succeeds.
+    fn close_session(&self, session: &SessionId) -> Result<()>;
+
+    /// Takes `name` for `session` if it is free or its holder's session expired
+    /// (a new term, token + 1); returns the same term if `session` already holds it.
+    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire>;
+
+    /// Frees `name` if `session` holds it with `token`; the token is kept.
+    /// Returns whether it was freed; a wrong session or token changes nothing.
+    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool>;
+
+    /// The live holder of `name`, if any.
+    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>>;
+
+    /// Adds `session` to `group` (idempotent); fails with `SessionExpired` on an expired session.
+    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()>;
+
+    /// Removes `session` from `group`; returns whether it was a member.
+    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool>;
+
+    /// The live members of `group` (empty for a group nobody joined).
+    fn members(&self, group: &GroupName) -> Result<Vec<Member>>;
+
+    /// Removes expired sessions with their memberships; returns how many were removed.
+    /// Tokens are never affected.
+    fn purge_expired(&self) -> Result<usize>;
+
+    /// Registers `sink` for release and group-change notifications.
+    ///
+    /// Returns `Ok(None)` when the backend has no notifications (the engine then polls);
+    /// otherwise the subscription lasts until the returned handle is dropped. The sink must
+    /// return quickly and never call back into the backend.
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        let _ = sink;
+        Ok(None)
+    }
+}

@@ -1,0 +1,11 @@
+//! The service-provider interface every backend implements: [`LeaseBackend`].
+//!
+//! Each method is one atomic backend operation. A backend never schedules, retries or keeps
+//! timers of its own (the engine does); every remaining time it returns is measured by the
+//! backend's own clock.
+
+mod backend;
+mod notify;
+
+pub use backend::{Acquire, HeldLease, KeepAlive, LeaseBackend, SessionGrant};
+pub use notify::{Notification, NotifySink, Subscribers, Subscription};

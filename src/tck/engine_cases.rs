@@ -1,0 +1,306 @@
+//! Contract cases through the engine: sessions, elections, observers, locks, groups.
+
+use super::{group_name, lease_name, Harness};
+use crate::engine::{Config, Event, LossReason, Session, SessionState};
+use crate::{Error, Metadata};
+use crossbeam_channel::Receiver;
+use std::time::{Duration, Instant};
+
+fn next_event(h: &Harness, rx: &Receiver<Event>, what: &str) -> Event {
+    rx.recv_timeout(h.patience)
+        .unwrap_or_else(|_| panic!("no event within {:?}: expected {what}", h.patience))
+}
+
+/// Next event matching `pred`, skipping others (of the session-wide stream).
+fn next_matching(
+    h: &Harness,
+    rx: &Receiver<Event>,
+    what: &str,
+    pred: impl Fn(&Event) -> bool,
+) -> Event {
+    let end = Instant::now() + h.patience;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(e) if pred(&e) => return e,
+            Ok(_) => {}
+            Err(_) => panic!("no event within {:?}: expected {what}", h.patience),
+        }
+    }
+}
+
+fn session(h: &Harness, b: &std::sync::Arc<dyn crate::spi::LeaseBackend>) -> Session {
+    Session::open(b.clone(), h.config()).expect("open session")
+}
+
+/// Invalid names and metadata are rejected with a typed error before any I/O.
+pub fn names_and_metadata_are_validated_before_io(h: &Harness) {
+    let b = h.backend();
+    let s = session(h, &b);
+    for bad in ["", ".", "..", "a b", "x/y", "é"] {
+        assert!(
+            matches!(s.try_lock(bad), Err(Error::InvalidName { .. })),
+            "{bad:?}"
+        );
+        assert!(matches!(s.election(bad), Err(Error::InvalidName { .. })));
+        assert!(matches!(s.group(bad), Err(Error::InvalidName { .. })));
+        assert!(matches!(s.observe(bad), Err(Error::InvalidName { .. })));
+    }
+    let long = "n".repeat(129);
+    assert!(matches!(
+        s.try_lock(long.as_str()),
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(s.try_lock("n".repeat(128)).unwrap().is_some());
+    assert!(matches!(
+        Metadata::new("m".repeat(1025)),
+        Err(Error::InvalidMetadata { len: 1025, .. })
+    ));
+    assert!(matches!(
+        Config::builder().metadata("m".repeat(1025)).build(),
+        Err(Error::InvalidMetadata { .. })
+    ));
+    assert!(Metadata::new("é".repeat(512)).is_ok());
+    s.close().unwrap();
+}
+
+/// A crashed leader (session dropped without close) is replaced once its lease runs out.
+pub fn election_failover_after_crash(h: &Harness) {
+    let b = h.backend();
+    let (a, c) = (session(h, &b), session(h, &b));
+    let name = lease_name("failover");
+    let ea = a.election(&name).unwrap();
+    let ta = ea.wait_elected(h.patience).expect("a elected");
+    let ec = c.election(&name).unwrap();
+    assert!(!ec.is_leader());
+    // A crash: no resign, no close; the lease stays held until a's session expires.
+    std::mem::forget(ea);
+    a.crash();
+    let tc = ec
+        .wait_elected(h.patience + h.lease * 2)
+        .expect("c takes over");
+    assert!(tc.token > ta.token, "{} after {}", tc.token, ta.token);
+    c.close().unwrap();
+}
+
+/// A leader that resigns is revoked (`Resigned`) and another candidate is elected.
+pub fn resign_elects_another_candidate(h: &Harness) {
+    let b = h.backend();
+    let (a, c) = (session(h, &b), session(h, &b));
+    let name = lease_name("resign");
+    let ea = a.election(&name).unwrap();
+    let ta = ea.wait_elected(h.patience).unwrap();
+    let ec = c.election(&name).unwrap();
+    ea.resign().unwrap();
+    assert_eq!(
+        next_event(h, ea.events(), "Elected"),
+        Event::Elected { term: ta.clone() }
+    );
+    match next_event(h, ea.events(), "Revoked") {
+        Event::Revoked { term, reason } => {
+            assert_eq!((term.token, reason), (ta.token, LossReason::Resigned))
+        }
+        e => panic!("expected Revoked, got {e:?}"),
+    }
+    assert!(!ea.is_leader());
+    let tc = ec.wait_elected(h.patience).unwrap();
+    assert!(tc.token > ta.token);
+    a.close().unwrap();
+    c.close().unwrap();
+}
+
+/// An observer that is not a candidate sees every leader with its token.
+pub fn observe_reports_leader_changes_with_tokens(h: &Harness) {
+    let b = h.backend();
+    let (a, c, o) = (session(h, &b), session(h, &b), session(h, &b));
+    let name = lease_name("observe");
+    let obs = o.observe(&name).unwrap();
+    let leader_is = |what: &str, expect: Option<(&crate::SessionId, crate::Token)>| {
+        next_matching(h, obs.events(), what, |e| match e {
+            Event::LeaderChanged { owner, .. } => {
+                owner.as_ref().map(|o| (&o.session, o.token)) == expect
+            }
+            _ => false,
+        });
+    };
+    leader_is("no leader", None);
+    let ea = a.election(&name).unwrap();
+    let ta = ea.wait_elected(h.patience).unwrap();
+    leader_is("a leads", Some((a.id(), ta.token)));
+    let ec = c.election(&name).unwrap();
+    ea.resign().unwrap();
+    let tc = ec.wait_elected(h.patience).unwrap();
+    leader_is("c leads", Some((c.id(), tc.token)));
+    assert!(tc.token > ta.token);
+    assert_eq!(obs.leader().unwrap().map(|o| o.token), Some(tc.token));
+}
+
+/// Dropping a lock guard releases the lock.
+pub fn lock_guard_drop_releases(h: &Harness) {
+    let b = h.backend();
+    let (a, c) = (session(h, &b), session(h, &b));
+    let name = lease_name("lock");
+    let g = a.try_lock(&name).unwrap().expect("free");
+    assert!(g.is_valid());
+    assert!(c.try_lock(&name).unwrap().is_none());
+    let t1 = g.token();
+    drop(g);
+    let g2 = c.try_lock(&name).unwrap().expect("released on drop");
+    assert!(g2.token() > t1);
+    g2.unlock().unwrap();
+    assert_eq!(b.owner(&name).unwrap(), None);
+}
+
+/// Threads sharing one session exclude each other; locks are not reentrant.
+pub fn lock_excludes_threads_of_one_session(h: &Harness) {
+    let b = h.backend();
+    let s = session(h, &b);
+    let name = lease_name("local");
+    let g = s.lock(&name).unwrap();
+    let short = Duration::from_millis(50);
+    assert!(matches!(
+        s.lock_timeout(&name, short),
+        Err(Error::Timeout { .. })
+    ));
+    assert!(s.try_lock(&name).unwrap().is_none());
+    assert!(matches!(s.election(&name), Err(Error::AlreadyHeld { .. })));
+    let (patience, name2) = (h.patience, name.clone());
+    let s = &s;
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(move || s.lock_timeout(&name2, patience).map(|g| g.token()));
+        drop(g);
+        let t = waiter
+            .join()
+            .unwrap()
+            .expect("the waiting thread gets the lock");
+        assert!(t.get() >= 1);
+    });
+}
+
+/// A blocked `lock` takes over as soon as the holder releases.
+pub fn lock_waiter_takes_over_after_release(h: &Harness) {
+    let b = h.backend();
+    let (a, c) = (session(h, &b), session(h, &b));
+    let name = lease_name("handover");
+    let g = a.lock(&name).unwrap();
+    let t1 = g.token();
+    let (patience, name2) = (h.patience, name.clone());
+    let c = &c;
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(move || c.lock_timeout(&name2, patience).map(|g| g.token()));
+        std::thread::sleep(Duration::from_millis(20));
+        drop(g);
+        let t2 = waiter.join().unwrap().expect("waiter gets the lock");
+        assert!(t2 > t1);
+    });
+}
+
+/// When the backend expires the session, every loss is reported, in order, and the session
+/// is never revived.
+pub fn session_expiry_is_reported_in_order(h: &Harness) {
+    let b = h.backend();
+    let s = session(h, &b);
+    let events = s.events();
+    let name = lease_name("expiry");
+    let guard = s.lock(&name).unwrap();
+    let e = s.election(&lease_name("expiry-e")).unwrap();
+    let term = e.wait_elected(h.patience).unwrap();
+    // Delete the session behind the engine's back: its next keep-alive finds it expired.
+    b.close_session(s.id()).unwrap();
+    let lost = next_event(h, guard.lost(), "LockLost");
+    assert!(
+        matches!(
+            lost,
+            Event::LockLost {
+                reason: LossReason::SessionExpired,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    let mut seen = Vec::new();
+    loop {
+        let ev = next_event(h, &events, "SessionExpired");
+        let last = matches!(ev, Event::SessionExpired { .. });
+        seen.push(ev);
+        if last {
+            break;
+        }
+    }
+    assert!(seen.iter().any(|e| matches!(e, Event::Revoked { term: t, reason: LossReason::SessionExpired } if t.token == term.token)), "{seen:?}");
+    assert!(seen.iter().any(|e| matches!(e, Event::LockLost { .. })));
+    assert!(!guard.is_valid());
+    assert_eq!(s.state(), SessionState::Expired);
+    assert!(matches!(
+        s.try_lock("other"),
+        Err(Error::SessionExpired { .. })
+    ));
+    assert!(matches!(
+        s.election("other"),
+        Err(Error::SessionExpired { .. })
+    ));
+    drop(guard);
+    drop(e);
+    s.close().unwrap();
+}
+
+/// `close` ends every term (`Closed`), emits `Closed` last, frees the backend's leases, and
+/// is idempotent.
+pub fn close_ends_terms_in_order_and_is_idempotent(h: &Harness) {
+    let b = h.backend();
+    let s = session(h, &b);
+    let events = s.events();
+    let name = lease_name("close-e");
+    let e = s.election(&name).unwrap();
+    let term = e.wait_elected(h.patience).unwrap();
+    s.close().unwrap();
+    s.close().unwrap();
+    let got: Vec<Event> = events.try_iter().collect();
+    assert_eq!(
+        got,
+        vec![
+            Event::Elected { term: term.clone() },
+            Event::Revoked {
+                term,
+                reason: LossReason::Closed
+            },
+            Event::Closed {
+                session: s.id().clone()
+            },
+        ]
+    );
+    assert_eq!(b.owner(&name).unwrap(), None);
+    assert_eq!(s.state(), SessionState::Closed);
+    assert!(matches!(s.try_lock(&name), Err(Error::Closed)));
+}
+
+/// A group watch reports the current members, then joins and leaves.
+pub fn group_watch_reports_changes(h: &Harness) {
+    let b = h.backend();
+    let (a, c) = (session(h, &b), session(h, &b));
+    let name = group_name("watch");
+    let ga = a.group(&name).unwrap();
+    let watch = ga.watch().unwrap();
+    let members_are = |what: &str, n: usize| {
+        next_matching(
+            h,
+            &watch,
+            what,
+            |e| matches!(e, Event::MembersChanged { members, .. } if members.len() == n),
+        )
+    };
+    members_are("empty", 0);
+    ga.join().unwrap();
+    members_are("a joined", 1);
+    let gc = c.group(&name).unwrap();
+    gc.join().unwrap();
+    match members_are("c joined", 2) {
+        Event::MembersChanged { joined, .. } => assert_eq!(joined[0].session, *c.id()),
+        _ => unreachable!(),
+    }
+    drop(gc);
+    match members_are("c left", 1) {
+        Event::MembersChanged { left, .. } => assert_eq!(left[0].session, *c.id()),
+        _ => unreachable!(),
+    }
+}

@@ -1,0 +1,158 @@
+//! The conformance kit: the contract as named test cases, written once against
+//! [`LeaseBackend`] and the engine, run by every backend's test file in one line.
+//!
+//! ```ignore
+//! // tests/my_backend.rs
+//! simba_lease::tck_suite!(|| std::sync::Arc::new(MyBackend::connect_isolated()));
+//! ```
+//!
+//! The factory is called once per case and must return a backend isolated from every other
+//! case (its own key prefix, schema or root). Timing cases use [`Harness::lease`] (default
+//! 600 ms); pass a longer one where the backend's minimum session time is longer:
+//! `tck_suite!(factory, lease = Duration::from_secs(2))`.
+
+mod backend_cases;
+mod engine_cases;
+
+pub use backend_cases::*;
+pub use engine_cases::*;
+
+use crate::engine::Config;
+use crate::spi::LeaseBackend;
+use crate::types::{LeaseName, Metadata, SessionId};
+use crate::{Error, GroupName};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a case needs: a backend factory and the timing of short leases.
+pub struct Harness {
+    factory: Box<dyn Fn() -> Arc<dyn LeaseBackend>>,
+    /// The lease of timing cases.
+    pub lease: Duration,
+    /// The bound within which a condition must become true.
+    pub patience: Duration,
+}
+
+impl Harness {
+    /// A harness with a 600 ms lease and 20 s of patience.
+    pub fn new(factory: impl Fn() -> Arc<dyn LeaseBackend> + 'static) -> Self {
+        Harness {
+            factory: Box::new(factory),
+            lease: Duration::from_millis(600),
+            patience: Duration::from_secs(20),
+        }
+    }
+
+    /// Sets the lease of timing cases.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// A fresh, isolated backend.
+    pub fn backend(&self) -> Arc<dyn LeaseBackend> {
+        (self.factory)()
+    }
+
+    /// A session config with the short lease and renew = lease / 5.
+    pub fn config(&self) -> Config {
+        Config::builder()
+            .lease(self.lease)
+            .renew_interval(self.lease / 5)
+            .build()
+            .expect("valid TCK config")
+    }
+
+    /// A long lease for sessions that must outlive the case.
+    pub fn long_lease(&self) -> Duration {
+        self.patience * 3
+    }
+
+    /// Opens a backend session with `lease`.
+    pub fn open(&self, b: &dyn LeaseBackend, lease: Duration) -> SessionId {
+        b.open_session(lease, &Metadata::default())
+            .expect("open_session")
+            .id
+    }
+
+    /// Waits until `cond` holds, polling every few milliseconds; panics with `what` after
+    /// [`Harness::patience`].
+    pub fn until(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        let end = Instant::now() + self.patience;
+        while !cond() {
+            assert!(
+                Instant::now() < end,
+                "not true within {:?}: {what}",
+                self.patience
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// A unique name for a case (so cases sharing a server never collide).
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", crate::rand::u64() as u32)
+}
+
+/// A unique lease name.
+pub fn lease_name(prefix: &str) -> LeaseName {
+    LeaseName::new(unique(prefix)).expect("valid name")
+}
+
+/// A unique group name.
+pub fn group_name(prefix: &str) -> GroupName {
+    GroupName::new(unique(prefix)).expect("valid name")
+}
+
+fn expired(r: &Result<impl std::fmt::Debug, Error>) -> bool {
+    matches!(r, Err(Error::SessionExpired { .. }))
+}
+
+/// Expands to one `#[test]` per TCK case, each calling the case with a fresh [`Harness`].
+///
+/// `tck_suite!(factory)` or `tck_suite!(factory, lease = duration)`.
+#[macro_export]
+macro_rules! tck_suite {
+    ($factory:expr) => {
+        $crate::tck_suite!($factory, lease = ::std::time::Duration::from_millis(600));
+    };
+    ($factory:expr, lease = $lease:expr) => {
+        $crate::tck_suite!(@cases $factory, $lease;
+            session_open_keep_alive_expiry_never_revived,
+            remaining_is_measured_and_bounded_by_lease,
+            close_frees_leases_and_memberships,
+            keep_alive_lists_held_leases,
+            acquire_free_held_and_reacquire,
+            release_with_wrong_token_or_session_has_no_effect,
+            owner_only_while_live,
+            take_over_after_expiry_and_keep_alive_reports_gone,
+            names_are_case_sensitive,
+            contending_sessions_exactly_one_holder,
+            token_increases_across_100_terms,
+            token_increases_across_expiry,
+            token_increases_across_purge,
+            group_join_leave_expiry_empty,
+            release_and_group_changes_are_notified,
+            names_and_metadata_are_validated_before_io,
+            election_failover_after_crash,
+            resign_elects_another_candidate,
+            observe_reports_leader_changes_with_tokens,
+            lock_guard_drop_releases,
+            lock_excludes_threads_of_one_session,
+            lock_waiter_takes_over_after_release,
+            session_expiry_is_reported_in_order,
+            close_ends_terms_in_order_and_is_idempotent,
+            group_watch_reports_changes,
+        );
+    };
+    (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                let harness = $crate::tck::Harness::new($factory).with_lease($lease);
+                $crate::tck::$case(&harness);
+            }
+        )*
+    };
+}

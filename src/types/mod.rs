@@ -1,0 +1,11 @@
+//! The contract's value types: names, ids, tokens, terms, owners, members.
+
+mod metadata;
+mod name;
+mod session_id;
+mod term;
+
+pub use metadata::Metadata;
+pub use name::{GroupName, LeaseName, MAX_NAME_LEN};
+pub use session_id::SessionId;
+pub use term::{Member, Owner, Term, Token};
