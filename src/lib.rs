@@ -26,7 +26,7 @@
 //!
 //! // Group membership.
 //! let workers = session.group("workers")?;
-//! workers.join()?;
+//! let _membership = workers.join()?; // leaves on drop
 //! assert_eq!(workers.members()?.len(), 1);
 //!
 //! session.close()?; // ends every term, waits for the final events
@@ -50,7 +50,7 @@ pub use engine::{
     SystemClock,
 };
 pub use error::{BoxError, Error, Result};
-pub use primitives::{Election, Group, LockGuard, Observer};
+pub use primitives::{Election, Group, LockGuard, Membership, Observer};
 pub use types::{
     GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token, MAX_NAME_LEN,
 };

@@ -642,8 +642,8 @@ impl Core {
         match reply {
             Ok(members) => {
                 let now_set: BTreeSet<Member> = members.into_iter().collect();
+                let first = w.last.is_none();
                 let before = w.last.take().unwrap_or_default();
-                let first = w.last.is_none() && before.is_empty();
                 let joined: Vec<Member> = now_set.difference(&before).cloned().collect();
                 let left: Vec<Member> = before.difference(&now_set).cloned().collect();
                 let changed = !joined.is_empty() || !left.is_empty();

@@ -21,6 +21,8 @@ enum Listener {
 /// What the event thread receives.
 pub(crate) enum Delivery {
     Event(Option<HandleId>, Event),
+    /// Forget a handle's listeners once the events queued before have been delivered.
+    Remove(HandleId),
     Stop,
 }
 
@@ -55,6 +57,11 @@ impl Listeners {
     /// Forgets a handle's listeners.
     pub(crate) fn remove(&self, handle: HandleId) {
         self.map.lock().remove(&handle);
+    }
+
+    /// Forgets every listener, so that every receiver disconnects.
+    pub(crate) fn clear(&self) {
+        self.map.lock().clear();
     }
 
     /// Delivers one event to the session's listeners and to `handle`'s, outside the map's lock.
@@ -96,6 +103,7 @@ impl Listeners {
         for d in rx {
             match d {
                 Delivery::Event(h, e) => self.deliver(h, &e),
+                Delivery::Remove(h) => self.remove(h),
                 Delivery::Stop => break,
             }
         }

@@ -8,6 +8,9 @@ mod event;
 mod listeners;
 pub(crate) mod session;
 
+#[cfg(test)]
+mod core_tests;
+
 pub use self::core::{HandleId, Holder};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, ConfigBuilder};

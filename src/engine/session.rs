@@ -291,6 +291,15 @@ impl Inner {
         }
     }
 
+    /// Forgets a dropped handle's listeners after the events already queued for it.
+    pub(crate) fn drop_listeners(&self, handle: HandleId) {
+        if self.closed.load(Ordering::SeqCst)
+            || self.events_tx.send(Delivery::Remove(handle)).is_err()
+        {
+            self.listeners.remove(handle);
+        }
+    }
+
     /// Frees a local reservation and wakes waiters.
     pub(crate) fn unreserve(&self, name: &LeaseName, handle: HandleId) {
         let mut s = self.shared.lock();
@@ -399,6 +408,8 @@ impl Inner {
                 let _ = t.join();
             }
         }
+        // Every receiver disconnects once the final events are delivered.
+        self.listeners.clear();
         self.changed.notify_all();
     }
 

@@ -45,11 +45,7 @@ impl Session {
         self.election_inner(name.try_into()?, Some(Box::new(on_event)))
     }
 
-    fn election_inner(
-        &self,
-        name: LeaseName,
-        cb: Option<EventCallback>,
-    ) -> Result<Election> {
+    fn election_inner(&self, name: LeaseName, cb: Option<EventCallback>) -> Result<Election> {
         let inner = &self.inner;
         let h = inner.next_handle();
         {
@@ -159,7 +155,7 @@ impl Drop for Election {
                 log::warn!("resigning from {} failed: {e}", self.name);
             }
         }
-        self.inner.listeners.remove(self.handle);
+        self.inner.drop_listeners(self.handle);
     }
 }
 

@@ -1,4 +1,4 @@
-//! Group membership: join, leave, list and watch the live members.
+//! Group membership: join (a guard that leaves on drop), list and watch the live members.
 
 use super::IntoGroupName;
 use crate::engine::session::Inner;
@@ -8,20 +8,21 @@ use crate::types::{GroupName, Member};
 use crate::Event;
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 impl Session {
-    /// A handle on the group `name` (no I/O until used). Membership lives as long as the
-    /// session: a member whose session expires disappears from the group.
+    /// A view of the group `name` (no I/O until used): join it, list or watch its members.
     ///
     /// ```
     /// use simba_lease::{Config, Session, backends::MemoryBackend};
     /// use std::sync::Arc;
-    /// let session = Session::open(Arc::new(MemoryBackend::new()), Config::builder().metadata("10.0.0.7:80").build()?)?;
+    /// let config = Config::builder().metadata("10.0.0.7:80").build()?;
+    /// let session = Session::open(Arc::new(MemoryBackend::new()), config)?;
     /// let workers = session.group("workers")?;
-    /// workers.join()?;
+    /// let membership = workers.join()?;
     /// assert_eq!(workers.members()?[0].metadata.as_str(), "10.0.0.7:80");
+    /// drop(membership); // leaves
+    /// assert!(workers.members()?.is_empty());
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn group(&self, name: impl IntoGroupName) -> Result<Group> {
@@ -30,18 +31,16 @@ impl Session {
             inner: self.inner.clone(),
             handle: self.inner.next_handle(),
             name,
-            joined: AtomicBool::new(false),
             watch: Mutex::new(None),
         })
     }
 }
 
-/// A group handle. Dropping it leaves the group if it joined, and stops its watch.
+/// A view of a group. Dropping it stops its watch; memberships are [`Membership`] guards.
 pub struct Group {
     inner: Arc<Inner>,
     handle: HandleId,
     name: GroupName,
-    joined: AtomicBool,
     watch: Mutex<Option<Receiver<Event>>>,
 }
 
@@ -51,21 +50,20 @@ impl Group {
         &self.name
     }
 
-    /// Joins with this session (idempotent).
-    pub fn join(&self) -> Result<()> {
+    /// Joins with this session (idempotent on the backend). The membership lasts until the
+    /// guard is dropped, [`Group::leave`] is called, or the session ends.
+    pub fn join(&self) -> Result<Membership> {
         self.inner.lock_shared().core.check_live()?;
-        let r = self.inner.backend.join(&self.inner.id, &self.name);
-        if let Err(e @ crate::Error::SessionExpired { .. }) = &r {
-            log::warn!("joining {} failed: {e}", self.name);
-        }
-        r?;
-        self.joined.store(true, Ordering::SeqCst);
-        Ok(())
+        self.inner.backend.join(&self.inner.id, &self.name)?;
+        Ok(Membership {
+            inner: self.inner.clone(),
+            name: self.name.clone(),
+            done: false,
+        })
     }
 
     /// Leaves; returns whether this session was a member.
     pub fn leave(&self) -> Result<bool> {
-        self.joined.store(false, Ordering::SeqCst);
         self.inner.backend.leave(&self.inner.id, &self.name)
     }
 
@@ -76,7 +74,7 @@ impl Group {
 
     /// [`Event::MembersChanged`] events: first the members now, then every change (read
     /// again on every group notification and every `renew_interval / 2`). Every call returns
-    /// the same queue.
+    /// the same queue; it disconnects when the session closes.
     pub fn watch(&self) -> Result<Receiver<Event>> {
         let mut w = self.watch.lock();
         if let Some(rx) = &*w {
@@ -93,14 +91,47 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
-        if self.joined.load(Ordering::SeqCst) && self.inner.lock_shared().core.check_live().is_ok()
-        {
-            if let Err(e) = self.leave() {
-                log::warn!("leaving {} failed: {e}", self.name);
-            }
-        }
         let h = self.handle;
         self.inner.with_core(|c| c.remove_watch(h));
-        self.inner.listeners.remove(h);
+        self.inner.drop_listeners(h);
+    }
+}
+
+/// Membership of a group; dropping it leaves the group.
+pub struct Membership {
+    inner: Arc<Inner>,
+    name: GroupName,
+    done: bool,
+}
+
+impl Membership {
+    /// The group.
+    pub fn group(&self) -> &GroupName {
+        &self.name
+    }
+
+    /// Leaves now, reporting a backend failure (dropping only logs it).
+    pub fn leave(mut self) -> Result<bool> {
+        self.done = true;
+        self.inner.backend.leave(&self.inner.id, &self.name)
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        if self.done || self.inner.lock_shared().core.check_live().is_err() {
+            return;
+        }
+        if let Err(e) = self.inner.backend.leave(&self.inner.id, &self.name) {
+            log::warn!("leaving {} failed: {e}", self.name);
+        }
+    }
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("group", &self.name)
+            .finish()
     }
 }

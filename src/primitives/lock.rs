@@ -201,7 +201,7 @@ impl LockGuard {
             Some(token) => inner.release_now(&self.term.name, token).map(drop),
             None => Ok(()),
         };
-        inner.listeners.remove(self.handle);
+        inner.drop_listeners(self.handle);
         inner.unreserve(&self.term.name, self.handle);
         r
     }

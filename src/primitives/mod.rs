@@ -6,7 +6,7 @@ mod lock;
 mod observer;
 
 pub use election::Election;
-pub use group::Group;
+pub use group::{Group, Membership};
 pub use lock::LockGuard;
 pub use observer::Observer;
 

@@ -69,6 +69,6 @@ impl Drop for Observer {
     fn drop(&mut self) {
         let h = self.handle;
         self.inner.with_core(|c| c.remove_watch(h));
-        self.inner.listeners.remove(h);
+        self.inner.drop_listeners(h);
     }
 }

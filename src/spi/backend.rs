@@ -93,6 +93,13 @@ pub trait LeaseBackend: Send + Sync {
     /// Tokens are never affected.
     fn purge_expired(&self) -> Result<usize>;
 
+    /// The backend's cheapest round trip (e.g. `PING`, `SELECT 1`), the floor benchmarks
+    /// compare against. The default reads the owner of a name nobody uses.
+    fn ping(&self) -> Result<()> {
+        let probe = LeaseName::new("simba-ping").expect("valid name");
+        self.owner(&probe).map(drop)
+    }
+
     /// Registers `sink` for release and group-change notifications.
     ///
     /// Returns `Ok(None)` when the backend has no notifications (the engine then polls);

@@ -290,15 +290,15 @@ pub fn group_watch_reports_changes(h: &Harness) {
         )
     };
     members_are("empty", 0);
-    ga.join().unwrap();
+    let _ma = ga.join().unwrap();
     members_are("a joined", 1);
     let gc = c.group(&name).unwrap();
-    gc.join().unwrap();
+    let mc = gc.join().unwrap();
     match members_are("c joined", 2) {
         Event::MembersChanged { joined, .. } => assert_eq!(joined[0].session, *c.id()),
         _ => unreachable!(),
     }
-    drop(gc);
+    drop(mc);
     match members_are("c left", 1) {
         Event::MembersChanged { left, .. } => assert_eq!(left[0].session, *c.id()),
         _ => unreachable!(),
