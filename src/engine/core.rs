@@ -253,7 +253,8 @@ impl Core {
         }
         let mut run = Vec::new();
         for (h, c) in self.candidates.iter_mut() {
-            if !c.running && c.due <= now && !self.leases.contains_key(&c.key) {
+            let blocked = self.leases.contains_key(&c.key) || self.releasing.contains(&c.key);
+            if !c.running && c.due <= now && !blocked {
                 c.running = true;
                 *self.acquiring.entry(c.key.clone()).or_insert(0) += 1;
                 run.push(Task::Attempt(*h, c.key.clone()));
@@ -290,6 +291,7 @@ impl Core {
         self.candidates
             .values()
             .filter(|c| !c.running && !self.leases.contains_key(&c.key))
+            .filter(|c| !self.releasing.contains(&c.key))
             .for_each(|c| consider(c.due));
         self.observers
             .values()
@@ -418,8 +420,12 @@ impl Core {
         }
     }
 
-    fn adopt(&mut self, term: Term, sent: Instant, now: Instant, holder: Holder) {
-        self.releasing.remove(&term.name);
+    /// Takes a granted term into the local view. Refused while a release of the same name is
+    /// in flight: that release could free the very term being adopted.
+    fn adopt(&mut self, term: Term, sent: Instant, now: Instant, holder: Holder) -> bool {
+        if self.releasing.contains(&term.name) {
+            return false;
+        }
         let deadline = self.t.local(sent, term.remaining).min(self.deadline);
         let name = term.name.clone();
         self.leases.insert(
@@ -432,6 +438,7 @@ impl Core {
             },
         );
         self.observers_due(&name, now);
+        true
     }
 
     /// The result of a lock's acquire sent at `sent`. Returns the term if the lock now holds
@@ -451,8 +458,16 @@ impl Core {
                     self.release_stray(&term);
                     return Err(e);
                 }
-                self.adopt(term.clone(), sent, now, Holder::Lock(handle));
-                Ok(Acquire::Acquired(term))
+                if self.adopt(term.clone(), sent, now, Holder::Lock(handle)) {
+                    Ok(Acquire::Acquired(term))
+                } else {
+                    // Try again once the release in flight has finished.
+                    Ok(Acquire::Held(Owner {
+                        session: self.session.clone(),
+                        token: term.token,
+                        remaining: term.remaining,
+                    }))
+                }
             }
             Err(e @ Error::SessionExpired { .. }) => {
                 if self.state.is_live() {
@@ -465,7 +480,11 @@ impl Core {
     }
 
     fn release_stray(&mut self, term: &Term) {
-        if self.state.is_live() && self.releasing.insert(term.name.clone()) {
+        let adopted = self
+            .leases
+            .get(&term.name)
+            .is_some_and(|h| h.term.token == term.token);
+        if self.state.is_live() && !adopted && self.releasing.insert(term.name.clone()) {
             self.out
                 .push(Output::Release(term.name.clone(), term.token));
         }
@@ -488,7 +507,9 @@ impl Core {
 
     /// A release of `name` finished (either way).
     pub fn on_released(&mut self, name: &LeaseName) {
-        self.releasing.remove(name);
+        if self.releasing.remove(name) {
+            self.releases_seen += 1;
+        }
     }
 
     /// Whether `handle` holds `name` with `token` and the term's local deadline is ahead.
@@ -571,8 +592,11 @@ impl Core {
                 if !self.state.is_live() {
                     return;
                 }
-                self.adopt(term.clone(), sent, now, Holder::Election(handle));
-                self.emit(Some(handle), Event::Elected { term });
+                if self.adopt(term.clone(), sent, now, Holder::Election(handle)) {
+                    self.emit(Some(handle), Event::Elected { term });
+                } else if let Some(c) = self.candidates.get_mut(&handle) {
+                    c.due = now; // again once the release in flight has finished
+                }
             }
             Ok(Acquire::Held(_)) => {}
             Err(Error::SessionExpired { .. }) => {

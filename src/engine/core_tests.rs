@@ -366,3 +366,106 @@ fn close_ends_every_term_then_emits_closed_once() {
     assert!(c.take_outputs().is_empty());
     assert!(matches!(c.check_live(), Err(Error::Closed)));
 }
+
+#[test]
+fn no_term_is_adopted_while_a_release_of_its_name_is_in_flight() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    // A withdrawn candidate's late grant is released...
+    c.add_candidate(1, name("a"), t0);
+    c.tick(t0);
+    c.take_outputs();
+    c.remove_candidate(1, t0);
+    c.on_attempt(
+        1,
+        &name("a"),
+        t0,
+        t0 + MS,
+        Ok(Acquire::Acquired(term("a", 6))),
+    );
+    assert_eq!(
+        c.take_outputs(),
+        vec![Output::Release(name("a"), Token::new(6).unwrap())]
+    );
+    // ...so a lock's grant of the same term, answered before that release finished, is
+    // not adopted: the release would free it under the lock.
+    c.begin_acquire(&name("a"));
+    let r = c.on_lock_acquire(
+        9,
+        &name("a"),
+        t0 + MS,
+        t0 + 2 * MS,
+        Ok(Acquire::Acquired(term("a", 6))),
+    );
+    assert!(matches!(r, Ok(Acquire::Held(_))), "{r:?}");
+    assert!(!c.is_valid(&name("a"), Token::new(6).unwrap(), t0 + 3 * MS));
+    let seen = c.releases_seen();
+    c.on_released(&name("a"));
+    assert!(
+        c.releases_seen() > seen,
+        "lock waiters are woken when the release finishes"
+    );
+    c.begin_acquire(&name("a"));
+    let r = c.on_lock_acquire(
+        9,
+        &name("a"),
+        t0 + 4 * MS,
+        t0 + 5 * MS,
+        Ok(Acquire::Acquired(term("a", 7))),
+    );
+    assert!(matches!(r, Ok(Acquire::Acquired(_))));
+    assert!(c.is_valid(&name("a"), Token::new(7).unwrap(), t0 + 6 * MS));
+}
+
+#[test]
+fn a_late_grant_already_adopted_by_a_lock_is_not_released() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    c.add_candidate(1, name("a"), t0);
+    c.tick(t0);
+    c.take_outputs();
+    c.remove_candidate(1, t0);
+    c.begin_acquire(&name("a"));
+    let r = c.on_lock_acquire(
+        9,
+        &name("a"),
+        t0,
+        t0 + MS,
+        Ok(Acquire::Acquired(term("a", 6))),
+    );
+    assert!(matches!(r, Ok(Acquire::Acquired(_))));
+    c.on_attempt(
+        1,
+        &name("a"),
+        t0,
+        t0 + 2 * MS,
+        Ok(Acquire::Acquired(term("a", 6))),
+    );
+    assert!(c
+        .take_outputs()
+        .iter()
+        .all(|o| !matches!(o, Output::Release(..))));
+    assert!(c.is_valid(&name("a"), Token::new(6).unwrap(), t0 + 3 * MS));
+}
+
+#[test]
+fn candidates_do_not_attempt_while_a_release_of_their_name_is_in_flight() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    c.tick(t0 + 300 * MS);
+    c.take_outputs();
+    c.on_keep_alive(t0 + 300 * MS, t0 + 301 * MS, Ok(ka(&[("a", 5)])));
+    assert_eq!(
+        c.take_outputs(),
+        vec![Output::Release(name("a"), Token::new(5).unwrap())]
+    );
+    c.add_candidate(1, name("a"), t0 + 302 * MS);
+    c.tick(t0 + 302 * MS);
+    assert!(c.take_outputs().is_empty());
+    c.on_released(&name("a"));
+    c.tick(t0 + 303 * MS);
+    assert_eq!(
+        c.take_outputs(),
+        vec![Output::Run(Task::Attempt(1, name("a")))]
+    );
+}

@@ -259,12 +259,13 @@ impl Inner {
     pub(crate) fn with_core<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
         let mut s = self.shared.lock();
         let r = f(&mut s.core);
-        self.dispatch(&mut s);
+        self.dispatch(&mut s, true);
         drop(s);
         r
     }
 
-    pub(crate) fn dispatch(&self, s: &mut Shared) {
+    /// Sends the core's outputs on; wakes the ticker unless the ticker itself dispatches.
+    fn dispatch(&self, s: &mut Shared, wake_ticker: bool) {
         let now = self.now();
         for o in s.core.take_outputs() {
             let _ = match o {
@@ -275,7 +276,9 @@ impl Inner {
                 Output::Emit(h, e) => self.events_tx.send(Delivery::Event(h, e)).map_err(drop),
             };
         }
-        let _ = self.wake_tx.send(());
+        if wake_ticker {
+            let _ = self.wake_tx.send(());
+        }
         self.changed.notify_all();
     }
 
@@ -319,14 +322,15 @@ impl Inner {
 
     fn ticker_loop(self: Arc<Self>, wake: Receiver<()>) {
         loop {
+            // Wake-ups queued so far are all served by the tick below; one arriving after
+            // this point stays queued and makes the wait return at once.
+            while wake.try_recv().is_ok() {}
             let next = {
                 let mut s = self.shared.lock();
                 s.core.tick(self.now());
-                self.dispatch(&mut s);
+                self.dispatch(&mut s, false);
                 s.core.next_wake()
             };
-            // Coalesce wake-ups queued meanwhile (every one asks for the same tick).
-            while wake.try_recv().is_ok() {}
             if self.closed.load(Ordering::SeqCst) {
                 break;
             }
