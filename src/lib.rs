@@ -54,3 +54,8 @@ pub use primitives::{Election, Group, LockGuard, Membership, Observer};
 pub use types::{
     GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token, MAX_NAME_LEN,
 };
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

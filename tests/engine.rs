@@ -72,12 +72,21 @@ fn config() -> Config {
         .unwrap()
 }
 
+fn terminal() -> Config {
+    Config::builder()
+        .lease(Duration::from_millis(400))
+        .renew_interval(Duration::from_millis(80))
+        .reopen_on_expiry(false)
+        .build()
+        .unwrap()
+}
+
 const PATIENCE: Duration = Duration::from_secs(20);
 
 #[test]
 fn a_hanging_keep_alive_leads_to_jeopardy_then_loss_at_the_local_deadline() {
     let gate = Arc::new(Gate::default());
-    let session = Session::open(gate.clone(), config()).unwrap();
+    let session = Session::open(gate.clone(), terminal()).unwrap();
     let events = session.events();
     let guard = session.lock("job").unwrap();
     gate.hang_keep_alive.store(true, Ordering::SeqCst);

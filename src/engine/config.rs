@@ -27,6 +27,7 @@ pub struct Config {
     renew_interval: Duration,
     drift: f64,
     metadata: Metadata,
+    reopen_on_expiry: bool,
 }
 
 impl Default for Config {
@@ -36,6 +37,7 @@ impl Default for Config {
             renew_interval: Duration::from_secs(5),
             drift: 0.01,
             metadata: Metadata::default(),
+            reopen_on_expiry: true,
         }
     }
 }
@@ -70,6 +72,12 @@ impl Config {
         &self.metadata
     }
 
+    /// Whether an expired session opens a new backend session and re-enters its elections,
+    /// observers and groups (default), or stays expired for good.
+    pub fn reopen_on_expiry(&self) -> bool {
+        self.reopen_on_expiry
+    }
+
     /// How long a candidate or a blocked lock waits between attempts without a release
     /// notification: half the renew interval (plus jitter of up to a quarter of it).
     pub fn retry_interval(&self) -> Duration {
@@ -100,6 +108,14 @@ impl ConfigBuilder {
     /// Clock-rate drift bound in `[0, 0.5)` (default 0.01).
     pub fn drift(mut self, drift: f64) -> Self {
         self.config.drift = drift;
+        self
+    }
+
+    /// After an expiry, open a new backend session (a new id) and re-enter elections,
+    /// observers and group memberships on it (default `true`); `false` makes expiry
+    /// terminal. Locks held under the expired session stay lost either way.
+    pub fn reopen_on_expiry(mut self, reopen: bool) -> Self {
+        self.config.reopen_on_expiry = reopen;
         self
     }
 

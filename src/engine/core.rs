@@ -117,6 +117,18 @@ struct Watch<K, V> {
     last: Option<V>,
 }
 
+/// The owner an observer saw last (`None` inside: nobody held the lease).
+type LastOwner = Option<(SessionId, Token)>;
+
+/// What outlives a backend session when the engine reopens a new one: the candidates,
+/// observers and group watchers (terms never do).
+#[derive(Debug, Default)]
+pub struct Handover {
+    candidates: Vec<(HandleId, LeaseName)>,
+    observers: Vec<(HandleId, LeaseName, Option<LastOwner>)>,
+    groups: Vec<(HandleId, GroupName, Option<BTreeSet<Member>>)>,
+}
+
 /// The state machine of one session.
 pub struct Core {
     t: Timing,
@@ -129,7 +141,7 @@ pub struct Core {
     acquiring: BTreeMap<LeaseName, u32>,
     releasing: BTreeSet<LeaseName>,
     candidates: BTreeMap<HandleId, Scheduled<LeaseName>>,
-    observers: BTreeMap<HandleId, Watch<LeaseName, Option<(SessionId, Token)>>>,
+    observers: BTreeMap<HandleId, Watch<LeaseName, LastOwner>>,
     groups: BTreeMap<HandleId, Watch<GroupName, BTreeSet<Member>>>,
     releases_seen: u64,
     rng: u64,
@@ -718,6 +730,59 @@ impl Core {
                     .for_each(|w| w.s.due = w.s.due.min(now));
             }
         }
+    }
+
+    /// Hands the registrations of this (expired) session over to the next one.
+    pub fn handover(&mut self) -> Handover {
+        Handover {
+            candidates: std::mem::take(&mut self.candidates)
+                .into_iter()
+                .map(|(h, c)| (h, c.key))
+                .collect(),
+            observers: std::mem::take(&mut self.observers)
+                .into_iter()
+                .map(|(h, w)| (h, w.s.key, w.last))
+                .collect(),
+            groups: std::mem::take(&mut self.groups)
+                .into_iter()
+                .map(|(h, w)| (h, w.s.key, w.last))
+                .collect(),
+        }
+    }
+
+    /// Takes over the registrations of the expired session `old` (all due at once) and
+    /// emits [`Event::SessionReopened`].
+    pub fn take_over(&mut self, h: Handover, old: SessionId, now: Instant) {
+        fn due<K>(key: K, now: Instant) -> Scheduled<K> {
+            Scheduled {
+                key,
+                due: now,
+                running: false,
+            }
+        }
+        for (handle, name) in h.candidates {
+            self.candidates.insert(handle, due(name, now));
+        }
+        for (handle, name, last) in h.observers {
+            self.observers.insert(
+                handle,
+                Watch {
+                    s: due(name, now),
+                    last,
+                },
+            );
+        }
+        for (handle, group, last) in h.groups {
+            self.groups.insert(
+                handle,
+                Watch {
+                    s: due(group, now),
+                    last,
+                },
+            );
+        }
+        let new = self.session.clone();
+        self.emit(None, Event::SessionReopened { old, new });
     }
 
     /// Closes the session locally: every term ends with `Closed`. Returns false if it was

@@ -41,6 +41,14 @@ pub enum Event {
         /// The session.
         session: SessionId,
     },
+    /// After an expiry, the engine opened a new backend session (a new id) and re-entered
+    /// its elections, observers and groups on it; locks held under the old one stay lost.
+    SessionReopened {
+        /// The expired session.
+        old: SessionId,
+        /// The new session.
+        new: SessionId,
+    },
     /// The session was closed; this is its last event.
     Closed {
         /// The session.

@@ -7,7 +7,7 @@ use super::event::Event;
 use super::listeners::{Delivery, Listeners, SESSION};
 use crate::error::{Error, Result};
 use crate::spi::{LeaseBackend, Notification, Subscription};
-use crate::types::{LeaseName, SessionId, Token};
+use crate::types::{GroupName, LeaseName, SessionId, Token};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;
@@ -21,9 +21,10 @@ pub use super::core::State as SessionState;
 
 /// Work for the session's work thread.
 enum Work {
-    Run(Task),
-    Release(LeaseName, Token),
-    CloseBackend,
+    Run(SessionId, Task),
+    Release(SessionId, LeaseName, Token),
+    CloseBackend(SessionId),
+    Reopen,
     Stop,
 }
 
@@ -32,18 +33,23 @@ pub(crate) struct Shared {
     pub(crate) core: Core,
     /// Names in use by a handle of this session (locks are not reentrant).
     pub(crate) reserved: BTreeMap<LeaseName, HandleId>,
+    /// Groups joined through live [`Membership`](crate::Membership) guards, with their count;
+    /// re-joined when the session is reopened.
+    pub(crate) joined: BTreeMap<GroupName, usize>,
+    /// A reopen was queued and has not finished.
+    reopening: bool,
 }
 
 pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn LeaseBackend>,
     clock: SystemClock,
     pub(crate) config: Config,
-    pub(crate) id: SessionId,
+    timing: Timing,
     shared: Mutex<Shared>,
     changed: Condvar,
     pub(crate) listeners: Listeners,
     wake_tx: Sender<()>,
-    ka_tx: Sender<Option<Instant>>,
+    ka_tx: Sender<Option<(SessionId, Instant)>>,
     work_tx: Sender<Work>,
     events_tx: Sender<Delivery>,
     next_handle: AtomicU64,
@@ -81,7 +87,7 @@ pub struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("id", &self.inner.id)
+            .field("id", &self.inner.id())
             .field("backend", &self.inner.backend.kind())
             .field("state", &self.state())
             .finish()
@@ -111,14 +117,17 @@ impl Session {
         let (ka_tx, ka_rx) = crossbeam_channel::unbounded();
         let (work_tx, work_rx) = crossbeam_channel::unbounded();
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let short = grant.id.as_str()[..8.min(grant.id.as_str().len())].to_owned();
         let inner = Arc::new(Inner {
             backend,
             clock,
             config,
-            id: grant.id,
+            timing,
             shared: Mutex::new(Shared {
                 core,
                 reserved: BTreeMap::new(),
+                joined: BTreeMap::new(),
+                reopening: false,
             }),
             changed: Condvar::new(),
             listeners: Listeners::default(),
@@ -132,7 +141,6 @@ impl Session {
             event_thread: Mutex::new(None),
             subscription: Mutex::new(None),
         });
-        let short = &inner.id.as_str()[..8.min(inner.id.as_str().len())];
         let spawn = |what: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(format!("simba-{what}-{short}"))
@@ -165,9 +173,9 @@ impl Session {
         result.map(|()| session)
     }
 
-    /// The backend session's id.
-    pub fn id(&self) -> &SessionId {
-        &self.inner.id
+    /// The current backend session's id (a new one after a reopen).
+    pub fn id(&self) -> SessionId {
+        self.inner.id()
     }
 
     /// The configuration the session was opened with.
@@ -236,7 +244,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         if let Err(e) = self.inner.close() {
-            log::warn!("closing session {} on drop failed: {e}", self.inner.id);
+            log::warn!("closing session {} on drop failed: {e}", self.inner.id());
         }
     }
 }
@@ -244,6 +252,27 @@ impl Drop for Session {
 impl Inner {
     pub(crate) fn now(&self) -> Instant {
         self.clock.now()
+    }
+
+    /// The current backend session's id.
+    pub(crate) fn id(&self) -> SessionId {
+        self.shared.lock().core.session().clone()
+    }
+
+    /// Like [`Inner::with_core`], but only if `id` is still the current session: replies
+    /// for an expired session must not touch its successor.
+    pub(crate) fn with_session<R>(
+        &self,
+        id: &SessionId,
+        f: impl FnOnce(&mut Core) -> R,
+    ) -> Option<R> {
+        let mut s = self.shared.lock();
+        if s.core.session() != id {
+            return None;
+        }
+        let r = f(&mut s.core);
+        self.dispatch(&mut s, true);
+        Some(r)
     }
 
     pub(crate) fn next_handle(&self) -> HandleId {
@@ -267,14 +296,24 @@ impl Inner {
     /// Sends the core's outputs on; wakes the ticker unless the ticker itself dispatches.
     fn dispatch(&self, s: &mut Shared, wake_ticker: bool) {
         let now = self.now();
+        let id = s.core.session().clone();
         for o in s.core.take_outputs() {
+            let work = |w| self.work_tx.send(w).map_err(drop);
             let _ = match o {
-                Output::KeepAlive => self.ka_tx.send(Some(now)).map_err(drop),
-                Output::Run(t) => self.work_tx.send(Work::Run(t)).map_err(drop),
-                Output::Release(n, t) => self.work_tx.send(Work::Release(n, t)).map_err(drop),
-                Output::CloseBackend => self.work_tx.send(Work::CloseBackend).map_err(drop),
+                Output::KeepAlive => self.ka_tx.send(Some((id.clone(), now))).map_err(drop),
+                Output::Run(t) => work(Work::Run(id.clone(), t)),
+                Output::Release(n, t) => work(Work::Release(id.clone(), n, t)),
+                Output::CloseBackend => work(Work::CloseBackend(id.clone())),
                 Output::Emit(h, e) => self.events_tx.send(Delivery::Event(h, e)).map_err(drop),
             };
+        }
+        if s.core.state() == State::Expired
+            && self.config.reopen_on_expiry()
+            && !s.reopening
+            && !self.closed.load(Ordering::SeqCst)
+        {
+            s.reopening = true;
+            let _ = self.work_tx.send(Work::Reopen);
         }
         if wake_ticker {
             let _ = self.wake_tx.send(());
@@ -313,10 +352,15 @@ impl Inner {
         self.changed.notify_all();
     }
 
-    /// Releases a term on the backend from the calling thread.
-    pub(crate) fn release_now(&self, name: &LeaseName, token: Token) -> Result<bool> {
-        let r = self.backend.release(&self.id, name, token);
-        self.with_core(|c| c.on_released(name));
+    /// Releases a term of session `id` on the backend from the calling thread.
+    pub(crate) fn release_now(
+        &self,
+        id: &SessionId,
+        name: &LeaseName,
+        token: Token,
+    ) -> Result<bool> {
+        let r = self.backend.release(id, name, token);
+        self.with_session(id, |c| c.on_released(name));
         r
     }
 
@@ -346,45 +390,97 @@ impl Inner {
         }
     }
 
-    fn keep_alive_loop(self: Arc<Self>, rx: Receiver<Option<Instant>>) {
+    fn keep_alive_loop(self: Arc<Self>, rx: Receiver<Option<(SessionId, Instant)>>) {
         let lease = self.config.lease();
-        for sent in rx {
-            let Some(sent) = sent else { break };
-            let reply = self.backend.keep_alive(&self.id, lease);
+        for job in rx {
+            let Some((id, sent)) = job else { break };
+            let reply = self.backend.keep_alive(&id, lease);
             let now = self.now();
-            self.with_core(|c| c.on_keep_alive(sent, now, reply));
+            self.with_session(&id, |c| c.on_keep_alive(sent, now, reply));
+        }
+    }
+
+    /// Opens a new backend session after an expiry and moves the registrations onto it,
+    /// retrying every retry interval until it succeeds or the session is closed.
+    fn reopen(&self) {
+        let retry = self.config.retry_interval();
+        while !self.closed.load(Ordering::SeqCst) {
+            let sent = self.now();
+            match self
+                .backend
+                .open_session(self.config.lease(), self.config.metadata())
+            {
+                Ok(grant) => {
+                    let now = self.now();
+                    let mut s = self.shared.lock();
+                    if self.closed.load(Ordering::SeqCst) {
+                        drop(s);
+                        let _ = self.backend.close_session(&grant.id);
+                        return;
+                    }
+                    let old = s.core.session().clone();
+                    let handover = s.core.handover();
+                    let id = grant.id.clone();
+                    let mut core = Core::new(
+                        self.timing,
+                        grant.id,
+                        sent,
+                        grant.remaining,
+                        crate::rand::u64(),
+                    );
+                    core.take_over(handover, old.clone(), now);
+                    s.core = core;
+                    s.reopening = false;
+                    let groups: Vec<GroupName> = s.joined.keys().cloned().collect();
+                    self.dispatch(&mut s, true);
+                    drop(s);
+                    log::info!("session {old} expired; reopened as {id}");
+                    for g in groups {
+                        if let Err(e) = self.backend.join(&id, &g) {
+                            log::warn!("re-joining {g} as {id} failed: {e}");
+                        }
+                    }
+                    return;
+                }
+                Err(e) => {
+                    log::warn!("reopening an expired session failed, retrying: {e}");
+                    std::thread::sleep(retry + crate::rand::jitter(retry / 2));
+                }
+            }
         }
     }
 
     fn work_loop(self: Arc<Self>, rx: Receiver<Work>) {
         for w in rx {
             match w {
-                Work::Run(Task::Attempt(h, name)) => {
+                Work::Run(id, Task::Attempt(h, name)) => {
                     let sent = self.now();
-                    let reply = self.backend.acquire(&self.id, &name);
+                    let reply = self.backend.acquire(&id, &name);
                     let now = self.now();
-                    self.with_core(|c| c.on_attempt(h, &name, sent, now, reply));
+                    // A reply for an expired predecessor is dropped: its grants die with it.
+                    self.with_session(&id, |c| c.on_attempt(h, &name, sent, now, reply));
                 }
-                Work::Run(Task::Owner(h, name)) => {
+                Work::Run(id, Task::Owner(h, name)) => {
                     let reply = self.backend.owner(&name);
                     let now = self.now();
-                    self.with_core(|c| c.on_owner(h, now, reply));
+                    self.with_session(&id, |c| c.on_owner(h, now, reply));
                 }
-                Work::Run(Task::Members(h, group)) => {
+                Work::Run(id, Task::Members(h, group)) => {
                     let reply = self.backend.members(&group);
                     let now = self.now();
-                    self.with_core(|c| c.on_members(h, now, reply));
+                    self.with_session(&id, |c| c.on_members(h, now, reply));
                 }
-                Work::Release(name, token) => {
-                    if let Err(e) = self.release_now(&name, token) {
+                Work::Release(id, name, token) => {
+                    if let Err(e) = self.release_now(&id, &name, token) {
                         log::warn!("releasing {name} (token {token}) failed: {e}");
                     }
                 }
-                Work::CloseBackend => {
-                    if let Err(e) = self.backend.close_session(&self.id) {
-                        log::warn!("closing lost session {} failed: {e}", self.id);
+                Work::CloseBackend(id) => {
+                    if let Err(e) = self.backend.close_session(&id) {
+                        log::warn!("closing lost session {id} failed: {e}");
                     }
                 }
+                Work::Reopen => self.reopen(),
                 Work::Stop => break,
             }
         }
@@ -426,8 +522,9 @@ impl Inner {
             c.close();
             live
         });
+        let id = self.id();
         let result = if was_live {
-            self.backend.close_session(&self.id)
+            self.backend.close_session(&id)
         } else {
             Ok(())
         };

@@ -32,7 +32,7 @@ impl Session {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn election(&self, name: impl IntoLeaseName) -> Result<Election> {
-        self.election_inner(name.try_into()?, None)
+        self.election_inner(name.into_lease_name()?, None)
     }
 
     /// Like [`Session::election`], with a callback that receives the election's events in
@@ -42,7 +42,7 @@ impl Session {
         name: impl IntoLeaseName,
         on_event: impl FnMut(&Event) + Send + 'static,
     ) -> Result<Election> {
-        self.election_inner(name.try_into()?, Some(Box::new(on_event)))
+        self.election_inner(name.into_lease_name()?, Some(Box::new(on_event)))
     }
 
     fn election_inner(&self, name: LeaseName, cb: Option<EventCallback>) -> Result<Election> {
@@ -137,9 +137,10 @@ impl Election {
     fn withdraw(&self) -> Result<()> {
         let inner = &self.inner;
         let now = inner.now();
-        let held = inner.with_core(|c| c.remove_candidate(self.handle, now));
+        let (id, held) =
+            inner.with_core(|c| (c.session().clone(), c.remove_candidate(self.handle, now)));
         let r = match held {
-            Some((name, token)) => inner.release_now(&name, token).map(drop),
+            Some((name, token)) => inner.release_now(&id, &name, token).map(drop),
             None => Ok(()),
         };
         inner.unreserve(&self.name, self.handle);

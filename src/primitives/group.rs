@@ -26,7 +26,7 @@ impl Session {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn group(&self, name: impl IntoGroupName) -> Result<Group> {
-        let name = name.try_into()?;
+        let name = name.into_group_name()?;
         Ok(Group {
             inner: self.inner.clone(),
             handle: self.inner.next_handle(),
@@ -53,8 +53,18 @@ impl Group {
     /// Joins with this session (idempotent on the backend). The membership lasts until the
     /// guard is dropped, [`Group::leave`] is called, or the session ends.
     pub fn join(&self) -> Result<Membership> {
-        self.inner.lock_shared().core.check_live()?;
-        self.inner.backend.join(&self.inner.id, &self.name)?;
+        let id = {
+            let s = self.inner.lock_shared();
+            s.core.check_live()?;
+            s.core.session().clone()
+        };
+        self.inner.backend.join(&id, &self.name)?;
+        *self
+            .inner
+            .lock_shared()
+            .joined
+            .entry(self.name.clone())
+            .or_insert(0) += 1;
         Ok(Membership {
             inner: self.inner.clone(),
             name: self.name.clone(),
@@ -62,9 +72,11 @@ impl Group {
         })
     }
 
-    /// Leaves; returns whether this session was a member.
+    /// Leaves; returns whether this session was a member. Memberships of this group held
+    /// by [`Membership`] guards are not re-joined after a reopen.
     pub fn leave(&self) -> Result<bool> {
-        self.inner.backend.leave(&self.inner.id, &self.name)
+        self.inner.lock_shared().joined.remove(&self.name);
+        self.inner.backend.leave(&self.inner.id(), &self.name)
     }
 
     /// The live members, read from the backend.
@@ -110,19 +122,41 @@ impl Membership {
         &self.name
     }
 
-    /// Leaves now, reporting a backend failure (dropping only logs it).
+    /// Leaves now (unless another guard of this session still holds the group), reporting
+    /// a backend failure (dropping only logs it).
     pub fn leave(mut self) -> Result<bool> {
-        self.done = true;
-        self.inner.backend.leave(&self.inner.id, &self.name)
+        self.leave_once()
+    }
+
+    fn leave_once(&mut self) -> Result<bool> {
+        if std::mem::replace(&mut self.done, true) {
+            return Ok(false);
+        }
+        let id = {
+            let mut s = self.inner.lock_shared();
+            let last = match s.joined.get_mut(&self.name) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    s.joined.remove(&self.name);
+                    true
+                }
+                None => false,
+            };
+            if !last || s.core.check_live().is_err() {
+                return Ok(false);
+            }
+            s.core.session().clone()
+        };
+        self.inner.backend.leave(&id, &self.name)
     }
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
-        if self.done || self.inner.lock_shared().core.check_live().is_err() {
-            return;
-        }
-        if let Err(e) = self.inner.backend.leave(&self.inner.id, &self.name) {
+        if let Err(e) = self.leave_once() {
             log::warn!("leaving {} failed: {e}", self.name);
         }
     }

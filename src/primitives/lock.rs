@@ -5,7 +5,7 @@ use crate::engine::session::Inner;
 use crate::engine::{HandleId, Session};
 use crate::error::{Error, Result};
 use crate::spi::Acquire;
-use crate::types::{LeaseName, Term, Token};
+use crate::types::{LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ impl Session {
     /// [`Session::try_lock`] where that can happen). Threads sharing one session exclude each
     /// other, like processes with different sessions do.
     pub fn lock(&self, name: impl IntoLeaseName) -> Result<LockGuard> {
-        let name = name.try_into()?;
+        let name = name.into_lease_name()?;
         self.lock_until(name, None, false)
             .map(|g| g.expect("a blocking lock returns a guard"))
     }
@@ -40,13 +40,13 @@ impl Session {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn try_lock(&self, name: impl IntoLeaseName) -> Result<Option<LockGuard>> {
-        let name = name.try_into()?;
+        let name = name.into_lease_name()?;
         self.lock_until(name, Some(Instant::now()), true)
     }
 
     /// Takes the lock `name`, waiting at most `timeout`; [`Error::Timeout`] after that.
     pub fn lock_timeout(&self, name: impl IntoLeaseName, timeout: Duration) -> Result<LockGuard> {
-        let name = name.try_into()?;
+        let name = name.into_lease_name()?;
         let until = Instant::now() + timeout;
         match self.lock_until(name, Some(until), false)? {
             Some(g) => Ok(g),
@@ -81,9 +81,10 @@ impl Session {
         let events = inner.listeners.channel(h);
         let r = self.acquire_loop(&name, h, until, once);
         match r {
-            Ok(Some(term)) => Ok(Some(LockGuard {
+            Ok(Some((session, term))) => Ok(Some(LockGuard {
                 inner: inner.clone(),
                 handle: h,
+                session,
                 term,
                 events,
                 done: false,
@@ -102,22 +103,28 @@ impl Session {
         h: HandleId,
         until: Option<Instant>,
         once: bool,
-    ) -> Result<Option<Term>> {
+    ) -> Result<Option<(SessionId, Term)>> {
         let inner = &self.inner;
         let retry = inner.config.retry_interval();
         loop {
-            let seen = {
+            let (id, seen) = {
                 let mut s = inner.lock_shared();
                 s.core.check_live()?;
                 s.core.begin_acquire(name);
-                s.core.releases_seen()
+                (s.core.session().clone(), s.core.releases_seen())
             };
             let sent = inner.now();
-            let reply = inner.backend.acquire(&inner.id, name);
+            let reply = inner.backend.acquire(&id, name);
             let now = inner.now();
-            let r = inner.with_core(|c| c.on_lock_acquire(h, name, sent, now, reply));
+            let r = inner
+                .with_session(&id, |c| c.on_lock_acquire(h, name, sent, now, reply))
+                .unwrap_or_else(|| {
+                    Err(Error::SessionExpired {
+                        session: id.to_string(),
+                    })
+                });
             match r {
-                Ok(Acquire::Acquired(term)) => return Ok(Some(term)),
+                Ok(Acquire::Acquired(term)) => return Ok(Some((id, term))),
                 Ok(Acquire::Held(_)) if once => return Ok(None),
                 Ok(Acquire::Held(_)) => {}
                 Err(e @ (Error::SessionExpired { .. } | Error::Closed)) => return Err(e),
@@ -149,6 +156,7 @@ impl Session {
 pub struct LockGuard {
     inner: Arc<Inner>,
     handle: HandleId,
+    session: SessionId,
     term: Term,
     events: Receiver<Event>,
     done: bool,
@@ -174,10 +182,8 @@ impl LockGuard {
     /// ahead.
     pub fn is_valid(&self) -> bool {
         let now = self.inner.now();
-        self.inner
-            .lock_shared()
-            .core
-            .is_valid(&self.term.name, self.term.token, now)
+        let s = self.inner.lock_shared();
+        s.core.session() == &self.session && s.core.is_valid(&self.term.name, self.term.token, now)
     }
 
     /// Receives [`Event::LockLost`] if the lock is lost before the guard is dropped.
@@ -196,9 +202,10 @@ impl LockGuard {
         }
         let inner = &self.inner;
         let now = inner.now();
-        let token = inner.with_core(|c| c.unlock(self.handle, &self.term.name, now));
-        let r = match token {
-            Some(token) => inner.release_now(&self.term.name, token).map(drop),
+        let (id, name) = (&self.session, &self.term.name);
+        let token = inner.with_session(id, |c| c.unlock(self.handle, name, now));
+        let r = match token.flatten() {
+            Some(token) => inner.release_now(id, name, token).map(drop),
             None => Ok(()),
         };
         inner.drop_listeners(self.handle);

@@ -10,13 +10,50 @@ pub use group::{Group, Membership};
 pub use lock::LockGuard;
 pub use observer::Observer;
 
-use crate::error::Error;
+use crate::error::Result;
 use crate::types::{GroupName, LeaseName};
 
-/// Anything that converts into a [`LeaseName`] with validation: `&str`, `String`, `&LeaseName`.
-pub trait IntoLeaseName: TryInto<LeaseName, Error = Error> {}
-impl<T: TryInto<LeaseName, Error = Error>> IntoLeaseName for T {}
+/// A lease name, or something validated into one: `&str`, `String`, `LeaseName`, `&LeaseName`.
+pub trait IntoLeaseName {
+    /// Validates and converts.
+    fn into_lease_name(self) -> Result<LeaseName>;
+}
 
-/// Anything that converts into a [`GroupName`] with validation: `&str`, `String`, `&GroupName`.
-pub trait IntoGroupName: TryInto<GroupName, Error = Error> {}
-impl<T: TryInto<GroupName, Error = Error>> IntoGroupName for T {}
+/// A group name, or something validated into one: `&str`, `String`, `GroupName`, `&GroupName`.
+pub trait IntoGroupName {
+    /// Validates and converts.
+    fn into_group_name(self) -> Result<GroupName>;
+}
+
+macro_rules! into_name {
+    ($tr:ident, $f:ident, $ty:ident) => {
+        impl $tr for $ty {
+            fn $f(self) -> Result<$ty> {
+                Ok(self)
+            }
+        }
+        impl $tr for &$ty {
+            fn $f(self) -> Result<$ty> {
+                Ok(self.clone())
+            }
+        }
+        impl $tr for &str {
+            fn $f(self) -> Result<$ty> {
+                $ty::new(self)
+            }
+        }
+        impl $tr for String {
+            fn $f(self) -> Result<$ty> {
+                $ty::new(self)
+            }
+        }
+        impl $tr for &String {
+            fn $f(self) -> Result<$ty> {
+                $ty::new(self.as_str())
+            }
+        }
+    };
+}
+
+into_name!(IntoLeaseName, into_lease_name, LeaseName);
+into_name!(IntoGroupName, into_group_name, GroupName);

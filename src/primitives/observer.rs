@@ -24,7 +24,7 @@ impl Session {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn observe(&self, name: impl IntoLeaseName) -> Result<Observer> {
-        let name: LeaseName = name.try_into()?;
+        let name = name.into_lease_name()?;
         let inner = &self.inner;
         inner.lock_shared().core.check_live()?;
         let h = inner.next_handle();

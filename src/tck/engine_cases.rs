@@ -126,11 +126,11 @@ pub fn observe_reports_leader_changes_with_tokens(h: &Harness) {
     leader_is("no leader", None);
     let ea = a.election(&name).unwrap();
     let ta = ea.wait_elected(h.patience).unwrap();
-    leader_is("a leads", Some((a.id(), ta.token)));
+    leader_is("a leads", Some((&a.id(), ta.token)));
     let ec = c.election(&name).unwrap();
     ea.resign().unwrap();
     let tc = ec.wait_elected(h.patience).unwrap();
-    leader_is("c leads", Some((c.id(), tc.token)));
+    leader_is("c leads", Some((&c.id(), tc.token)));
     assert!(tc.token > ta.token);
     assert_eq!(obs.leader().unwrap().map(|o| o.token), Some(tc.token));
 }
@@ -196,17 +196,23 @@ pub fn lock_waiter_takes_over_after_release(h: &Harness) {
 }
 
 /// When the backend expires the session, every loss is reported, in order, and the session
-/// is never revived.
+/// is never revived (with `reopen_on_expiry(false)`).
 pub fn session_expiry_is_reported_in_order(h: &Harness) {
     let b = h.backend();
-    let s = session(h, &b);
+    let config = Config::builder()
+        .lease(h.lease)
+        .renew_interval(h.lease / 5)
+        .reopen_on_expiry(false)
+        .build()
+        .unwrap();
+    let s = Session::open(b.clone(), config).unwrap();
     let events = s.events();
     let name = lease_name("expiry");
     let guard = s.lock(&name).unwrap();
-    let e = s.election(&lease_name("expiry-e")).unwrap();
+    let e = s.election(lease_name("expiry-e")).unwrap();
     let term = e.wait_elected(h.patience).unwrap();
     // Delete the session behind the engine's back: its next keep-alive finds it expired.
-    b.close_session(s.id()).unwrap();
+    b.close_session(&s.id()).unwrap();
     let lost = next_event(h, guard.lost(), "LockLost");
     assert!(
         matches!(
@@ -244,6 +250,57 @@ pub fn session_expiry_is_reported_in_order(h: &Harness) {
     s.close().unwrap();
 }
 
+/// By default an expired session opens a new backend session and re-enters its elections
+/// and groups; its locks stay lost.
+pub fn expired_session_reopens_and_reenters_elections_and_groups(h: &Harness) {
+    let b = h.backend();
+    let s = session(h, &b);
+    let events = s.events();
+    let old = s.id();
+    let e = s.election(lease_name("reopen-e")).unwrap();
+    let t1 = e.wait_elected(h.patience).unwrap();
+    let group = s.group(group_name("reopen-g")).unwrap();
+    let _membership = group.join().unwrap();
+    let guard = s.lock(lease_name("reopen-l")).unwrap();
+    b.close_session(&old).unwrap();
+    let new = match next_matching(h, &events, "SessionReopened", |e| {
+        matches!(e, Event::SessionReopened { .. })
+    }) {
+        Event::SessionReopened { old: o, new } => {
+            assert_eq!(o, old);
+            new
+        }
+        _ => unreachable!(),
+    };
+    assert_ne!(new, old);
+    assert_eq!(s.id(), new);
+    assert!(
+        !guard.is_valid(),
+        "a lock of the expired session stays lost"
+    );
+    let t2 = e
+        .wait_elected(h.patience)
+        .expect("re-elected on the new session");
+    assert!(t2.token > t1.token);
+    assert_eq!(
+        b.owner(&t2.name).unwrap().map(|o| o.session),
+        Some(new.clone())
+    );
+    h.until("the new session is a member", || {
+        group
+            .members()
+            .unwrap()
+            .iter()
+            .map(|m| &m.session)
+            .eq([&new])
+    });
+    let g2 = s
+        .try_lock(lease_name("reopen-l2"))
+        .unwrap()
+        .expect("locks work again");
+    assert!(g2.is_valid());
+}
+
 /// `close` ends every term (`Closed`), emits `Closed` last, frees the backend's leases, and
 /// is idempotent.
 pub fn close_ends_terms_in_order_and_is_idempotent(h: &Harness) {
@@ -264,9 +321,7 @@ pub fn close_ends_terms_in_order_and_is_idempotent(h: &Harness) {
                 term,
                 reason: LossReason::Closed
             },
-            Event::Closed {
-                session: s.id().clone()
-            },
+            Event::Closed { session: s.id() },
         ]
     );
     assert_eq!(b.owner(&name).unwrap(), None);
@@ -295,12 +350,12 @@ pub fn group_watch_reports_changes(h: &Harness) {
     let gc = c.group(&name).unwrap();
     let mc = gc.join().unwrap();
     match members_are("c joined", 2) {
-        Event::MembersChanged { joined, .. } => assert_eq!(joined[0].session, *c.id()),
+        Event::MembersChanged { joined, .. } => assert_eq!(joined[0].session, c.id()),
         _ => unreachable!(),
     }
     drop(mc);
     match members_are("c left", 1) {
-        Event::MembersChanged { left, .. } => assert_eq!(left[0].session, *c.id()),
+        Event::MembersChanged { left, .. } => assert_eq!(left[0].session, c.id()),
         _ => unreachable!(),
     }
 }

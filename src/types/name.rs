@@ -87,12 +87,6 @@ macro_rules! name_type {
             }
         }
 
-        impl TryFrom<&$ty> for $ty {
-            type Error = Error;
-            fn try_from(s: &$ty) -> Result<Self> {
-                Ok(s.clone())
-            }
-        }
     };
 }
 
