@@ -29,7 +29,11 @@ struct Tables {
     sessions: HashMap<SessionId, SessionRow>,
     leases: HashMap<LeaseName, LeaseRow>,
     groups: HashMap<GroupName, BTreeSet<SessionId>>,
+    last_purge: Option<Instant>,
 }
+
+/// How often opens and keep-alives remove crashed sessions on their own.
+const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 
 impl Tables {
     fn live(&self, id: &SessionId, now: Instant) -> Option<&SessionRow> {
@@ -61,6 +65,28 @@ impl Tables {
         }
     }
 
+    /// Removes expired sessions; returns how many.
+    fn purge(&mut self, now: Instant, out: &mut Vec<Notification>) -> usize {
+        self.last_purge = Some(now);
+        let dead: Vec<SessionId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.expires <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &dead {
+            self.remove(id, out);
+        }
+        dead.len()
+    }
+
+    /// Purges if the last purge is older than the purge interval.
+    fn purge_due(&mut self, now: Instant, out: &mut Vec<Notification>) {
+        if self.last_purge.is_none_or(|t| now >= t + PURGE_INTERVAL) {
+            self.purge(now, out);
+        }
+    }
+
     fn expired(&self, id: &SessionId) -> Error {
         Error::SessionExpired {
             session: id.to_string(),
@@ -70,7 +96,8 @@ impl Tables {
 
 /// Leases, sessions and groups in this process's memory, keeping the whole contract:
 /// tokens never reset (not on release, expiry or purge), expired sessions are never revived,
-/// and releases and group changes are notified at once.
+/// and releases and group changes are notified at once. Expired sessions are purged at most
+/// once a minute by opens and keep-alives (and by [`LeaseBackend::purge_expired`]).
 ///
 /// Its clock is injectable: the real monotonic clock by default, a
 /// [`ManualClock`](crate::ManualClock) in tests.
@@ -135,7 +162,10 @@ impl LeaseBackend for MemoryBackend {
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
         let now = self.clock.now();
         let id = SessionId::random();
-        self.tables.lock().sessions.insert(
+        let mut notes = Vec::new();
+        let mut t = self.tables.lock();
+        t.purge_due(now, &mut notes);
+        t.sessions.insert(
             id.clone(),
             SessionRow {
                 expires: now + lease,
@@ -144,6 +174,8 @@ impl LeaseBackend for MemoryBackend {
                 groups: BTreeSet::new(),
             },
         );
+        drop(t);
+        self.publish(notes);
         Ok(SessionGrant {
             id,
             remaining: lease,
@@ -155,6 +187,7 @@ impl LeaseBackend for MemoryBackend {
         let mut notes = Vec::new();
         let mut guard = self.tables.lock();
         let t = &mut *guard;
+        t.purge_due(now, &mut notes);
         let reply = match t.sessions.get_mut(session).filter(|s| s.expires > now) {
             Some(row) => {
                 row.expires = now + lease;
@@ -326,22 +359,38 @@ impl LeaseBackend for MemoryBackend {
     fn purge_expired(&self) -> Result<usize> {
         let now = self.clock.now();
         let mut notes = Vec::new();
-        let mut t = self.tables.lock();
-        let dead: Vec<SessionId> = t
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.expires <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &dead {
-            t.remove(id, &mut notes);
-        }
-        drop(t);
+        let purged = self.tables.lock().purge(now, &mut notes);
         self.publish(notes);
-        Ok(dead.len())
+        Ok(purged)
     }
 
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
         Ok(Some(self.subscribers.add(sink)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    #[test]
+    fn opens_purge_crashed_sessions_at_most_once_per_interval() {
+        let clock = Arc::new(ManualClock::new());
+        let b = MemoryBackend::with_clock(clock.clone());
+        let m = Metadata::default();
+        let g = GroupName::new("g").unwrap();
+        let crashed = b.open_session(Duration::from_secs(1), &m).unwrap().id;
+        b.join(&crashed, &g).unwrap();
+        clock.advance(Duration::from_secs(2));
+        b.open_session(Duration::from_secs(100), &m).unwrap();
+        assert!(
+            b.tables.lock().sessions.contains_key(&crashed),
+            "purged too early"
+        );
+        clock.advance(PURGE_INTERVAL);
+        b.open_session(Duration::from_secs(100), &m).unwrap();
+        assert!(!b.tables.lock().sessions.contains_key(&crashed));
+        assert!(!b.tables.lock().groups.contains_key(&g));
     }
 }

@@ -177,6 +177,42 @@ pub fn lock_excludes_threads_of_one_session(h: &Harness) {
     });
 }
 
+/// Threads on several sessions take one lock in turns: never two inside at once, and every
+/// critical section sees a greater token than the one before.
+pub fn locks_exclude_across_sessions_with_increasing_tokens(h: &Harness) {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let b = h.backend();
+    let sessions: Vec<Session> = (0..3).map(|_| session(h, &b)).collect();
+    let name = lease_name("mutex");
+    let inside = AtomicUsize::new(0);
+    let last = Mutex::new(0u64);
+    let rounds = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for s in &sessions {
+            for _ in 0..2 {
+                let (name, inside, last, rounds) = (&name, &inside, &last, &rounds);
+                let patience = h.patience;
+                scope.spawn(move || {
+                    for _ in 0..5 {
+                        let g = s.lock_timeout(name, patience).expect("lock");
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                        let mut l = last.lock().unwrap();
+                        assert!(g.token().get() > *l, "token {} after {}", g.token(), *l);
+                        *l = g.token().get();
+                        drop(l);
+                        assert!(g.is_valid());
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        rounds.fetch_add(1, Ordering::SeqCst);
+                        drop(g);
+                    }
+                });
+            }
+        }
+    });
+    assert_eq!(rounds.load(Ordering::SeqCst), 30);
+}
+
 /// A blocked `lock` takes over as soon as the holder releases.
 pub fn lock_waiter_takes_over_after_release(h: &Harness) {
     let b = h.backend();

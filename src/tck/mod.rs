@@ -141,6 +141,7 @@ macro_rules! tck_suite {
             lock_guard_drop_releases,
             lock_excludes_threads_of_one_session,
             lock_waiter_takes_over_after_release,
+            locks_exclude_across_sessions_with_increasing_tokens,
             session_expiry_is_reported_in_order,
             expired_session_reopens_and_reenters_elections_and_groups,
             close_ends_terms_in_order_and_is_idempotent,
