@@ -205,12 +205,12 @@ impl Session {
     }
 
     /// Waits until the session is [`SessionState::Valid`] or `timeout` passes; errors if it
-    /// expired or closed.
+    /// closed or expired for good (with `reopen_on_expiry`, it waits for the new session).
     pub fn wait_valid(&self, timeout: Duration) -> Result<()> {
         let until = Instant::now() + timeout;
         let mut s = self.inner.shared.lock();
         loop {
-            s.core.check_live()?;
+            self.inner.check_waitable(&s)?;
             if s.core.state() == State::Valid {
                 return Ok(());
             }
@@ -330,6 +330,19 @@ impl Inner {
                 self.changed.wait(s);
                 true
             }
+        }
+    }
+
+    /// Whether waiting on this session can still succeed: fails once it is closed, or
+    /// expired for good (an expired session that will be reopened is worth waiting for).
+    pub(crate) fn check_waitable(&self, s: &Shared) -> Result<()> {
+        match s.core.check_live() {
+            Err(Error::SessionExpired { .. })
+                if self.config.reopen_on_expiry() && !self.closed.load(Ordering::SeqCst) =>
+            {
+                Ok(())
+            }
+            other => other,
         }
     }
 

@@ -110,11 +110,13 @@ impl Election {
     }
 
     /// Waits until this candidate is elected, or `timeout` passes ([`Error::Timeout`]).
+    /// Across an expiry it keeps waiting for the reopened session (unless expiry is
+    /// terminal, then [`Error::SessionExpired`]).
     pub fn wait_elected(&self, timeout: Duration) -> Result<Term> {
         let until = Instant::now() + timeout;
         let mut s = self.inner.lock_shared();
         loop {
-            s.core.check_live()?;
+            self.inner.check_waitable(&s)?;
             if let Some(t) = s.core.term_of(&self.name, Holder::Election(self.handle)) {
                 return Ok(t);
             }
