@@ -57,6 +57,22 @@ fn events(out: &[Output]) -> Vec<&Event> {
         .collect()
 }
 
+/// Registers candidate 1 for "a" and starts its first attempt at `t0`.
+fn attempting(c: &mut Core, t0: Instant) {
+    c.add_candidate(1, name("a"), t0);
+    c.tick(t0);
+    c.take_outputs();
+}
+
+/// Candidate 1 wins "a" with `token` (granted for `remaining`), outputs drained.
+fn elected(c: &mut Core, t0: Instant, token: u64, remaining: Duration) {
+    attempting(c, t0);
+    let mut t = term("a", token);
+    t.remaining = remaining;
+    c.on_attempt(1, &name("a"), t0, t0 + MS, Ok(Acquire::Acquired(t)));
+    c.take_outputs();
+}
+
 #[test]
 fn keep_alive_is_sent_every_renew_interval_and_extends_the_deadline() {
     let t0 = Instant::now();
@@ -81,17 +97,7 @@ fn keep_alive_is_sent_every_renew_interval_and_extends_the_deadline() {
 fn failing_keep_alives_go_to_jeopardy_then_lost_exactly_at_the_deadline() {
     let t0 = Instant::now();
     let mut c = core(t0);
-    c.add_candidate(1, name("a"), t0);
-    c.tick(t0);
-    c.take_outputs();
-    c.on_attempt(
-        1,
-        &name("a"),
-        t0,
-        t0 + MS,
-        Ok(Acquire::Acquired(term("a", 4))),
-    );
-    c.take_outputs();
+    elected(&mut c, t0, 4, 1000 * MS);
     c.tick(t0 + 300 * MS);
     assert_eq!(c.take_outputs(), vec![Output::KeepAlive]);
     let err = Error::backend("test", "connection refused");
@@ -264,9 +270,7 @@ fn candidates_retry_after_the_retry_interval_or_at_once_on_a_release() {
 fn resign_revokes_and_returns_the_lease_to_release() {
     let t0 = Instant::now();
     let mut c = core(t0);
-    c.add_candidate(1, name("a"), t0);
-    c.tick(t0);
-    c.take_outputs();
+    attempting(&mut c, t0);
     c.on_attempt(
         1,
         &name("a"),
@@ -293,9 +297,7 @@ fn resign_revokes_and_returns_the_lease_to_release() {
 fn a_grant_for_a_withdrawn_candidate_is_released() {
     let t0 = Instant::now();
     let mut c = core(t0);
-    c.add_candidate(1, name("a"), t0);
-    c.tick(t0);
-    c.take_outputs();
+    attempting(&mut c, t0);
     assert_eq!(c.remove_candidate(1, t0), None);
     c.on_attempt(
         1,
@@ -314,9 +316,7 @@ fn a_grant_for_a_withdrawn_candidate_is_released() {
 fn a_term_is_never_valid_past_its_own_deadline() {
     let t0 = Instant::now();
     let mut c = core(t0);
-    c.add_candidate(1, name("a"), t0);
-    c.tick(t0);
-    c.take_outputs();
+    attempting(&mut c, t0);
     let mut short = term("a", 2);
     short.remaining = 100 * MS;
     c.on_attempt(1, &name("a"), t0, t0 + MS, Ok(Acquire::Acquired(short)));
@@ -339,17 +339,7 @@ fn a_term_is_never_valid_past_its_own_deadline() {
 fn close_ends_every_term_then_emits_closed_once() {
     let t0 = Instant::now();
     let mut c = core(t0);
-    c.add_candidate(1, name("a"), t0);
-    c.tick(t0);
-    c.take_outputs();
-    c.on_attempt(
-        1,
-        &name("a"),
-        t0,
-        t0 + MS,
-        Ok(Acquire::Acquired(term("a", 1))),
-    );
-    c.take_outputs();
+    elected(&mut c, t0, 1, 1000 * MS);
     assert!(c.close());
     let out = c.take_outputs();
     assert!(matches!(
@@ -372,9 +362,7 @@ fn no_term_is_adopted_while_a_release_of_its_name_is_in_flight() {
     let t0 = Instant::now();
     let mut c = core(t0);
     // A withdrawn candidate's late grant is released...
-    c.add_candidate(1, name("a"), t0);
-    c.tick(t0);
-    c.take_outputs();
+    attempting(&mut c, t0);
     c.remove_candidate(1, t0);
     c.on_attempt(
         1,
@@ -421,9 +409,7 @@ fn no_term_is_adopted_while_a_release_of_its_name_is_in_flight() {
 fn a_late_grant_already_adopted_by_a_lock_is_not_released() {
     let t0 = Instant::now();
     let mut c = core(t0);
-    c.add_candidate(1, name("a"), t0);
-    c.tick(t0);
-    c.take_outputs();
+    attempting(&mut c, t0);
     c.remove_candidate(1, t0);
     c.begin_acquire(&name("a"));
     let r = c.on_lock_acquire(
