@@ -32,6 +32,42 @@
 //! session.close()?; // ends every term, waits for the final events
 //! # Ok::<(), simba_lease::Error>(())
 //! ```
+//!
+//! ## The contract (every backend, checked by the [TCK](crate::tck) with feature `tck`)
+//!
+//! 1. A session expires once it was not kept alive for its lease; an expired backend session
+//!    is never revived.
+//! 2. A lease belongs to a session only while that session is live.
+//! 3. A token is > 0, strictly increases with every new term and never resets (not on
+//!    release, expiry, purge or re-creation of the name). Acquire by the holder returns the
+//!    same term.
+//! 4. Every remaining time is measured by the backend's clock.
+//! 5. Names: 1–128 characters of `[A-Za-z0-9._:-]`, not `.` or `..`, case-sensitive; metadata
+//!    at most 1024 bytes. Bad input is a typed [`Error`] before any I/O.
+//!
+//! ## How a session keeps its leases
+//!
+//! A [`Session`] owns four threads: a keep-alive thread (never delayed by acquires), a work
+//! thread (candidates' attempts, observers, releases), a ticker (deadlines) and an event
+//! thread (callbacks, in order, never under an internal lock). Every decision is made by a
+//! pure state machine ([`engine::core::Core`]) on the monotonic clock:
+//!
+//! * a term is valid locally until `send instant + remaining × (1 − drift)` of the request
+//!   that last confirmed it — never later than the backend's own expiry, so at most one
+//!   process believes it holds a lease at any instant (given clock-rate drift within
+//!   [`Config::drift`]);
+//! * keep-alives failing → [`SessionState::Jeopardy`] ([`Event::Jeopardy`]), still valid;
+//! * at the local deadline, even while a backend call hangs → every term is lost
+//!   ([`Event::Revoked`], [`Event::LockLost`]) and the session expires
+//!   ([`Event::SessionExpired`]); by default a new backend session is opened and elections,
+//!   observers and group memberships are re-entered ([`Event::SessionReopened`]); locks stay
+//!   lost. [`ConfigBuilder::reopen_on_expiry`] makes expiry terminal instead;
+//! * a lease missing from a keep-alive reply is lost at once; a lease the reply lists that
+//!   the engine does not know (a grant whose reply was lost) is released.
+//!
+//! Always check [`LockGuard::is_valid`] or, better, pass the fencing token
+//! ([`LockGuard::token`], [`Term::token`]) to the protected resource and let it reject
+//! tokens lower than the highest it has seen.
 #![warn(missing_docs)]
 
 pub mod backends;
