@@ -71,6 +71,20 @@ pub enum Error {
         /// The expired session's id.
         session: String,
     },
+    /// A term is no longer held (lost, resigned or released); its token must not be used.
+    #[error("lease {name:?} (token {token}) is no longer held")]
+    LeaseLost {
+        /// The lease name.
+        name: String,
+        /// The lost term's token.
+        token: u64,
+    },
+    /// This candidate does not lead the election now.
+    #[error("not the leader of {name:?}")]
+    NotLeader {
+        /// The election.
+        name: String,
+    },
     /// The lease is held by this session through another handle (locks are not reentrant).
     #[error("lease {name:?} is already in use by this session")]
     AlreadyHeld {

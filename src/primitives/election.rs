@@ -104,6 +104,14 @@ impl Election {
             .filter(|t| s.core.is_valid(&t.name, t.token, now))
     }
 
+    /// The term if this candidate leads now, otherwise [`Error::NotLeader`]:
+    /// `let term = election.check()?;` before acting as the leader.
+    pub fn check(&self) -> Result<Term> {
+        self.term().ok_or_else(|| Error::NotLeader {
+            name: self.name.to_string(),
+        })
+    }
+
     /// Whether this candidate is the leader now.
     pub fn is_leader(&self) -> bool {
         self.term().is_some()

@@ -186,6 +186,19 @@ impl LockGuard {
         s.core.session() == &self.session && s.core.is_valid(&self.term.name, self.term.token, now)
     }
 
+    /// The fencing token if the lock is still held ([`LockGuard::is_valid`]), otherwise
+    /// [`Error::LeaseLost`]: `let token = guard.check()?;` before every protected write.
+    pub fn check(&self) -> Result<Token> {
+        if self.is_valid() {
+            Ok(self.term.token)
+        } else {
+            Err(Error::LeaseLost {
+                name: self.term.name.to_string(),
+                token: self.term.token.get(),
+            })
+        }
+    }
+
     /// Receives [`Event::LockLost`] if the lock is lost before the guard is dropped.
     pub fn lost(&self) -> &Receiver<Event> {
         &self.events

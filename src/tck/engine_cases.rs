@@ -142,6 +142,7 @@ pub fn lock_guard_drop_releases(h: &Harness) {
     let name = lease_name("lock");
     let g = a.try_lock(&name).unwrap().expect("free");
     assert!(g.is_valid());
+    assert_eq!(g.check().unwrap(), g.token());
     assert!(c.try_lock(&name).unwrap().is_none());
     let t1 = g.token();
     drop(g);
@@ -272,6 +273,8 @@ pub fn session_expiry_is_reported_in_order(h: &Harness) {
     assert!(seen.iter().any(|e| matches!(e, Event::Revoked { term: t, reason: LossReason::SessionExpired } if t.token == term.token)), "{seen:?}");
     assert!(seen.iter().any(|e| matches!(e, Event::LockLost { .. })));
     assert!(!guard.is_valid());
+    assert!(matches!(guard.check(), Err(Error::LeaseLost { .. })));
+    assert!(matches!(e.check(), Err(Error::NotLeader { .. })));
     assert_eq!(s.state(), SessionState::Expired);
     assert!(matches!(
         s.try_lock("other"),
