@@ -82,7 +82,7 @@ mod types;
 
 pub use backends::connect;
 pub use engine::{
-    Clock, Config, ConfigBuilder, Event, LossReason, ManualClock, Session, SessionState,
+    Clock, Config, ConfigBuilder, Event, Health, LossReason, ManualClock, Session, SessionState,
     SystemClock,
 };
 pub use error::{BoxError, Error, Result};

@@ -117,6 +117,20 @@ struct Watch<K, V> {
     last: Option<V>,
 }
 
+/// How healthy a session's keep-alives are: what predicts a loss before it happens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Time left until the local deadline (zero once expired or closed).
+    pub valid_for: Duration,
+    /// Round trip of the last successful keep-alive.
+    pub keep_alive_rtt: Option<Duration>,
+    /// Time that was left until the local deadline when the last keep-alive completed:
+    /// a shrinking slack means the session is near loss.
+    pub slack: Option<Duration>,
+    /// Keep-alives failed in a row.
+    pub failures: u32,
+}
+
 /// The owner an observer saw last (`None` inside: nobody held the lease).
 type LastOwner = Option<(SessionId, Token)>;
 
@@ -144,6 +158,7 @@ pub struct Core {
     observers: BTreeMap<HandleId, Watch<LeaseName, LastOwner>>,
     groups: BTreeMap<HandleId, Watch<GroupName, BTreeSet<Member>>>,
     releases_seen: u64,
+    health: Health,
     rng: u64,
     out: Vec<Output>,
 }
@@ -171,6 +186,7 @@ impl Core {
             observers: BTreeMap::new(),
             groups: BTreeMap::new(),
             releases_seen: 0,
+            health: Health::default(),
             rng: seed | 1,
             out: Vec::new(),
         }
@@ -194,6 +210,18 @@ impl Core {
     /// The timing.
     pub fn timing(&self) -> Timing {
         self.t
+    }
+
+    /// A snapshot of the session's lease health at `now`.
+    pub fn health(&self, now: Instant) -> Health {
+        Health {
+            valid_for: if self.state.is_live() {
+                self.deadline.saturating_duration_since(now)
+            } else {
+                Duration::ZERO
+            },
+            ..self.health
+        }
     }
 
     /// Counts release notifications (lock waiters wait for it to change).
@@ -333,6 +361,9 @@ impl Core {
         match reply {
             Ok(ka) => {
                 self.deadline = self.deadline.max(self.t.local(sent, ka.remaining));
+                self.health.keep_alive_rtt = Some(now.saturating_duration_since(sent));
+                self.health.slack = Some(self.deadline.saturating_duration_since(now));
+                self.health.failures = 0;
                 self.next_keep_alive = sent + self.t.renew;
                 if self.state == State::Jeopardy {
                     self.state = State::Valid;
@@ -374,6 +405,7 @@ impl Core {
             }
             Err(Error::SessionExpired { .. }) => self.expire(now, false),
             Err(e) => {
+                self.health.failures += 1;
                 log::warn!("keep-alive of session {} failed: {e}", self.session);
                 self.enter_jeopardy();
                 self.next_keep_alive = now + self.t.renew / 4;

@@ -89,6 +89,10 @@ fn keep_alive_is_sent_every_renew_interval_and_extends_the_deadline() {
     assert!(c.take_outputs().is_empty());
     c.on_keep_alive(t0 + 300 * MS, t0 + 320 * MS, Ok(ka(&[])));
     assert_eq!(c.deadline(), t0 + 1290 * MS);
+    let h = c.health(t0 + 320 * MS);
+    assert_eq!(h.keep_alive_rtt, Some(20 * MS));
+    assert_eq!(h.slack, Some(970 * MS));
+    assert_eq!(h.valid_for, 970 * MS);
     assert_eq!(c.next_wake(), Some(t0 + 600 * MS));
     assert_eq!(c.state(), State::Valid);
 }
@@ -103,6 +107,7 @@ fn failing_keep_alives_go_to_jeopardy_then_lost_exactly_at_the_deadline() {
     let err = Error::backend("test", "connection refused");
     c.on_keep_alive(t0 + 300 * MS, t0 + 310 * MS, Err(err));
     assert_eq!(c.state(), State::Jeopardy);
+    assert_eq!(c.health(t0 + 310 * MS).failures, 1);
     let out = c.take_outputs();
     assert!(matches!(events(&out)[..], [Event::Jeopardy { .. }]));
     // Still valid inside the window; a retry is scheduled before the deadline.

@@ -11,7 +11,7 @@ pub(crate) mod session;
 #[cfg(test)]
 mod core_tests;
 
-pub use self::core::{HandleId, Holder};
+pub use self::core::{HandleId, Health, Holder};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, ConfigBuilder};
 pub use event::{Event, LossReason};

@@ -2,7 +2,7 @@
 
 use super::clock::{Clock, SystemClock};
 use super::config::Config;
-use super::core::{Core, HandleId, Output, State, Task, Timing};
+use super::core::{Core, HandleId, Health, Output, State, Task, Timing};
 use super::event::Event;
 use super::listeners::{Delivery, Listeners, SESSION};
 use crate::error::{Error, Result};
@@ -191,6 +191,22 @@ impl Session {
     /// The current state.
     pub fn state(&self) -> SessionState {
         self.inner.shared.lock().core.state()
+    }
+
+    /// Lease health now: time left, last keep-alive round trip and slack, failures in a row.
+    ///
+    /// ```
+    /// use simba_lease::{Config, Session, backends::MemoryBackend};
+    /// use std::sync::Arc;
+    /// let session = Session::open(Arc::new(MemoryBackend::new()), Config::default())?;
+    /// let health = session.health();
+    /// assert!(health.valid_for > std::time::Duration::ZERO);
+    /// assert_eq!(health.failures, 0);
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn health(&self) -> Health {
+        let now = self.inner.now();
+        self.inner.shared.lock().core.health(now)
     }
 
     /// Every event of this session and its handles, from now on, in order.
