@@ -173,6 +173,17 @@ impl Session {
         result.map(|()| session)
     }
 
+    /// Builds the backend from `url` (see [`connect`](crate::connect)) and opens a session.
+    ///
+    /// ```
+    /// use simba_lease::{Config, Session};
+    /// let session = Session::connect("memory://", Config::default())?;
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn connect(url: &str, config: Config) -> Result<Session> {
+        Session::open(crate::backends::connect(url)?, config)
+    }
+
     /// The current backend session's id (a new one after a reopen).
     pub fn id(&self) -> SessionId {
         self.inner.id()
