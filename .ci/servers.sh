@@ -29,7 +29,132 @@ apt_install() {
     || die "apt-get install $* failed"
 }
 
+# ---- ZooKeeper (issue 5) --------------------------------------------------------------------
+# Debian's zookeeper 3.8 package, but each server runs `java QuorumPeerMain` directly with its
+# own zoo.cfg and data directory under $SIMBA_CI_DIR (Debian's zkServer.sh hard-codes its log
+# and pid locations). slf4j-simple on the classpath gives the servers a log.
+
+ZK_CP=/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar
+
+ensure_zookeeper_package() {
+  if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
+    apt_install zookeeper
+  fi
+  [ -f /usr/share/java/slf4j-simple.jar ] || apt_install libslf4j-java
+  [ -f /usr/share/java/zookeeper.jar ] || die "zookeeper.jar missing after installing zookeeper"
+}
+
+# zk4 <port> <word>: a four-letter-word command (whitelisted in our configs).
+zk4() {
+  exec 3<>/dev/tcp/127.0.0.1/"$1" || return 1
+  printf '%s' "$2" >&3
+  timeout 2 cat <&3
+  exec 3>&-
+}
+zk_ok() { [ "$(zk4 "$1" ruok 2>/dev/null)" = imok ]; }
+zk_serving() { zk4 "$1" srvr 2>/dev/null | grep -qE '^Mode: (standalone|leader|follower)'; }
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# free_port <first>: the first port from <first> on that nothing listens on.
+free_port() {
+  local p=$1
+  while tcp_open "$p"; do p=$((p + 1)); done
+  echo "$p"
+}
+
+# zk_start <dir>: starts the server configured in <dir>/zoo.cfg, recording its pid.
+zk_start() {
+  local d=$1
+  java -Xmx256m -XX:+UseSerialGC -cp "$ZK_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain \
+    "$d/zoo.cfg" >"$d/server.log" 2>&1 </dev/null &
+  echo $! >"$d/pid"
+}
+
+# A standalone server with a short tickTime, so TCK sessions of 1 s are allowed.
+# Exports SIMBA_ZK_URL (zookeeper://127.0.0.1:PORT) and SIMBA_ZK_PID_FILE.
+ensure_zookeeper() {
+  local d=$SIMBA_CI_DIR/zk
+  if ! { pid_alive "$d/pid" && [ -f "$d/port" ] && zk_ok "$(cat "$d/port")"; }; then
+    ensure_zookeeper_package
+    if [ -f "$d/pid" ]; then kill "$(cat "$d/pid")" 2>/dev/null || true; fi
+    rm -rf "$d"; mkdir -p "$d/data"
+    local port; port=$(free_port 2181)
+    echo "$port" >"$d/port"
+    cat >"$d/zoo.cfg" <<EOF
+tickTime=100
+minSessionTimeout=200
+maxSessionTimeout=120000
+dataDir=$d/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+maxClientCnxns=0
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+EOF
+    log "starting ZooKeeper on 127.0.0.1:$port"
+    zk_start "$d"
+    wait_until 60 "ZooKeeper on port $port" zk_ok "$port"
+    pid_alive "$d/pid" || die "ZooKeeper exited (port $port taken?): $(tail -5 "$d/server.log")"
+  fi
+  export SIMBA_ZK_URL="zookeeper://127.0.0.1:$(cat "$d/port")"
+  export SIMBA_ZK_PID_FILE="$d/pid"
+}
+
+# A 3-node loopback ensemble for the failover test. Exports SIMBA_ZK_ENSEMBLE
+# (zookeeper://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3) and SIMBA_ZK_ENSEMBLE_DIR, under which
+# zk1..zk3 each hold zoo.cfg, pid, port and server.log (the test kills and restarts servers).
+ensure_zookeeper_ensemble() {
+  local base=$SIMBA_CI_DIR/zk-ensemble healthy=1 i
+  for i in 1 2 3; do
+    { pid_alive "$base/zk$i/pid" && [ -f "$base/zk$i/port" ] && zk_serving "$(cat "$base/zk$i/port")"; } || healthy=0
+  done
+  if [ $healthy = 0 ]; then
+    ensure_zookeeper_package
+    for i in 1 2 3; do
+      if [ -f "$base/zk$i/pid" ]; then kill "$(cat "$base/zk$i/pid")" 2>/dev/null || true; fi
+    done
+    rm -rf "$base"
+    local ports=() peers=() p=2281 q=2887 q1 q2
+    for i in 1 2 3; do
+      p=$(free_port "$p"); ports+=("$p"); p=$((p + 1))
+      q1=$(free_port "$q"); q=$((q1 + 1))
+      q2=$(free_port "$q"); q=$((q2 + 1))
+      peers+=("server.$i=127.0.0.1:$q1:$q2")
+    done
+    for i in 1 2 3; do
+      local d=$base/zk$i
+      mkdir -p "$d/data"; echo "$i" >"$d/data/myid"; echo "${ports[$((i - 1))]}" >"$d/port"
+      {
+        cat <<EOF
+tickTime=200
+initLimit=10
+syncLimit=5
+minSessionTimeout=400
+maxSessionTimeout=120000
+dataDir=$d/data
+clientPort=${ports[$((i - 1))]}
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+maxClientCnxns=0
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+EOF
+        printf '%s\n' "${peers[@]}"
+      } >"$d/zoo.cfg"
+    done
+    log "starting a 3-node ZooKeeper ensemble on 127.0.0.1 ports ${ports[*]}"
+    for i in 1 2 3; do zk_start "$base/zk$i"; done
+    for i in 1 2 3; do
+      wait_until 90 "ZooKeeper ensemble node $i (port ${ports[$((i - 1))]})" zk_serving "${ports[$((i - 1))]}"
+    done
+  fi
+  local hosts=()
+  for i in 1 2 3; do hosts+=("127.0.0.1:$(cat "$base/zk$i/port")"); done
+  SIMBA_ZK_ENSEMBLE="zookeeper://$(IFS=,; echo "${hosts[*]}")"
+  export SIMBA_ZK_ENSEMBLE SIMBA_ZK_ENSEMBLE_DIR=$base
+}
+
 # The backends' issues add their servers here.
 ensure_all() {
-  :
+  ensure_zookeeper
+  ensure_zookeeper_ensemble
 }

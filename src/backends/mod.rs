@@ -2,6 +2,10 @@
 
 mod memory;
 mod url;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use memory::MemoryBackend;
 pub use url::{connect, BackendUrl};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::ZooKeeperBackend;

@@ -210,6 +210,10 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 /// * `postgres://`, `mysql://`, `redis://`, `redis+cluster://`, `zookeeper://` — the
 ///   respective backend, when its Cargo feature is enabled; otherwise
 ///   [`Error::FeatureDisabled`] names the feature.
+/// * `zookeeper://[user:password@]host:port[,host:port…][/root][?options]` (also `zk://`):
+///   root defaults to `/simba`; `user:password` adds `digest` auth and makes nodes
+///   creator-only; options `connection_timeout`, `request_timeout` (e.g. `5s`, `500ms`) and
+///   `acl` (`open` or `creator`). See `backends::zookeeper`.
 ///
 /// ```
 /// use simba_lease::{connect, Config, Error, Session};
@@ -234,6 +238,9 @@ pub fn connect(url: &str) -> Result<Arc<dyn LeaseBackend>> {
         "postgres" | "postgresql" => Err(disabled(&u.scheme, "postgres")),
         "mysql" | "mariadb" => Err(disabled(&u.scheme, "mysql")),
         "redis" | "rediss" | "redis+cluster" => Err(disabled(&u.scheme, "redis")),
+        #[cfg(feature = "zookeeper")]
+        "zookeeper" | "zk" => Ok(Arc::new(super::zookeeper::from_url(&u)?)),
+        #[cfg(not(feature = "zookeeper"))]
         "zookeeper" | "zk" => Err(disabled(&u.scheme, "zookeeper")),
         other => Err(u.invalid(format!(
             "unknown scheme {other:?} (known: memory, postgres, mysql, redis, redis+cluster, zookeeper)"

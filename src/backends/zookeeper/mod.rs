@@ -1,0 +1,1102 @@
+//! The ZooKeeper backend (feature `zookeeper`).
+//!
+//! # Nodes
+//!
+//! | path | kind | content |
+//! |---|---|---|
+//! | `{root}/leases/{name}` | ephemeral | the holder's session id; owner = `ephemeralOwner`, token = `czxid` |
+//! | `{root}/groups/{group}` | container | — |
+//! | `{root}/groups/{group}/{sessionId}` | ephemeral | the member session's metadata |
+//!
+//! `root` defaults to `/simba`; missing parents are created with the ACL policy.
+//!
+//! # Sessions
+//!
+//! A Simba session is one ZooKeeper session on a dedicated client that is never reconnected
+//! to another session (an expired ZooKeeper session stays expired). Its id is the ZooKeeper
+//! session id as 16 hex digits. The requested session timeout is the lease; the remaining time
+//! reported is `min(lease, negotiated timeout)`. While the client is disconnected, keep-alive,
+//! acquire and join fail at once, so the engine's local deadline runs out; when ZooKeeper
+//! reports the session expired, the session is expired. Because the client heartbeats on its
+//! own, a local watchdog closes every session that no keep-alive renewed within its lease.
+//!
+//! # Round trips
+//!
+//! acquire: 1 (free) or 2 (held: create, then a read of the holder); keep-alive: 1 (a multi
+//! read of every possibly-owned lease node, or an `exists` of `{root}/leases`); release: 2
+//! (read owner and czxid, then delete that version); join: 1 (2–3 when the group node is
+//! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read).
+//!
+//! # Security
+//!
+//! By default nodes get the open ACL (`world:anyone` ALL): **unsafe on a shared ensemble**,
+//! since any client can then delete or pre-create lease nodes and forge group members. Use
+//! [`ZooKeeperBuilder::digest`] (or [`ZooKeeperBuilder::auth`]) and
+//! [`AclPolicy::creator_all`]: every client the backend opens adds the auth infos, and every
+//! node it creates (including parents) gets the policy's ACL. Parents that already exist keep
+//! their ACL; the ACL of `{root}/leases` and `{root}/groups/{group}` decides who may create or
+//! delete leases and members.
+
+mod facade;
+
+use crate::error::{Error, Result};
+use crate::spi::{
+    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, SessionGrant,
+    Subscribers, Subscription,
+};
+use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
+use facade::{backend as zk_err, call, state_error};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use zookeeper_client as zk;
+
+/// Permissions of an [`Acl`] entry (ZooKeeper's `READ | WRITE | CREATE | DELETE | ADMIN`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Perms(u8);
+
+impl Perms {
+    /// Read data and list children.
+    pub const READ: Perms = Perms(1);
+    /// Set data.
+    pub const WRITE: Perms = Perms(2);
+    /// Create children.
+    pub const CREATE: Perms = Perms(4);
+    /// Delete children.
+    pub const DELETE: Perms = Perms(8);
+    /// Set the ACL.
+    pub const ADMIN: Perms = Perms(16);
+    /// Everything.
+    pub const ALL: Perms = Perms(31);
+
+    /// The union of two permission sets.
+    pub const fn and(self, other: Perms) -> Perms {
+        Perms(self.0 | other.0)
+    }
+
+    fn to_zk(self) -> zk::Permission {
+        [
+            (1, zk::Permission::READ),
+            (2, zk::Permission::WRITE),
+            (4, zk::Permission::CREATE),
+            (8, zk::Permission::DELETE),
+            (16, zk::Permission::ADMIN),
+        ]
+        .into_iter()
+        .filter(|(bit, _)| self.0 & bit != 0)
+        .fold(zk::Permission::NONE, |acc, (_, p)| acc | p)
+    }
+}
+
+/// One ACL entry: permissions for an identity (`scheme:id`, e.g. `digest:simba:base64hash`,
+/// `world:anyone`, or `auth:` for "whoever created the node").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Acl {
+    /// What the identity may do.
+    pub perms: Perms,
+    /// The scheme: `world`, `auth`, `digest`, `ip`, `sasl`, …
+    pub scheme: String,
+    /// The identity within the scheme.
+    pub id: String,
+}
+
+impl Acl {
+    /// An entry for `scheme:id`.
+    pub fn new(perms: Perms, scheme: impl Into<String>, id: impl Into<String>) -> Self {
+        Acl {
+            perms,
+            scheme: scheme.into(),
+            id: id.into(),
+        }
+    }
+
+    fn to_zk(&self) -> zk::Acl {
+        zk::Acl::new(self.perms.to_zk(), zk::AuthId::new(&self.scheme, &self.id))
+    }
+}
+
+type AclFn = dyn Fn(&str) -> Vec<Acl> + Send + Sync;
+
+/// The ACL given to every node the backend creates, parents included.
+///
+/// ```
+/// use simba_lease::backends::zookeeper::{Acl, AclPolicy, Perms};
+/// let _open = AclPolicy::open(); // the default: unsafe on a shared ensemble
+/// let _mine = AclPolicy::creator_all(); // needs auth infos on the backend
+/// let _custom = AclPolicy::per_path(|path| {
+///     vec![Acl::new(Perms::ALL, "auth", ""), Acl::new(Perms::READ, "world", "anyone")]
+/// });
+/// ```
+#[derive(Clone)]
+pub struct AclPolicy(Arc<AclFn>);
+
+impl AclPolicy {
+    /// `world:anyone` with every permission (ZooKeeper's `OPEN_ACL_UNSAFE`).
+    pub fn open() -> Self {
+        Self::fixed(vec![Acl::new(Perms::ALL, "world", "anyone")])
+    }
+
+    /// Every permission for the creating identity only (ZooKeeper's `CREATOR_ALL_ACL`);
+    /// the backend must be given auth infos.
+    pub fn creator_all() -> Self {
+        Self::fixed(vec![Acl::new(Perms::ALL, "auth", "")])
+    }
+
+    /// The same ACL for every path.
+    pub fn fixed(acl: Vec<Acl>) -> Self {
+        AclPolicy(Arc::new(move |_| acl.clone()))
+    }
+
+    /// An ACL chosen per node path (like Curator's `ACLProvider`).
+    pub fn per_path(f: impl Fn(&str) -> Vec<Acl> + Send + Sync + 'static) -> Self {
+        AclPolicy(Arc::new(f))
+    }
+
+    fn for_path(&self, path: &str) -> Vec<zk::Acl> {
+        (self.0)(path).iter().map(Acl::to_zk).collect()
+    }
+}
+
+impl Default for AclPolicy {
+    fn default() -> Self {
+        Self::open()
+    }
+}
+
+impl std::fmt::Debug for AclPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AclPolicy")
+    }
+}
+
+/// Options of a [`ZooKeeperBackend`]; start with [`ZooKeeperBackend::builder`].
+#[derive(Clone)]
+pub struct ZooKeeperBuilder {
+    connect: String,
+    root: String,
+    auth: Vec<(String, Vec<u8>)>,
+    acl: Option<AclPolicy>,
+    connection_timeout: Duration,
+    request_timeout: Duration,
+    reader_session_timeout: Duration,
+}
+
+impl std::fmt::Debug for ZooKeeperBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperBuilder")
+            .field("connect", &self.connect)
+            .field("root", &self.root)
+            .field(
+                "auth_schemes",
+                &self.auth.iter().map(|a| &a.0).collect::<Vec<_>>(),
+            )
+            .field("connection_timeout", &self.connection_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl ZooKeeperBuilder {
+    /// The root path under which all nodes live (default `/simba`).
+    pub fn root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// Adds an auth info (`scheme`, credentials) that every client of the backend sends.
+    pub fn auth(mut self, scheme: impl Into<String>, credentials: impl Into<Vec<u8>>) -> Self {
+        self.auth.push((scheme.into(), credentials.into()));
+        self
+    }
+
+    /// Adds `digest` auth as `user:password`. Without an explicit [`acl`](Self::acl), nodes
+    /// then get [`AclPolicy::creator_all`].
+    pub fn digest(self, user: &str, password: &str) -> Self {
+        self.auth("digest", format!("{user}:{password}"))
+    }
+
+    /// The ACL of every node the backend creates. Default: [`AclPolicy::creator_all`] when auth
+    /// infos are set, otherwise [`AclPolicy::open`] (unsafe on a shared ensemble).
+    pub fn acl(mut self, policy: AclPolicy) -> Self {
+        self.acl = Some(policy);
+        self
+    }
+
+    /// Bounds how long opening a session (and the backend's own connection) may take
+    /// (default 15 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// Bounds every other ZooKeeper call (default 5 s; calls of a session are also bounded by
+    /// its lease).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Connects the backend's reader (members, owners, watches) and creates the root's
+    /// `leases` and `groups` nodes if missing.
+    pub fn build(self) -> Result<ZooKeeperBackend> {
+        if self.connect.trim().is_empty() {
+            return Err(Error::config("connect", "no ZooKeeper host given"));
+        }
+        let root = self.root.trim_end_matches('/').to_owned();
+        let valid = root.starts_with('/')
+            && root[1..]
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != "..");
+        if !valid {
+            return Err(Error::config(
+                "root",
+                format!(
+                    "{:?} is not an absolute ZooKeeper path other than /",
+                    self.root
+                ),
+            ));
+        }
+        for (what, d) in [
+            ("connection_timeout", self.connection_timeout),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(Error::config(what, "must be greater than zero"));
+            }
+        }
+        let acl = self.acl.clone().unwrap_or_else(|| {
+            if self.auth.is_empty() {
+                AclPolicy::open()
+            } else {
+                AclPolicy::creator_all()
+            }
+        });
+        let cfg = Arc::new(Cfg {
+            connect: self.connect.clone(),
+            leases: format!("{root}/leases"),
+            groups: format!("{root}/groups"),
+            root,
+            auth: self.auth.clone(),
+            acl,
+            connection_timeout: self.connection_timeout,
+            request_timeout: self.request_timeout,
+            reader_session_timeout: self.reader_session_timeout,
+        });
+        let reader = Arc::new(Reader {
+            client: RwLock::new(None),
+            stopped: AtomicBool::new(false),
+        });
+        let subscribers = Arc::new(Subscribers::default());
+        let (client, watcher) = cfg.open_reader()?;
+        *reader.client.write() = Some(client);
+        {
+            let (cfg, reader, subs) = (cfg.clone(), reader.clone(), subscribers.clone());
+            std::thread::Builder::new()
+                .name("simba-zk-watch".into())
+                .spawn(move || watch_loop(cfg, reader, subs, watcher))
+                .map_err(|e| Error::backend("spawning the ZooKeeper watch thread", e))?;
+        }
+        let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
+        let inner = Arc::new(Inner {
+            cfg,
+            reader,
+            subscribers,
+            sessions: Mutex::new(HashMap::new()),
+            wake: wake_tx,
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("simba-zk-watchdog".into())
+            .spawn(move || watchdog_loop(weak, wake_rx))
+            .map_err(|e| Error::backend("spawning the ZooKeeper watchdog", e))?;
+        Ok(ZooKeeperBackend { inner })
+    }
+}
+
+struct Cfg {
+    connect: String,
+    root: String,
+    leases: String,
+    groups: String,
+    auth: Vec<(String, Vec<u8>)>,
+    acl: AclPolicy,
+    connection_timeout: Duration,
+    request_timeout: Duration,
+    reader_session_timeout: Duration,
+}
+
+impl Cfg {
+    fn connector(&self, session_timeout: Duration) -> zk::Connector {
+        let mut c = zk::Client::connector().with_session_timeout(session_timeout);
+        for (scheme, cred) in &self.auth {
+            c = c.with_auth(scheme, cred);
+        }
+        c
+    }
+
+    fn connect(&self, session_timeout: Duration) -> Result<zk::Client> {
+        let fut = self.connector(session_timeout).connect(&self.connect);
+        match call("connecting to ZooKeeper", self.connection_timeout, fut)? {
+            Ok(c) => Ok(c),
+            Err(e) => Err(zk_err("connecting to ZooKeeper", e)),
+        }
+    }
+
+    fn open_reader(&self) -> Result<(zk::Client, zk::PersistentWatcher)> {
+        let client = self.connect(self.reader_session_timeout)?;
+        self.mkdirs(&client, &self.leases, self.request_timeout)?;
+        self.mkdirs(&client, &self.groups, self.request_timeout)?;
+        let w = client.watch(&self.root, zk::AddWatchMode::PersistentRecursive);
+        let watcher = call("watching the root", self.request_timeout, w)?
+            .map_err(|e| zk_err("watching the root", e))?;
+        Ok((client, watcher))
+    }
+
+    /// Creates `path` and its missing ancestors, each with the policy's ACL.
+    fn mkdirs(&self, client: &zk::Client, path: &str, limit: Duration) -> Result<()> {
+        let mut prefix = String::new();
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            prefix.push('/');
+            prefix.push_str(part);
+            let acl = self.acl.for_path(&prefix);
+            let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
+            match call(
+                "creating parents",
+                limit,
+                client.create(&prefix, &[], &opts),
+            )? {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(zk_err("creating parents", e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn lease_path(&self, name: &LeaseName) -> String {
+        format!("{}/{}", self.leases, name.as_str())
+    }
+
+    fn group_path(&self, group: &GroupName) -> String {
+        format!("{}/{}", self.groups, group.as_str())
+    }
+}
+
+/// The shared client that reads owners and members and carries the watches.
+struct Reader {
+    client: RwLock<Option<zk::Client>>,
+    stopped: AtomicBool,
+}
+
+impl Reader {
+    fn client(&self) -> Result<zk::Client> {
+        self.client.read().clone().ok_or(Error::Closed)
+    }
+}
+
+#[derive(Default)]
+struct Possibly {
+    seq: u64,
+    /// Lease names whose create was sent, with the sequence number of the last such create.
+    names: HashMap<LeaseName, u64>,
+}
+
+/// One Simba session: a dedicated ZooKeeper client.
+struct ZkSession {
+    id: SessionId,
+    raw: i64,
+    negotiated: Duration,
+    metadata: Metadata,
+    client: Mutex<Option<zk::Client>>,
+    states: zk::StateWatcher,
+    /// The watchdog deadline: last keep-alive sent + lease.
+    deadline: Mutex<Instant>,
+    lease: Mutex<Duration>,
+    possibly: Mutex<Possibly>,
+    releasing: Mutex<()>,
+    closed: Mutex<bool>,
+}
+
+impl ZkSession {
+    fn client(&self) -> Result<zk::Client> {
+        self.client.lock().clone().ok_or_else(|| self.expired())
+    }
+
+    fn expired(&self) -> Error {
+        Error::SessionExpired {
+            session: self.id.to_string(),
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock()
+    }
+
+    /// The time limit of this session's calls.
+    fn limit(&self, cfg: &Cfg) -> Duration {
+        cfg.request_timeout.min(*self.lease.lock())
+    }
+
+    /// Time left as of `at`: never beyond the negotiated timeout or the watchdog deadline.
+    fn remaining_at(&self, at: Instant) -> Duration {
+        let left = self.deadline().saturating_duration_since(at);
+        left.min(self.negotiated).max(Duration::from_millis(1))
+    }
+
+    fn gone(&self) -> bool {
+        Instant::now() >= self.deadline() || self.states.peek_state().is_terminated()
+    }
+
+    /// Fails unless the client is connected (a disconnected session must not look renewed).
+    fn check_connected(&self, operation: &'static str) -> Result<()> {
+        match self.states.peek_state() {
+            zk::SessionState::SyncConnected => Ok(()),
+            s if s.is_terminated() => Err(self.expired()),
+            s => Err(state_error(
+                operation,
+                format!("ZooKeeper session {} is {s}", self.id),
+            )),
+        }
+    }
+
+    /// Forgets a possibly-owned name unless another create of it was sent since `seq`.
+    fn forget(&self, name: &LeaseName, seq: u64) {
+        let mut p = self.possibly.lock();
+        if p.names.get(name) == Some(&seq) {
+            p.names.remove(name);
+        }
+    }
+
+    /// Closes the ZooKeeper session and waits (bounded) until the server confirmed it, so its
+    /// ephemeral nodes are gone when this returns normally.
+    fn shutdown(&self, limit: Duration) {
+        let mut closed = self.closed.lock();
+        if *closed {
+            return;
+        }
+        let client = self.client.lock().take();
+        let mut states = self.states.clone();
+        drop(client);
+        let end = Instant::now() + limit;
+        while !states.state().is_terminated() {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() || facade::block_on_for(states.changed(), left).is_none() {
+                log::warn!("closing ZooKeeper session {} not confirmed", self.id);
+                break;
+            }
+        }
+        *closed = true;
+    }
+}
+
+struct Inner {
+    cfg: Arc<Cfg>,
+    reader: Arc<Reader>,
+    subscribers: Arc<Subscribers>,
+    sessions: Mutex<HashMap<SessionId, Arc<ZkSession>>>,
+    wake: crossbeam_channel::Sender<()>,
+}
+
+impl Inner {
+    fn expired(id: &SessionId) -> Error {
+        Error::SessionExpired {
+            session: id.to_string(),
+        }
+    }
+
+    /// Closes `s` and forgets it.
+    fn expire(&self, s: &ZkSession) {
+        s.shutdown(self.cfg.request_timeout);
+        self.sessions.lock().remove(&s.id);
+    }
+
+    /// The session if it is live; an expired one is closed and forgotten.
+    fn live(&self, id: &SessionId) -> Result<Arc<ZkSession>> {
+        let s = self
+            .sessions
+            .lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Self::expired(id))?;
+        if s.gone() {
+            self.expire(&s);
+            return Err(Self::expired(id));
+        }
+        Ok(s)
+    }
+
+    /// Maps a ZooKeeper error of a session call; an expired session is closed and forgotten.
+    fn fail(&self, s: &ZkSession, operation: &'static str, e: zk::Error) -> Error {
+        match e {
+            zk::Error::SessionExpired | zk::Error::SessionMoved | zk::Error::ClientClosed => {
+                self.expire(s);
+                s.expired()
+            }
+            e => zk_err(operation, e),
+        }
+    }
+
+    fn local_session_by_raw(&self, raw: i64) -> Option<Arc<ZkSession>> {
+        let id = SessionId::from_u64(raw as u64);
+        self.sessions.lock().get(&id).cloned()
+    }
+
+    fn owner_of(&self, stat: &zk::Stat) -> Result<Owner> {
+        let remaining = match self.local_session_by_raw(stat.ephemeral_owner) {
+            Some(s) => s.remaining_at(Instant::now()),
+            None => self
+                .reader
+                .client()
+                .map(|c| c.session_timeout())
+                .unwrap_or(self.cfg.request_timeout),
+        };
+        Ok(Owner {
+            session: SessionId::from_u64(stat.ephemeral_owner as u64),
+            token: token(stat)?,
+            remaining,
+        })
+    }
+
+    fn sweep(&self) -> (usize, Option<Instant>) {
+        let all: Vec<Arc<ZkSession>> = self.sessions.lock().values().cloned().collect();
+        let mut n = 0;
+        let mut next: Option<Instant> = None;
+        for s in all {
+            if s.gone() {
+                log::debug!("watchdog: closing ZooKeeper session {}", s.id);
+                self.expire(&s);
+                n += 1;
+            } else {
+                let d = s.deadline();
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+        }
+        (n, next)
+    }
+}
+
+fn token(stat: &zk::Stat) -> Result<Token> {
+    Token::new(stat.czxid as u64)
+        .map_err(|_| Error::backend("reading a lease node", "lease node with czxid 0"))
+}
+
+type ReadFuture<'a> = Pin<
+    Box<dyn Future<Output = std::result::Result<Vec<zk::MultiReadResult>, zk::Error>> + Send + 'a>,
+>;
+
+/// Leases, sessions and groups in ZooKeeper: see the [module docs](self).
+///
+/// ```no_run
+/// use simba_lease::backends::zookeeper::{AclPolicy, ZooKeeperBackend};
+/// use simba_lease::{Config, Session};
+/// use std::{sync::Arc, time::Duration};
+/// let backend = ZooKeeperBackend::builder("zk1:2181,zk2:2181,zk3:2181")
+///     .root("/simba")
+///     .digest("simba", "secret")
+///     .acl(AclPolicy::creator_all())
+///     .connection_timeout(Duration::from_secs(10))
+///     .build()?;
+/// let session = Session::open(Arc::new(backend), Config::default())?;
+/// # Ok::<(), simba_lease::Error>(())
+/// ```
+pub struct ZooKeeperBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ZooKeeperBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperBackend")
+            .field("connect", &self.inner.cfg.connect)
+            .field("root", &self.inner.cfg.root)
+            .finish()
+    }
+}
+
+impl ZooKeeperBackend {
+    /// A builder for the ensemble at `connect` (`host:port,host:port`, as ZooKeeper's
+    /// connect string, without a chroot).
+    pub fn builder(connect: impl Into<String>) -> ZooKeeperBuilder {
+        ZooKeeperBuilder {
+            connect: connect.into(),
+            root: "/simba".into(),
+            auth: Vec::new(),
+            acl: None,
+            connection_timeout: Duration::from_secs(15),
+            request_timeout: Duration::from_secs(5),
+            reader_session_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// A backend with the default options under `/simba` (open ACL).
+    pub fn connect(connect: &str) -> Result<Self> {
+        Self::builder(connect).build()
+    }
+
+    /// The root path.
+    pub fn root(&self) -> &str {
+        &self.inner.cfg.root
+    }
+}
+
+impl Drop for ZooKeeperBackend {
+    fn drop(&mut self) {
+        self.inner.reader.stopped.store(true, Ordering::SeqCst);
+        self.inner.reader.client.write().take();
+        let sessions: Vec<_> = self.inner.sessions.lock().drain().map(|(_, s)| s).collect();
+        for s in sessions {
+            s.shutdown(self.inner.cfg.request_timeout);
+        }
+    }
+}
+
+impl LeaseBackend for ZooKeeperBackend {
+    fn kind(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        let inner = &self.inner;
+        let sent = Instant::now();
+        let client = inner.cfg.connect(lease)?;
+        let raw = client.session_id().0;
+        let negotiated = client.session_timeout();
+        let id = SessionId::from_u64(raw as u64);
+        let s = Arc::new(ZkSession {
+            id: id.clone(),
+            raw,
+            negotiated,
+            metadata: metadata.clone(),
+            states: client.state_watcher(),
+            client: Mutex::new(Some(client)),
+            deadline: Mutex::new(sent + lease),
+            lease: Mutex::new(lease),
+            possibly: Mutex::new(Possibly::default()),
+            releasing: Mutex::new(()),
+            closed: Mutex::new(false),
+        });
+        let remaining = s.remaining_at(sent);
+        inner.sessions.lock().insert(id.clone(), s);
+        let _ = inner.wake.send(());
+        Ok(SessionGrant { id, remaining })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        const OP: &str = "keep-alive";
+        let inner = &self.inner;
+        let s = inner.live(session)?;
+        s.check_connected(OP)?;
+        let client = s.client()?;
+        let sent = Instant::now();
+        // Snapshot the possibly-owned names and send the read under one lock, so every create
+        // counted in the snapshot was queued before the read.
+        let (snapshot, fut): (Vec<(LeaseName, u64)>, ReadFuture<'_>) = {
+            let p = s.possibly.lock();
+            let snapshot: Vec<_> = p.names.iter().map(|(n, q)| (n.clone(), *q)).collect();
+            if snapshot.is_empty() {
+                let f = client.check_stat(&inner.cfg.leases);
+                (
+                    snapshot,
+                    Box::pin(async move { f.await.map(|_| Vec::new()) }),
+                )
+            } else {
+                let mut r = client.new_multi_reader();
+                for (n, _) in &snapshot {
+                    r.add_get_data(&inner.cfg.lease_path(n))
+                        .map_err(|e| zk_err(OP, e))?;
+                }
+                let f = r.commit();
+                (snapshot, Box::pin(f))
+            }
+        };
+        let results = match call(OP, s.limit(&inner.cfg), fut)? {
+            Ok(r) => r,
+            Err(e) => return Err(inner.fail(&s, OP, e)),
+        };
+        {
+            *s.lease.lock() = lease;
+            let mut d = s.deadline.lock();
+            *d = (*d).max(sent + lease);
+        }
+        let remaining = lease.min(s.negotiated);
+        let mut leases = Vec::new();
+        for ((name, seq), r) in snapshot.into_iter().zip(results) {
+            match r {
+                zk::MultiReadResult::Data { stat, .. } if stat.ephemeral_owner == s.raw => {
+                    leases.push(HeldLease {
+                        name,
+                        token: token(&stat)?,
+                        remaining,
+                    });
+                }
+                zk::MultiReadResult::Data { .. }
+                | zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                } => s.forget(&name, seq),
+                zk::MultiReadResult::Error { err } => return Err(zk_err(OP, err)),
+                other => {
+                    return Err(Error::backend(OP, format!("unexpected reply {other:?}")));
+                }
+            }
+        }
+        Ok(KeepAlive { remaining, leases })
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        let s = self.inner.sessions.lock().get(session).cloned();
+        if let Some(s) = s {
+            self.inner.expire(&s);
+        }
+        Ok(())
+    }
+
+    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
+        const OP: &str = "acquiring a lease";
+        let inner = &self.inner;
+        let s = inner.live(session)?;
+        let path = inner.cfg.lease_path(name);
+        let acl = inner.cfg.acl.for_path(&path);
+        let opts = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&acl));
+        let limit = s.limit(&inner.cfg);
+        for _ in 0..8 {
+            s.check_connected(OP)?;
+            let client = s.client()?;
+            let sent = Instant::now();
+            // The name counts as possibly owned from the moment its create is sent.
+            let (seq, created) = {
+                let mut p = s.possibly.lock();
+                p.seq += 1;
+                let seq = p.seq;
+                p.names.insert(name.clone(), seq);
+                (
+                    seq,
+                    client.create(&path, session.as_str().as_bytes(), &opts),
+                )
+            };
+            match call(OP, limit, created)? {
+                Ok((stat, _)) => {
+                    return Ok(Acquire::Acquired(Term {
+                        name: name.clone(),
+                        token: token(&stat)?,
+                        remaining: s.remaining_at(sent),
+                    }))
+                }
+                Err(zk::Error::NodeExists) => {
+                    match call(OP, limit, client.check_stat(&path))? {
+                        Ok(Some(stat)) if stat.ephemeral_owner == s.raw => {
+                            return Ok(Acquire::Acquired(Term {
+                                name: name.clone(),
+                                token: token(&stat)?,
+                                remaining: s.remaining_at(sent),
+                            }))
+                        }
+                        Ok(Some(stat)) => {
+                            s.forget(name, seq);
+                            return Ok(Acquire::Held(inner.owner_of(&stat)?));
+                        }
+                        Ok(None) => continue, // released meanwhile: try again
+                        Err(e) => return Err(inner.fail(&s, OP, e)),
+                    }
+                }
+                Err(zk::Error::NoNode) => inner.cfg.mkdirs(&client, &inner.cfg.leases, limit)?,
+                Err(e) => return Err(inner.fail(&s, OP, e)),
+            }
+        }
+        Err(Error::backend(OP, format!("{name} kept changing hands")))
+    }
+
+    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        const OP: &str = "releasing a lease";
+        let inner = &self.inner;
+        let Some(s) = inner.sessions.lock().get(session).cloned() else {
+            return Ok(false);
+        };
+        // One release of a session at a time: between the owner check and the delete, only
+        // this session could delete (and so re-create) its own node.
+        let _one = s.releasing.lock();
+        let Ok(client) = s.client() else {
+            return Ok(false);
+        };
+        let limit = s.limit(&inner.cfg);
+        let path = inner.cfg.lease_path(name);
+        let seq = s.possibly.lock().names.get(name).copied();
+        let stat = match call(OP, limit, client.check_stat(&path))? {
+            Ok(Some(stat)) => stat,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(inner.fail(&s, OP, e)),
+        };
+        if stat.ephemeral_owner != s.raw || stat.czxid as u64 != token.get() {
+            return Ok(false);
+        }
+        match call(OP, limit, client.delete(&path, Some(stat.version)))? {
+            Ok(()) => {
+                if let Some(seq) = seq {
+                    s.forget(name, seq);
+                }
+                Ok(true)
+            }
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => Err(inner.fail(&s, OP, e)),
+        }
+    }
+
+    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
+        const OP: &str = "reading a lease owner";
+        let inner = &self.inner;
+        let client = inner.reader.client()?;
+        let path = inner.cfg.lease_path(name);
+        match call(OP, inner.cfg.request_timeout, client.check_stat(&path))? {
+            Ok(Some(stat)) => Ok(Some(inner.owner_of(&stat)?)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(zk_err(OP, e)),
+        }
+    }
+
+    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
+        const OP: &str = "joining a group";
+        let inner = &self.inner;
+        let s = inner.live(session)?;
+        let gpath = inner.cfg.group_path(group);
+        let mpath = format!("{gpath}/{}", s.id);
+        let acl = inner.cfg.acl.for_path(&mpath);
+        let opts = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&acl));
+        let limit = s.limit(&inner.cfg);
+        for _ in 0..8 {
+            s.check_connected(OP)?;
+            let client = s.client()?;
+            let data = s.metadata.as_str().as_bytes();
+            match call(OP, limit, client.create(&mpath, data, &opts))? {
+                Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
+                Err(zk::Error::NoNode) => {
+                    let gacl = inner.cfg.acl.for_path(&gpath);
+                    let gopts = zk::CreateMode::Container.with_acls(zk::Acls::new(&gacl));
+                    match call(OP, limit, client.create(&gpath, &[], &gopts))? {
+                        Ok(_) | Err(zk::Error::NodeExists) => {}
+                        Err(zk::Error::NoNode) => {
+                            inner.cfg.mkdirs(&client, &inner.cfg.groups, limit)?
+                        }
+                        Err(e) => return Err(inner.fail(&s, OP, e)),
+                    }
+                }
+                Err(e) => return Err(inner.fail(&s, OP, e)),
+            }
+        }
+        Err(Error::backend(
+            OP,
+            format!("group node {gpath} kept vanishing"),
+        ))
+    }
+
+    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        const OP: &str = "leaving a group";
+        let inner = &self.inner;
+        let Some(s) = inner.sessions.lock().get(session).cloned() else {
+            return Ok(false);
+        };
+        let Ok(client) = s.client() else {
+            return Ok(false);
+        };
+        let mpath = format!("{}/{}", inner.cfg.group_path(group), s.id);
+        match call(OP, s.limit(&inner.cfg), client.delete(&mpath, None))? {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => Err(inner.fail(&s, OP, e)),
+        }
+    }
+
+    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
+        const OP: &str = "reading group members";
+        let inner = &self.inner;
+        let limit = inner.cfg.request_timeout;
+        let client = inner.reader.client()?;
+        let gpath = inner.cfg.group_path(group);
+        // Sync first: a join that just returned (on any server) is then in the view.
+        match call(OP, limit, client.sync(&gpath))? {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(zk_err(OP, e)),
+        }
+        let children = match call(OP, limit, client.list_children(&gpath))? {
+            Ok(c) => c,
+            Err(zk::Error::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(zk_err(OP, e)),
+        };
+        let ids: Vec<SessionId> = children
+            .iter()
+            .filter_map(|c| {
+                SessionId::parse(c)
+                    .ok()
+                    .filter(|id| id.as_str().len() == 16)
+            })
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut r = client.new_multi_reader();
+        for id in &ids {
+            r.add_get_data(&format!("{gpath}/{id}"))
+                .map_err(|e| zk_err(OP, e))?;
+        }
+        let results = call(OP, limit, r.commit())?.map_err(|e| zk_err(OP, e))?;
+        let mut members = Vec::new();
+        for (id, r) in ids.into_iter().zip(results) {
+            if let zk::MultiReadResult::Data { data, stat } = r {
+                // Only a node the member's own session created counts.
+                if SessionId::from_u64(stat.ephemeral_owner as u64) != id {
+                    continue;
+                }
+                let metadata = String::from_utf8(data)
+                    .ok()
+                    .and_then(|m| Metadata::new(m).ok())
+                    .unwrap_or_default();
+                members.push(Member {
+                    session: id,
+                    metadata,
+                });
+            }
+        }
+        members.sort();
+        Ok(members)
+    }
+
+    fn purge_expired(&self) -> Result<usize> {
+        // ZooKeeper removes expired sessions and their nodes itself; this closes the local
+        // sessions whose lease ran out without a keep-alive.
+        Ok(self.inner.sweep().0)
+    }
+
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        Ok(Some(self.inner.subscribers.add(sink)))
+    }
+}
+
+/// Closes sessions that no keep-alive renewed within their lease.
+fn watchdog_loop(weak: Weak<Inner>, wake: crossbeam_channel::Receiver<()>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let (_, next) = inner.sweep();
+        drop(inner);
+        let wait = next
+            .map(|n| n.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        match wake.recv_timeout(wait + Duration::from_millis(1)) {
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            _ => continue,
+        }
+    }
+}
+
+/// Forwards the reader's recursive watch on the root to the subscribers; reconnects the
+/// reader (a new session: it holds no ephemeral nodes) when its session ends.
+fn watch_loop(
+    cfg: Arc<Cfg>,
+    reader: Arc<Reader>,
+    subs: Arc<Subscribers>,
+    mut watcher: zk::PersistentWatcher,
+) {
+    let leases = format!("{}/", cfg.leases);
+    let groups = format!("{}/", cfg.groups);
+    let mut disconnected = false;
+    loop {
+        let ev = futures_lite::future::block_on(watcher.changed());
+        match ev.event_type {
+            zk::EventType::Session => match ev.session_state {
+                zk::SessionState::Disconnected => disconnected = true,
+                zk::SessionState::SyncConnected if disconnected => {
+                    // Events during the disconnection may be lost (ZOOKEEPER-4698).
+                    disconnected = false;
+                    subs.publish(&Notification::Resync);
+                }
+                s if s.is_terminated() => {
+                    if reader.stopped.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    log::warn!("ZooKeeper reader session ended ({s}); reconnecting");
+                    loop {
+                        if reader.stopped.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        match cfg.open_reader() {
+                            Ok((client, w)) => {
+                                *reader.client.write() = Some(client);
+                                watcher = w;
+                                break;
+                            }
+                            Err(e) => {
+                                log::warn!("reconnecting the ZooKeeper reader: {e}");
+                                std::thread::sleep(Duration::from_millis(200));
+                            }
+                        }
+                    }
+                    if reader.stopped.load(Ordering::SeqCst) {
+                        reader.client.write().take();
+                        return;
+                    }
+                    subs.publish(&Notification::Resync);
+                }
+                _ => {}
+            },
+            zk::EventType::NodeDeleted if ev.path.starts_with(&leases) => {
+                if let Ok(name) = LeaseName::new(&ev.path[leases.len()..]) {
+                    subs.publish(&Notification::Released(name));
+                }
+            }
+            zk::EventType::NodeCreated | zk::EventType::NodeDeleted
+                if ev.path.starts_with(&groups) =>
+            {
+                let rest = &ev.path[groups.len()..];
+                if let Some((g, _member)) = rest.split_once('/') {
+                    if let Ok(g) = GroupName::new(g) {
+                        subs.publish(&Notification::GroupChanged(g));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn parse_duration(u: &crate::backends::BackendUrl, key: &str, v: &str) -> Result<Duration> {
+    let (num, unit) = v
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((v, "ms"), |i| (&v[..i], &v[i..]));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| u.invalid(format!("{key}={v:?}: expected e.g. 5s or 500ms")))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(u.invalid(format!("{key}={v:?}: unit must be ms, s or m"))),
+    }
+}
+
+/// Builds a backend from `zookeeper://[user:password@]h1:2181,h2:2181[/root][?options]`.
+pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBackend> {
+    u.check_params(&["connection_timeout", "request_timeout", "acl"])?;
+    if u.hosts.is_empty() {
+        return Err(u.invalid("no ZooKeeper host given"));
+    }
+    let mut b = ZooKeeperBackend::builder(u.hosts.join(","));
+    if !u.path.is_empty() && u.path != "/" {
+        b = b.root(u.path.clone());
+    }
+    if let Some(user) = &u.user {
+        b = b.digest(user, u.password.as_deref().unwrap_or(""));
+    }
+    if let Some(v) = u.param("connection_timeout") {
+        b = b.connection_timeout(parse_duration(u, "connection_timeout", v)?);
+    }
+    if let Some(v) = u.param("request_timeout") {
+        b = b.request_timeout(parse_duration(u, "request_timeout", v)?);
+    }
+    match u.param("acl") {
+        None => {}
+        Some("open") => b = b.acl(AclPolicy::open()),
+        Some("creator") => b = b.acl(AclPolicy::creator_all()),
+        Some(other) => return Err(u.invalid(format!("acl={other:?}: expected open or creator"))),
+    }
+    b.build()
+}

@@ -1,0 +1,152 @@
+//! Shared helpers of the ZooKeeper tests.
+#![allow(dead_code)]
+
+pub mod raw;
+
+use simba_lease::backends::zookeeper::{ZooKeeperBackend, ZooKeeperBuilder};
+use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription};
+use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, SessionId, Token};
+use std::time::Duration;
+
+/// `host:port,…` of the standalone server: `SIMBA_ZK_URL` (as `.ci/servers.sh` exports it)
+/// or `127.0.0.1:2181`.
+pub fn hosts() -> String {
+    hosts_of("SIMBA_ZK_URL", "127.0.0.1:2181")
+}
+
+/// `host:port,…` of the 3-node ensemble: `SIMBA_ZK_ENSEMBLE` or loopback 2281-2283.
+pub fn ensemble_hosts() -> String {
+    hosts_of(
+        "SIMBA_ZK_ENSEMBLE",
+        "127.0.0.1:2281,127.0.0.1:2282,127.0.0.1:2283",
+    )
+}
+
+fn hosts_of(var: &str, default: &str) -> String {
+    let url = std::env::var(var).unwrap_or_default();
+    let rest = url
+        .strip_prefix("zookeeper://")
+        .or_else(|| url.strip_prefix("zk://"))
+        .unwrap_or(&url);
+    let rest = rest.split(['/', '?']).next().unwrap_or("");
+    if rest.is_empty() {
+        default.to_owned()
+    } else {
+        rest.to_owned()
+    }
+}
+
+/// A random root for one test.
+pub fn random_root(prefix: &str) -> String {
+    format!("/simba-test/{}", simba_lease::tck::unique(prefix))
+}
+
+/// Deletes test roots left behind by earlier runs (a TCK case may leak its backend on
+/// purpose, e.g. by forgetting a handle), once per process and only roots older than 10 minutes
+/// (so concurrent test runs are never touched).
+fn sweep_stale_roots(hosts: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut raw = raw::Raw::connect(hosts);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        for child in raw.children("/simba-test") {
+            let path = format!("/simba-test/{child}");
+            if raw.ctime(&path).is_some_and(|t| now - t > 600_000) {
+                raw.delete_tree(&path);
+            }
+        }
+    });
+}
+
+/// A backend under its own random root; dropping it closes its sessions and deletes the root.
+pub struct Isolated {
+    backend: Option<ZooKeeperBackend>,
+    hosts: String,
+    root: String,
+    auth: Option<(String, Vec<u8>)>,
+}
+
+impl Isolated {
+    /// A backend built by `f` from a builder under a fresh root on `hosts`.
+    pub fn new(
+        hosts: &str,
+        auth: Option<(&str, &[u8])>,
+        f: impl FnOnce(ZooKeeperBuilder) -> ZooKeeperBuilder,
+    ) -> Isolated {
+        sweep_stale_roots(hosts);
+        let root = random_root("root");
+        let builder = ZooKeeperBackend::builder(hosts)
+            .root(root.clone())
+            .connection_timeout(Duration::from_secs(20));
+        let backend = f(builder).build().expect("ZooKeeper backend");
+        Isolated {
+            backend: Some(backend),
+            hosts: hosts.to_owned(),
+            root,
+            auth: auth.map(|(s, c)| (s.to_owned(), c.to_vec())),
+        }
+    }
+
+    /// The backend.
+    pub fn b(&self) -> &ZooKeeperBackend {
+        self.backend.as_ref().expect("live")
+    }
+
+    /// The root.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        drop(self.backend.take());
+        let mut raw = raw::Raw::connect(&self.hosts);
+        if let Some((scheme, cred)) = &self.auth {
+            raw.auth(scheme, cred);
+        }
+        raw.delete_tree(&self.root);
+    }
+}
+
+impl LeaseBackend for Isolated {
+    fn kind(&self) -> &'static str {
+        self.b().kind()
+    }
+    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        self.b().open_session(lease, metadata)
+    }
+    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        self.b().keep_alive(session, lease)
+    }
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.b().close_session(session)
+    }
+    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
+        self.b().acquire(session, name)
+    }
+    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        self.b().release(session, name, token)
+    }
+    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
+        self.b().owner(name)
+    }
+    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
+        self.b().join(session, group)
+    }
+    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        self.b().leave(session, group)
+    }
+    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
+        self.b().members(group)
+    }
+    fn purge_expired(&self) -> Result<usize> {
+        self.b().purge_expired()
+    }
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        self.b().subscribe(sink)
+    }
+}
