@@ -51,7 +51,6 @@ zk4() {
   timeout 2 cat <&3
   exec 3>&-
 }
-zk_ok() { [ "$(zk4 "$1" ruok 2>/dev/null)" = imok ]; }
 zk_serving() { zk4 "$1" srvr 2>/dev/null | grep -qE '^Mode: (standalone|leader|follower)'; }
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -62,19 +61,25 @@ free_port() {
   echo "$p"
 }
 
-# zk_start <dir>: starts the server configured in <dir>/zoo.cfg, recording its pid.
+# zk_start <dir>: writes <dir>/start.sh (which tests run to restart a server they killed) and
+# runs it: the server configured in <dir>/zoo.cfg starts in the background, its pid in <dir>/pid.
 zk_start() {
   local d=$1
-  java -Xmx256m -XX:+UseSerialGC -cp "$ZK_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain \
-    "$d/zoo.cfg" >"$d/server.log" 2>&1 </dev/null &
-  echo $! >"$d/pid"
+  cat >"$d/start.sh" <<EOF
+#!/usr/bin/env bash
+cd "$d"
+java -Xmx256m -XX:+UseSerialGC -cp "$ZK_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain \\
+  "$d/zoo.cfg" >>"$d/server.log" 2>&1 </dev/null &
+echo \$! >"$d/pid"
+EOF
+  bash "$d/start.sh"
 }
 
 # A standalone server with a short tickTime, so TCK sessions of 1 s are allowed.
 # Exports SIMBA_ZK_URL (zookeeper://127.0.0.1:PORT) and SIMBA_ZK_PID_FILE.
 ensure_zookeeper() {
   local d=$SIMBA_CI_DIR/zk
-  if ! { pid_alive "$d/pid" && [ -f "$d/port" ] && zk_ok "$(cat "$d/port")"; }; then
+  if ! { pid_alive "$d/pid" && [ -f "$d/port" ] && zk_serving "$(cat "$d/port")"; }; then
     ensure_zookeeper_package
     if [ -f "$d/pid" ]; then kill "$(cat "$d/pid")" 2>/dev/null || true; fi
     rm -rf "$d"; mkdir -p "$d/data"
@@ -93,7 +98,7 @@ maxClientCnxns=0
 EOF
     log "starting ZooKeeper on 127.0.0.1:$port"
     zk_start "$d"
-    wait_until 60 "ZooKeeper on port $port" zk_ok "$port"
+    wait_until 60 "ZooKeeper on port $port" zk_serving "$port"
     pid_alive "$d/pid" || die "ZooKeeper exited (port $port taken?): $(tail -5 "$d/server.log")"
   fi
   export SIMBA_ZK_URL="zookeeper://127.0.0.1:$(cat "$d/port")"

@@ -88,6 +88,7 @@ mod acl {
     #[test]
     fn url_with_credentials_makes_creator_only_nodes() {
         let hosts = zk::hosts();
+        zk::prepare(&hosts);
         let root = zk::random_root("url");
         let url = format!("zookeeper://simba:s3cret@{hosts}{root}?connection_timeout=20s");
         let b = simba_lease::connect(&url).expect("connect by URL");
@@ -147,5 +148,285 @@ mod watch {
         assert!(tc.token > ta.token);
         a.close().unwrap();
         c.close().unwrap();
+    }
+}
+
+/// The client's connection is cut (through a proxy) while it holds a lease.
+mod fault {
+    use super::zk::{self, proxy::Proxy};
+    use simba_lease::backends::ZooKeeperBackend;
+    use simba_lease::spi::LeaseBackend;
+    use simba_lease::{tck, Config, Event, LossReason, Session, SessionState};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn cut_connection_jeopardy_then_lost_and_never_two_holders() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let a_backend = zk::Isolated::via(&hosts, proxy.addr(), None, |b| b);
+        let root = a_backend.root().to_owned();
+        let a_backend: Arc<dyn LeaseBackend> = Arc::new(a_backend);
+        let b_backend: Arc<dyn LeaseBackend> = Arc::new(
+            ZooKeeperBackend::builder(hosts.as_str())
+                .root(root)
+                .build()
+                .unwrap(),
+        );
+        let cfg = Config::builder()
+            .lease(Duration::from_secs(2))
+            .renew_interval(Duration::from_millis(400))
+            .build()
+            .unwrap();
+        let a = Session::open(a_backend.clone(), cfg.clone()).unwrap();
+        let events = a.events();
+        let c = Session::open(b_backend.clone(), cfg).unwrap();
+        let name = tck::lease_name("cut");
+        let ga = a.lock(&name).unwrap();
+        let t1 = ga.token();
+        assert!(c.try_lock(&name).unwrap().is_none());
+
+        proxy.cut();
+        // The other session takes the lease once ZooKeeper expired a's session and deleted
+        // its node; a's guard must be invalid by then (its local deadline came first).
+        let gc = c
+            .lock_timeout(&name, Duration::from_secs(30))
+            .expect("c takes over after a's session expired");
+        assert!(
+            !ga.is_valid(),
+            "two holders: a still believes it holds the lease"
+        );
+        assert!(gc.token() > t1, "{} after {t1}", gc.token());
+        let owner = b_backend.owner(&name).unwrap().expect("held");
+        assert_eq!((&owner.session, owner.token), (c.id(), gc.token()));
+
+        // a went Jeopardy, then lost the lock and the session at its local deadline.
+        let mut seen = Vec::new();
+        let end = Instant::now() + Duration::from_secs(30);
+        while !matches!(seen.last(), Some(Event::SessionExpired { .. })) {
+            let left = end.saturating_duration_since(Instant::now());
+            seen.push(events.recv_timeout(left).expect("a's SessionExpired event"));
+        }
+        let pos = |f: &dyn Fn(&Event) -> bool| seen.iter().position(f);
+        let jeopardy = pos(&|e| matches!(e, Event::Jeopardy { .. })).expect("Jeopardy");
+        let lost = pos(&|e| {
+            matches!(
+                e,
+                Event::LockLost {
+                    reason: LossReason::SessionExpired | LossReason::Expired,
+                    ..
+                }
+            )
+        })
+        .expect("LockLost");
+        assert!(jeopardy < lost, "{seen:?}");
+        assert_eq!(a.state(), SessionState::Expired);
+        assert!(
+            !seen.iter().any(|e| matches!(e, Event::Recovered { .. })),
+            "{seen:?}"
+        );
+
+        drop(ga);
+        proxy.heal();
+        gc.unlock().unwrap();
+        a.close().unwrap();
+        c.close().unwrap();
+    }
+}
+
+/// A 3-node loopback ensemble (`SIMBA_ZK_ENSEMBLE`; pid files and `start.sh` per node under
+/// `SIMBA_ZK_ENSEMBLE_DIR`, as `.ci/servers.sh` writes them): failover and leader change.
+mod ensemble {
+    use super::zk;
+    use simba_lease::spi::{Acquire, LeaseBackend};
+    use simba_lease::{tck, Config, Event, Metadata, Session, SessionId};
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    struct Node {
+        dir: PathBuf,
+        port: u16,
+    }
+
+    fn nodes() -> Vec<Node> {
+        let base = std::env::var("SIMBA_ZK_ENSEMBLE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| {
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/ci/zk-ensemble")
+            });
+        (1..=3)
+            .map(|i| {
+                let dir = base.join(format!("zk{i}"));
+                let port = std::fs::read_to_string(dir.join("port"))
+                    .unwrap_or_else(|e| panic!("{}: {e} (run .ci/servers.sh)", dir.display()))
+                    .trim()
+                    .parse()
+                    .unwrap();
+                Node { dir, port }
+            })
+            .collect()
+    }
+
+    fn four(port: u16, word: &str) -> String {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+            return String::new();
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = s.write_all(word.as_bytes());
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    fn mode(n: &Node) -> Option<String> {
+        four(n.port, "srvr")
+            .lines()
+            .find_map(|l| l.strip_prefix("Mode: ").map(str::to_owned))
+            .filter(|m| m == "leader" || m == "follower")
+    }
+
+    /// The node a ZooKeeper session is connected to, per `cons`.
+    fn node_of(nodes: &[Node], id: &SessionId) -> Option<usize> {
+        let raw = u64::from_str_radix(id.as_str(), 16).unwrap();
+        nodes.iter().position(|n| {
+            four(n.port, "cons").split("sid=0x").skip(1).any(|rest| {
+                let hex: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+                u64::from_str_radix(&hex, 16).ok() == Some(raw)
+            })
+        })
+    }
+
+    fn kill(n: &Node) {
+        let pid = std::fs::read_to_string(n.dir.join("pid")).unwrap();
+        let ok = std::process::Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {}", pid.trim());
+    }
+
+    fn restart(n: &Node) {
+        let ok = std::process::Command::new("bash")
+            .arg(n.dir.join("start.sh"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "restarting {}", n.dir.display());
+        let mut h = tck::Harness::new(|| unreachable!());
+        h.patience = Duration::from_secs(90);
+        h.until("the restarted server serves", || mode(n).is_some());
+    }
+
+    fn acquired(b: &dyn LeaseBackend, s: &SessionId, name: &simba_lease::LeaseName) -> u64 {
+        match b.acquire(s, name).unwrap() {
+            Acquire::Acquired(t) => t.token.get(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn failover_keeps_sessions_and_tokens_increase_across_leader_change() {
+        let nodes = nodes();
+        let mut h = tck::Harness::new(|| unreachable!());
+        h.patience = Duration::from_secs(60);
+        h.until("all ensemble nodes serve", || {
+            nodes.iter().all(|n| mode(n).is_some())
+        });
+        let b = Arc::new(zk::Isolated::new(&zk::ensemble_hosts(), None, |b| b));
+        let lease = Duration::from_secs(8);
+        let cfg = Config::builder()
+            .lease(lease)
+            .renew_interval(lease / 5)
+            .build()
+            .unwrap();
+        let s = Session::open(b.clone(), cfg).unwrap();
+        let events = s.events();
+        let guard = s.lock(&tck::lease_name("ens-lock")).unwrap();
+        let raw = b.open_session(lease, &Metadata::default()).unwrap().id;
+        let name = tck::lease_name("ens");
+        let t1 = acquired(&*b, &raw, &name);
+
+        // Kill the server the raw session is connected to: it fails over, same session.
+        let mut on = None;
+        h.until("the session shows on a server", || {
+            on = node_of(&nodes, &raw);
+            on.is_some()
+        });
+        let killed = on.unwrap();
+        kill(&nodes[killed]);
+        let mut ka = None;
+        h.until("a keep-alive succeeds after the failover", || {
+            match b.keep_alive(&raw, lease) {
+                Ok(k) => {
+                    ka = Some(k);
+                    true
+                }
+                Err(e) => {
+                    assert!(!e.is_session_expired(), "session lost in failover: {e}");
+                    false
+                }
+            }
+        });
+        let held: Vec<_> = ka
+            .unwrap()
+            .leases
+            .into_iter()
+            .map(|l| (l.name, l.token.get()))
+            .collect();
+        assert_eq!(
+            held,
+            vec![(name.clone(), t1)],
+            "the lease survived the failover"
+        );
+        assert_ne!(node_of(&nodes, &raw), Some(killed));
+        restart(&nodes[killed]);
+
+        // Tokens strictly increase across a leader change.
+        assert!(b
+            .release(&raw, &name, simba_lease::Token::new(t1).unwrap())
+            .unwrap());
+        let t2 = acquired(&*b, &raw, &name);
+        assert!(b
+            .release(&raw, &name, simba_lease::Token::new(t2).unwrap())
+            .unwrap());
+        let leader = nodes
+            .iter()
+            .position(|n| mode(n).as_deref() == Some("leader"))
+            .expect("a leader");
+        kill(&nodes[leader]);
+        let mut t3 = 0;
+        let start = Instant::now();
+        h.until("a new term after the leader change", || {
+            let _ = b.keep_alive(&raw, lease);
+            match b.acquire(&raw, &name) {
+                Ok(Acquire::Acquired(t)) => {
+                    t3 = t.token.get();
+                    true
+                }
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => {
+                    assert!(!e.is_session_expired(), "session lost in the election: {e}");
+                    false
+                }
+            }
+        });
+        log::info!("new term {:?} after the leader was killed", start.elapsed());
+        assert!(t2 > t1 && t3 > t2, "tokens {t1}, {t2}, {t3}");
+        restart(&nodes[leader]);
+
+        // The engine's session kept its lock through both kills.
+        assert!(guard.is_valid());
+        let lost: Vec<Event> = events
+            .try_iter()
+            .filter(|e| matches!(e, Event::LockLost { .. } | Event::SessionExpired { .. }))
+            .collect();
+        assert!(lost.is_empty(), "{lost:?}");
+        guard.unlock().unwrap();
+        s.close().unwrap();
+        b.close_session(&raw).unwrap();
     }
 }

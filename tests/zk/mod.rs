@@ -1,6 +1,7 @@
 //! Shared helpers of the ZooKeeper tests.
 #![allow(dead_code)]
 
+pub mod proxy;
 pub mod raw;
 
 use simba_lease::backends::zookeeper::{ZooKeeperBackend, ZooKeeperBuilder};
@@ -41,24 +42,29 @@ pub fn random_root(prefix: &str) -> String {
     format!("/simba-test/{}", simba_lease::tck::unique(prefix))
 }
 
-/// Deletes test roots left behind by earlier runs (a TCK case may leak its backend on
-/// purpose, e.g. by forgetting a handle), once per process and only roots older than 10 minutes
-/// (so concurrent test runs are never touched).
-fn sweep_stale_roots(hosts: &str) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let mut raw = raw::Raw::connect(hosts);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64;
-        for child in raw.children("/simba-test") {
-            let path = format!("/simba-test/{child}");
-            if raw.ctime(&path).is_some_and(|t| now - t > 600_000) {
-                raw.delete_tree(&path);
-            }
+/// Prepares `/simba-test` on `hosts` once per process: creates it with an open ACL (so a
+/// test with a creator-only ACL never creates it for its identity only) and deletes test roots
+/// left behind by earlier runs (a TCK case may leak its backend on purpose, e.g. by forgetting
+/// a handle) that are older than 10 minutes (so concurrent test runs are never touched).
+pub fn prepare(hosts: &str) {
+    static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if done.iter().any(|h| h == hosts) {
+        return;
+    }
+    done.push(hosts.to_owned());
+    let mut raw = raw::Raw::connect(hosts);
+    let _ = raw.create("/simba-test", b"", 0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for child in raw.children("/simba-test") {
+        let path = format!("/simba-test/{child}");
+        if raw.ctime(&path).is_some_and(|t| now - t > 600_000) {
+            raw.delete_tree(&path);
         }
-    });
+    }
 }
 
 /// A backend under its own random root; dropping it closes its sessions and deletes the root.
@@ -76,9 +82,20 @@ impl Isolated {
         auth: Option<(&str, &[u8])>,
         f: impl FnOnce(ZooKeeperBuilder) -> ZooKeeperBuilder,
     ) -> Isolated {
-        sweep_stale_roots(hosts);
+        Self::via(hosts, hosts, auth, f)
+    }
+
+    /// Like [`Isolated::new`], with the backend connecting to `connect` (e.g. a proxy) and
+    /// the clean-up to `hosts`.
+    pub fn via(
+        hosts: &str,
+        connect: &str,
+        auth: Option<(&str, &[u8])>,
+        f: impl FnOnce(ZooKeeperBuilder) -> ZooKeeperBuilder,
+    ) -> Isolated {
+        prepare(hosts);
         let root = random_root("root");
-        let builder = ZooKeeperBackend::builder(hosts)
+        let builder = ZooKeeperBackend::builder(connect)
             .root(root.clone())
             .connection_timeout(Duration::from_secs(20));
         let backend = f(builder).build().expect("ZooKeeper backend");

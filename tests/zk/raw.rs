@@ -47,9 +47,26 @@ impl Cursor<'_> {
 }
 
 impl Raw {
-    /// Connects to the first host of `hosts` (`h:p,h:p`) with a new session.
+    /// Connects to the first host of `hosts` (`h:p,h:p`) that accepts a new session, trying
+    /// for up to 30 s.
     pub fn connect(hosts: &str) -> Raw {
-        let host = hosts.split(',').next().unwrap();
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            for host in hosts.split(',') {
+                let attempt = std::panic::catch_unwind(|| Self::connect_to(host));
+                if let Ok(raw) = attempt {
+                    return raw;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "no ZooKeeper session on {hosts}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn connect_to(host: &str) -> Raw {
         let stream = TcpStream::connect(host).expect("connect to ZooKeeper");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))

@@ -1,0 +1,99 @@
+//! A loopback TCP proxy the test controls: `cut` closes every connection and refuses new
+//! ones until `heal`.
+
+use parking_lot::Mutex;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Default)]
+struct State {
+    cut: AtomicBool,
+    stop: AtomicBool,
+    conns: Mutex<Vec<TcpStream>>,
+}
+
+pub struct Proxy {
+    addr: String,
+    state: Arc<State>,
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<State>) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if state.cut.load(Ordering::SeqCst) || to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+impl Proxy {
+    /// A proxy on a free loopback port forwarding to `upstream` (`host:port`).
+    pub fn start(upstream: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let state = Arc::new(State::default());
+        let (st, up) = (state.clone(), upstream.to_owned());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if st.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                if st.cut.load(Ordering::SeqCst) {
+                    drop(client); // refused while cut
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&up) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                {
+                    let mut conns = st.conns.lock();
+                    conns.push(client.try_clone().unwrap());
+                    conns.push(server.try_clone().unwrap());
+                }
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (a, b) = (st.clone(), st.clone());
+                std::thread::spawn(move || pump(client, server, a));
+                std::thread::spawn(move || pump(s2, c2, b));
+            }
+        });
+        Proxy { addr, state }
+    }
+
+    /// `127.0.0.1:port` to connect through.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Closes every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.state.cut.store(true, Ordering::SeqCst);
+        for c in self.state.conns.lock().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Forwards new connections again.
+    pub fn heal(&self) {
+        self.state.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.state.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr); // wakes the accept loop
+    }
+}
