@@ -301,6 +301,28 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "zookeeper")]
+    #[test]
+    fn zookeeper_urls_are_checked_before_io() {
+        for (url, needle) in [
+            ("zookeeper://h:2181/simba?pool=3", "pool"),
+            ("zk:///simba", "host"),
+            (
+                "zookeeper://h:2181/simba?request_timeout=5x",
+                "request_timeout",
+            ),
+            (
+                "zookeeper://h:2181/simba?connection_timeout=soon",
+                "connection_timeout",
+            ),
+            ("zookeeper://h:2181/simba?acl=everyone", "acl"),
+            ("zookeeper://h:2181/a//b", "root"),
+        ] {
+            let e = connect(url).err().expect(url).to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+        }
+    }
+
     #[test]
     fn named_memory_backends_are_shared() {
         let a = connect("memory://shared-test").unwrap();

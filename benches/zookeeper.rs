@@ -1,0 +1,135 @@
+//! ZooKeeper latencies: acquire, release, keep-alive and take-over after a release, next to a
+//! floor operation (`exists` on the root) measured in the same run against the same server.
+//!
+//! `SIMBA_ZK_URL=zookeeper://127.0.0.1:2181 cargo bench --features zookeeper --bench zookeeper`
+//! (`.ci/servers.sh`'s `ensure_zookeeper` starts such a server).
+
+use simba_lease::backends::ZooKeeperBackend;
+use simba_lease::spi::{Acquire, LeaseBackend, Notification};
+use simba_lease::{LeaseName, Metadata};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[allow(dead_code)]
+#[path = "../tests/zk/raw.rs"]
+mod raw;
+
+const N: usize = 300;
+
+fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
+    v.sort();
+    (v[v.len() / 2], v[v.len() * 99 / 100])
+}
+
+fn main() {
+    let url = std::env::var("SIMBA_ZK_URL").unwrap_or_else(|_| "zookeeper://127.0.0.1:2181".into());
+    let hosts = url
+        .trim_start_matches("zookeeper://")
+        .split(['/', '?'])
+        .next()
+        .unwrap()
+        .to_owned();
+    let root = format!("/simba-bench/{:08x}", std::process::id());
+    let b = Arc::new(
+        ZooKeeperBackend::builder(hosts.as_str())
+            .root(root.as_str())
+            .build()
+            .expect("backend"),
+    );
+    let lease = Duration::from_secs(30);
+    let s1 = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let s2 = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let name = LeaseName::new("bench").unwrap();
+    let free = LeaseName::new("never-held").unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let _sub = b
+        .subscribe(Arc::new(move |n: &Notification| {
+            if let Notification::Released(n) = n {
+                let _ = tx.send(n.clone());
+            }
+        }))
+        .unwrap();
+
+    let (mut floor, mut acq, mut rel, mut ka, mut take) = (vec![], vec![], vec![], vec![], vec![]);
+    for i in 0..N + 20 {
+        let warm = i < 20;
+        let t = Instant::now();
+        assert!(b.owner(&free).unwrap().is_none()); // one `exists`: the floor
+        let d_floor = t.elapsed();
+        let t = Instant::now();
+        let term = match b.acquire(&s1, &name).unwrap() {
+            Acquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let d_acq = t.elapsed();
+        let t = Instant::now();
+        b.keep_alive(&s1, lease).unwrap();
+        let d_ka = t.elapsed();
+        let t = Instant::now();
+        assert!(b.release(&s1, &name, term.token).unwrap());
+        let d_rel = t.elapsed();
+        // Take-over: s2 waits for the release notification, then acquires.
+        let term = match b.acquire(&s1, &name).unwrap() {
+            Acquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        while rx.try_recv().is_ok() {}
+        let (b2, s2c, n2) = (b.clone(), s2.clone(), name.clone());
+        let rx2 = rx.clone();
+        let waiter = std::thread::spawn(move || {
+            loop {
+                let n = rx2
+                    .recv_timeout(Duration::from_secs(10))
+                    .expect("release notification");
+                if n == n2 {
+                    break;
+                }
+            }
+            let got = b2.acquire(&s2c, &n2).unwrap();
+            let at = Instant::now();
+            (got, at)
+        });
+        let t = Instant::now();
+        assert!(b.release(&s1, &name, term.token).unwrap());
+        let (got, at) = waiter.join().unwrap();
+        let d_take = at - t;
+        let Acquire::Acquired(t2) = got else {
+            panic!("{got:?}")
+        };
+        assert!(b.release(&s2, &name, t2.token).unwrap());
+        if !warm {
+            floor.push(d_floor);
+            acq.push(d_acq);
+            ka.push(d_ka);
+            rel.push(d_rel);
+            take.push(d_take);
+        }
+    }
+    let (f50, f99) = stats(floor);
+    println!("ZooKeeper at {hosts}, {N} iterations (median / p99, ratio of medians to the floor)");
+    println!(
+        "{:<34} {:>10} {:>10} {:>7} {:>12}",
+        "operation", "median", "p99", "ratio", "round trips"
+    );
+    let row = |what: &str, v: Vec<Duration>, rt: &str| {
+        let (m, p) = stats(v);
+        println!(
+            "{what:<34} {:>10.3?} {:>10.3?} {:>6.1}x {rt:>12}",
+            m,
+            p,
+            m.as_secs_f64() / f50.as_secs_f64()
+        );
+    };
+    println!(
+        "{:<34} {:>10.3?} {:>10.3?} {:>6.1}x {:>12}",
+        "floor: exists (owner of free name)", f50, f99, 1.0, "1"
+    );
+    row("acquire (free)", acq, "1");
+    row("keep-alive (1 lease held)", ka, "1");
+    row("release", rel, "2");
+    row("take-over after release", take, "2 + watch");
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
+    drop(b);
+    raw::Raw::connect(&hosts).delete_tree(&root);
+}
