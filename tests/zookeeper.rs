@@ -430,3 +430,89 @@ mod ensemble {
         b.close_session(&raw).unwrap();
     }
 }
+
+/// A create whose reply is lost: the name counts as possibly owned, the next keep-alive
+/// reports the lease after checking the node's owner, and the engine releases it.
+mod lost_reply {
+    use super::zk::{self, proxy::Proxy};
+    use simba_lease::backends::ZooKeeperBackend;
+    use simba_lease::spi::LeaseBackend;
+    use simba_lease::{tck, Config, Error, Metadata, Session};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn keep_alive_reports_a_lease_whose_create_reply_was_lost() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_millis(500))
+        });
+        let direct = ZooKeeperBackend::builder(hosts.as_str())
+            .root(b.root())
+            .build()
+            .unwrap();
+        let h = tck::Harness::new(|| unreachable!());
+        let lease = Duration::from_secs(20);
+        let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+        let name = tck::lease_name("lost");
+
+        proxy.hold_replies();
+        let r = b.acquire(&s, &name);
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+        h.until("the create took effect on the server", || {
+            direct.owner(&name).unwrap().is_some()
+        });
+        let owner = direct.owner(&name).unwrap().unwrap();
+        assert_eq!(owner.session, s);
+        proxy.release_replies();
+
+        let mut listed = None;
+        h.until("a keep-alive succeeds", || match b.keep_alive(&s, lease) {
+            Ok(ka) => {
+                listed = Some(ka.leases);
+                true
+            }
+            Err(_) => false,
+        });
+        let listed: Vec<_> = listed
+            .unwrap()
+            .into_iter()
+            .map(|l| (l.name, l.token))
+            .collect();
+        assert_eq!(listed, vec![(name, owner.token)]);
+        b.close_session(&s).unwrap();
+    }
+
+    #[test]
+    fn the_engine_releases_a_lease_whose_grant_reply_was_lost() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_millis(500))
+        });
+        let direct = ZooKeeperBackend::builder(hosts.as_str())
+            .root(b.root())
+            .build()
+            .unwrap();
+        let b: Arc<dyn LeaseBackend> = Arc::new(b);
+        let h = tck::Harness::new(|| unreachable!());
+        let cfg = Config::builder()
+            .lease(Duration::from_secs(20))
+            .renew_interval(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let s = Session::open(b, cfg).unwrap();
+        let name = tck::lease_name("stray");
+        proxy.hold_replies();
+        assert!(matches!(s.try_lock(&name), Err(Error::Timeout { .. })));
+        h.until("the create took effect on the server", || {
+            direct.owner(&name).unwrap().is_some()
+        });
+        proxy.release_replies();
+        h.until("the engine released the stray lease", || {
+            direct.owner(&name).unwrap().is_none()
+        });
+        s.close().unwrap();
+    }
+}

@@ -11,6 +11,7 @@ use std::sync::Arc;
 struct State {
     cut: AtomicBool,
     stop: AtomicBool,
+    hold_replies: AtomicBool,
     conns: Mutex<Vec<TcpStream>>,
 }
 
@@ -19,12 +20,18 @@ pub struct Proxy {
     state: Arc<State>,
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<State>) {
+fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<State>, replies: bool) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                while replies
+                    && state.hold_replies.load(Ordering::SeqCst)
+                    && !state.cut.load(Ordering::SeqCst)
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
                 if state.cut.load(Ordering::SeqCst) || to.write_all(&buf[..n]).is_err() {
                     break;
                 }
@@ -64,8 +71,8 @@ impl Proxy {
                 }
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (a, b) = (st.clone(), st.clone());
-                std::thread::spawn(move || pump(client, server, a));
-                std::thread::spawn(move || pump(s2, c2, b));
+                std::thread::spawn(move || pump(client, server, a, false));
+                std::thread::spawn(move || pump(s2, c2, b, true));
             }
         });
         Proxy { addr, state }
@@ -82,6 +89,17 @@ impl Proxy {
         for c in self.state.conns.lock().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
         }
+    }
+
+    /// Holds back every reply from the server (requests still go through) until
+    /// [`Proxy::release_replies`]: replies look lost to the client.
+    pub fn hold_replies(&self) {
+        self.state.hold_replies.store(true, Ordering::SeqCst);
+    }
+
+    /// Delivers the held replies and forwards replies again.
+    pub fn release_replies(&self) {
+        self.state.hold_replies.store(false, Ordering::SeqCst);
     }
 
     /// Forwards new connections again.
