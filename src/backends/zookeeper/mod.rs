@@ -27,6 +27,18 @@
 //! (read owner and czxid, then delete that version); join: 1 (2–3 when the group node is
 //! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read).
 //!
+//! # Watches
+//!
+//! One shared reader client per backend (its own ZooKeeper session, which holds no nodes and
+//! is replaced if it expires) reads owners and members and carries a single persistent
+//! recursive watch on `{root}`. Persistent watches are re-registered by the client after a
+//! reconnect, and a recursive one sees a member node created under a group that did not exist
+//! yet without any per-group bookkeeping; a lease node's deletion becomes
+//! [`Notification::Released`], a member node's creation or deletion
+//! [`Notification::GroupChanged`], and a reconnect of the reader [`Notification::Resync`]
+//! (events during a disconnection may be lost, ZOOKEEPER-4698). The price: every node change
+//! under the root is sent to every backend instance's reader.
+//!
 //! # Security
 //!
 //! By default nodes get the open ACL (`world:anyone` ALL): **unsafe on a shared ensemble**,
@@ -473,14 +485,22 @@ impl ZkSession {
     /// Closes the ZooKeeper session and waits (bounded) until the server confirmed it, so its
     /// ephemeral nodes are gone when this returns normally.
     fn shutdown(&self, limit: Duration) {
+        self.shutdown_until(Instant::now() + limit);
+    }
+
+    /// Drops this session's client (which sends CloseSession once no call uses it any more),
+    /// without waiting.
+    fn begin_close(&self) {
+        drop(self.client.lock().take());
+    }
+
+    fn shutdown_until(&self, end: Instant) {
         let mut closed = self.closed.lock();
         if *closed {
             return;
         }
-        let client = self.client.lock().take();
+        self.begin_close();
         let mut states = self.states.clone();
-        drop(client);
-        let end = Instant::now() + limit;
         while !states.state().is_terminated() {
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() || facade::block_on_for(states.changed(), left).is_none() {
@@ -646,8 +666,11 @@ impl Drop for ZooKeeperBackend {
         self.inner.reader.stopped.store(true, Ordering::SeqCst);
         self.inner.reader.client.write().take();
         let sessions: Vec<_> = self.inner.sessions.lock().drain().map(|(_, s)| s).collect();
+        // Close all at once, then wait for the confirmations under one deadline.
+        sessions.iter().for_each(|s| s.begin_close());
+        let end = Instant::now() + self.inner.cfg.request_timeout;
         for s in sessions {
-            s.shutdown(self.inner.cfg.request_timeout);
+            s.shutdown_until(end);
         }
     }
 }
