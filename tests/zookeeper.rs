@@ -198,7 +198,7 @@ mod fault {
         );
         assert!(gc.token() > t1, "{} after {t1}", gc.token());
         let owner = b_backend.owner(&name).unwrap().expect("held");
-        assert_eq!((&owner.session, owner.token), (c.id(), gc.token()));
+        assert_eq!((owner.session, owner.token), (c.id(), gc.token()));
 
         // a went Jeopardy, then lost the lock and the session at its local deadline.
         let mut seen = Vec::new();
@@ -345,7 +345,7 @@ mod ensemble {
             .unwrap();
         let s = Session::open(b.clone(), cfg).unwrap();
         let events = s.events();
-        let guard = s.lock(&tck::lease_name("ens-lock")).unwrap();
+        let guard = s.lock(tck::lease_name("ens-lock")).unwrap();
         let raw = b.open_session(lease, &Metadata::default()).unwrap().id;
         let name = tck::lease_name("ens");
         let t1 = acquired(&*b, &raw, &name);
