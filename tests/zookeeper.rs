@@ -64,6 +64,7 @@ mod acl {
         }
 
         // The backend's own sessions (and its reader) still work.
+        b.ping().unwrap();
         let ka = b.keep_alive(&s, lease).unwrap();
         assert_eq!(ka.leases.len(), 1);
         assert_eq!(ka.leases[0].token, t.token);

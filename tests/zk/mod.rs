@@ -163,6 +163,9 @@ impl LeaseBackend for Isolated {
     fn purge_expired(&self) -> Result<usize> {
         self.b().purge_expired()
     }
+    fn ping(&self) -> Result<()> {
+        self.b().ping()
+    }
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
         self.b().subscribe(sink)
     }

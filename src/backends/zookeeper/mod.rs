@@ -25,7 +25,8 @@
 //! acquire: 1 (free) or 2 (held: create, then a read of the holder); keep-alive: 1 (a multi
 //! read of every possibly-owned lease node, or an `exists` of `{root}/leases`); release: 2
 //! (read owner and czxid, then delete that version); join: 1 (2–3 when the group node is
-//! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read).
+//! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
+//! the root).
 //!
 //! # Watches
 //!
@@ -987,6 +988,21 @@ impl LeaseBackend for ZooKeeperBackend {
         // ZooKeeper removes expired sessions and their nodes itself; this closes the local
         // sessions whose lease ran out without a keep-alive.
         Ok(self.inner.sweep().0)
+    }
+
+    /// One `exists` of the root on the reader: the floor round trip.
+    fn ping(&self) -> Result<()> {
+        const OP: &str = "ping";
+        let inner = &self.inner;
+        let client = inner.reader.client()?;
+        match call(
+            OP,
+            inner.cfg.request_timeout,
+            client.check_stat(&inner.cfg.root),
+        )? {
+            Ok(_) => Ok(()),
+            Err(e) => Err(zk_err(OP, e)),
+        }
     }
 
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
