@@ -347,6 +347,25 @@ mod ensemble {
         let s = Session::open(b.clone(), cfg).unwrap();
         let events = s.events();
         let guard = s.lock(tck::lease_name("ens-lock")).unwrap();
+        // `members` syncs first: a join that just returned (through whichever server the
+        // member's session uses) is in the view read through the backend's reader.
+        let group = tck::group_name("ens");
+        let members: Vec<SessionId> = (0..6)
+            .map(|_| b.open_session(lease, &Metadata::default()).unwrap().id)
+            .collect();
+        for (i, m) in members.iter().enumerate() {
+            b.join(m, &group).unwrap();
+            assert_eq!(
+                b.members(&group).unwrap().len(),
+                i + 1,
+                "join {i} not in the view"
+            );
+        }
+        for m in &members {
+            b.close_session(m).unwrap();
+        }
+        assert!(b.members(&group).unwrap().is_empty());
+
         let raw = b.open_session(lease, &Metadata::default()).unwrap().id;
         let name = tck::lease_name("ens");
         let t1 = acquired(&*b, &raw, &name);

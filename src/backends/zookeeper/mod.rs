@@ -688,6 +688,13 @@ impl LeaseBackend for ZooKeeperBackend {
         let raw = client.session_id().0;
         let negotiated = client.session_timeout();
         let id = SessionId::from_u64(raw as u64);
+        if negotiated < lease {
+            log::warn!(
+                "ZooKeeper session {id}: negotiated timeout {negotiated:?} is shorter than the \
+                 lease {lease:?} (maxSessionTimeout); remaining times are capped to it, so keep \
+                 the renew interval well below it"
+            );
+        }
         let s = Arc::new(ZkSession {
             id: id.clone(),
             raw,
