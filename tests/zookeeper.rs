@@ -536,3 +536,89 @@ mod lost_reply {
         s.close().unwrap();
     }
 }
+
+/// The backend's reader loses its session: it reconnects with a new one, subscribers get a
+/// `Resync`, and watches and reads work again.
+mod reader {
+    use super::zk::{self, proxy::Proxy};
+    use simba_lease::backends::ZooKeeperBackend;
+    use simba_lease::spi::{Acquire, LeaseBackend, Notification};
+    use simba_lease::{tck, Metadata};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn expired_reader_reconnects_and_resyncs() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let a = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.reader_session_timeout(Duration::from_secs(1))
+        });
+        let b = ZooKeeperBackend::builder(hosts.as_str())
+            .root(a.root())
+            .build()
+            .unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let _sub = a
+            .subscribe(Arc::new(move |n: &Notification| {
+                let _ = tx.send(n.clone());
+            }))
+            .unwrap()
+            .expect("notifications");
+        let h = tck::Harness::new(|| unreachable!());
+        // A session of `a` with a longer timeout than the reader's: once the server expired
+        // it (its node is gone), it expired the reader too.
+        let sa = a
+            .open_session(Duration::from_secs(2), &Metadata::default())
+            .unwrap()
+            .id;
+        let marker = tck::lease_name("marker");
+        assert!(matches!(
+            a.acquire(&sa, &marker).unwrap(),
+            Acquire::Acquired(_)
+        ));
+        proxy.cut();
+        h.until("the server expired a's sessions", || {
+            b.owner(&marker).unwrap().is_none()
+        });
+        while rx.try_recv().is_ok() {}
+        proxy.heal();
+        let end = Instant::now() + h.patience;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match rx
+                .recv_timeout(left)
+                .expect("Resync after the reader reconnected")
+            {
+                Notification::Resync => break,
+                _ => continue,
+            }
+        }
+        // The new reader's watch and reads work.
+        let sb = b
+            .open_session(Duration::from_secs(30), &Metadata::default())
+            .unwrap()
+            .id;
+        let name = tck::lease_name("after");
+        let t = match b.acquire(&sb, &name).unwrap() {
+            Acquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        h.until("a reads the new owner", || {
+            a.owner(&name).unwrap().map(|o| o.session) == Some(sb.clone())
+        });
+        assert!(b.release(&sb, &name, t.token).unwrap());
+        let end = Instant::now() + h.patience;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match rx
+                .recv_timeout(left)
+                .expect("release notified by the new reader")
+            {
+                Notification::Released(n) if n == name => break,
+                _ => continue,
+            }
+        }
+        b.close_session(&sb).unwrap();
+    }
+}

@@ -253,6 +253,14 @@ impl ZooKeeperBuilder {
         self
     }
 
+    /// The session timeout of the backend's reader, the client that reads owners and members
+    /// and carries the watches (default 10 s). When its session expires the reader reconnects
+    /// with a new one and subscribers get [`Notification::Resync`].
+    pub fn reader_session_timeout(mut self, timeout: Duration) -> Self {
+        self.reader_session_timeout = timeout;
+        self
+    }
+
     /// Connects the backend's reader (members, owners, watches) and creates the root's
     /// `leases` and `groups` nodes if missing.
     pub fn build(self) -> Result<ZooKeeperBackend> {
@@ -276,6 +284,7 @@ impl ZooKeeperBuilder {
         for (what, d) in [
             ("connection_timeout", self.connection_timeout),
             ("request_timeout", self.request_timeout),
+            ("reader_session_timeout", self.reader_session_timeout),
         ] {
             if d.is_zero() {
                 return Err(Error::config(what, "must be greater than zero"));
