@@ -119,12 +119,15 @@ ensure_zookeeper_ensemble() {
       if [ -f "$base/zk$i/pid" ]; then kill "$(cat "$base/zk$i/pid")" 2>/dev/null || true; fi
     done
     rm -rf "$base"
-    local ports=() peers=() p=2281 q=2887 q1 q2
+    # Quorum and election ports follow the client port (2281 -> 2887, 3887), so two ensembles
+    # on one machine never share them (a follower does not listen on its quorum port).
+    local ports=() peers=() p=2281 q1 q2
     for i in 1 2 3; do
-      p=$(free_port "$p"); ports+=("$p"); p=$((p + 1))
-      q1=$(free_port "$q"); q=$((q1 + 1))
-      q2=$(free_port "$q"); q=$((q2 + 1))
+      p=$(free_port "$p"); ports+=("$p")
+      q1=$((p + 606)); q2=$((p + 1606))
+      if tcp_open "$q1" || tcp_open "$q2"; then die "ZooKeeper quorum port $q1 or $q2 is in use"; fi
       peers+=("server.$i=127.0.0.1:$q1:$q2")
+      p=$((p + 1))
     done
     for i in 1 2 3; do
       local d=$base/zk$i
