@@ -492,10 +492,17 @@ impl ZkSession {
         }
     }
 
-    /// Closes the ZooKeeper session and waits (bounded) until the server confirmed it, so its
-    /// ephemeral nodes are gone when this returns normally.
-    fn shutdown(&self, limit: Duration) {
-        self.shutdown_until(Instant::now() + limit);
+    /// Records a successful keep-alive: the watchdog deadline moves to `until`. Fails once
+    /// the session is closed (or closing): the renewal must then not count.
+    fn renew(&self, until: Instant, lease: Duration) -> bool {
+        let closed = self.closed.lock();
+        if *closed {
+            return false;
+        }
+        *self.lease.lock() = lease;
+        let mut d = self.deadline.lock();
+        *d = (*d).max(until);
+        true
     }
 
     /// Drops this session's client (which sends CloseSession once no call uses it any more),
@@ -504,10 +511,17 @@ impl ZkSession {
         drop(self.client.lock().take());
     }
 
-    fn shutdown_until(&self, end: Instant) {
+    /// Closes the ZooKeeper session and waits (until `end`) for the server to confirm it, so
+    /// its ephemeral nodes are gone when this returns normally. With `only_if_gone`, the
+    /// session is closed only if it is still [`gone`](Self::gone) under the lifecycle lock (a
+    /// renewal may have won the race). Returns whether the session is closed.
+    fn shutdown_until(&self, end: Instant, only_if_gone: bool) -> bool {
         let mut closed = self.closed.lock();
         if *closed {
-            return;
+            return true;
+        }
+        if only_if_gone && !self.gone() {
+            return false;
         }
         self.begin_close();
         let mut states = self.states.clone();
@@ -519,6 +533,7 @@ impl ZkSession {
             }
         }
         *closed = true;
+        true
     }
 }
 
@@ -539,8 +554,20 @@ impl Inner {
 
     /// Closes `s` and forgets it.
     fn expire(&self, s: &ZkSession) {
-        s.shutdown(self.cfg.request_timeout);
+        s.shutdown_until(Instant::now() + self.cfg.request_timeout, false);
         self.sessions.lock().remove(&s.id);
+    }
+
+    /// Closes and forgets `s` if it is still gone (expired, or its lease ran out without a
+    /// keep-alive) once it holds the lifecycle lock; returns whether it did.
+    fn expire_if_gone(&self, s: &ZkSession) -> bool {
+        let end = Instant::now() + self.cfg.request_timeout;
+        if s.shutdown_until(end, true) {
+            self.sessions.lock().remove(&s.id);
+            true
+        } else {
+            false
+        }
     }
 
     /// The session if it is live; an expired one is closed and forgotten.
@@ -551,8 +578,7 @@ impl Inner {
             .get(id)
             .cloned()
             .ok_or_else(|| Self::expired(id))?;
-        if s.gone() {
-            self.expire(&s);
+        if s.gone() && self.expire_if_gone(&s) {
             return Err(Self::expired(id));
         }
         Ok(s)
@@ -595,9 +621,8 @@ impl Inner {
         let mut n = 0;
         let mut next: Option<Instant> = None;
         for s in all {
-            if s.gone() {
-                log::debug!("watchdog: closing ZooKeeper session {}", s.id);
-                self.expire(&s);
+            if s.gone() && self.expire_if_gone(&s) {
+                log::debug!("watchdog: closed ZooKeeper session {}", s.id);
                 n += 1;
             } else {
                 let d = s.deadline();
@@ -680,7 +705,7 @@ impl Drop for ZooKeeperBackend {
         sessions.iter().for_each(|s| s.begin_close());
         let end = Instant::now() + self.inner.cfg.request_timeout;
         for s in sessions {
-            s.shutdown_until(end);
+            s.shutdown_until(end, false);
         }
     }
 }
@@ -755,10 +780,9 @@ impl LeaseBackend for ZooKeeperBackend {
             Ok(r) => r,
             Err(e) => return Err(inner.fail(&s, OP, e)),
         };
-        {
-            *s.lease.lock() = lease;
-            let mut d = s.deadline.lock();
-            *d = (*d).max(sent + lease);
+        if !s.renew(sent + lease, lease) {
+            // The watchdog (or a close) won the race: the nodes may be gone already.
+            return Err(s.expired());
         }
         let remaining = lease.min(s.negotiated);
         let mut leases = Vec::new();
