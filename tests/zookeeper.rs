@@ -622,3 +622,34 @@ mod reader {
         b.close_session(&sb).unwrap();
     }
 }
+
+/// `connection_timeout` bounds opening a session when no server answers.
+mod connecting {
+    use super::zk::{self, proxy::Proxy};
+    use simba_lease::spi::LeaseBackend;
+    use simba_lease::{backends::ZooKeeperBackend, Error, Metadata};
+    use std::time::Duration;
+
+    #[test]
+    fn opening_fails_within_the_connection_timeout() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.connection_timeout(Duration::from_millis(800))
+        });
+        proxy.cut();
+        let r = b.open_session(Duration::from_secs(5), &Metadata::default());
+        assert!(
+            matches!(r, Err(Error::Timeout { .. } | Error::Backend { .. })),
+            "{r:?}"
+        );
+        let r = ZooKeeperBackend::builder(proxy.addr())
+            .connection_timeout(Duration::from_millis(800))
+            .build();
+        assert!(r.is_err(), "{r:?}");
+        proxy.heal();
+        let s = b.open_session(Duration::from_secs(5), &Metadata::default());
+        b.close_session(&s.expect("opens once the server answers").id)
+            .unwrap();
+    }
+}

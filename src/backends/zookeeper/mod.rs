@@ -134,7 +134,8 @@ impl Acl {
 
 type AclFn = dyn Fn(&str) -> Vec<Acl> + Send + Sync;
 
-/// The ACL given to every node the backend creates, parents included.
+/// The ACL given to every node the backend creates, parents included. It must leave the
+/// backend's own identity READ, CREATE and DELETE on them.
 ///
 /// ```
 /// use simba_lease::backends::zookeeper::{Acl, AclPolicy, Perms};
