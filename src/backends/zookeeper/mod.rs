@@ -68,9 +68,23 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
-/// Permissions of an [`Acl`] entry (ZooKeeper's `READ | WRITE | CREATE | DELETE | ADMIN`).
+/// Permissions of an [`Acl`] entry (ZooKeeper's `READ | WRITE | CREATE | DELETE | ADMIN`);
+/// combine them with `|`.
+///
+/// ```
+/// use simba_lease::backends::zookeeper::Perms;
+/// assert_eq!(Perms::READ | Perms::WRITE | Perms::CREATE | Perms::DELETE | Perms::ADMIN, Perms::ALL);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Perms(u8);
+
+impl std::ops::BitOr for Perms {
+    type Output = Perms;
+
+    fn bitor(self, other: Perms) -> Perms {
+        Perms(self.0 | other.0)
+    }
+}
 
 impl Perms {
     /// Read data and list children.
@@ -85,11 +99,6 @@ impl Perms {
     pub const ADMIN: Perms = Perms(16);
     /// Everything.
     pub const ALL: Perms = Perms(31);
-
-    /// The union of two permission sets.
-    pub const fn and(self, other: Perms) -> Perms {
-        Perms(self.0 | other.0)
-    }
 
     fn to_zk(self) -> zk::Permission {
         [
