@@ -161,8 +161,106 @@ EOF
   export SIMBA_ZK_ENSEMBLE SIMBA_ZK_ENSEMBLE_DIR=$base
 }
 
+# --- Redis -------------------------------------------------------------------------------
+# Ports: standalone 6379 (the machine's own server when present), primary 6380 with its
+# replica 6381, and a 3-master cluster on 7000-7002. Override with SIMBA_REDIS_*_PORT(S).
+REDIS_PORT=${SIMBA_REDIS_PORT:-6379}
+REDIS_PRIMARY_PORT=${SIMBA_REDIS_PRIMARY_PORT:-6380}
+REDIS_REPLICA_PORT=${SIMBA_REDIS_REPLICA_PORT:-6381}
+REDIS_CLUSTER_PORTS=${SIMBA_REDIS_CLUSTER_PORTS:-"7000 7001 7002"}
+
+redis_ping() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
+
+need_redis() {
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null || apt_install redis-server redis-tools
+  command -v redis-server >/dev/null || die "redis-server is still missing after apt-get install"
+}
+
+# start_redis <port> <extra args...>: a private server with its files under $SIMBA_CI_DIR/redis-<port>.
+start_redis() {
+  local port=$1; shift
+  local dir="$SIMBA_CI_DIR/redis-$port"
+  mkdir -p "$dir"
+  log "starting redis-server on 127.0.0.1:$port ($dir)"
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
+    --repl-diskless-sync-delay 0 --enable-debug-command local \
+    --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" "$@" \
+    || die "redis-server on port $port did not start (see $dir/redis.log)"
+  wait_until 20 "redis on port $port" redis_ping "$port"
+}
+
+# ensure_redis: the standalone server (6379), started with the machine's own command if stopped.
+ensure_redis() {
+  need_redis
+  if ! redis_ping "$REDIS_PORT"; then
+    if [ "$REDIS_PORT" = 6379 ]; then
+      log "starting the machine's redis-server on 6379"
+      mkdir -p /var/lib/redis /var/log/redis
+      redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+        --dir /var/lib/redis --logfile /var/log/redis/ci.log || die "redis-server on 6379 did not start"
+      wait_until 20 "redis on port 6379" redis_ping 6379
+    else
+      start_redis "$REDIS_PORT"
+    fi
+  fi
+  export SIMBA_REDIS_URL=${SIMBA_REDIS_URL:-redis://127.0.0.1:$REDIS_PORT}
+}
+
+replica_linked() {
+  redis-cli -p "$REDIS_REPLICA_PORT" info replication | grep -q master_link_status:up &&
+    redis-cli -p "$REDIS_PRIMARY_PORT" info replication | grep -q connected_slaves:1
+}
+
+# ensure_redis_replica: a primary with one replica, for WAIT.
+ensure_redis_replica() {
+  need_redis
+  redis_ping "$REDIS_PRIMARY_PORT" || start_redis "$REDIS_PRIMARY_PORT"
+  redis_ping "$REDIS_REPLICA_PORT" || start_redis "$REDIS_REPLICA_PORT" --replicaof 127.0.0.1 "$REDIS_PRIMARY_PORT"
+  redis-cli -p "$REDIS_REPLICA_PORT" info replication | grep -q "master_port:$REDIS_PRIMARY_PORT" ||
+    die "port $REDIS_REPLICA_PORT answers but is not a replica of $REDIS_PRIMARY_PORT"
+  wait_until 30 "the replica on $REDIS_REPLICA_PORT linked to $REDIS_PRIMARY_PORT" replica_linked
+  export SIMBA_REDIS_PRIMARY_URL=${SIMBA_REDIS_PRIMARY_URL:-redis://127.0.0.1:$REDIS_PRIMARY_PORT}
+  export SIMBA_REDIS_REPLICA_URL=${SIMBA_REDIS_REPLICA_URL:-redis://127.0.0.1:$REDIS_REPLICA_PORT}
+}
+
+cluster_ok() {
+  local p n; n=$(echo $REDIS_CLUSTER_PORTS | wc -w)
+  for p in $REDIS_CLUSTER_PORTS; do
+    redis-cli -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok || return 1
+    redis-cli -p "$p" cluster info 2>/dev/null | grep -q "cluster_known_nodes:$n" || return 1
+  done
+}
+
+# ensure_redis_cluster: 3 masters, created with `redis-cli --cluster create`.
+ensure_redis_cluster() {
+  need_redis
+  local p addrs=() hosts=()
+  for p in $REDIS_CLUSTER_PORTS; do
+    addrs+=("127.0.0.1:$p"); hosts+=("127.0.0.1:$p")
+  done
+  if ! cluster_ok; then
+    for p in $REDIS_CLUSTER_PORTS; do
+      redis_ping "$p" || start_redis "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+        --cluster-node-timeout 2000
+      redis-cli -p "$p" info cluster | grep -q cluster_enabled:1 ||
+        die "port $p answers but is not a cluster node"
+    done
+    local slots; slots=$(redis-cli -p "${REDIS_CLUSTER_PORTS%% *}" cluster info | sed -n 's/^cluster_slots_assigned:\([0-9]*\).*/\1/p')
+    if [ "${slots:-0}" = 0 ]; then
+      log "creating the cluster ${addrs[*]}"
+      redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$SIMBA_CI_DIR/redis-cluster-create.log" 2>&1 ||
+        die "redis-cli --cluster create failed (see $SIMBA_CI_DIR/redis-cluster-create.log)"
+    fi
+    wait_until 60 "cluster_state:ok on ${addrs[*]}" cluster_ok
+  fi
+  export SIMBA_REDIS_CLUSTER_URL=${SIMBA_REDIS_CLUSTER_URL:-redis+cluster://$(IFS=,; echo "${hosts[*]}")}
+}
+
 # The backends' issues add their servers here.
 ensure_all() {
   ensure_zookeeper
   ensure_zookeeper_ensemble
+  ensure_redis
+  ensure_redis_replica
+  ensure_redis_cluster
 }

@@ -1,6 +1,8 @@
 //! Backends: the in-memory one here, the others behind their Cargo features.
 
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod url;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;

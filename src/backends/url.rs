@@ -207,6 +207,10 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 ///
 /// * `memory://` — a new in-memory backend; `memory://name` — the process-wide one called
 ///   `name` (shared while any handle to it lives).
+/// * `redis://host:6379[/db]` and `redis+cluster://h1:7000,h2:7001` (feature `redis`): see
+///   [`backends::redis`](crate::backends::redis) for the options (`prefix`, `wait_replicas`,
+///   `query_timeout`, `connect_timeout`, `route_by_slot`, `pool_size`); `rediss://` (TLS)
+///   is refused because this build has no TLS.
 /// * `postgres://`, `mysql://`, `redis://`, `redis+cluster://`, `zookeeper://` — the
 ///   respective backend, when its Cargo feature is enabled; otherwise
 ///   [`Error::FeatureDisabled`] names the feature.
@@ -237,7 +241,12 @@ pub fn connect(url: &str) -> Result<Arc<dyn LeaseBackend>> {
         }
         "postgres" | "postgresql" => Err(disabled(&u.scheme, "postgres")),
         "mysql" | "mariadb" => Err(disabled(&u.scheme, "mysql")),
-        "redis" | "rediss" | "redis+cluster" => Err(disabled(&u.scheme, "redis")),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => {
+            Ok(Arc::new(super::redis::RedisBackend::from_url(&u)?))
+        }
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Err(disabled(&u.scheme, "redis")),
         #[cfg(feature = "zookeeper")]
         "zookeeper" | "zk" => Ok(Arc::new(super::zookeeper::from_url(&u)?)),
         #[cfg(not(feature = "zookeeper"))]

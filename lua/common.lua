@@ -1,0 +1,75 @@
+-- Helpers shared by every simba-lease script (prepended to each one).
+-- Every time decision uses this server's TIME; values are epoch milliseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+-- The session's remaining milliseconds, or nil once it is gone.
+local function session_left(skey)
+  local p = redis.call('PTTL', skey)
+  if p <= 0 then return nil end
+  return p
+end
+
+-- Keeps an index set at least as long as its session plus one lease.
+local function index_ttl(ikey, ms)
+  if redis.call('EXISTS', ikey) == 1 then
+    redis.call('PEXPIRE', ikey, ms * 2)
+  end
+end
+
+-- Takes `key` for `sid` for `ms` when free or its holder's term ran out.
+-- {1, token, remaining, new(1|0)} when held by sid; {0, token, remaining, holder} otherwise.
+local function lease_acquire(key, sid, ms, now)
+  local h = redis.call('HMGET', key, 'session', 'token', 'expires')
+  local holder, token, expires = h[1], tonumber(h[2] or '0'), tonumber(h[3] or '0')
+  if holder and holder ~= '' and expires > now then
+    if holder == sid then return {1, token, math.min(expires - now, ms), 0} end
+    return {0, token, expires - now, holder}
+  end
+  token = redis.call('HINCRBY', key, 'token', 1)
+  redis.call('HSET', key, 'session', sid, 'expires', fmt(now + ms))
+  return {1, token, ms, 1}
+end
+
+-- Extends `key` to at least now + ms if sid holds it; its token, or false.
+local function lease_extend(key, sid, ms, now)
+  local h = redis.call('HMGET', key, 'session', 'token', 'expires')
+  local expires = tonumber(h[3] or '0')
+  if h[1] ~= sid or expires <= now then return false end
+  if now + ms > expires then
+    redis.call('HSET', key, 'expires', fmt(now + ms))
+  end
+  return tonumber(h[2])
+end
+
+-- Extends sid's membership of `key` to at least now + ms; whether it is a member.
+local function member_extend(key, sid, ms, now)
+  if not redis.call('ZSCORE', key, sid) then return false end
+  redis.call('ZADD', key, 'XX', 'GT', fmt(now + ms), sid)
+  return true
+end
+
+-- Frees `key` if sid holds it (the token stays); publishes the release.
+local function lease_free(key, sid)
+  if redis.call('HGET', key, 'session') == sid then
+    redis.call('HSET', key, 'session', '', 'expires', '0')
+    redis.call('PUBLISH', key, 'released')
+    return 1
+  end
+  return 0
+end
+
+-- Removes sid from the group `key`; publishes the change.
+local function member_remove(key, sid)
+  if redis.call('ZREM', key, sid) == 1 then
+    redis.call('PUBLISH', key, 'left')
+    return 1
+  end
+  return 0
+end

@@ -1,0 +1,13 @@
+-- keep_alive, one slot of leases and groups (cluster): KEYS lease keys then group keys;
+-- ARGV sid, ms left of the session, number of lease keys.
+-- Returns one token (or 0 when not held) per lease key.
+local sid, ms, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local out = {}
+for i = 1, n do
+  out[i] = lease_extend(KEYS[i], sid, ms, now) or 0
+end
+for i = n + 1, #KEYS do
+  member_extend(KEYS[i], sid, ms, now)
+end
+return out

@@ -1,0 +1,15 @@
+-- members: KEYS group; ARGV session key prefix, with metadata (1 on one node, 0 on a cluster).
+-- Drops expired members, then returns {sid1, metadata1, ...} (with metadata) or {sid1, ...}.
+local now = now_ms()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(now))
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+if ARGV[2] ~= '1' then return ids end
+local out = {}
+for _, id in ipairs(ids) do
+  local m = redis.call('HGET', ARGV[1] .. '{' .. id .. '}', 'metadata')
+  if m then
+    out[#out + 1] = id
+    out[#out + 1] = m
+  end
+end
+return out

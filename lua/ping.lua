@@ -1,0 +1,2 @@
+-- ping: the floor of a script call (used by benches).
+return 1

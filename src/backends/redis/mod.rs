@@ -1,0 +1,1148 @@
+//! The Redis 7 backend (feature `redis`): Lua scripts over one server, a primary with
+//! replicas (`WAIT`), or a Redis Cluster routed by slot.
+//!
+//! # Keys
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms) |
+//! | `{prefix}:session:{sid}` | hash with `PX` = lease | `metadata`, `lease` |
+//! | `{prefix}:session:{sid}:leases` | set, same slot | leases of the session |
+//! | `{prefix}:session:{sid}:groups` | set, same slot | groups the session joined |
+//! | `{prefix}:group:{group}` | sorted set | member session ids scored by expiry |
+//!
+//! The braces are literal: they are the Redis Cluster hash tags, so a session's three keys
+//! share a slot. Names cannot contain braces, spaces or glob characters (the name rules reject
+//! them before any I/O). `prefix` defaults to `simba`.
+//!
+//! A new term lasts as long as its session; a keep-alive extends every lease the session
+//! holds through its lease index and lists them. Release clears only the `session` field (the
+//! token stays) and publishes `released` on the lease key's channel; joins and leaves publish
+//! on the group key's channel. One pub/sub connection per backend (on its own thread) turns
+//! those into [`Notification`]s; when it drops, subscribers get [`Notification::Resync`] and it
+//! resubscribes with backoff. Every time decision uses Redis `TIME` inside the scripts.
+//!
+//! # URL
+//!
+//! `redis://[user[:password]@]host:port[/db][?options]` (one server) or
+//! `redis+cluster://[user[:password]@]h1:7000,h2:7001[?options]` (a Redis Cluster, seed nodes).
+//! Options:
+//!
+//! | option | default | meaning |
+//! |---|---|---|
+//! | `prefix` | `simba` | key prefix, `[A-Za-z0-9._:-]`, 1–64 characters |
+//! | `wait_replicas` | `0` | a new term counts only once this many replicas acknowledged it (`WAIT`); not on a cluster |
+//! | `query_timeout` | `5s` | bound of every reply, and of `WAIT` (it waits two thirds of it) |
+//! | `connect_timeout` | `5s` | bound of opening a connection |
+//! | `route_by_slot` | `false`, `true` on `redis+cluster://` | keep every script call to one hash slot (required on a cluster) |
+//! | `pool_size` | `4` | idle connections kept per role (keep-alives have their own) |
+//!
+//! Durations are written `250ms`, `5s`, `1m` or plain milliseconds. `rediss://` (TLS) is
+//! refused: this build of the `redis` crate has no TLS support.
+//!
+//! ```no_run
+//! use simba_lease::{connect, Config, Session};
+//! let backend = connect("redis://127.0.0.1:6379/0?prefix=myapp&query_timeout=2s")?;
+//! let session = Session::open(backend, Config::default())?;
+//! let cluster = connect("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")?;
+//! # Ok::<(), simba_lease::Error>(())
+//! ```
+//!
+//! # Redis Cluster
+//!
+//! With `route_by_slot`, every script call keeps to one hash slot: an operation first runs a
+//! script on its session's slot, then one script per slot of the remaining keys. Only
+//! durations cross nodes, so a fixed skew between node clocks changes nothing:
+//!
+//! * acquire and join grant one full session lease on the lease (group) node's own clock;
+//! * keep-alive's later scripts carry the session's new remaining time minus the time measured
+//!   since the session call answered, and extend nothing beyond their node's now plus that;
+//! * acquire and join send nothing once the session's remaining time passed since the session
+//!   call was sent; an acquire (join) answering later than that releases (leaves) what it
+//!   began and fails with [`Error::Timeout`].
+//!
+//! # Operating notes
+//!
+//! **Memory eviction.** Lease hashes never expire, and their `token` field is the only thing
+//! that keeps tokens increasing. Under an `allkeys-*` `maxmemory-policy` Redis may evict a
+//! lease hash when memory runs short, and that lease's next term starts again at token 1;
+//! `volatile-*` policies may evict session hashes, ending sessions early. Run the Redis that
+//! holds these keys with `maxmemory-policy noeviction` (the Redis default): a full instance
+//! then refuses writes, calls fail and terms end at their deadlines, but no token goes back.
+//! A separate logical database does not help, the policy is per instance.
+//!
+//! **Persistence.** Without persistence a restart empties the instance and every token starts
+//! again at 1. Enable AOF (`appendonly yes`, ideally `appendfsync always` or `everysec`) so a
+//! restarted node keeps its tokens.
+//!
+//! **Failover.** Replication is asynchronous: a replica promoted before it received the latest
+//! token increment can hand out a token that was already used, or a lower one, so a fenced
+//! resource may accept a stale writer or reject the new one. `wait_replicas` narrows that
+//! window (a new term counts only once that many replicas have it) but cannot close it, and a
+//! cluster has no such option. Where fencing must survive failovers, use a backend with
+//! quorum or synchronous commits (ZooKeeper, or SQL on synchronous replication). A step of the
+//! Redis hosts' clocks shortens or lengthens every lease at once.
+
+mod scripting;
+mod scripts;
+
+pub use scripting::{
+    ClusterScripting, ConnectOptions, LuaScript, PubSubEvent, RedisScripting, Reply, Role,
+    ScriptCall, StandaloneScripting,
+};
+
+use super::url::BackendUrl;
+use crate::error::{Error, Result};
+use crate::spi::{
+    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, SessionGrant,
+    Subscribers, Subscription,
+};
+use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
+use parking_lot::Mutex;
+use scripts::scripts;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Settings of a [`RedisBackend`]; the URL options of the same names.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// Key prefix (default `simba`).
+    pub prefix: String,
+    /// Replicas that must acknowledge a new term with `WAIT` (default 0; not on a cluster).
+    pub wait_replicas: u32,
+    /// Bound of every reply (default 5 s); `WAIT` waits two thirds of it.
+    pub query_timeout: Duration,
+    /// Bound of opening a connection (default 5 s).
+    pub connect_timeout: Duration,
+    /// Keep every script call to one hash slot (required on a cluster; allowed on one server).
+    pub route_by_slot: bool,
+    /// Idle connections kept per role (default 4).
+    pub pool_size: usize,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            prefix: "simba".into(),
+            wait_replicas: 0,
+            query_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            route_by_slot: false,
+            pool_size: 4,
+        }
+    }
+}
+
+impl RedisConfig {
+    fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            query_timeout: self.query_timeout,
+            connect_timeout: self.connect_timeout,
+            pool_size: self.pool_size,
+        }
+    }
+
+    fn validate(&self, clustered: bool) -> Result<()> {
+        let p = &self.prefix;
+        if p.is_empty()
+            || p.len() > 64
+            || !p
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        {
+            return Err(Error::config(
+                "prefix",
+                format!("{p:?}: 1–64 characters of [A-Za-z0-9._:-]"),
+            ));
+        }
+        if self.query_timeout.is_zero() {
+            return Err(Error::config("query_timeout", "must be greater than zero"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::config(
+                "connect_timeout",
+                "must be greater than zero",
+            ));
+        }
+        if clustered && self.wait_replicas > 0 {
+            return Err(Error::config(
+                "wait_replicas",
+                "WAIT is not available on a Redis Cluster (use 0)",
+            ));
+        }
+        if clustered && !self.route_by_slot {
+            return Err(Error::config(
+                "route_by_slot",
+                "a Redis Cluster needs route_by_slot = true",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Parses `250ms`, `5s`, `1m` or plain milliseconds.
+fn parse_duration(setting: &str, v: &str) -> Result<Duration> {
+    let (num, unit) = match v.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => v.split_at(i),
+        None => (v, "ms"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| Error::config(setting, format!("{v:?} is not a duration (e.g. 500ms, 5s)")))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(Error::config(
+            setting,
+            format!("{v:?}: unit must be ms, s or m"),
+        )),
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its hash tag, mod 16384).
+///
+/// ```
+/// use simba_lease::backends::redis::key_slot;
+/// assert_eq!(key_slot("foo"), 12182);
+/// assert_eq!(key_slot("simba:lease:{foo}"), key_slot("other:{foo}:x"));
+/// ```
+pub fn key_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tag = match b.iter().position(|&c| c == b'{') {
+        Some(open) => match b[open + 1..].iter().position(|&c| c == b'}') {
+            Some(len) if len > 0 => &b[open + 1..open + 1 + len],
+            _ => b,
+        },
+        None => b,
+    };
+    let mut crc: u16 = 0;
+    for &byte in tag {
+        crc ^= (byte as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// Key names under a prefix.
+#[derive(Clone, Debug)]
+struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    fn lease_prefix(&self) -> String {
+        format!("{}:lease:", self.prefix)
+    }
+    fn group_prefix(&self) -> String {
+        format!("{}:group:", self.prefix)
+    }
+    fn session_prefix(&self) -> String {
+        format!("{}:session:", self.prefix)
+    }
+    fn lease(&self, name: &str) -> String {
+        format!("{}:lease:{{{name}}}", self.prefix)
+    }
+    fn group(&self, name: &str) -> String {
+        format!("{}:group:{{{name}}}", self.prefix)
+    }
+    fn session(&self, sid: &SessionId) -> String {
+        format!("{}:session:{{{sid}}}", self.prefix)
+    }
+    fn leases_index(&self, sid: &SessionId) -> String {
+        format!("{}:leases", self.session(sid))
+    }
+    fn groups_index(&self, sid: &SessionId) -> String {
+        format!("{}:groups", self.session(sid))
+    }
+
+    /// The notification a message on `channel` means, if any.
+    fn notification(&self, channel: &str) -> Option<Notification> {
+        let inner = |p: String| {
+            channel
+                .strip_prefix(&p)?
+                .strip_prefix('{')?
+                .strip_suffix('}')
+                .map(str::to_owned)
+        };
+        if let Some(n) = inner(self.lease_prefix()) {
+            return LeaseName::new(n).ok().map(Notification::Released);
+        }
+        inner(self.group_prefix())
+            .and_then(|g| GroupName::new(g).ok())
+            .map(Notification::GroupChanged)
+    }
+}
+
+/// Leases, sessions and groups in Redis 7, standalone, with replicas or as a Cluster.
+///
+/// See the [module documentation](self) for keys, URL options, the Cluster rules and the
+/// operating notes (eviction, persistence, failover).
+///
+/// ```no_run
+/// use simba_lease::backends::redis::{RedisBackend, RedisConfig};
+/// use simba_lease::spi::LeaseBackend;
+/// let backend = RedisBackend::standalone(
+///     "redis://127.0.0.1:6380",
+///     RedisConfig { wait_replicas: 1, ..RedisConfig::default() },
+/// )?;
+/// assert_eq!(backend.kind(), "redis");
+/// # Ok::<(), simba_lease::Error>(())
+/// ```
+pub struct RedisBackend {
+    scripting: Arc<dyn RedisScripting>,
+    cfg: RedisConfig,
+    keys: Keys,
+    routed: bool,
+    subscribers: Arc<Subscribers>,
+    notifier: Mutex<Option<Arc<AtomicBool>>>,
+    /// By slot: indexed names a keep-alive found not held, since when (dropped from the
+    /// index once that lasted a lease).
+    stale: Mutex<HashMap<SessionId, HashMap<String, Instant>>>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("clustered", &self.scripting.clustered())
+            .field("config", &self.cfg)
+            .finish()
+    }
+}
+
+impl Drop for RedisBackend {
+    fn drop(&mut self) {
+        if let Some(stop) = self.notifier.lock().take() {
+            stop.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    (d.as_millis() as u64).max(1)
+}
+
+fn bad_reply(op: &'static str, r: &Reply) -> Error {
+    Error::backend(op, format!("unexpected reply from Redis: {r:?}"))
+}
+
+fn int_at(op: &'static str, r: &Reply, i: usize) -> Result<i64> {
+    r.as_array()
+        .and_then(|a| a.get(i))
+        .and_then(Reply::as_int)
+        .ok_or_else(|| bad_reply(op, r))
+}
+
+fn token(op: &'static str, v: i64) -> Result<Token> {
+    Token::new(v.max(0) as u64).map_err(|_| Error::backend(op, format!("token {v} from Redis")))
+}
+
+fn strings(op: &'static str, r: &Reply) -> Result<Vec<String>> {
+    r.as_array()
+        .ok_or_else(|| bad_reply(op, r))?
+        .iter()
+        .map(|x| {
+            x.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| bad_reply(op, r))
+        })
+        .collect()
+}
+
+/// Groups lease and group keys by their hash slot.
+fn by_slot(leases: &[String], groups: &[String]) -> BTreeMap<u16, (Vec<String>, Vec<String>)> {
+    let mut m: BTreeMap<u16, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for k in leases {
+        m.entry(key_slot(k)).or_default().0.push(k.clone());
+    }
+    for k in groups {
+        m.entry(key_slot(k)).or_default().1.push(k.clone());
+    }
+    m
+}
+
+impl RedisBackend {
+    /// A backend over any [`RedisScripting`] implementation.
+    ///
+    /// Fails with [`Error::InvalidConfig`] on a bad prefix or timeout, on `wait_replicas > 0`
+    /// over a cluster, and on a cluster without `route_by_slot`.
+    pub fn new(scripting: Arc<dyn RedisScripting>, cfg: RedisConfig) -> Result<Self> {
+        cfg.validate(scripting.clustered())?;
+        Ok(RedisBackend {
+            routed: cfg.route_by_slot || scripting.clustered(),
+            keys: Keys {
+                prefix: cfg.prefix.clone(),
+            },
+            scripting,
+            cfg,
+            subscribers: Arc::new(Subscribers::default()),
+            notifier: Mutex::new(None),
+            stale: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// One server at `url` (`redis://[user:password@]host:port[/db]`, no options).
+    pub fn standalone(url: &str, cfg: RedisConfig) -> Result<Self> {
+        cfg.validate(false)?;
+        let s = StandaloneScripting::new(url, cfg.connect_options())?;
+        Self::new(Arc::new(s), cfg)
+    }
+
+    /// A Redis Cluster through the seed nodes `urls` (`redis://host:port` each);
+    /// `route_by_slot` is turned on.
+    pub fn cluster(urls: &[String], cfg: RedisConfig) -> Result<Self> {
+        let cfg = RedisConfig {
+            route_by_slot: true,
+            ..cfg
+        };
+        cfg.validate(true)?;
+        let s = ClusterScripting::new(urls, cfg.connect_options())?;
+        Self::new(Arc::new(s), cfg)
+    }
+
+    /// A backend from a `redis://` or `redis+cluster://` URL (see the module documentation).
+    pub fn connect(url: &str) -> Result<Self> {
+        Self::from_url(&BackendUrl::parse(url)?)
+    }
+
+    /// A backend from a parsed URL.
+    pub fn from_url(u: &BackendUrl) -> Result<Self> {
+        const KNOWN: &[&str] = &[
+            "prefix",
+            "wait_replicas",
+            "query_timeout",
+            "connect_timeout",
+            "route_by_slot",
+            "pool_size",
+        ];
+        u.check_params(KNOWN)?;
+        let clustered = match u.scheme.as_str() {
+            "redis" => false,
+            "redis+cluster" => true,
+            "rediss" | "rediss+cluster" => {
+                return Err(u.invalid(
+                    "TLS (rediss://) is not supported: this build of the redis crate has no TLS feature",
+                ))
+            }
+            other => return Err(u.invalid(format!("not a Redis URL scheme: {other:?}"))),
+        };
+        if u.hosts.is_empty() {
+            return Err(u.invalid("expected at least one host"));
+        }
+        if !clustered && u.hosts.len() > 1 {
+            return Err(u.invalid("several hosts need redis+cluster://"));
+        }
+        let mut cfg = RedisConfig {
+            route_by_slot: clustered,
+            ..RedisConfig::default()
+        };
+        if let Some(p) = u.param("prefix") {
+            cfg.prefix = p.to_owned();
+        }
+        if let Some(v) = u.param("wait_replicas") {
+            cfg.wait_replicas = v
+                .parse()
+                .map_err(|_| Error::config("wait_replicas", format!("{v:?} is not a count")))?;
+        }
+        if let Some(v) = u.param("pool_size") {
+            cfg.pool_size = v
+                .parse()
+                .map_err(|_| Error::config("pool_size", format!("{v:?} is not a count")))?;
+        }
+        if let Some(v) = u.param("query_timeout") {
+            cfg.query_timeout = parse_duration("query_timeout", v)?;
+        }
+        if let Some(v) = u.param("connect_timeout") {
+            cfg.connect_timeout = parse_duration("connect_timeout", v)?;
+        }
+        if let Some(v) = u.param("route_by_slot") {
+            cfg.route_by_slot = match v {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                _ => {
+                    return Err(Error::config(
+                        "route_by_slot",
+                        format!("{v:?} is not a boolean"),
+                    ))
+                }
+            };
+        }
+        let auth = match (&u.user, &u.password) {
+            (Some(user), Some(pw)) => format!("{}:{}@", encode(user), encode(pw)),
+            (None, Some(pw)) => format!(":{}@", encode(pw)),
+            (Some(user), None) => format!("{}@", encode(user)),
+            (None, None) => String::new(),
+        };
+        let url = |h: &str| {
+            let h = if h.contains(':') {
+                h.to_owned()
+            } else {
+                format!("{h}:6379")
+            };
+            format!("redis://{auth}{h}{}", if clustered { "" } else { &u.path })
+        };
+        if clustered {
+            cfg.validate(true)?;
+            if !u.path.is_empty() && u.path != "/" && u.path != "/0" {
+                return Err(u.invalid("a Redis Cluster has only database 0"));
+            }
+            let urls: Vec<String> = u.hosts.iter().map(|h| url(h)).collect();
+            Self::cluster(&urls, cfg)
+        } else {
+            Self::standalone(&url(&u.hosts[0]), cfg)
+        }
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &RedisConfig {
+        &self.cfg
+    }
+
+    /// The scripting port in use.
+    pub fn scripting(&self) -> &Arc<dyn RedisScripting> {
+        &self.scripting
+    }
+
+    /// Runs a trivial script (`return 1`) on the connections other calls use: the floor a
+    /// benchmark compares operations with.
+    pub fn ping_script(&self) -> Result<()> {
+        let key = self.keys.lease("ping");
+        self.scripting
+            .eval(Role::Other, &scripts().ping, &[key], &[])
+            .map(drop)
+    }
+
+    fn eval(&self, role: Role, s: &LuaScript, keys: &[String], args: &[String]) -> Result<Reply> {
+        self.scripting.eval(role, s, keys, args)
+    }
+
+    fn expired(&self, sid: &SessionId) -> Error {
+        Error::SessionExpired {
+            session: sid.to_string(),
+        }
+    }
+
+    /// The `CLIENT SETNAME` of this backend's notification connection:
+    /// `simba-notify-{prefix}`.
+    pub fn notifier_name(&self) -> String {
+        format!("simba-notify-{}", self.cfg.prefix)
+    }
+
+    fn start_notifier(&self) {
+        let mut guard = self.notifier.lock();
+        if guard.is_some() {
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        *guard = Some(stop.clone());
+        drop(guard);
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
+        let scripting = self.scripting.clone();
+        let keys = self.keys.clone();
+        let subs = self.subscribers.clone();
+        let patterns = vec![
+            format!("{}*", keys.lease_prefix()),
+            format!("{}*", keys.group_prefix()),
+        ];
+        let conn_name = self.notifier_name();
+        let spawned = std::thread::Builder::new()
+            .name(format!("simba-redis-pubsub-{}", keys.prefix))
+            .spawn(move || {
+                let mut backoff = Duration::from_millis(100);
+                let mut subscribed_before = false;
+                while !stop.load(Ordering::SeqCst) {
+                    let r = scripting.listen(
+                        &conn_name,
+                        &patterns,
+                        Duration::from_millis(200),
+                        &mut |ev| {
+                            if stop.load(Ordering::SeqCst) {
+                                return false;
+                            }
+                            match ev {
+                                PubSubEvent::Subscribed => {
+                                    if subscribed_before {
+                                        subs.publish(&Notification::Resync);
+                                    }
+                                    subscribed_before = true;
+                                    backoff = Duration::from_millis(100);
+                                    let _ = ready_tx.try_send(());
+                                }
+                                PubSubEvent::Message(ch) => {
+                                    if let Some(n) = keys.notification(ch) {
+                                        subs.publish(&n);
+                                    }
+                                }
+                                PubSubEvent::Idle => {}
+                            }
+                            true
+                        },
+                    );
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if let Err(e) = r {
+                        log::warn!(
+                            "Redis notifications dropped ({e}); resubscribing in {backoff:?}"
+                        );
+                    }
+                    subs.publish(&Notification::Resync);
+                    let until = Instant::now() + backoff;
+                    while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                let bound = self.cfg.connect_timeout + self.cfg.query_timeout;
+                if ready_rx.recv_timeout(bound).is_err() {
+                    log::warn!("Redis notifications not subscribed within {bound:?}; candidates poll until they are");
+                }
+            }
+            Err(e) => log::warn!("no Redis notification thread ({e}); candidates poll"),
+        }
+    }
+
+    fn acquire_one_node(&self, sid: &SessionId, name: &LeaseName) -> Result<Reply> {
+        let keys = [
+            self.keys.session(sid),
+            self.keys.leases_index(sid),
+            self.keys.lease(name.as_str()),
+        ];
+        let args = [sid.to_string(), name.to_string()];
+        let s = &scripts().acquire;
+        if self.cfg.wait_replicas == 0 {
+            return self.eval(Role::Other, s, &keys, &args);
+        }
+        let new_term = |r: &Reply| {
+            let a = r.as_array().unwrap_or(&[]);
+            a.first().and_then(Reply::as_int) == Some(1)
+                && a.get(3).and_then(Reply::as_int) == Some(1)
+        };
+        let n = self.cfg.wait_replicas;
+        let wait = self.cfg.query_timeout * 2 / 3;
+        let (r, acked) = self
+            .scripting
+            .eval_then_wait(s, &keys, &args, &new_term, n, wait)?;
+        match acked {
+            Some(acked) if acked < n => {
+                let t = token("acquiring", int_at("acquiring", &r, 1)?)?;
+                let released = self.release(sid, name, t);
+                Err(Error::backend(
+                    "acquiring",
+                    format!(
+                        "only {acked} of {n} replicas acknowledged the new term of {name:?} (token {t}) within {wait:?}; \
+                         the term was released{}",
+                        match released {
+                            Ok(_) => String::new(),
+                            Err(e) => format!(" (the release failed too: {e}; it ends with its session)"),
+                        }
+                    ),
+                ))
+            }
+            _ => Ok(r),
+        }
+    }
+
+    fn acquire_routed(&self, sid: &SessionId, name: &LeaseName) -> Result<Reply> {
+        let lease_key = self.keys.lease(name.as_str());
+        let sent = Instant::now();
+        let r = self.eval(
+            Role::Other,
+            &scripts().acquire_session,
+            &[self.keys.session(sid), self.keys.leases_index(sid)],
+            &[name.to_string()],
+        )?;
+        if int_at("acquiring", &r, 0)? < 0 {
+            return Ok(r);
+        }
+        let left = Duration::from_millis(int_at("acquiring", &r, 0)? as u64);
+        let lease = int_at("acquiring", &r, 1)?;
+        if sent.elapsed() >= left {
+            return Err(Error::Timeout {
+                operation: "acquiring (the session's time ran out before the lease call)",
+                after: left,
+            });
+        }
+        let r = self.eval(
+            Role::Other,
+            &scripts().acquire_lease,
+            std::slice::from_ref(&lease_key),
+            &[sid.to_string(), lease.to_string()],
+        )?;
+        let acquired = int_at("acquiring", &r, 0)? == 1;
+        if acquired && sent.elapsed() > left {
+            if int_at("acquiring", &r, 3)? == 1 {
+                let t = token("acquiring", int_at("acquiring", &r, 1)?)?;
+                if let Err(e) = self.release(sid, name, t) {
+                    log::warn!("releasing the late term {t} of {name:?} failed: {e}");
+                }
+            }
+            return Err(Error::Timeout {
+                operation: "acquiring (the lease call answered after the session's time)",
+                after: left,
+            });
+        }
+        if !acquired {
+            self.scripting.command(
+                Role::Other,
+                &["SREM", &self.keys.leases_index(sid), name.as_str()],
+            )?;
+            return Ok(r);
+        }
+        // The term is adopted with the session's remaining time (a full lease covers it).
+        let a = r.as_array().unwrap_or(&[]);
+        let mut v = a.to_vec();
+        if v.len() >= 3 {
+            v[2] = Reply::Int(left.as_millis() as i64);
+        }
+        Ok(Reply::Array(v))
+    }
+}
+
+impl LeaseBackend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        let id = SessionId::random();
+        let r = self.eval(
+            Role::Other,
+            &scripts().open,
+            &[self.keys.session(&id)],
+            &[metadata.as_str().to_owned(), ms(lease).to_string()],
+        )?;
+        let left = r
+            .as_int()
+            .ok_or_else(|| bad_reply("opening a session", &r))?;
+        Ok(SessionGrant {
+            id,
+            remaining: Duration::from_millis(left.max(0) as u64),
+        })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        const OP: &str = "keeping a session alive";
+        let lease_ms = ms(lease);
+        let index = [
+            self.keys.session(session),
+            self.keys.leases_index(session),
+            self.keys.groups_index(session),
+        ];
+        if !self.routed {
+            let r = self.eval(
+                Role::KeepAlive,
+                &scripts().keep_alive,
+                &index,
+                &[
+                    session.to_string(),
+                    lease_ms.to_string(),
+                    self.keys.lease_prefix(),
+                    self.keys.group_prefix(),
+                ],
+            )?;
+            let left = int_at(OP, &r, 0)?;
+            if left < 0 {
+                return Err(self.expired(session));
+            }
+            let remaining = Duration::from_millis(left as u64);
+            let a = r.as_array().unwrap_or(&[]);
+            let leases = a[1..]
+                .chunks(2)
+                .map(|c| {
+                    let name = c[0].as_str().ok_or_else(|| bad_reply(OP, &r))?;
+                    let t = c
+                        .get(1)
+                        .and_then(Reply::as_int)
+                        .ok_or_else(|| bad_reply(OP, &r))?;
+                    Ok(HeldLease {
+                        name: LeaseName::new(name)?,
+                        token: token(OP, t)?,
+                        remaining,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(KeepAlive { remaining, leases });
+        }
+        let mut args = vec![lease_ms.to_string()];
+        let dropped: Vec<String> = self
+            .stale
+            .lock()
+            .get(session)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, since)| since.elapsed() >= lease)
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        args.extend(dropped.iter().cloned());
+        let r = self.eval(
+            Role::KeepAlive,
+            &scripts().keep_alive_session,
+            &index,
+            &args,
+        )?;
+        let answered = Instant::now();
+        let left = int_at(OP, &r, 0)?;
+        if left < 0 {
+            self.stale.lock().remove(session);
+            return Err(self.expired(session));
+        }
+        if !dropped.is_empty() {
+            if let Some(m) = self.stale.lock().get_mut(session) {
+                for n in &dropped {
+                    m.remove(n);
+                }
+            }
+        }
+        let remaining = Duration::from_millis(left as u64);
+        let a = r.as_array().unwrap_or(&[]);
+        let names = strings(OP, a.get(1).unwrap_or(&Reply::Nil))?;
+        let groups = strings(OP, a.get(2).unwrap_or(&Reply::Nil))?;
+        let lease_keys: Vec<String> = names.iter().map(|n| self.keys.lease(n)).collect();
+        let group_keys: Vec<String> = groups.iter().map(|g| self.keys.group(g)).collect();
+        // One script per slot, all slots pipelined per node; each carries what the session
+        // has left minus the time since the session call answered.
+        let mut leases = Vec::new();
+        let slots: Vec<(Vec<String>, Vec<String>)> =
+            by_slot(&lease_keys, &group_keys).into_values().collect();
+        if slots.is_empty() {
+            return Ok(KeepAlive { remaining, leases });
+        }
+        let Some(left) = remaining
+            .checked_sub(answered.elapsed())
+            .filter(|d| !d.is_zero())
+        else {
+            return Ok(KeepAlive { remaining, leases });
+        };
+        let calls: Vec<ScriptCall<'_>> = slots
+            .iter()
+            .map(|(lk, gk)| ScriptCall {
+                script: &scripts().keep_alive_slot,
+                keys: lk.iter().chain(gk).cloned().collect(),
+                args: vec![
+                    session.to_string(),
+                    ms(left).to_string(),
+                    lk.len().to_string(),
+                ],
+            })
+            .collect();
+        let replies: Vec<Option<Reply>> = match self.scripting.eval_many(Role::KeepAlive, &calls) {
+            Ok(r) => r.into_iter().map(Some).collect(),
+            Err(e) => {
+                // One node failing must not cost the leases on the others: slot by slot.
+                log::warn!("batched keep-alive of session {session} failed ({e}); slot by slot");
+                calls
+                    .iter()
+                    .map(|c| {
+                        let left = remaining.checked_sub(answered.elapsed())?;
+                        let mut args = c.args.clone();
+                        args[1] = ms(left).to_string();
+                        self.eval(Role::KeepAlive, c.script, &c.keys, &args)
+                            .map_err(|e| {
+                                log::warn!("keep-alive of a slot of session {session} failed: {e}")
+                            })
+                            .ok()
+                    })
+                    .collect()
+            }
+        };
+        let lease_prefix_len = self.keys.lease_prefix().len();
+        let mut stale = self.stale.lock();
+        for ((lk, _), r) in slots.iter().zip(replies) {
+            let Some(r) = r else { continue };
+            for (i, key) in lk.iter().enumerate() {
+                let t = int_at(OP, &r, i)?;
+                let name = &key[lease_prefix_len + 1..key.len() - 1];
+                if t > 0 {
+                    if let Some(m) = stale.get_mut(session) {
+                        m.remove(name);
+                    }
+                    leases.push(HeldLease {
+                        name: LeaseName::new(name)?,
+                        token: token(OP, t)?,
+                        remaining: left,
+                    });
+                } else {
+                    stale
+                        .entry(session.clone())
+                        .or_default()
+                        .entry(name.to_owned())
+                        .or_insert_with(Instant::now);
+                }
+            }
+        }
+        stale.retain(|_, m| !m.is_empty());
+        drop(stale);
+        Ok(KeepAlive { remaining, leases })
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        let index = [
+            self.keys.session(session),
+            self.keys.leases_index(session),
+            self.keys.groups_index(session),
+        ];
+        if !self.routed {
+            self.eval(
+                Role::Other,
+                &scripts().close,
+                &index,
+                &[
+                    session.to_string(),
+                    self.keys.lease_prefix(),
+                    self.keys.group_prefix(),
+                ],
+            )?;
+            return Ok(());
+        }
+        const OP: &str = "closing a session";
+        self.stale.lock().remove(session);
+        let r = self.eval(Role::Other, &scripts().close_session, &index, &[])?;
+        let a = r.as_array().ok_or_else(|| bad_reply(OP, &r))?;
+        let names = strings(OP, a.first().unwrap_or(&Reply::Nil))?;
+        let groups = strings(OP, a.get(1).unwrap_or(&Reply::Nil))?;
+        let lease_keys: Vec<String> = names.iter().map(|n| self.keys.lease(n)).collect();
+        let group_keys: Vec<String> = groups.iter().map(|g| self.keys.group(g)).collect();
+        let calls: Vec<ScriptCall<'_>> = by_slot(&lease_keys, &group_keys)
+            .into_values()
+            .map(|(lk, gk)| ScriptCall {
+                script: &scripts().close_slot,
+                args: vec![session.to_string(), lk.len().to_string()],
+                keys: lk.into_iter().chain(gk).collect(),
+            })
+            .collect();
+        self.scripting.eval_many(Role::Other, &calls)?;
+        self.scripting
+            .command(Role::Other, &["DEL", &index[1], &index[2]])?;
+        Ok(())
+    }
+
+    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
+        const OP: &str = "acquiring";
+        let r = if self.routed {
+            self.acquire_routed(session, name)?
+        } else {
+            self.acquire_one_node(session, name)?
+        };
+        match int_at(OP, &r, 0)? {
+            1 => Ok(Acquire::Acquired(Term {
+                name: name.clone(),
+                token: token(OP, int_at(OP, &r, 1)?)?,
+                remaining: Duration::from_millis(int_at(OP, &r, 2)?.max(0) as u64),
+            })),
+            0 => {
+                let holder = r
+                    .as_array()
+                    .and_then(|a| a.get(3))
+                    .and_then(Reply::as_str)
+                    .ok_or_else(|| bad_reply(OP, &r))?;
+                Ok(Acquire::Held(Owner {
+                    session: SessionId::parse(holder)?,
+                    token: token(OP, int_at(OP, &r, 1)?)?,
+                    remaining: Duration::from_millis(int_at(OP, &r, 2)?.max(0) as u64),
+                }))
+            }
+            _ => Err(self.expired(session)),
+        }
+    }
+
+    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        let mut keys = vec![self.keys.lease(name.as_str())];
+        if !self.routed {
+            keys.push(self.keys.leases_index(session));
+        }
+        let r = self.eval(
+            Role::Other,
+            &scripts().release,
+            &keys,
+            &[session.to_string(), token.to_string(), name.to_string()],
+        )?;
+        let freed = r.as_int() == Some(1);
+        if freed && self.routed {
+            self.scripting.command(
+                Role::Other,
+                &["SREM", &self.keys.leases_index(session), name.as_str()],
+            )?;
+        }
+        Ok(freed)
+    }
+
+    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
+        const OP: &str = "reading an owner";
+        let r = self.eval(
+            Role::Other,
+            &scripts().owner,
+            &[self.keys.lease(name.as_str())],
+            &[],
+        )?;
+        let a = r.as_array().ok_or_else(|| bad_reply(OP, &r))?;
+        if a.is_empty() {
+            return Ok(None);
+        }
+        let holder = a[0].as_str().ok_or_else(|| bad_reply(OP, &r))?;
+        Ok(Some(Owner {
+            session: SessionId::parse(holder)?,
+            token: token(OP, int_at(OP, &r, 1)?)?,
+            remaining: Duration::from_millis(int_at(OP, &r, 2)?.max(0) as u64),
+        }))
+    }
+
+    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
+        const OP: &str = "joining a group";
+        let gkey = self.keys.group(group.as_str());
+        if !self.routed {
+            let r = self.eval(
+                Role::Other,
+                &scripts().join,
+                &[
+                    self.keys.session(session),
+                    self.keys.groups_index(session),
+                    gkey,
+                ],
+                &[session.to_string(), group.to_string()],
+            )?;
+            return match int_at(OP, &r, 0)? {
+                1 => Ok(()),
+                _ => Err(self.expired(session)),
+            };
+        }
+        let sent = Instant::now();
+        let r = self.eval(
+            Role::Other,
+            &scripts().acquire_session,
+            &[self.keys.session(session), self.keys.groups_index(session)],
+            &[group.to_string()],
+        )?;
+        let left = int_at(OP, &r, 0)?;
+        if left < 0 {
+            return Err(self.expired(session));
+        }
+        let left = Duration::from_millis(left as u64);
+        if sent.elapsed() >= left {
+            return Err(Error::Timeout {
+                operation: "joining (the session's time ran out before the group call)",
+                after: left,
+            });
+        }
+        let lease = int_at(OP, &r, 1)?;
+        self.eval(
+            Role::Other,
+            &scripts().join_group,
+            std::slice::from_ref(&gkey),
+            &[session.to_string(), lease.to_string()],
+        )?;
+        if sent.elapsed() > left {
+            if let Err(e) = self.leave(session, group) {
+                log::warn!("leaving {group:?} after a late join failed: {e}");
+            }
+            return Err(Error::Timeout {
+                operation: "joining (the group call answered after the session's time)",
+                after: left,
+            });
+        }
+        Ok(())
+    }
+
+    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        let mut keys = vec![self.keys.group(group.as_str())];
+        if !self.routed {
+            keys.push(self.keys.groups_index(session));
+        }
+        let r = self.eval(
+            Role::Other,
+            &scripts().leave,
+            &keys,
+            &[session.to_string(), group.to_string()],
+        )?;
+        if self.routed {
+            self.scripting.command(
+                Role::Other,
+                &["SREM", &self.keys.groups_index(session), group.as_str()],
+            )?;
+        }
+        Ok(r.as_int() == Some(1))
+    }
+
+    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
+        const OP: &str = "reading members";
+        let r = self.eval(
+            Role::Other,
+            &scripts().members,
+            &[self.keys.group(group.as_str())],
+            &[
+                self.keys.session_prefix(),
+                if self.routed { "0" } else { "1" }.to_owned(),
+            ],
+        )?;
+        let items = strings(OP, &r)?;
+        let mut out = Vec::new();
+        if !self.routed {
+            for c in items.chunks(2) {
+                out.push(Member {
+                    session: SessionId::parse(&c[0])?,
+                    metadata: Metadata::new(c.get(1).cloned().unwrap_or_default())?,
+                });
+            }
+            return Ok(out);
+        }
+        for id in items {
+            let sid = SessionId::parse(&id)?;
+            let m = self
+                .scripting
+                .command(Role::Other, &["HGET", &self.keys.session(&sid), "metadata"])?;
+            if let Some(m) = m.as_str() {
+                out.push(Member {
+                    session: sid,
+                    metadata: Metadata::new(m)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn purge_expired(&self) -> Result<usize> {
+        let pattern = format!("{}*", self.keys.group_prefix());
+        let mut removed = HashSet::new();
+        for key in self.scripting.scan(&pattern, 10_000)? {
+            let r = self.eval(Role::Other, &scripts().purge_group, &[key], &[])?;
+            removed.extend(strings("purging", &r)?);
+        }
+        Ok(removed.len())
+    }
+
+    /// `EVALSHA` of a trivial script (`return 1`): the floor of the backend's script calls.
+    fn ping(&self) -> Result<()> {
+        self.ping_script()
+    }
+
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        let sub = self.subscribers.add(sink);
+        self.start_notifier();
+        Ok(Some(sub))
+    }
+}

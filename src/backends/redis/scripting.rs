@@ -1,0 +1,700 @@
+//! The driver-neutral scripting port ([`RedisScripting`]) and its two implementations on the
+//! blocking `redis` client: one server ([`StandaloneScripting`]) and a Redis Cluster
+//! ([`ClusterScripting`]).
+
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A Lua script of the backend: its name (for messages) and full source.
+#[derive(Clone)]
+pub struct LuaScript {
+    name: &'static str,
+    source: String,
+    compiled: redis::Script,
+}
+
+impl LuaScript {
+    /// A script from its source.
+    pub fn new(name: &'static str, source: String) -> Self {
+        let compiled = redis::Script::new(&source);
+        LuaScript {
+            name,
+            source,
+            compiled,
+        }
+    }
+
+    /// The script's name (its file name without `.lua`).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The Lua source sent with `SCRIPT LOAD`.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The SHA1 used with `EVALSHA`.
+    pub fn sha1(&self) -> &str {
+        self.compiled.get_hash()
+    }
+}
+
+impl std::fmt::Debug for LuaScript {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LuaScript({})", self.name)
+    }
+}
+
+/// A reply, independent of the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Nil (or Lua `false`).
+    Nil,
+    /// An integer.
+    Int(i64),
+    /// A string.
+    Data(Vec<u8>),
+    /// An array.
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// The integer, if this is one (or a string holding one).
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Reply::Int(i) => Some(*i),
+            Reply::Data(d) => std::str::from_utf8(d).ok()?.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// The string, if this is a UTF-8 string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Reply::Data(d) => std::str::from_utf8(d).ok(),
+            _ => None,
+        }
+    }
+
+    /// The elements, if this is an array (nil is the empty array).
+    pub fn as_array(&self) -> Option<&[Reply]> {
+        match self {
+            Reply::Array(a) => Some(a),
+            Reply::Nil => Some(&[]),
+            _ => None,
+        }
+    }
+
+    fn from_value(v: redis::Value) -> Reply {
+        use redis::Value as V;
+        match v {
+            V::Nil => Reply::Nil,
+            V::Int(i) => Reply::Int(i),
+            V::BulkString(b) => Reply::Data(b),
+            V::SimpleString(s) => Reply::Data(s.into_bytes()),
+            V::Okay => Reply::Data(b"OK".to_vec()),
+            V::Boolean(b) => Reply::Int(b as i64),
+            V::Double(d) => Reply::Int(d as i64),
+            V::VerbatimString { text, .. } => Reply::Data(text.into_bytes()),
+            V::Array(a) | V::Set(a) => Reply::Array(a.into_iter().map(Reply::from_value).collect()),
+            V::Map(m) => Reply::Array(
+                m.into_iter()
+                    .flat_map(|(k, v)| [Reply::from_value(k), Reply::from_value(v)])
+                    .collect(),
+            ),
+            other => Reply::Data(format!("{other:?}").into_bytes()),
+        }
+    }
+}
+
+/// One script call of a batch ([`RedisScripting::eval_many`]).
+#[derive(Debug)]
+pub struct ScriptCall<'a> {
+    /// The script.
+    pub script: &'a LuaScript,
+    /// Its keys (all in one slot).
+    pub keys: Vec<String>,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+impl ScriptCall<'_> {
+    fn evalsha(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.sha1())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+}
+
+/// Loads every distinct script of `calls` (after a `NOSCRIPT`).
+fn load_all(
+    con: &mut dyn redis::ConnectionLike,
+    calls: &[ScriptCall<'_>],
+) -> redis::RedisResult<()> {
+    let mut done: Vec<&str> = Vec::new();
+    for c in calls {
+        if !done.contains(&c.script.sha1()) {
+            c.script.compiled.load(con)?;
+            done.push(c.script.sha1());
+        }
+    }
+    Ok(())
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Which connections a call uses: keep-alives never queue behind other traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Session keep-alives.
+    KeepAlive,
+    /// Everything else.
+    Other,
+}
+
+/// Receives pub/sub events from [`RedisScripting::listen`].
+pub enum PubSubEvent<'a> {
+    /// The patterns are subscribed.
+    Subscribed,
+    /// A message arrived on this channel.
+    Message(&'a str),
+    /// Nothing arrived for a while (a chance to stop).
+    Idle,
+}
+
+/// The scripting port the Redis backend runs on: script calls, a few plain commands, `WAIT`
+/// and a pub/sub listener. Implement it to run the backend over another client.
+///
+/// On a cluster ([`RedisScripting::clustered`]) every call must keep to one hash slot; the
+/// backend then splits its operations by slot itself.
+pub trait RedisScripting: Send + Sync {
+    /// Whether this is a Redis Cluster (calls are routed by slot).
+    fn clustered(&self) -> bool;
+
+    /// Runs `script` (`EVALSHA`, loading it on `NOSCRIPT`).
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply>;
+
+    /// Runs `script`, then, if `wait_if` says so for its reply, `WAIT replicas timeout` on
+    /// the same connection; returns the reply and the number of replicas that acknowledged
+    /// (`None` when `WAIT` was not sent). Not available on a cluster.
+    fn eval_then_wait(
+        &self,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        wait_if: &dyn Fn(&Reply) -> bool,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Reply, Option<u32>)>;
+
+    /// Runs several script calls (each within one slot) as one batch: pipelined per node
+    /// where the client can; replies in order. The default runs them one after another.
+    fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
+        calls
+            .iter()
+            .map(|c| self.eval(role, c.script, &c.keys, &c.args))
+            .collect()
+    }
+
+    /// Runs a plain command whose keys are in one slot.
+    fn command(&self, role: Role, args: &[&str]) -> Result<Reply>;
+
+    /// Keys matching `pattern` (a `SCAN` of every primary), at most `limit`.
+    fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>>;
+
+    /// Pattern-subscribes on a dedicated connection named `name` (`CLIENT SETNAME`) and
+    /// reports events to `on_event` until it returns `false` (then `Ok`) or the connection
+    /// fails (then `Err`). `Idle` comes at least every `idle`.
+    fn listen(
+        &self,
+        name: &str,
+        patterns: &[String],
+        idle: Duration,
+        on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
+    ) -> Result<()>;
+}
+
+/// Connection settings shared by both implementations.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// Bound of every reply (also the read and write timeout of connections).
+    pub query_timeout: Duration,
+    /// Bound of opening a connection.
+    pub connect_timeout: Duration,
+    /// Idle connections kept per role.
+    pub pool_size: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            query_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            pool_size: 4,
+        }
+    }
+}
+
+pub(crate) fn map_err(
+    operation: &'static str,
+    timeout: Duration,
+) -> impl Fn(redis::RedisError) -> Error {
+    move |e| {
+        if e.is_timeout() {
+            Error::Timeout {
+                operation,
+                after: timeout,
+            }
+        } else {
+            Error::backend(operation, e)
+        }
+    }
+}
+
+fn broken(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+type Factory<C> = Box<dyn Fn() -> redis::RedisResult<C> + Send + Sync>;
+
+/// A connection pool that never waits: a caller takes an idle connection or opens one, and a
+/// broken connection is dropped instead of returned.
+struct Pool<C> {
+    idle: Mutex<Vec<C>>,
+    max_idle: usize,
+    open: Factory<C>,
+}
+
+impl<C> Pool<C> {
+    fn new(max_idle: usize, open: Factory<C>) -> Self {
+        Pool {
+            idle: Mutex::new(Vec::new()),
+            max_idle: max_idle.max(1),
+            open,
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut C) -> redis::RedisResult<R>) -> redis::RedisResult<R> {
+        let pooled = self.idle.lock().pop();
+        let mut con = match pooled {
+            Some(c) => c,
+            None => (self.open)()?,
+        };
+        let r = f(&mut con);
+        if !matches!(&r, Err(e) if broken(e)) {
+            let mut idle = self.idle.lock();
+            if idle.len() < self.max_idle {
+                idle.push(con);
+            }
+        }
+        r
+    }
+}
+
+fn invoke(
+    con: &mut dyn redis::ConnectionLike,
+    script: &LuaScript,
+    keys: &[String],
+    args: &[String],
+) -> redis::RedisResult<redis::Value> {
+    let mut inv = script.compiled.prepare_invoke();
+    for k in keys {
+        inv.key(k);
+    }
+    for a in args {
+        inv.arg(a);
+    }
+    inv.invoke(con)
+}
+
+fn plain(args: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd
+}
+
+/// Listens on one plain connection (used by both implementations: classic pub/sub messages
+/// reach every node of a cluster).
+fn listen_on(
+    client: &redis::Client,
+    opts: &ConnectOptions,
+    name: &str,
+    patterns: &[String],
+    idle: Duration,
+    on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
+) -> Result<()> {
+    let err = map_err("listening for notifications", opts.connect_timeout);
+    let mut con = client
+        .get_connection_with_timeout(opts.connect_timeout)
+        .map_err(&err)?;
+    con.set_write_timeout(Some(opts.query_timeout))
+        .map_err(&err)?;
+    con.set_read_timeout(Some(opts.query_timeout))
+        .map_err(&err)?;
+    redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(name)
+        .query::<()>(&mut con)
+        .map_err(&err)?;
+    let mut ps = con.as_pubsub();
+    for p in patterns {
+        ps.psubscribe(p).map_err(&err)?;
+    }
+    ps.set_read_timeout(Some(idle)).map_err(&err)?;
+    if !on_event(PubSubEvent::Subscribed) {
+        return Ok(());
+    }
+    loop {
+        match ps.get_message() {
+            Ok(msg) => {
+                if !on_event(PubSubEvent::Message(msg.get_channel_name())) {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.is_timeout() => {
+                if !on_event(PubSubEvent::Idle) {
+                    return Ok(());
+                }
+            }
+            Err(e) => return Err(err(e)),
+        }
+    }
+}
+
+/// One Redis server (a primary, with or without replicas): a pool of connections per
+/// [`Role`], so keep-alives never wait behind acquires.
+pub struct StandaloneScripting {
+    client: redis::Client,
+    opts: ConnectOptions,
+    keep_alive: Pool<redis::Connection>,
+    other: Pool<redis::Connection>,
+}
+
+impl StandaloneScripting {
+    /// Connects to `url` (`redis://[user:password@]host:port[/db]`); the first connection is
+    /// opened now so a bad address fails here.
+    pub fn new(url: &str, opts: ConnectOptions) -> Result<Self> {
+        let client =
+            redis::Client::open(url).map_err(|e| Error::backend("parsing the Redis URL", e))?;
+        let open = |client: redis::Client, opts: ConnectOptions| -> Factory<redis::Connection> {
+            Box::new(move || {
+                let con = client.get_connection_with_timeout(opts.connect_timeout)?;
+                con.set_read_timeout(Some(opts.query_timeout))?;
+                con.set_write_timeout(Some(opts.query_timeout))?;
+                Ok(con)
+            })
+        };
+        let s = StandaloneScripting {
+            keep_alive: Pool::new(opts.pool_size, open(client.clone(), opts.clone())),
+            other: Pool::new(opts.pool_size, open(client.clone(), opts.clone())),
+            client,
+            opts,
+        };
+        s.other
+            .with(|c| redis::cmd("PING").query::<redis::Value>(c))
+            .map_err(map_err("connecting to Redis", s.opts.connect_timeout))?;
+        Ok(s)
+    }
+
+    fn pool(&self, role: Role) -> &Pool<redis::Connection> {
+        match role {
+            Role::KeepAlive => &self.keep_alive,
+            Role::Other => &self.other,
+        }
+    }
+}
+
+impl RedisScripting for StandaloneScripting {
+    fn clustered(&self) -> bool {
+        false
+    }
+
+    fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for c in calls {
+            pipe.add_command(c.evalsha());
+        }
+        self.pool(role)
+            .with(|con| {
+                let r = pipe.query::<Vec<redis::Value>>(con);
+                match r {
+                    Err(e) if is_noscript(&e) => {
+                        load_all(con, calls)?;
+                        pipe.query::<Vec<redis::Value>>(con)
+                    }
+                    r => r,
+                }
+            })
+            .map(|v| v.into_iter().map(Reply::from_value).collect())
+            .map_err(map_err("running scripts", self.opts.query_timeout))
+    }
+
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
+        self.pool(role)
+            .with(|c| invoke(c, script, keys, args))
+            .map(Reply::from_value)
+            .map_err(map_err(script.name, self.opts.query_timeout))
+    }
+
+    fn eval_then_wait(
+        &self,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        wait_if: &dyn Fn(&Reply) -> bool,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Reply, Option<u32>)> {
+        let mut reply = None;
+        let r = self.other.with(|c| {
+            let r = Reply::from_value(invoke(c, script, keys, args)?);
+            reply = Some(r.clone());
+            if !wait_if(&r) {
+                return Ok((r, None));
+            }
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout.as_millis().max(1) as u64)
+                .query(c)?;
+            Ok((r, Some(acked.max(0) as u32)))
+        });
+        match r {
+            Ok(r) => Ok(r),
+            // The script ran but WAIT failed: no replica acknowledged in time.
+            Err(e) if reply.as_ref().is_some_and(wait_if) => {
+                log::warn!("WAIT after {} failed: {e}", script.name);
+                Ok((reply.expect("checked"), Some(0)))
+            }
+            Err(e) => Err(map_err(script.name, self.opts.query_timeout)(e)),
+        }
+    }
+
+    fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
+        self.pool(role)
+            .with(|c| plain(args).query::<redis::Value>(c))
+            .map(Reply::from_value)
+            .map_err(map_err("running a Redis command", self.opts.query_timeout))
+    }
+
+    fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let mut cursor = 0u64;
+        self.other
+            .with(|c| loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(c)?;
+                out.extend(keys);
+                cursor = next;
+                if cursor == 0 || out.len() >= limit {
+                    return Ok(());
+                }
+            })
+            .map_err(map_err("scanning keys", self.opts.query_timeout))?;
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    fn listen(
+        &self,
+        name: &str,
+        patterns: &[String],
+        idle: Duration,
+        on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
+    ) -> Result<()> {
+        listen_on(&self.client, &self.opts, name, patterns, idle, on_event)
+    }
+}
+
+/// A Redis Cluster through the `redis` crate's blocking cluster client: commands are routed
+/// by the slot of their first key. Every call must keep to one slot.
+pub struct ClusterScripting {
+    seeds: Vec<redis::Client>,
+    opts: ConnectOptions,
+    keep_alive: Pool<redis::cluster::ClusterConnection>,
+    other: Pool<redis::cluster::ClusterConnection>,
+}
+
+impl ClusterScripting {
+    /// Connects to the cluster through the seed nodes `urls` (`redis://host:port`).
+    pub fn new(urls: &[String], opts: ConnectOptions) -> Result<Self> {
+        let err = |e| Error::backend("connecting to the Redis Cluster", e);
+        let client = redis::cluster::ClusterClient::builder(urls.to_vec())
+            .connection_timeout(opts.connect_timeout)
+            .response_timeout(opts.query_timeout)
+            .retries(2)
+            .build()
+            .map_err(err)?;
+        let client = Arc::new(client);
+        let open = |client: Arc<redis::cluster::ClusterClient>| -> Factory<redis::cluster::ClusterConnection> {
+            Box::new(move || client.get_connection())
+        };
+        let seeds = urls
+            .iter()
+            .map(|u| redis::Client::open(u.as_str()))
+            .collect::<redis::RedisResult<Vec<_>>>()
+            .map_err(err)?;
+        let s = ClusterScripting {
+            keep_alive: Pool::new(opts.pool_size, open(client.clone())),
+            other: Pool::new(opts.pool_size, open(client)),
+            seeds,
+            opts,
+        };
+        s.other
+            .with(|c| redis::cmd("PING").query::<redis::Value>(c))
+            .map_err(map_err(
+                "connecting to the Redis Cluster",
+                s.opts.connect_timeout,
+            ))?;
+        Ok(s)
+    }
+
+    fn pool(&self, role: Role) -> &Pool<redis::cluster::ClusterConnection> {
+        match role {
+            Role::KeepAlive => &self.keep_alive,
+            Role::Other => &self.other,
+        }
+    }
+}
+
+impl RedisScripting for ClusterScripting {
+    fn clustered(&self) -> bool {
+        true
+    }
+
+    /// One pipeline per node, sent to every node before any reply is read.
+    fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::cluster::cluster_pipe();
+        for c in calls {
+            pipe.add_command(c.evalsha());
+        }
+        self.pool(role)
+            .with(|con| {
+                let r = pipe.query::<Vec<redis::Value>>(con);
+                match r {
+                    Err(e) if is_noscript(&e) => {
+                        load_all(con, calls)?;
+                        pipe.query::<Vec<redis::Value>>(con)
+                    }
+                    r => r,
+                }
+            })
+            .map(|v| v.into_iter().map(Reply::from_value).collect())
+            .map_err(map_err("running scripts", self.opts.query_timeout))
+    }
+
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
+        self.pool(role)
+            .with(|c| invoke(c, script, keys, args))
+            .map(Reply::from_value)
+            .map_err(map_err(script.name, self.opts.query_timeout))
+    }
+
+    fn eval_then_wait(
+        &self,
+        _script: &LuaScript,
+        _keys: &[String],
+        _args: &[String],
+        _wait_if: &dyn Fn(&Reply) -> bool,
+        _replicas: u32,
+        _timeout: Duration,
+    ) -> Result<(Reply, Option<u32>)> {
+        Err(Error::config(
+            "wait_replicas",
+            "WAIT is not available on a Redis Cluster",
+        ))
+    }
+
+    fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
+        self.pool(role)
+            .with(|c| plain(args).query::<redis::Value>(c))
+            .map(Reply::from_value)
+            .map_err(map_err("running a Redis command", self.opts.query_timeout))
+    }
+
+    fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for seed in &self.seeds {
+            let mut con = seed
+                .get_connection_with_timeout(self.opts.connect_timeout)
+                .map_err(map_err("scanning keys", self.opts.connect_timeout))?;
+            con.set_read_timeout(Some(self.opts.query_timeout))
+                .map_err(map_err("scanning keys", self.opts.query_timeout))?;
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(&mut con)
+                    .map_err(map_err("scanning keys", self.opts.query_timeout))?;
+                out.extend(keys);
+                cursor = next;
+                if cursor == 0 || out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    fn listen(
+        &self,
+        name: &str,
+        patterns: &[String],
+        idle: Duration,
+        on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
+    ) -> Result<()> {
+        let mut last = Err(Error::config("hosts", "no seed node"));
+        for seed in &self.seeds {
+            last = listen_on(seed, &self.opts, name, patterns, idle, on_event);
+            if last.is_ok() {
+                return last;
+            }
+        }
+        last
+    }
+}

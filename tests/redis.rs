@@ -1,0 +1,910 @@
+//! The Redis backend against real servers: the TCK on one server, on a primary with
+//! `wait_replicas = 1`, and on a 3-master Redis Cluster routed by slot; plus fault, latency and
+//! token-durability tests.
+//!
+//! Servers (started by `.ci/servers.sh`): `SIMBA_REDIS_URL` (default `redis://127.0.0.1:6379`),
+//! `SIMBA_REDIS_PRIMARY_URL` (`redis://127.0.0.1:6380`, replica `SIMBA_REDIS_REPLICA_URL`
+//! `redis://127.0.0.1:6381`) and `SIMBA_REDIS_CLUSTER_URL`
+//! (`redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002`).
+//!
+//! Every backend gets a random key prefix and deletes its keys when dropped.
+//!
+//! Slots on the cluster: the TCK's lease and group names end in a random 32-bit suffix and
+//! session ids are random 128-bit values, so the hash tags of one case's lease, session and
+//! group keys fall in different slots (a clash has probability 1/16384 per pair), spread over
+//! the three masters; `cluster_operation_spans_three_masters` picks names so that the session,
+//! lease and group keys of one operation are on three *different* masters, checked against
+//! `CLUSTER KEYSLOT` and `CLUSTER SLOTS`.
+#![cfg(feature = "redis")]
+
+use simba_lease::backends::redis::{
+    key_slot, ConnectOptions, LuaScript, PubSubEvent, RedisBackend, RedisConfig, RedisScripting,
+    Reply, Role, StandaloneScripting,
+};
+use simba_lease::spi::{
+    Acquire, KeepAlive, LeaseBackend, Notification, NotifySink, SessionGrant, Subscription,
+};
+use simba_lease::{
+    Config, Error, GroupName, LeaseName, Member, Metadata, Owner, Session, SessionId, Token,
+};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+fn env_url(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+fn standalone_url() -> String {
+    env_url("SIMBA_REDIS_URL", "redis://127.0.0.1:6379")
+}
+fn primary_url() -> String {
+    env_url("SIMBA_REDIS_PRIMARY_URL", "redis://127.0.0.1:6380")
+}
+fn replica_url() -> String {
+    env_url("SIMBA_REDIS_REPLICA_URL", "redis://127.0.0.1:6381")
+}
+fn cluster_url() -> String {
+    env_url(
+        "SIMBA_REDIS_CLUSTER_URL",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+    )
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// `simbatest-{unix seconds}-{random}`: the time lets a later run sweep what a crashed case
+/// (or one that leaks its session on purpose) left behind.
+fn random_prefix() -> String {
+    format!(
+        "simbatest-{}-{}",
+        unix_secs(),
+        &SessionId::random().as_str()[..8]
+    )
+}
+
+/// Once per server and process: deletes test keys older than ten minutes.
+fn sweep_stale(b: &RedisBackend, url: &str) {
+    static SWEPT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut swept = SWEPT.lock().unwrap();
+    if swept.iter().any(|u| u == url) {
+        return;
+    }
+    swept.push(url.to_owned());
+    let now = unix_secs();
+    for key in b
+        .scripting()
+        .scan("simbatest-*", 1_000_000)
+        .unwrap_or_default()
+    {
+        let secs = key
+            .strip_prefix("simbatest-")
+            .and_then(|k| k.split('-').next())
+            .and_then(|t| t.parse::<u64>().ok());
+        if secs.is_some_and(|t| t + 600 < now) {
+            let _ = b.scripting().command(Role::Other, &["DEL", &key]);
+        }
+    }
+}
+
+fn with_options(url: &str, opts: &str) -> String {
+    format!("{url}{}{opts}", if url.contains('?') { '&' } else { '?' })
+}
+
+/// A gate between the cases that need the replica and the test that pauses it.
+struct Gate {
+    state: Mutex<(usize, bool)>,
+    cv: Condvar,
+}
+
+static REPLICA_GATE: Gate = Gate {
+    state: Mutex::new((0, false)),
+    cv: Condvar::new(),
+};
+
+/// Shared use of the replica; dropping it ends the use.
+struct SharedUse;
+
+impl Gate {
+    fn shared(&'static self) -> SharedUse {
+        let mut s = self.state.lock().unwrap();
+        while s.1 {
+            s = self.cv.wait(s).unwrap();
+        }
+        s.0 += 1;
+        SharedUse
+    }
+
+    fn exclusive<R>(&'static self, f: impl FnOnce() -> R) -> R {
+        let mut s = self.state.lock().unwrap();
+        while s.1 || s.0 > 0 {
+            s = self.cv.wait(s).unwrap();
+        }
+        s.1 = true;
+        drop(s);
+        struct Release;
+        impl Drop for Release {
+            fn drop(&mut self) {
+                REPLICA_GATE.state.lock().unwrap().1 = false;
+                REPLICA_GATE.cv.notify_all();
+            }
+        }
+        let _release = Release;
+        f()
+    }
+}
+
+impl Drop for SharedUse {
+    fn drop(&mut self) {
+        REPLICA_GATE.state.lock().unwrap().0 -= 1;
+        REPLICA_GATE.cv.notify_all();
+    }
+}
+
+/// A backend with its own key prefix that deletes its keys when dropped.
+struct Isolated {
+    inner: RedisBackend,
+    prefix: String,
+    _gate: Option<SharedUse>,
+}
+
+impl Isolated {
+    fn new(base: &str, extra: &str) -> Self {
+        let prefix = random_prefix();
+        let url = with_options(base, &format!("prefix={prefix}{extra}"));
+        let inner = RedisBackend::connect(&url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        sweep_stale(&inner, base);
+        Isolated {
+            inner,
+            prefix,
+            _gate: None,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> simba_lease::backends::redis::Reply {
+        self.inner
+            .scripting()
+            .command(Role::Other, args)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    fn session_key(&self, sid: &SessionId) -> String {
+        format!("{}:session:{{{sid}}}", self.prefix)
+    }
+
+    fn lease_key(&self, name: &LeaseName) -> String {
+        format!("{}:lease:{{{name}}}", self.prefix)
+    }
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        let pattern = format!("{}:*", self.prefix);
+        match self.inner.scripting().scan(&pattern, 100_000) {
+            Ok(keys) => {
+                for k in keys {
+                    let _ = self.inner.scripting().command(Role::Other, &["DEL", &k]);
+                }
+            }
+            Err(e) => eprintln!("cleanup of {pattern} failed: {e}"),
+        }
+    }
+}
+
+impl LeaseBackend for Isolated {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn open_session(
+        &self,
+        lease: Duration,
+        metadata: &Metadata,
+    ) -> simba_lease::Result<SessionGrant> {
+        self.inner.open_session(lease, metadata)
+    }
+    fn keep_alive(&self, session: &SessionId, lease: Duration) -> simba_lease::Result<KeepAlive> {
+        self.inner.keep_alive(session, lease)
+    }
+    fn close_session(&self, session: &SessionId) -> simba_lease::Result<()> {
+        self.inner.close_session(session)
+    }
+    fn acquire(&self, session: &SessionId, name: &LeaseName) -> simba_lease::Result<Acquire> {
+        self.inner.acquire(session, name)
+    }
+    fn release(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+    ) -> simba_lease::Result<bool> {
+        self.inner.release(session, name, token)
+    }
+    fn owner(&self, name: &LeaseName) -> simba_lease::Result<Option<Owner>> {
+        self.inner.owner(name)
+    }
+    fn join(&self, session: &SessionId, group: &GroupName) -> simba_lease::Result<()> {
+        self.inner.join(session, group)
+    }
+    fn leave(&self, session: &SessionId, group: &GroupName) -> simba_lease::Result<bool> {
+        self.inner.leave(session, group)
+    }
+    fn members(&self, group: &GroupName) -> simba_lease::Result<Vec<Member>> {
+        self.inner.members(group)
+    }
+    fn purge_expired(&self) -> simba_lease::Result<usize> {
+        self.inner.purge_expired()
+    }
+    fn ping(&self) -> simba_lease::Result<()> {
+        self.inner.ping()
+    }
+    fn subscribe(&self, sink: NotifySink) -> simba_lease::Result<Option<Subscription>> {
+        self.inner.subscribe(sink)
+    }
+}
+
+fn standalone() -> Arc<Isolated> {
+    Arc::new(Isolated::new(&standalone_url(), ""))
+}
+
+fn primary_waiting() -> Arc<Isolated> {
+    let gate = REPLICA_GATE.shared();
+    let mut b = Isolated::new(&primary_url(), "&wait_replicas=1&query_timeout=3s");
+    b._gate = Some(gate);
+    Arc::new(b)
+}
+
+fn cluster() -> Arc<Isolated> {
+    Arc::new(Isolated::new(&cluster_url(), ""))
+}
+
+fn routed_standalone() -> Arc<Isolated> {
+    Arc::new(Isolated::new(&standalone_url(), "&route_by_slot=true"))
+}
+
+mod standalone_tck {
+    simba_lease::tck_suite!(|| super::standalone());
+}
+
+mod wait_replicas_tck {
+    simba_lease::tck_suite!(|| super::primary_waiting());
+}
+
+mod cluster_tck {
+    simba_lease::tck_suite!(|| super::cluster());
+}
+
+/// The by-slot flow on one server: the same scripts the cluster runs, without the cluster.
+mod routed_standalone_tck {
+    simba_lease::tck_suite!(|| super::routed_standalone());
+}
+
+fn patience() -> Duration {
+    Duration::from_secs(20)
+}
+
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + patience();
+    while !cond() {
+        assert!(
+            Instant::now() < end,
+            "not true within {:?}: {what}",
+            patience()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn acquired(b: &dyn LeaseBackend, s: &SessionId, name: &LeaseName) -> simba_lease::Term {
+    match b.acquire(s, name).expect("acquire") {
+        Acquire::Acquired(t) => t,
+        Acquire::Held(o) => panic!("{name} held by {o:?}"),
+    }
+}
+
+fn open(b: &dyn LeaseBackend, lease: Duration) -> SessionId {
+    b.open_session(lease, &Metadata::default()).unwrap().id
+}
+
+#[test]
+fn replica_paused_acquisitions_fail_clearly_and_leave_no_lease() {
+    REPLICA_GATE.exclusive(|| {
+        let b = Isolated::new(&primary_url(), "&wait_replicas=1&query_timeout=1500ms");
+        let s = open(&b, Duration::from_secs(60));
+        let before = acquired(&b, &s, &LeaseName::new("before-pause").unwrap());
+        let replica = RedisBackend::connect(&replica_url()).expect("replica");
+        // The pause ends on its own (a paused replica does not answer CLIENT UNPAUSE either).
+        replica
+            .scripting()
+            .command(Role::Other, &["CLIENT", "PAUSE", "5000", "ALL"])
+            .expect("CLIENT PAUSE on the replica");
+        for i in 0..2 {
+            let name = LeaseName::new(format!("paused-{i}")).unwrap();
+            let err = b
+                .acquire(&s, &name)
+                .expect_err("no replica acknowledged the term");
+            let msg = err.to_string();
+            assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+            assert!(msg.contains("replicas acknowledged"), "{msg}");
+            assert_eq!(
+                b.owner(&name).unwrap(),
+                None,
+                "the failed term was released"
+            );
+            let ka = b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+            assert!(ka.leases.iter().all(|l| l.name != name), "{ka:?}");
+        }
+        // A term granted before the pause is still held (re-acquire is the same term and
+        // needs no new acknowledgement).
+        let again = acquired(&b, &s, &before.name);
+        assert_eq!(again.token, before.token);
+        // Once the replica answers again, acquisitions count.
+        let name = LeaseName::new("after-pause").unwrap();
+        let mut got = None;
+        until(
+            "an acquisition succeeds after the replica is back",
+            || match b.acquire(&s, &name) {
+                Ok(Acquire::Acquired(t)) => {
+                    got = Some(t);
+                    true
+                }
+                _ => false,
+            },
+        );
+        assert!(got.unwrap().token.get() >= 1);
+        b.close_session(&s).unwrap();
+    });
+}
+
+fn take_over_after_release_is_notified(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let renew = Duration::from_secs(6);
+    let config = Config::builder()
+        .lease(Duration::from_secs(15))
+        .renew_interval(renew)
+        .build()
+        .unwrap();
+    let (a, c) = (
+        Session::open(b.clone(), config.clone()).unwrap(),
+        Session::open(b.clone(), config).unwrap(),
+    );
+    let name = LeaseName::new(format!("takeover-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let ea = a.election(&name).unwrap();
+    let ta = ea.wait_elected(patience()).unwrap();
+    let ec = c.election(&name).unwrap();
+    // Let c's first attempt find the lease held (its next poll is renew/2 plus jitter away).
+    until(
+        "c is a waiting candidate",
+        || matches!(b.owner(&name), Ok(Some(o)) if o.session == a.id()),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!ec.is_leader());
+    let released = Instant::now();
+    ea.resign().unwrap();
+    let tc = ec.wait_elected(patience()).unwrap();
+    let took = released.elapsed();
+    assert!(tc.token > ta.token);
+    assert!(
+        took < renew / 4,
+        "take-over took {took:?}: the release notification did not wake the candidate (renew/2 = {:?})",
+        renew / 2
+    );
+    eprintln!("take-over after release: {took:?}");
+    a.close().unwrap();
+    c.close().unwrap();
+}
+
+#[test]
+fn take_over_after_release_is_notified_standalone() {
+    take_over_after_release_is_notified(standalone);
+}
+
+#[test]
+fn take_over_after_release_is_notified_cluster() {
+    take_over_after_release_is_notified(cluster);
+}
+
+fn token_survives_session_del_and_expiry(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let name = LeaseName::new("durable").unwrap();
+    let short = Duration::from_millis(500);
+    let s1 = open(&*b, short);
+    let t1 = acquired(&*b, &s1, &name);
+    // The lease hash never expires.
+    assert_eq!(b.command(&["PTTL", &b.lease_key(&name)]).as_int(), Some(-1));
+    b.command(&["DEL", &b.session_key(&s1)]);
+    assert!(b.keep_alive(&s1, short).unwrap_err().is_session_expired());
+    let s2 = open(&*b, Duration::from_secs(60));
+    let mut t2 = None;
+    until("s2 takes the lease of the deleted session", || {
+        match b.acquire(&s2, &name).unwrap() {
+            Acquire::Acquired(t) => {
+                t2 = Some(t);
+                true
+            }
+            Acquire::Held(_) => false,
+        }
+    });
+    let t2 = t2.unwrap();
+    assert!(t2.token > t1.token, "{} after {}", t2.token, t1.token);
+    assert!(b.release(&s2, &name, t2.token).unwrap());
+    // Expiry: s3's session runs out, s4 takes over with a greater token.
+    let s3 = open(&*b, short);
+    let t3 = acquired(&*b, &s3, &name);
+    assert!(t3.token > t2.token);
+    until("s3's session expires", || {
+        b.command(&["EXISTS", &b.session_key(&s3)]).as_int() == Some(0)
+    });
+    let s4 = open(&*b, Duration::from_secs(60));
+    let mut t4 = None;
+    until("s4 takes over after s3's expiry", || {
+        match b.acquire(&s4, &name).unwrap() {
+            Acquire::Acquired(t) => {
+                t4 = Some(t);
+                true
+            }
+            Acquire::Held(_) => false,
+        }
+    });
+    assert!(t4.unwrap().token > t3.token);
+    b.close_session(&s2).unwrap();
+    b.close_session(&s4).unwrap();
+}
+
+#[test]
+fn token_survives_session_del_and_expiry_standalone() {
+    token_survives_session_del_and_expiry(standalone);
+}
+
+#[test]
+fn token_survives_session_del_and_expiry_cluster() {
+    token_survives_session_del_and_expiry(cluster);
+}
+
+#[test]
+fn names_with_braces_spaces_or_globs_are_rejected_before_io() {
+    for bad in ["a{b", "a}b", "{x}", "a b", "a*", "a?", "a[b]", "a\\b"] {
+        assert!(
+            matches!(LeaseName::new(bad), Err(Error::InvalidName { .. })),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(GroupName::new(bad), Err(Error::InvalidName { .. })),
+            "{bad:?}"
+        );
+    }
+    // Through a session on a backend whose server is unreachable: rejected before any I/O.
+    let b = standalone();
+    let s = Session::open(b.clone(), Config::default()).unwrap();
+    for bad in ["a{b}", "x y", "j*b"] {
+        assert!(
+            matches!(s.try_lock(bad), Err(Error::InvalidName { .. })),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(s.group(bad), Err(Error::InvalidName { .. })),
+            "{bad:?}"
+        );
+    }
+    s.close().unwrap();
+}
+
+#[test]
+fn redis_errors_surface_with_the_server_message() {
+    let b = standalone();
+    let s = open(&*b, Duration::from_secs(30));
+    let name = LeaseName::new("wrongtype").unwrap();
+    b.command(&["SET", &b.lease_key(&name), "not a hash"]);
+    let err = b.acquire(&s, &name).unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    b.close_session(&s).unwrap();
+}
+
+#[test]
+fn url_options_are_checked() {
+    let e = simba_lease::connect(&with_options(&standalone_url(), "pool=3"))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::InvalidUrl { .. }) && e.to_string().contains("pool"),
+        "{e}"
+    );
+    let e = simba_lease::connect("rediss://127.0.0.1:6379")
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("TLS"), "{e}");
+    let e = simba_lease::connect(&with_options(&cluster_url(), "wait_replicas=1"))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "wait_replicas"),
+        "{e}"
+    );
+    let e = simba_lease::connect(&with_options(&cluster_url(), "route_by_slot=false"))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "route_by_slot"),
+        "{e}"
+    );
+    let e = simba_lease::connect(&with_options(&standalone_url(), "prefix=a{b}"))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "prefix"),
+        "{e}"
+    );
+    let e = simba_lease::connect(&with_options(&standalone_url(), "query_timeout=5h"))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "query_timeout"),
+        "{e}"
+    );
+    let b = simba_lease::connect(&with_options(
+        &standalone_url(),
+        "query_timeout=2s&connect_timeout=500ms&pool_size=2&prefix=simbatest-url",
+    ))
+    .unwrap();
+    assert_eq!(b.kind(), "redis");
+}
+
+/// The slot-owning master's port of every slot, from `CLUSTER SLOTS`.
+fn slot_owners(b: &Isolated) -> Vec<(i64, i64, i64)> {
+    let r = b.command(&["CLUSTER", "SLOTS"]);
+    r.as_array()
+        .unwrap()
+        .iter()
+        .map(|range| {
+            let a = range.as_array().unwrap();
+            let port = a[2].as_array().unwrap()[1].as_int().unwrap();
+            (a[0].as_int().unwrap(), a[1].as_int().unwrap(), port)
+        })
+        .collect()
+}
+
+#[test]
+fn cluster_operation_spans_three_masters() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let node_of = |key: &str| {
+        let slot = key_slot(key) as i64;
+        owners
+            .iter()
+            .find(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
+            .map(|o| o.2)
+            .expect("every slot is served")
+    };
+    let nodes: std::collections::BTreeSet<i64> = owners.iter().map(|o| o.2).collect();
+    assert_eq!(nodes.len(), 3, "{owners:?}");
+    let s = open(&*b, Duration::from_secs(60));
+    let session_node = node_of(&b.session_key(&s));
+    assert_eq!(
+        b.command(&["CLUSTER", "KEYSLOT", &b.session_key(&s)])
+            .as_int(),
+        Some(key_slot(&b.session_key(&s)) as i64)
+    );
+    // A lease on a second master, a group on the third.
+    let pick = |kind: &str, avoid: &[i64]| {
+        (0..)
+            .map(|i| format!("{kind}-{i}"))
+            .find(|n| {
+                let key = format!("{}:{kind}:{{{n}}}", b.prefix);
+                !avoid.contains(&node_of(&key))
+            })
+            .unwrap()
+    };
+    let lease = LeaseName::new(pick("lease", &[session_node])).unwrap();
+    let lease_node = node_of(&b.lease_key(&lease));
+    let group = GroupName::new(pick("group", &[session_node, lease_node])).unwrap();
+    let group_node = node_of(&format!("{}:group:{{{group}}}", b.prefix));
+    assert_eq!(
+        [session_node, lease_node, group_node]
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        3
+    );
+    let t = acquired(&*b, &s, &lease);
+    b.join(&s, &group).unwrap();
+    let ka = b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+    assert_eq!(ka.leases.len(), 1);
+    assert_eq!(
+        (ka.leases[0].name.clone(), ka.leases[0].token),
+        (lease.clone(), t.token)
+    );
+    assert_eq!(b.members(&group).unwrap().len(), 1);
+    assert_eq!(b.owner(&lease).unwrap().map(|o| o.token), Some(t.token));
+    b.close_session(&s).unwrap();
+    assert_eq!(b.owner(&lease).unwrap(), None);
+    assert!(b.members(&group).unwrap().is_empty());
+    // Everything of the session is gone, the token stays.
+    assert_eq!(
+        b.command(&["EXISTS", &format!("{}:leases", b.session_key(&s))])
+            .as_int(),
+        Some(0)
+    );
+    assert_eq!(
+        b.command(&["HGET", &b.lease_key(&lease), "token"]).as_int(),
+        Some(t.token.get() as i64)
+    );
+}
+
+/// Waits for a notification matching `pred`, skipping others.
+fn wait_for(
+    rx: &crossbeam_channel::Receiver<Notification>,
+    what: &str,
+    pred: impl Fn(&Notification) -> bool,
+) {
+    let end = Instant::now() + patience();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(n) if pred(&n) => return,
+            Ok(_) => {}
+            Err(_) => panic!("no notification within {:?}: {what}", patience()),
+        }
+    }
+}
+
+/// The `id=` of every client named `name`, from `CLIENT LIST`.
+fn clients_named(b: &Isolated, name: &str) -> Vec<String> {
+    let list = b.command(&["CLIENT", "LIST"]);
+    let list = list.as_str().unwrap_or_default().to_owned();
+    list.lines()
+        .filter(|l| l.split(' ').any(|f| f == format!("name={name}")))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn one_notification_connection_per_backend_and_resubscribe_after_a_drop() {
+    let b = standalone();
+    let sessions: Vec<Session> = (0..3)
+        .map(|_| Session::open(b.clone(), Config::default()).unwrap())
+        .collect();
+    let name = b.inner.notifier_name();
+    assert_eq!(
+        clients_named(&b, &name).len(),
+        1,
+        "one pub/sub connection for three sessions"
+    );
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let _sub = b
+        .subscribe(Arc::new(move |n: &Notification| {
+            let _ = tx.send(n.clone());
+        }))
+        .unwrap()
+        .expect("redis has notifications");
+    let id = clients_named(&b, &name).pop().unwrap();
+    b.command(&["CLIENT", "KILL", "ID", &id]);
+    wait_for(&rx, "Resync after the connection was killed", |n| {
+        *n == Notification::Resync
+    });
+    until("the backend resubscribes", || {
+        clients_named(&b, &name)
+            .first()
+            .is_some_and(|new| *new != id)
+    });
+    let s = open(&*b, Duration::from_secs(30));
+    let lease = LeaseName::new("after-drop").unwrap();
+    let t = acquired(&*b, &s, &lease);
+    assert!(b.release(&s, &lease, t.token).unwrap());
+    wait_for(&rx, "the release after the resubscription", |n| {
+        *n == Notification::Released(lease.clone())
+    });
+    b.close_session(&s).unwrap();
+    for s in sessions {
+        s.close().unwrap();
+    }
+}
+
+fn scripts_are_reloaded_after_script_flush(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let s = open(&*b, Duration::from_secs(30));
+    let names: Vec<LeaseName> = (0..8)
+        .map(|i| LeaseName::new(format!("flush-{i}")).unwrap())
+        .collect();
+    for n in &names {
+        acquired(&*b, &s, n);
+    }
+    b.command(&["SCRIPT", "FLUSH"]);
+    // The keep-alive's scripts (batched per node on a cluster) are loaded again.
+    let ka = b.keep_alive(&s, Duration::from_secs(30)).unwrap();
+    assert_eq!(ka.leases.len(), names.len(), "{ka:?}");
+    b.command(&["SCRIPT", "FLUSH"]);
+    assert!(b.owner(&names[0]).unwrap().is_some());
+    b.command(&["SCRIPT", "FLUSH"]);
+    b.close_session(&s).unwrap();
+    assert!(b.owner(&names[1]).unwrap().is_none());
+}
+
+#[test]
+fn scripts_are_reloaded_after_script_flush_standalone() {
+    scripts_are_reloaded_after_script_flush(standalone);
+}
+
+#[test]
+fn scripts_are_reloaded_after_script_flush_cluster() {
+    scripts_are_reloaded_after_script_flush(cluster);
+}
+
+#[test]
+fn scripts_are_reloaded_after_script_flush_routed_standalone() {
+    scripts_are_reloaded_after_script_flush(routed_standalone);
+}
+
+/// A scripting port that answers the named script late (after running it), or delays it
+/// before sending: the by-slot flow's late-reply rules, on one server.
+struct Late {
+    inner: StandaloneScripting,
+    script: &'static str,
+    before: bool,
+    delay: Duration,
+}
+
+impl RedisScripting for Late {
+    fn clustered(&self) -> bool {
+        false
+    }
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> simba_lease::Result<Reply> {
+        let late = script.name() == self.script;
+        if late && self.before {
+            std::thread::sleep(self.delay);
+        }
+        let r = self.inner.eval(role, script, keys, args);
+        if late && !self.before {
+            std::thread::sleep(self.delay);
+        }
+        r
+    }
+    fn eval_then_wait(
+        &self,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        wait_if: &dyn Fn(&Reply) -> bool,
+        replicas: u32,
+        timeout: Duration,
+    ) -> simba_lease::Result<(Reply, Option<u32>)> {
+        self.inner
+            .eval_then_wait(script, keys, args, wait_if, replicas, timeout)
+    }
+    fn command(&self, role: Role, args: &[&str]) -> simba_lease::Result<Reply> {
+        self.inner.command(role, args)
+    }
+    fn scan(&self, pattern: &str, limit: usize) -> simba_lease::Result<Vec<String>> {
+        self.inner.scan(pattern, limit)
+    }
+    fn listen(
+        &self,
+        name: &str,
+        patterns: &[String],
+        idle: Duration,
+        on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
+    ) -> simba_lease::Result<()> {
+        self.inner.listen(name, patterns, idle, on_event)
+    }
+}
+
+fn late(script: &'static str, before: bool, delay: Duration) -> Isolated {
+    let prefix = random_prefix();
+    let url = standalone_url();
+    let inner = StandaloneScripting::new(&url, ConnectOptions::default()).unwrap();
+    let cfg = RedisConfig {
+        prefix: prefix.clone(),
+        route_by_slot: true,
+        ..RedisConfig::default()
+    };
+    let b = RedisBackend::new(
+        Arc::new(Late {
+            inner,
+            script,
+            before,
+            delay,
+        }),
+        cfg,
+    )
+    .unwrap();
+    Isolated {
+        inner: b,
+        prefix,
+        _gate: None,
+    }
+}
+
+#[test]
+fn routed_acquire_answering_after_the_session_time_releases_and_fails() {
+    let short = Duration::from_millis(300);
+    let b = late("acquire_lease", false, short + Duration::from_millis(200));
+    let s = open(&b, short);
+    let name = LeaseName::new("late-reply").unwrap();
+    let err = b.acquire(&s, &name).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert_eq!(b.owner(&name).unwrap(), None, "the late term was released");
+    // The term was begun (token 1) and released; the next one is 2.
+    assert_eq!(
+        b.command(&["HGET", &b.lease_key(&name), "token"]).as_int(),
+        Some(1)
+    );
+    let other = open(&b, Duration::from_secs(30));
+    let err2 = b.acquire(&other, &name);
+    // `other`'s own lease call is late too, but its session lasts: it gets the lease.
+    let t = match err2.unwrap() {
+        Acquire::Acquired(t) => t,
+        Acquire::Held(o) => panic!("held by {o:?}"),
+    };
+    assert_eq!(t.token.get(), 2);
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+fn routed_acquire_sends_nothing_once_the_session_time_passed() {
+    let short = Duration::from_millis(300);
+    let b = late("acquire_session", false, short + Duration::from_millis(200));
+    let s = open(&b, short);
+    let name = LeaseName::new("late-session").unwrap();
+    let err = b.acquire(&s, &name).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert_eq!(
+        b.command(&["EXISTS", &b.lease_key(&name)]).as_int(),
+        Some(0),
+        "no lease call was sent"
+    );
+    let g = GroupName::new("late-group").unwrap();
+    let s2 = open(&b, short);
+    let err = b.join(&s2, &g).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert!(b.members(&g).unwrap().is_empty());
+}
+
+#[test]
+fn routed_join_answering_late_leaves_and_fails() {
+    let short = Duration::from_millis(300);
+    let b = late("join_group", false, short + Duration::from_millis(200));
+    let s = open(&b, short);
+    let g = GroupName::new("late-join").unwrap();
+    let err = b.join(&s, &g).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let key = format!("{}:group:{{{g}}}", b.prefix);
+    assert_eq!(
+        b.command(&["ZCARD", &key]).as_int(),
+        Some(0),
+        "the late member left"
+    );
+}
+
+#[test]
+fn routed_keep_alive_drops_a_lost_lease_from_the_index_after_a_lease() {
+    let b = routed_standalone();
+    let lease = Duration::from_millis(400);
+    let s = open(&*b, lease);
+    let name = LeaseName::new("lost").unwrap();
+    acquired(&*b, &s, &name);
+    // Someone else's term now (as after a take-over the session did not see).
+    let other = SessionId::random();
+    b.command(&["HSET", &b.lease_key(&name), "session", other.as_str()]);
+    let index = format!("{}:leases", b.session_key(&s));
+    let first_miss = Instant::now();
+    until("the lost lease leaves the index", || {
+        let ka = b.keep_alive(&s, lease).unwrap();
+        assert!(ka.leases.is_empty(), "{ka:?}");
+        b.command(&["SISMEMBER", &index, name.as_str()]).as_int() == Some(0)
+    });
+    assert!(
+        first_miss.elapsed() >= lease,
+        "dropped only a lease after the first miss"
+    );
+    b.close_session(&s).unwrap();
+}
