@@ -98,7 +98,7 @@ use crate::spi::{
     Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use scripts::scripts;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -244,6 +244,22 @@ pub fn key_slot(key: &str) -> u16 {
     crc % 16384
 }
 
+/// The notification thread's state, shared with the backend.
+#[derive(Default)]
+struct NotifierState {
+    stop: AtomicBool,
+    /// Whether the first subscription attempt finished (subscribed or failed).
+    started: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl NotifierState {
+    fn mark_started(&self) {
+        *self.started.lock() = true;
+        self.cv.notify_all();
+    }
+}
+
 /// Key names under a prefix.
 #[derive(Clone, Debug)]
 struct Keys {
@@ -315,7 +331,7 @@ pub struct RedisBackend {
     keys: Keys,
     routed: bool,
     subscribers: Arc<Subscribers>,
-    notifier: Mutex<Option<Arc<AtomicBool>>>,
+    notifier: Mutex<Option<Arc<NotifierState>>>,
     /// By slot: indexed names a keep-alive found not held, since when (dropped from the
     /// index once that lasted a lease).
     stale: Mutex<HashMap<SessionId, HashMap<String, Instant>>>,
@@ -332,8 +348,8 @@ impl std::fmt::Debug for RedisBackend {
 
 impl Drop for RedisBackend {
     fn drop(&mut self) {
-        if let Some(stop) = self.notifier.lock().take() {
-            stop.store(true, Ordering::SeqCst);
+        if let Some(n) = self.notifier.lock().take() {
+            n.stop.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -548,15 +564,36 @@ impl RedisBackend {
         format!("simba-notify-{}", self.cfg.prefix)
     }
 
+    /// Starts the notification thread once; every caller waits (bounded by the connect and
+    /// query timeouts) until its first subscription attempt finished, so a sink registered
+    /// before sees every later release.
     fn start_notifier(&self) {
-        let mut guard = self.notifier.lock();
-        if guard.is_some() {
-            return;
+        let state = {
+            let mut guard = self.notifier.lock();
+            match &*guard {
+                Some(st) => st.clone(),
+                None => {
+                    let st = Arc::new(NotifierState::default());
+                    *guard = Some(st.clone());
+                    self.spawn_notifier(st.clone());
+                    st
+                }
+            }
+        };
+        let bound = self.cfg.connect_timeout + self.cfg.query_timeout;
+        let mut started = state.started.lock();
+        let end = Instant::now() + bound;
+        while !*started {
+            if state.cv.wait_until(&mut started, end).timed_out() {
+                log::warn!(
+                    "Redis notifications not subscribed within {bound:?}; candidates poll until they are"
+                );
+                break;
+            }
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        *guard = Some(stop.clone());
-        drop(guard);
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
+    }
+
+    fn spawn_notifier(&self, st: Arc<NotifierState>) {
         let scripting = self.scripting.clone();
         let keys = self.keys.clone();
         let subs = self.subscribers.clone();
@@ -565,18 +602,21 @@ impl RedisBackend {
             format!("{}*", keys.group_prefix()),
         ];
         let conn_name = self.notifier_name();
+        let thread_st = st.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("simba-redis-pubsub-{}", keys.prefix))
             .spawn(move || {
+                let st = thread_st;
+                let stopped = || st.stop.load(Ordering::SeqCst);
                 let mut backoff = Duration::from_millis(100);
                 let mut subscribed_before = false;
-                while !stop.load(Ordering::SeqCst) {
+                while !stopped() {
                     let r = scripting.listen(
                         &conn_name,
                         &patterns,
                         Duration::from_millis(200),
                         &mut |ev| {
-                            if stop.load(Ordering::SeqCst) {
+                            if stopped() {
                                 return false;
                             }
                             match ev {
@@ -586,7 +626,7 @@ impl RedisBackend {
                                     }
                                     subscribed_before = true;
                                     backoff = Duration::from_millis(100);
-                                    let _ = ready_tx.try_send(());
+                                    st.mark_started();
                                 }
                                 PubSubEvent::Message(ch) => {
                                     if let Some(n) = keys.notification(ch) {
@@ -598,7 +638,8 @@ impl RedisBackend {
                             true
                         },
                     );
-                    if stop.load(Ordering::SeqCst) {
+                    st.mark_started();
+                    if stopped() {
                         break;
                     }
                     if let Err(e) = r {
@@ -608,20 +649,15 @@ impl RedisBackend {
                     }
                     subs.publish(&Notification::Resync);
                     let until = Instant::now() + backoff;
-                    while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+                    while Instant::now() < until && !stopped() {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             });
-        match spawned {
-            Ok(_) => {
-                let bound = self.cfg.connect_timeout + self.cfg.query_timeout;
-                if ready_rx.recv_timeout(bound).is_err() {
-                    log::warn!("Redis notifications not subscribed within {bound:?}; candidates poll until they are");
-                }
-            }
-            Err(e) => log::warn!("no Redis notification thread ({e}); candidates poll"),
+        if let Err(e) = spawned {
+            log::warn!("no Redis notification thread ({e}); candidates poll");
+            st.mark_started();
         }
     }
 
