@@ -251,7 +251,7 @@ ensure_redis_cluster() {
       redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$SIMBA_CI_DIR/redis-cluster-create.log" 2>&1 ||
         die "redis-cli --cluster create failed (see $SIMBA_CI_DIR/redis-cluster-create.log)"
     fi
-    wait_until 60 "cluster_state:ok on ${addrs[*]}" cluster_ok
+    wait_until 60 "cluster_state:ok on ${addrs[*]} (a stale cluster? stop the nodes and delete $SIMBA_CI_DIR/redis-<port>)" cluster_ok
   fi
   export SIMBA_REDIS_CLUSTER_URL=${SIMBA_REDIS_CLUSTER_URL:-redis+cluster://$(IFS=,; echo "${hosts[*]}")}
 }

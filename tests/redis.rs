@@ -531,6 +531,16 @@ fn url_options_are_checked() {
         matches!(&e, Error::InvalidConfig { setting, .. } if setting == "route_by_slot"),
         "{e}"
     );
+    let e = simba_lease::connect(&with_options(
+        &standalone_url(),
+        "wait_replicas=1&route_by_slot=true",
+    ))
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "wait_replicas"),
+        "{e}"
+    );
     let e = simba_lease::connect(&with_options(&standalone_url(), "prefix=a{b}"))
         .err()
         .unwrap();

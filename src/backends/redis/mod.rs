@@ -106,6 +106,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Settings of a [`RedisBackend`]; the URL options of the same names.
+///
+/// `purge_expired` drops group members whose expiry passed (members are also dropped lazily
+/// whenever a group is read; sessions expire on their own through their TTL). On a cluster it
+/// scans the seed nodes of the URL, so list every primary there.
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
     /// Key prefix (default `simba`).
@@ -170,6 +174,12 @@ impl RedisConfig {
             return Err(Error::config(
                 "wait_replicas",
                 "WAIT is not available on a Redis Cluster (use 0)",
+            ));
+        }
+        if self.wait_replicas > 0 && self.route_by_slot {
+            return Err(Error::config(
+                "wait_replicas",
+                "WAIT needs the one-server scripts (route_by_slot = false)",
             ));
         }
         if clustered && !self.route_by_slot {
