@@ -1192,3 +1192,82 @@ impl LeaseBackend for RedisBackend {
         Ok(Some(sub))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(
+            parse_duration("t", "250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(parse_duration("t", "5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("t", "2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(
+            parse_duration("t", "1500").unwrap(),
+            Duration::from_millis(1500)
+        );
+        for bad in ["", "s", "5h", "-1s", "1.5s"] {
+            assert!(parse_duration("t", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn slots_follow_hash_tags() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("bar"), 5061);
+        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
+        assert_eq!(key_slot("foo{}{bar}"), 8363); // an empty tag hashes the whole key
+        let k = Keys {
+            prefix: "simba".into(),
+        };
+        let sid = SessionId::random();
+        assert_eq!(key_slot(&k.session(&sid)), key_slot(&k.leases_index(&sid)));
+        assert_eq!(key_slot(&k.session(&sid)), key_slot(&k.groups_index(&sid)));
+        assert_eq!(key_slot(&k.lease("job")), key_slot("job"));
+    }
+
+    #[test]
+    fn channels_map_to_notifications() {
+        let k = Keys {
+            prefix: "app".into(),
+        };
+        assert_eq!(
+            k.notification("app:lease:{job}"),
+            Some(Notification::Released(LeaseName::new("job").unwrap()))
+        );
+        assert_eq!(
+            k.notification("app:group:{workers}"),
+            Some(Notification::GroupChanged(
+                GroupName::new("workers").unwrap()
+            ))
+        );
+        assert_eq!(k.notification("other:lease:{job}"), None);
+        assert_eq!(k.notification("app:lease:job"), None);
+    }
+
+    #[test]
+    fn config_is_validated() {
+        let bad_prefix = RedisConfig {
+            prefix: "a b".into(),
+            ..RedisConfig::default()
+        };
+        assert!(matches!(
+            bad_prefix.validate(false),
+            Err(Error::InvalidConfig { setting, .. }) if setting == "prefix"
+        ));
+        let wait_on_cluster = RedisConfig {
+            wait_replicas: 1,
+            route_by_slot: true,
+            ..RedisConfig::default()
+        };
+        assert!(matches!(
+            wait_on_cluster.validate(true),
+            Err(Error::InvalidConfig { setting, .. }) if setting == "wait_replicas"
+        ));
+        assert!(RedisConfig::default().validate(false).is_ok());
+    }
+}
