@@ -918,3 +918,29 @@ fn routed_keep_alive_drops_a_lost_lease_from_the_index_after_a_lease() {
     );
     b.close_session(&s).unwrap();
 }
+
+#[test]
+fn cluster_scan_from_one_seed_reaches_every_primary() {
+    let full = cluster_url();
+    let first = full
+        .trim_start_matches("redis+cluster://")
+        .split(['/', '?', ','])
+        .next()
+        .unwrap()
+        .to_owned();
+    let b = Isolated::new(&format!("redis+cluster://{first}"), "");
+    let s = open(&b, Duration::from_secs(30));
+    let names: Vec<LeaseName> = (0..30)
+        .map(|i| LeaseName::new(format!("spread-{i}")).unwrap())
+        .collect();
+    for n in &names {
+        acquired(&b, &s, n);
+    }
+    let keys = b
+        .inner
+        .scripting()
+        .scan(&format!("{}:lease:*", b.prefix), 1000)
+        .unwrap();
+    assert_eq!(keys.len(), names.len(), "{keys:?}");
+    b.close_session(&s).unwrap();
+}

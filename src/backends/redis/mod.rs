@@ -109,7 +109,7 @@ use std::time::{Duration, Instant};
 ///
 /// `purge_expired` drops group members whose expiry passed (members are also dropped lazily
 /// whenever a group is read; sessions expire on their own through their TTL). On a cluster it
-/// scans the seed nodes of the URL, so list every primary there.
+/// scans every primary listed by `CLUSTER SLOTS`.
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
     /// Key prefix (default `simba`).

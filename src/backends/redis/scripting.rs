@@ -122,6 +122,15 @@ pub struct ScriptCall<'a> {
 }
 
 impl ScriptCall<'_> {
+    fn eval(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.script.source())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
     fn evalsha(&self) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.sha1())
@@ -203,6 +212,7 @@ pub trait RedisScripting: Send + Sync {
 
     /// Runs several script calls (each within one slot) as one batch: pipelined per node
     /// where the client can; replies in order. The default runs them one after another.
+    /// After a `NOSCRIPT` the batch may run again, so batched scripts must be idempotent.
     fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
         calls
             .iter()
@@ -305,20 +315,23 @@ impl<C> Pool<C> {
     }
 }
 
+/// `EVALSHA`; on `NOSCRIPT` (a restarted server, a `SCRIPT FLUSH`) the script is sent whole
+/// with `EVAL`, which also caches it for the next `EVALSHA`.
 fn invoke(
     con: &mut dyn redis::ConnectionLike,
     script: &LuaScript,
     keys: &[String],
     args: &[String],
 ) -> redis::RedisResult<redis::Value> {
-    let mut inv = script.compiled.prepare_invoke();
-    for k in keys {
-        inv.key(k);
+    let call = ScriptCall {
+        script,
+        keys: keys.to_vec(),
+        args: args.to_vec(),
+    };
+    match call.evalsha().query(con) {
+        Err(e) if is_noscript(&e) => call.eval().query(con),
+        r => r,
     }
-    for a in args {
-        inv.arg(a);
-    }
-    inv.invoke(con)
 }
 
 fn plain(args: &[&str]) -> redis::Cmd {
@@ -439,7 +452,13 @@ impl RedisScripting for StandaloneScripting {
                 match r {
                     Err(e) if is_noscript(&e) => {
                         load_all(con, calls)?;
-                        pipe.query::<Vec<redis::Value>>(con)
+                        match pipe.query::<Vec<redis::Value>>(con) {
+                            Err(e) if is_noscript(&e) => calls
+                                .iter()
+                                .map(|c| invoke(con, c.script, &c.keys, &c.args))
+                                .collect(),
+                            r => r,
+                        }
                     }
                     r => r,
                 }
@@ -606,7 +625,13 @@ impl RedisScripting for ClusterScripting {
                 match r {
                     Err(e) if is_noscript(&e) => {
                         load_all(con, calls)?;
-                        pipe.query::<Vec<redis::Value>>(con)
+                        match pipe.query::<Vec<redis::Value>>(con) {
+                            Err(e) if is_noscript(&e) => calls
+                                .iter()
+                                .map(|c| invoke(con, c.script, &c.keys, &c.args))
+                                .collect(),
+                            r => r,
+                        }
                     }
                     r => r,
                 }
@@ -650,14 +675,70 @@ impl RedisScripting for ClusterScripting {
             .map_err(map_err("running a Redis command", self.opts.query_timeout))
     }
 
+    /// Scans every primary (found with `CLUSTER SLOTS` through the first seed that answers).
     fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
-        let mut out = Vec::new();
+        let err = map_err("scanning keys", self.opts.query_timeout);
+        let connect = |client: &redis::Client| -> redis::RedisResult<redis::Connection> {
+            let con = client.get_connection_with_timeout(self.opts.connect_timeout)?;
+            con.set_read_timeout(Some(self.opts.query_timeout))?;
+            con.set_write_timeout(Some(self.opts.query_timeout))?;
+            Ok(con)
+        };
+        let mut masters: Vec<redis::Client> = Vec::new();
+        let mut last = None;
         for seed in &self.seeds {
-            let mut con = seed
-                .get_connection_with_timeout(self.opts.connect_timeout)
-                .map_err(map_err("scanning keys", self.opts.connect_timeout))?;
-            con.set_read_timeout(Some(self.opts.query_timeout))
-                .map_err(map_err("scanning keys", self.opts.query_timeout))?;
+            let slots = connect(seed).and_then(|mut c| {
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query::<Vec<Vec<redis::Value>>>(&mut c)
+            });
+            match slots {
+                Ok(ranges) => {
+                    let mut seen = Vec::new();
+                    for r in ranges {
+                        let Some(redis::Value::Array(node)) = r.get(2) else {
+                            continue;
+                        };
+                        let host = match node.first() {
+                            Some(redis::Value::BulkString(h)) => {
+                                String::from_utf8_lossy(h).into_owned()
+                            }
+                            _ => continue,
+                        };
+                        let Some(redis::Value::Int(port)) = node.get(1) else {
+                            continue;
+                        };
+                        let host = if host.is_empty() {
+                            match seed.get_connection_info().addr() {
+                                redis::ConnectionAddr::Tcp(h, _) => h.clone(),
+                                _ => continue,
+                            }
+                        } else {
+                            host
+                        };
+                        if seen.contains(&(host.clone(), *port)) {
+                            continue;
+                        }
+                        seen.push((host.clone(), *port));
+                        let info = seed
+                            .get_connection_info()
+                            .clone()
+                            .set_addr(redis::ConnectionAddr::Tcp(host, *port as u16));
+                        masters.push(redis::Client::open(info).map_err(&err)?);
+                    }
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if masters.is_empty() {
+            return Err(err(last.unwrap_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::Client, "no seed node"))
+            })));
+        }
+        let mut out = Vec::new();
+        for m in &masters {
+            let mut con = connect(m).map_err(&err)?;
             let mut cursor = 0u64;
             loop {
                 let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -667,7 +748,7 @@ impl RedisScripting for ClusterScripting {
                     .arg("COUNT")
                     .arg(1000)
                     .query(&mut con)
-                    .map_err(map_err("scanning keys", self.opts.query_timeout))?;
+                    .map_err(&err)?;
                 out.extend(keys);
                 cursor = next;
                 if cursor == 0 || out.len() >= limit {
@@ -675,8 +756,6 @@ impl RedisScripting for ClusterScripting {
                 }
             }
         }
-        out.sort();
-        out.dedup();
         out.truncate(limit);
         Ok(out)
     }
