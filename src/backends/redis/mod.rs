@@ -61,6 +61,20 @@
 //!   call was sent; an acquire (join) answering later than that releases (leaves) what it
 //!   began and fails with [`Error::Timeout`].
 //!
+//! # Round trips
+//!
+//! | operation | one server | cluster (`route_by_slot`) |
+//! |---|---|---|
+//! | open, owner | 1 | 1 |
+//! | keep-alive | 1 (every lease and membership in the same script) | 1 + one batch: a script per slot, pipelined to every node at once |
+//! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
+//! | release, leave | 1 | 2 |
+//! | join | 1 | 2 |
+//! | members | 1 | 1 + one `HGET` per member |
+//! | close | 1 | 2 + one batch |
+//!
+//! Keep-alives use their own connections, so they never wait behind other calls.
+//!
 //! # Operating notes
 //!
 //! **Memory eviction.** Lease hashes never expire, and their `token` field is the only thing
