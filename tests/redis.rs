@@ -149,7 +149,6 @@ impl Drop for SharedUse {
 struct Isolated {
     inner: RedisBackend,
     prefix: String,
-    _gate: Option<SharedUse>,
 }
 
 impl Isolated {
@@ -158,11 +157,7 @@ impl Isolated {
         let url = with_options(base, &format!("prefix={prefix}{extra}"));
         let inner = RedisBackend::connect(&url).unwrap_or_else(|e| panic!("{url}: {e}"));
         sweep_stale(&inner, base);
-        Isolated {
-            inner,
-            prefix,
-            _gate: None,
-        }
+        Isolated { inner, prefix }
     }
 
     fn command(&self, args: &[&str]) -> simba_lease::backends::redis::Reply {
@@ -250,11 +245,24 @@ fn standalone() -> Arc<Isolated> {
     Arc::new(Isolated::new(&standalone_url(), ""))
 }
 
+thread_local! {
+    /// The replica gate held by the case running on this thread: released when the case's
+    /// thread ends (libtest runs every test on its own thread), even if the case leaks its
+    /// backend on purpose (a "crashed" session).
+    static REPLICA_IN_USE: std::cell::RefCell<Option<SharedUse>> = const { std::cell::RefCell::new(None) };
+}
+
 fn primary_waiting() -> Arc<Isolated> {
-    let gate = REPLICA_GATE.shared();
-    let mut b = Isolated::new(&primary_url(), "&wait_replicas=1&query_timeout=3s");
-    b._gate = Some(gate);
-    Arc::new(b)
+    REPLICA_IN_USE.with(|held| {
+        let mut held = held.borrow_mut();
+        if held.is_none() {
+            *held = Some(REPLICA_GATE.shared());
+        }
+    });
+    Arc::new(Isolated::new(
+        &primary_url(),
+        "&wait_replicas=1&query_timeout=3s",
+    ))
 }
 
 fn cluster() -> Arc<Isolated> {
@@ -827,11 +835,7 @@ fn late(script: &'static str, before: bool, delay: Duration) -> Isolated {
         cfg,
     )
     .unwrap();
-    Isolated {
-        inner: b,
-        prefix,
-        _gate: None,
-    }
+    Isolated { inner: b, prefix }
 }
 
 #[test]
