@@ -16,7 +16,10 @@
 //! them before any I/O). `prefix` defaults to `simba`.
 //!
 //! A new term lasts as long as its session; a keep-alive extends every lease the session
-//! holds through its lease index and lists them. Release clears only the `session` field (the
+//! holds through its lease index and lists them. A lease is held while its `session` field
+//! names the session and its own `expires` is ahead: deleting (or evicting) a session hash
+//! ends the session at once but its terms only at their expiry, so no lease ever changes hands
+//! before its holder's local deadline. Release clears only the `session` field (the
 //! token stays) and publishes `released` on the lease key's channel; joins and leaves publish
 //! on the group key's channel. One pub/sub connection per backend (on its own thread) turns
 //! those into [`Notification`]s; when it drops, subscribers get [`Notification::Resync`] and it
@@ -60,6 +63,10 @@
 //! * acquire and join send nothing once the session's remaining time passed since the session
 //!   call was sent; an acquire (join) answering later than that releases (leaves) what it
 //!   began and fails with [`Error::Timeout`].
+//!
+//! The price is liveness: a term can outlast its session by the delay between the session
+//! call and the later script, and a fresh grant by up to one lease, blocking the name (or
+//! keeping a stale member) that long.
 //!
 //! # Round trips
 //!
