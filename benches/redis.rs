@@ -1,13 +1,14 @@
 //! Redis latency: acquire, release, keep-alive (1 and 1000 leases) and take-over after a
-//! release, on one server and on the 3-master cluster, next to the floor (EVALSHA of a
-//! trivial script on the same connections) measured in the same run.
+//! release, on one server, on a primary with `wait_replicas = 1` and on the 3-master
+//! cluster, next to the floor (EVALSHA of a trivial script on the same connections) measured
+//! in the same run.
 //!
 //! ```sh
 //! .ci/servers.sh is sourced by .ci/test; or start the servers yourself, then:
 //! cargo bench --features redis --bench redis
 //! ```
 //!
-//! Reads `SIMBA_REDIS_URL` and `SIMBA_REDIS_CLUSTER_URL` (loopback defaults as in the tests);
+//! Reads `SIMBA_REDIS_URL`, `SIMBA_REDIS_PRIMARY_URL` and `SIMBA_REDIS_CLUSTER_URL` (loopback defaults as in the tests);
 //! `SIMBA_BENCH_ITERS` (default 2000) sets the iterations of the fast operations.
 
 use simba_lease::backends::redis::{RedisBackend, Role};
@@ -159,6 +160,14 @@ fn main() {
         (
             "standalone",
             std::env::var("SIMBA_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        ),
+        (
+            "primary + 1 replica, wait_replicas=1",
+            format!(
+                "{}?wait_replicas=1",
+                std::env::var("SIMBA_REDIS_PRIMARY_URL")
+                    .unwrap_or_else(|_| "redis://127.0.0.1:6380".into())
+            ),
         ),
         (
             "cluster",
