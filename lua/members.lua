@@ -6,7 +6,8 @@ local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 if ARGV[2] ~= '1' then return ids end
 local out = {}
 for _, id in ipairs(ids) do
-  local m = redis.call('HGET', ARGV[1] .. '{' .. id .. '}', 'metadata')
+  local skey = ARGV[1] .. '{' .. id .. '}'
+  local m = session_left(skey) and redis.call('HGET', skey, 'metadata')
   if m then
     out[#out + 1] = id
     out[#out + 1] = m

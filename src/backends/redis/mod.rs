@@ -77,7 +77,7 @@
 //! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
 //! | release, leave | 1 | 2 |
 //! | join | 1 | 2 |
-//! | members | 1 | 1 + one `HGET` per member |
+//! | members | 1 | 1 + one script per member (its session's metadata) |
 //! | close | 1 | 2 + one batch |
 //!
 //! Keep-alives use their own connections, so they never wait behind other calls.
@@ -1179,9 +1179,12 @@ impl LeaseBackend for RedisBackend {
         }
         for id in items {
             let sid = SessionId::parse(&id)?;
-            let m = self
-                .scripting
-                .command(Role::Other, &["HGET", &self.keys.session(&sid), "metadata"])?;
+            let m = self.eval(
+                Role::Other,
+                &scripts().session_metadata,
+                &[self.keys.session(&sid)],
+                &[],
+            )?;
             if let Some(m) = m.as_str() {
                 out.push(Member {
                     session: sid,

@@ -41,6 +41,7 @@ scripts!(
     join_group,
     leave,
     members,
+    session_metadata,
     close,
     close_session,
     close_slot,
