@@ -11,3 +11,80 @@ fn url() -> String {
 }
 
 simba_lease::tck_suite!(|| isolated(&url()));
+
+use mysql::prelude::Queryable;
+use simba_lease::backends::SqlBackend;
+use simba_lease::spi::LeaseBackend;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn raw() -> mysql::Conn {
+    let opts =
+        mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url()).unwrap()).prefer_socket(false);
+    mysql::Conn::new(opts).unwrap()
+}
+
+#[test]
+fn concurrency_8_threads_32_sessions_20_names() {
+    let b = isolated(&url());
+    sql_common::concurrency(b, Duration::from_secs(10));
+}
+
+#[test]
+fn take_over_races_keep_alive() {
+    sql_common::take_over_races_keep_alive(isolated(&url()), 40);
+}
+
+#[test]
+fn names_case_and_metacharacters() {
+    sql_common::names_case_and_metacharacters(isolated(&url()));
+}
+
+fn with_time_zone(prefix: &str, tz: &str) -> SqlBackend {
+    let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url()).unwrap())
+        .prefer_socket(false)
+        .init(vec![format!("SET time_zone = '{tz}'")]);
+    let b = SqlBackend::builder(url())
+        .mysql_opts(opts.clone())
+        .table_prefix(prefix)
+        .build()
+        .unwrap();
+    let mut c = mysql::Conn::new(opts).unwrap();
+    let shown: Option<String> = c.query_first("SELECT @@session.time_zone").unwrap();
+    assert_eq!(shown.as_deref(), Some(tz));
+    b
+}
+
+#[test]
+fn time_zone_of_the_connection_does_not_matter() {
+    let base = isolated(&url());
+    let p = base.0.table_prefix().to_owned();
+    let east: Arc<dyn LeaseBackend> = Arc::new(with_time_zone(&p, "+13:00"));
+    let west: Arc<dyn LeaseBackend> = Arc::new(with_time_zone(&p, "-12:00"));
+    sql_common::time_zone_independent(east, west);
+}
+
+#[test]
+fn connection_killed_while_holding_a_lease() {
+    let base = isolated(&url());
+    let p = base.0.table_prefix().to_owned();
+    let holder = Arc::new(
+        SqlBackend::builder(url())
+            .table_prefix(&p)
+            .pool_size(2)
+            .build()
+            .unwrap(),
+    );
+    let other: Arc<dyn LeaseBackend> = Arc::new(sql_common::sibling(&url(), &base.0));
+    let h = holder.clone();
+    sql_common::connections_killed_while_holding(holder, other, move || {
+        let mut c = raw();
+        let mut n = 0;
+        for id in h.connection_ids() {
+            if c.query_drop(format!("KILL {id}")).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    });
+}

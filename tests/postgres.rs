@@ -11,3 +11,89 @@ fn url() -> String {
 }
 
 simba_lease::tck_suite!(|| isolated(&url()));
+
+use simba_lease::backends::SqlBackend;
+use simba_lease::spi::LeaseBackend;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn raw() -> postgres::Client {
+    url()
+        .parse::<postgres::Config>()
+        .unwrap()
+        .connect(postgres::NoTls)
+        .unwrap()
+}
+
+#[test]
+fn concurrency_8_threads_32_sessions_20_names() {
+    let b = isolated(&url());
+    sql_common::concurrency(b, Duration::from_secs(10));
+}
+
+#[test]
+fn take_over_races_keep_alive() {
+    sql_common::take_over_races_keep_alive(isolated(&url()), 40);
+}
+
+#[test]
+fn names_case_and_metacharacters() {
+    let b = isolated(&url());
+    sql_common::names_case_and_metacharacters(b.clone());
+    // PostgreSQL text cannot hold NUL: rejected before any I/O, with a typed error.
+    let nul = simba_lease::Metadata::new("a\0b").unwrap();
+    assert!(matches!(
+        b.open_session(Duration::from_secs(1), &nul),
+        Err(simba_lease::Error::InvalidConfig { .. })
+    ));
+}
+
+fn with_time_zone(prefix: &str, tz: &str) -> SqlBackend {
+    let mut config: postgres::Config = url().parse().unwrap();
+    config.options(&format!("-c TimeZone={tz}"));
+    let b = SqlBackend::builder(url())
+        .postgres_config(config.clone())
+        .table_prefix(prefix)
+        .build()
+        .unwrap();
+    // The setting reaches the server (checked on a plain connection with the same config).
+    let mut c = config.connect(postgres::NoTls).unwrap();
+    let shown: String = c.query_one("SHOW TimeZone", &[]).unwrap().get(0);
+    assert_eq!(shown, tz);
+    b
+}
+
+#[test]
+fn time_zone_of_the_connection_does_not_matter() {
+    let base = isolated(&url());
+    let p = base.0.table_prefix().to_owned();
+    let east: Arc<dyn LeaseBackend> = Arc::new(with_time_zone(&p, "Pacific/Kiritimati"));
+    let west: Arc<dyn LeaseBackend> = Arc::new(with_time_zone(&p, "Etc/GMT+12"));
+    sql_common::time_zone_independent(east, west);
+}
+
+#[test]
+fn connection_killed_while_holding_a_lease() {
+    let base = isolated(&url());
+    let p = base.0.table_prefix().to_owned();
+    let holder = Arc::new(
+        SqlBackend::builder(url())
+            .table_prefix(&p)
+            .pool_size(2)
+            .build()
+            .unwrap(),
+    );
+    let other: Arc<dyn LeaseBackend> = Arc::new(sql_common::sibling(&url(), &base.0));
+    let h = holder.clone();
+    sql_common::connections_killed_while_holding(holder, other, move || {
+        let mut c = raw();
+        let mut n = 0;
+        for pid in h.connection_ids() {
+            let r = c
+                .query_one("SELECT pg_terminate_backend($1)", &[&(pid as i32)])
+                .unwrap();
+            n += usize::from(r.get::<_, bool>(0));
+        }
+        n
+    });
+}
