@@ -10,7 +10,21 @@ fn url() -> String {
         .unwrap_or_else(|_| "mysql://simba:simba@127.0.0.1:3306/test".to_owned())
 }
 
-simba_lease::tck_suite!(|| isolated(&url()));
+fn isolated_swept() -> std::sync::Arc<sql_common::Isolated> {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| {
+        let tables: Vec<String> = raw()
+            .query(
+                "SELECT table_name FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name LIKE 't%simba_session'",
+            )
+            .unwrap_or_default();
+        sql_common::sweep(&url(), tables);
+    });
+    isolated(&url())
+}
+
+simba_lease::tck_suite!(|| isolated_swept());
 
 use mysql::prelude::Queryable;
 use simba_lease::backends::SqlBackend;

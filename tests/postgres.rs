@@ -10,7 +10,23 @@ fn url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
-simba_lease::tck_suite!(|| isolated(&url()));
+fn isolated_swept() -> std::sync::Arc<sql_common::Isolated> {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| {
+        let tables = raw()
+            .query(
+                "SELECT table_name::text FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name LIKE 't%simba_session'",
+                &[],
+            )
+            .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+            .unwrap_or_default();
+        sql_common::sweep(&url(), tables);
+    });
+    isolated(&url())
+}
+
+simba_lease::tck_suite!(|| isolated_swept());
 
 use simba_lease::backends::SqlBackend;
 use simba_lease::spi::LeaseBackend;

@@ -8,14 +8,46 @@ use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, Session
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A random table prefix, so runs and cases sharing a server never see each other's rows.
+/// A random table prefix, so runs and cases sharing a server never see each other's rows:
+/// `t<unix seconds, hex>r<random>_`, so [`sweep`] can tell stale ones.
 pub fn prefix() -> String {
-    let mut b = [0u8; 6];
+    let mut b = [0u8; 4];
     getrandom::fill(&mut b).unwrap();
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     format!(
-        "t{}_",
+        "t{secs:x}r{}_",
         b.iter().map(|x| format!("{x:02x}")).collect::<String>()
     )
+}
+
+/// Drops the tables of test prefixes created more than an hour ago (cases whose backend was
+/// leaked on purpose, e.g. a crashed session, never drop their own). `session_tables` lists
+/// the names of the `…simba_session` tables in the test database.
+pub fn sweep(url: &str, session_tables: Vec<String>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for t in session_tables {
+        let Some(prefix) = t.strip_suffix("simba_session") else {
+            continue;
+        };
+        let Some(secs) = prefix
+            .strip_prefix('t')
+            .and_then(|p| p.split_once('r'))
+            .and_then(|(h, _)| u64::from_str_radix(h, 16).ok())
+        else {
+            continue;
+        };
+        if now.saturating_sub(secs) > 3600 {
+            if let Ok(b) = SqlBackend::builder(url).table_prefix(prefix).build() {
+                let _ = b.drop_tables();
+            }
+        }
+    }
 }
 
 /// A backend on its own tables; drops them when the last handle goes away.
