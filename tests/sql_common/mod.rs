@@ -144,6 +144,8 @@ struct Claim {
     session: SessionId,
     start: Instant,
     end: Instant,
+    /// Which reply set `end`.
+    how: &'static str,
 }
 
 /// 8 threads × 4 sessions contend for 20 names for `run`: every acquire reply, keep-alive
@@ -173,7 +175,8 @@ pub fn concurrency(backend: Arc<dyn LeaseBackend>, run: Duration) {
                 let mut sessions: Vec<SessionId> = (0..4).map(|_| open()).collect();
                 let mut held: HashMap<(usize, LeaseName), Token> = HashMap::new();
                 let mut i = 0usize;
-                let record = |name: &LeaseName,
+                let record = |how: &'static str,
+                              name: &LeaseName,
                               token: Token,
                               s: &SessionId,
                               sent: Instant,
@@ -184,6 +187,7 @@ pub fn concurrency(backend: Arc<dyn LeaseBackend>, run: Duration) {
                         session: s.clone(),
                         start: now,
                         end: sent,
+                        how,
                     });
                     assert_eq!(
                         &e.session, s,
@@ -195,6 +199,7 @@ pub fn concurrency(backend: Arc<dyn LeaseBackend>, run: Duration) {
                         .unwrap_or(sent);
                     if valid > e.end {
                         e.end = valid;
+                        e.how = how;
                     }
                 };
                 while Instant::now() < end {
@@ -209,7 +214,7 @@ pub fn concurrency(backend: Arc<dyn LeaseBackend>, run: Duration) {
                             let now = Instant::now();
                             held.retain(|(kk, _), _| *kk != k);
                             for l in ka.leases {
-                                record(&l.name, l.token, &s, sent, l.remaining, now);
+                                record("keep-alive", &l.name, l.token, &s, sent, l.remaining, now);
                                 held.insert((k, l.name), l.token);
                             }
                             return Ok(());
@@ -233,7 +238,12 @@ pub fn concurrency(backend: Arc<dyn LeaseBackend>, run: Duration) {
                         let sent = Instant::now();
                         match b.acquire(&s, name)? {
                             Acquire::Acquired(t) => {
-                                record(name, t.token, &s, sent, t.remaining, Instant::now());
+                                let how = if held.contains_key(&(k, name.clone())) {
+                                    "acquire (same term)"
+                                } else {
+                                    "acquire"
+                                };
+                                record(how, name, t.token, &s, sent, t.remaining, Instant::now());
                                 held.insert((k, name.clone()), t.token);
                             }
                             Acquire::Held(o) => {
@@ -250,6 +260,14 @@ pub fn concurrency(backend: Arc<dyn LeaseBackend>, run: Duration) {
                             sessions[k] = open();
                         }
                         Err(e) => errors.lock().unwrap().push(e.to_string()),
+                    }
+                }
+                // Closing frees the leases at once: cut their windows at the close's send
+                // instant, as for a release (other threads may still be acquiring).
+                let sent = Instant::now();
+                for c in claims.lock().unwrap().values_mut() {
+                    if sessions.contains(&c.session) {
+                        c.end = c.end.min(sent);
                     }
                 }
                 for s in &sessions {
@@ -278,10 +296,11 @@ pub fn concurrency(backend: Arc<dyn LeaseBackend>, run: Duration) {
             assert!(
                 a.end <= b.start,
                 "{name}: terms {t1} ({:?}) and {t2} ({:?}) were both valid at once \
-                 (the first valid until {:?} after the second began)",
+                 (the first valid until {:?} after the second began, per {})",
                 a.session,
                 b.session,
-                a.end.duration_since(b.start)
+                a.end.duration_since(b.start),
+                a.how
             );
         }
     }

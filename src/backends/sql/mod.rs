@@ -12,7 +12,7 @@
 //! | operation | PostgreSQL | MySQL / MariaDB |
 //! |---|---|---|
 //! | `acquire` | 1 (one statement: the upsert plus its report) | 2 (the upsert, then a read of the outcome) |
-//! | `keep_alive` | 2 (the `UPDATE`, then the held leases) | 2 (the `UPDATE`, then the held leases) |
+//! | `keep_alive` | 1 (a CTE: the `UPDATE`, then the held leases `FOR SHARE`) | 2 (the `UPDATE`, then the held leases) |
 //! | `release`, `leave`, `owner`, `members`, `open_session` | 1 | 1 |
 //! | `join` | 1 | 1 (2 when already a member) |
 //! | `close_session` | 1 | 3 |

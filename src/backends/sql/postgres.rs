@@ -25,7 +25,6 @@ struct Stmts {
     join: Statement,
     leave: Statement,
     members: Statement,
-    held: Statement,
     purge: Statement,
 }
 
@@ -67,17 +66,27 @@ fn classify(e: ::postgres::Error) -> DbError {
     DbError::new(kind, e)
 }
 
-fn sql(t: &Tables) -> [String; 11] {
+fn sql(t: &Tables) -> [String; 10] {
     let (s, l, m) = (&t.session, &t.lease, &t.member);
     [
         // open
         format!("INSERT INTO {s} (session_id, expires_at, metadata) VALUES ($1, {NOW} + $2, $3)"),
-        // keep-alive, 1/2: the renewal
+        // keep-alive, one statement: renew first (the one-time filter on `renewed` runs the
+        // UPDATE before the lease scan), then read the held leases FOR SHARE. A take-over holds
+        // the session row FOR SHARE until it commits, so the UPDATE waits for it; the lease
+        // scan still uses the statement's older snapshot, but locking a row that was updated
+        // since makes PostgreSQL recheck the newest version (READ COMMITTED), which no longer
+        // matches `session_id = $1`: a lease taken meanwhile is not listed.
         format!(
-            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms) \
-             UPDATE {s} SET expires_at = (SELECT ms FROM now) + $2 \
-             WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
-             RETURNING expires_at - (SELECT ms FROM now)"
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
+             renewed AS (UPDATE {s} SET expires_at = (SELECT ms FROM now) + $2 \
+                         WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
+                         RETURNING expires_at), \
+             held AS (SELECT l.name, l.token FROM {l} l \
+                      WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) FOR SHARE) \
+             SELECT (SELECT expires_at FROM renewed) - (SELECT ms FROM now) AS remaining, \
+                    held.name::text, held.token \
+             FROM (SELECT 1) one LEFT JOIN held ON true"
         ),
         // remove: the session row first (lock order session -> lease, as in acquire)
         format!(
@@ -135,10 +144,6 @@ fn sql(t: &Tables) -> [String; 11] {
              JOIN {s} s ON s.session_id = m.session_id \
              WHERE m.group_name = $1 AND s.expires_at > {NOW} ORDER BY m.session_id"
         ),
-        // keep-alive, 2/2: the held leases, read by a statement of its own after the renewal
-        // committed, so it sees a take-over that committed while the renewal waited for the
-        // session row (the take-over holds it FOR SHARE).
-        format!("SELECT name::text, token FROM {l} WHERE session_id = $1"),
         // purge: along idx_session_expires, skipping rows a concurrent statement holds
         format!(
             "WITH dead AS (SELECT session_id FROM {s} WHERE expires_at <= {NOW} \
@@ -152,8 +157,7 @@ fn sql(t: &Tables) -> [String; 11] {
 }
 
 fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::postgres::Error> {
-    let [open, keep_alive, remove, acquire, release, owner, join, leave, members, held, purge] =
-        sql(t);
+    let [open, keep_alive, remove, acquire, release, owner, join, leave, members, purge] = sql(t);
     let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
     Ok(Stmts {
         open: client.prepare_typed(&open, &[sid.clone(), i8.clone(), Type::VARCHAR])?,
@@ -165,7 +169,6 @@ fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::post
         join: client.prepare_typed(&join, &[sid.clone(), name.clone()])?,
         leave: client.prepare_typed(&leave, &[name.clone(), sid.clone()])?,
         members: client.prepare_typed(&members, &[name])?,
-        held: client.prepare_typed(&held, std::slice::from_ref(&sid))?,
         purge: client.prepare_typed(&purge, &[i8])?,
     })
 }
@@ -320,12 +323,17 @@ impl Driver for PgDriver {
 
     fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>> {
         self.run(|c, st| {
-            let Some(r) = c.query_opt(&st.keep_alive, &[&id, &lease_ms])? else {
+            let rows = c.query(&st.keep_alive, &[&id, &lease_ms])?;
+            let Some(first) = rows.first() else {
                 return Ok(None);
             };
-            let remaining: i64 = r.get(0);
-            let rows = c.query(&st.held, &[&id])?;
-            let leases = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            let Some(remaining) = first.get::<_, Option<i64>>(0) else {
+                return Ok(None);
+            };
+            let leases = rows
+                .iter()
+                .filter_map(|r| Some((r.get::<_, Option<String>>(1)?, r.get::<_, Option<i64>>(2)?)))
+                .collect();
             Ok(Some((remaining, leases)))
         })
     }
