@@ -215,6 +215,8 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn leave(&self, id: &str, group: &str) -> DbResult<bool>;
     fn members(&self, group: &str) -> DbResult<Vec<(String, String)>>;
     fn purge(&self, limit: usize) -> DbResult<usize>;
+    /// A prepared `SELECT 1`.
+    fn ping(&self) -> DbResult<()>;
     fn connection_ids(&self) -> Vec<u64>;
 }
 
@@ -753,6 +755,13 @@ impl LeaseBackend for SqlBackend {
         self.driver
             .purge(PURGE_LIMIT)
             .map_err(|e| self.err("purging expired sessions", e))
+    }
+
+    /// A prepared `SELECT 1` on a pooled connection: one round trip.
+    fn ping(&self) -> Result<()> {
+        self.driver
+            .ping()
+            .map_err(|e| self.err("pinging the database", e))
     }
 }
 

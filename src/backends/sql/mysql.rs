@@ -402,6 +402,11 @@ impl Driver for MyDriver {
         })
     }
 
+    fn ping(&self) -> DbResult<()> {
+        // A prepared statement (the crate caches it per connection): one round trip.
+        self.run(|c| c.exec_drop("SELECT 1", ()))
+    }
+
     fn connection_ids(&self) -> Vec<u64> {
         let mut ids = Vec::new();
         self.pool

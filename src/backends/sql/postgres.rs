@@ -26,6 +26,7 @@ struct Stmts {
     leave: Statement,
     members: Statement,
     purge: Statement,
+    ping: Statement,
 }
 
 pub(crate) struct PgConn {
@@ -170,6 +171,7 @@ fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::post
         leave: client.prepare_typed(&leave, &[name.clone(), sid.clone()])?,
         members: client.prepare_typed(&members, &[name])?,
         purge: client.prepare_typed(&purge, &[i8])?,
+        ping: client.prepare("SELECT 1")?,
     })
 }
 
@@ -413,6 +415,10 @@ impl Driver for PgDriver {
             let r = c.query_one(&st.purge, &[&limit])?;
             Ok(r.get::<_, i64>(0) as usize)
         })
+    }
+
+    fn ping(&self) -> DbResult<()> {
+        self.run(|c, st| c.query_one(&st.ping, &[]).map(drop))
     }
 
     fn connection_ids(&self) -> Vec<u64> {
