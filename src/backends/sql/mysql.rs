@@ -2,8 +2,10 @@
 //!
 //! `now` is `TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000`: UTC epoch
 //! ms, fixed at statement start, with no time-zone conversion at all. Only SQL both servers
-//! accept is used: `LOCK IN SHARE MODE` (MariaDB has no `FOR SHARE`), `VALUES(col)` in
-//! `ON DUPLICATE KEY UPDATE` (MariaDB rejects the row alias), no `RETURNING`.
+//! accept is used: `LOCK IN SHARE MODE` (MariaDB has no `FOR SHARE`; MySQL 8 documents the two
+//! as equivalent), `INSERT … SELECT … ON DUPLICATE KEY UPDATE` referring to the selected row's
+//! columns (neither the deprecated `VALUES(col)` nor the row alias MariaDB rejects), no
+//! `RETURNING`.
 
 use super::{
     with_conn, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn, Renewed, Tables,
@@ -69,7 +71,7 @@ impl Sql {
         // with a shared lock (a locking read sees the latest committed row), so a concurrent
         // keep-alive of that session is serialized with this statement.
         let take = format!(
-            "({l}.session_id <> VALUES(session_id) AND ({l}.session_id = '' OR \
+            "({l}.session_id <> s.session_id AND ({l}.session_id = '' OR \
               COALESCE((SELECT h.expires_at FROM {s} h WHERE h.session_id = {l}.session_id \
                         LOCK IN SHARE MODE), 0) <= {NOW}))"
         );
@@ -96,7 +98,7 @@ impl Sql {
                  WHERE s.session_id = ? AND s.expires_at > {NOW} LOCK IN SHARE MODE \
                  ON DUPLICATE KEY UPDATE \
                  token = IF({take}, LAST_INSERT_ID({l}.token + 1), {l}.token), \
-                 session_id = IF({take}, VALUES(session_id), {l}.session_id)"
+                 session_id = IF({take}, s.session_id, {l}.session_id)"
             ),
             acquire_report: format!(
                 "SELECT (SELECT expires_at FROM {s} WHERE session_id = ?) - {NOW}, \
