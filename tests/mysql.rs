@@ -102,3 +102,9 @@ fn connection_killed_while_holding_a_lease() {
         n
     });
 }
+
+#[test]
+fn outage_longer_than_the_lease_loses_the_lock() {
+    let base = isolated(&url());
+    sql_common::outage_longer_than_the_lease(&url(), &base.0);
+}

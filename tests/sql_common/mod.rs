@@ -527,3 +527,145 @@ pub fn connections_killed_while_holding(
     a.close().unwrap();
     c.close().unwrap();
 }
+
+/// A TCP proxy on loopback that can cut every connection and refuse new ones, to simulate a
+/// database outage for one client only.
+pub struct Proxy {
+    /// `127.0.0.1:port` to connect to instead of the database.
+    pub addr: String,
+    up: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    /// Forwards to `target` (`host:port`).
+    pub fn start(target: &str) -> Proxy {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (up, stop) = (
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Default::default();
+        let (u, s, c, target) = (up.clone(), stop.clone(), conns.clone(), target.to_owned());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let client = match listener.accept() {
+                    Ok((client, _)) => client,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                };
+                if !u.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    continue;
+                }
+                client.set_nonblocking(false).unwrap();
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                let mut list = c.lock().unwrap();
+                list.push(client.try_clone().unwrap());
+                list.push(server.try_clone().unwrap());
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Proxy {
+            addr,
+            up,
+            stop,
+            conns,
+        }
+    }
+
+    /// Closes every proxied connection and refuses new ones until [`Proxy::restore`].
+    pub fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.cut();
+    }
+}
+
+/// The database is unreachable for one session's backend for longer than its lease: the
+/// session goes to Jeopardy, then loses its lock at its local deadline; another session gets
+/// the lock only after that (never two holders), with a greater token.
+pub fn outage_longer_than_the_lease(url: &str, base: &SqlBackend) {
+    let target = simba_lease::backends::BackendUrl::parse(url).unwrap().hosts[0].clone();
+    let proxy = Proxy::start(&target);
+    let proxied = url.replacen(&target, &proxy.addr, 1);
+    let holder: Arc<dyn LeaseBackend> = Arc::new(
+        SqlBackend::builder(proxied)
+            .table_prefix(base.table_prefix())
+            .query_timeout(Duration::from_millis(300))
+            .pool_size(2)
+            .build()
+            .unwrap(),
+    );
+    let other: Arc<dyn LeaseBackend> = Arc::new(sibling(url, base));
+    let config = Config::builder()
+        .lease(Duration::from_millis(1500))
+        .renew_interval(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let a = Session::open(holder, config.clone()).unwrap();
+    let c = Session::open(other, config).unwrap();
+    let events = a.events();
+    let guard = a.lock("outage").unwrap();
+    let t1 = guard.token();
+    proxy.cut();
+    let end = Instant::now() + Duration::from_secs(20);
+    let g2 = loop {
+        assert!(Instant::now() < end, "the other session never got the lock");
+        if let Some(g) = c.try_lock("outage").unwrap() {
+            assert!(
+                !guard.is_valid(),
+                "two holders: the cut-off session still believes it holds the lock"
+            );
+            break g;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(g2.token() > t1);
+    let (mut jeopardy, mut lost) = (false, false);
+    while let Ok(e) = events.recv_timeout(Duration::from_secs(5)) {
+        match e {
+            Event::Jeopardy { .. } => jeopardy = true,
+            Event::LockLost { .. } => {
+                assert!(jeopardy, "lost without Jeopardy first");
+                lost = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(lost, "the cut-off session did not report the loss");
+    proxy.restore();
+    drop(guard);
+    drop(g2);
+    let _ = a.close();
+    c.close().unwrap();
+}
