@@ -119,3 +119,13 @@ fn outage_longer_than_the_lease_loses_the_lock() {
     let base = isolated(&url());
     sql_common::outage_longer_than_the_lease(&url(), &base.0);
 }
+
+#[test]
+fn expired_sessions_are_purged_automatically() {
+    sql_common::automatic_purge(&url(), |table| {
+        raw()
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .unwrap()
+            .get::<_, i64>(0)
+    });
+}

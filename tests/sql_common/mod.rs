@@ -669,3 +669,39 @@ pub fn outage_longer_than_the_lease(url: &str, base: &SqlBackend) {
     let _ = a.close();
     c.close().unwrap();
 }
+
+/// The backend purges expired sessions (and their memberships) by itself after a keep-alive
+/// once the purge interval has passed. `rows` counts the rows of a table (by its full name).
+pub fn automatic_purge(url: &str, rows: impl Fn(&str) -> i64) {
+    let b = SqlBackend::builder(url)
+        .table_prefix(prefix())
+        .purge_interval(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    b.install_schema().unwrap();
+    let b = Isolated(b);
+    let p = b.0.table_prefix().to_owned();
+    let (sessions, members) = (format!("{p}simba_session"), format!("{p}simba_member"));
+    let live = b
+        .open_session(Duration::from_secs(60), &Metadata::default())
+        .unwrap()
+        .id;
+    let group = GroupName::new("purged").unwrap();
+    for _ in 0..3 {
+        let dying = b
+            .open_session(Duration::from_millis(100), &Metadata::default())
+            .unwrap()
+            .id;
+        b.join(&dying, &group).unwrap();
+    }
+    assert_eq!(rows(&sessions), 4);
+    until(
+        Duration::from_secs(20),
+        "expired sessions are purged",
+        || {
+            b.keep_alive(&live, Duration::from_secs(60)).unwrap();
+            rows(&sessions) == 1 && rows(&members) == 0
+        },
+    );
+    b.close_session(&live).unwrap();
+}

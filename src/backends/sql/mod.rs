@@ -34,6 +34,7 @@ use crate::error::{BoxError, Error, Result};
 use crate::spi::{Acquire, HeldLease, KeepAlive, LeaseBackend, SessionGrant};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -157,7 +158,8 @@ pub(crate) fn with_conn<C: PoolConn, T>(
     let deadline = Instant::now() + timeout;
     let mut attempt = 0u32;
     loop {
-        let mut conn = pool.get(timeout).map_err(|e| match e {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let mut conn = pool.get(wait).map_err(|e| match e {
             Error::Timeout { .. } => DbError::new(Kind::Timeout, e),
             other => DbError::new(Kind::Connection, other),
         })?;
@@ -255,9 +257,10 @@ pub(crate) trait Driver: Send + Sync + 'static {
 /// * TLS is not built in: connect over loopback, a private network or a local proxy.
 pub struct SqlBackend {
     dialect: Dialect,
-    driver: Box<dyn Driver>,
+    driver: Arc<dyn Driver>,
     options: Options,
     last_purge: Mutex<Instant>,
+    purging: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for SqlBackend {
@@ -420,11 +423,11 @@ impl SqlBackendBuilder {
         }
         validate(&options)?;
         let tables = Tables::new(&options.table_prefix);
-        let (dialect, driver): (Dialect, Box<dyn Driver>) = match url.scheme.as_str() {
+        let (dialect, driver): (Dialect, Arc<dyn Driver>) = match url.scheme.as_str() {
             #[cfg(feature = "postgres")]
             "postgres" | "postgresql" => (
                 Dialect::Postgres,
-                Box::new(postgres::PgDriver::new(
+                Arc::new(postgres::PgDriver::new(
                     &url,
                     self.pg_config,
                     &options,
@@ -434,7 +437,7 @@ impl SqlBackendBuilder {
             #[cfg(feature = "mysql")]
             "mysql" | "mariadb" => (
                 Dialect::Mysql,
-                Box::new(mysql::MyDriver::new(
+                Arc::new(mysql::MyDriver::new(
                     &url,
                     self.mysql_opts,
                     &options,
@@ -466,6 +469,7 @@ impl SqlBackendBuilder {
             driver,
             options,
             last_purge: Mutex::new(Instant::now()),
+            purging: Arc::new(AtomicBool::new(false)),
         })
     }
 }
@@ -577,7 +581,11 @@ impl SqlBackend {
         }
     }
 
-    /// Runs `purge_expired` if the purge interval passed since the last run.
+    /// Starts a purge of expired sessions if the purge interval passed since the last one.
+    ///
+    /// It runs on a short-lived thread of its own so the keep-alive that triggered it returns
+    /// at once; at most one runs at a time, and a failure is logged (the next interval tries
+    /// again).
     fn maybe_purge(&self) {
         {
             let mut last = self.last_purge.lock();
@@ -586,10 +594,22 @@ impl SqlBackend {
             }
             *last = Instant::now();
         }
-        match self.purge_expired() {
-            Ok(n) if n > 0 => log::debug!("purged {n} expired sessions"),
-            Ok(_) => {}
-            Err(e) => log::warn!("purging expired sessions failed: {e}"),
+        if self.purging.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (driver, purging) = (self.driver.clone(), self.purging.clone());
+        let spawned = std::thread::Builder::new()
+            .name("simba-sql-purge".into())
+            .spawn(move || {
+                match driver.purge(PURGE_LIMIT) {
+                    Ok(n) if n > 0 => log::debug!("purged {n} expired sessions"),
+                    Ok(_) => {}
+                    Err(e) => log::warn!("purging expired sessions failed: {}", e.source),
+                }
+                purging.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.purging.store(false, Ordering::Release);
         }
     }
 }
