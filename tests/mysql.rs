@@ -118,3 +118,57 @@ fn expired_sessions_are_purged_automatically() {
             .unwrap()
     });
 }
+
+struct MyTakeOver {
+    conn: mysql::Conn,
+    sessions: String,
+}
+
+impl sql_common::TakeOver for MyTakeOver {
+    fn lock_holder(&mut self, sessions: &str, session: &simba_lease::SessionId) {
+        self.conn.query_drop("START TRANSACTION").unwrap();
+        let _: Vec<i64> = self
+            .conn
+            .exec(
+                format!("SELECT 1 FROM {sessions} WHERE session_id = ? LOCK IN SHARE MODE"),
+                (session.as_str(),),
+            )
+            .unwrap();
+    }
+    fn take_and_commit(
+        &mut self,
+        leases: &str,
+        name: &simba_lease::LeaseName,
+        to: &simba_lease::SessionId,
+    ) {
+        self.conn
+            .exec_drop(
+                format!("UPDATE {leases} SET session_id = ?, token = token + 1 WHERE name = ?"),
+                (to.as_str(), name.as_str()),
+            )
+            .unwrap();
+        self.conn.query_drop("COMMIT").unwrap();
+    }
+    fn keep_alive_waits(&mut self) -> bool {
+        // The renewal is still running while the take-over holds the row: it waits for the
+        // lock. (The process list shows the user's own threads without extra privileges.)
+        let n: Option<i64> = raw()
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ?",
+                (format!("UPDATE {} SET expires_at%", self.sessions),),
+            )
+            .unwrap();
+        n.unwrap_or(0) > 0
+    }
+}
+
+#[test]
+fn keep_alive_behind_a_take_over_does_not_list_the_lease() {
+    let b = isolated(&url());
+    let sessions = format!("{}simba_session", b.0.table_prefix());
+    let mut t = MyTakeOver {
+        conn: raw(),
+        sessions,
+    };
+    sql_common::keep_alive_behind_a_take_over(b, &mut t);
+}

@@ -129,3 +129,57 @@ fn expired_sessions_are_purged_automatically() {
             .get::<_, i64>(0)
     });
 }
+
+struct PgTakeOver {
+    client: postgres::Client,
+    app: String,
+}
+
+impl sql_common::TakeOver for PgTakeOver {
+    fn lock_holder(&mut self, sessions: &str, session: &simba_lease::SessionId) {
+        self.client.batch_execute("BEGIN").unwrap();
+        self.client
+            .query(
+                &format!("SELECT 1 FROM {sessions} WHERE session_id = $1::text::bpchar FOR SHARE"),
+                &[&session.as_str()],
+            )
+            .unwrap();
+    }
+    fn take_and_commit(
+        &mut self,
+        leases: &str,
+        name: &simba_lease::LeaseName,
+        to: &simba_lease::SessionId,
+    ) {
+        self.client
+            .execute(
+                &format!(
+                    "UPDATE {leases} SET session_id = $1::text::bpchar, token = token + 1 \
+                     WHERE name = $2::text"
+                ),
+                &[&to.as_str(), &name.as_str()],
+            )
+            .unwrap();
+        self.client.batch_execute("COMMIT").unwrap();
+    }
+    fn keep_alive_waits(&mut self) -> bool {
+        let mut other = raw();
+        other
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&self.app],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    }
+}
+
+#[test]
+fn keep_alive_behind_a_take_over_does_not_list_the_lease() {
+    let b = isolated(&url());
+    let app = format!("simba-lease/{}", b.0.table_prefix());
+    let mut t = PgTakeOver { client: raw(), app };
+    sql_common::keep_alive_behind_a_take_over(b, &mut t);
+}

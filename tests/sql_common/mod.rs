@@ -705,3 +705,48 @@ pub fn automatic_purge(url: &str, rows: impl Fn(&str) -> i64) {
     );
     b.close_session(&live).unwrap();
 }
+
+/// What a take-over does, held open by a test: lock the holder's session row (shared), then
+/// give the lease to another session, then commit.
+pub trait TakeOver {
+    /// Begins a transaction and locks `session`'s row in shared mode.
+    fn lock_holder(&mut self, sessions_table: &str, session: &SessionId);
+    /// Gives `name` to `to` with token + 1 and commits.
+    fn take_and_commit(&mut self, leases_table: &str, name: &LeaseName, to: &SessionId);
+    /// Whether some statement of the backend waits for a row lock now.
+    fn keep_alive_waits(&mut self) -> bool;
+}
+
+/// A keep-alive that waits behind a take-over (the take-over holds the holder's session row
+/// in shared mode) renews the session but no longer lists the lease taken; the leases not
+/// taken are still listed. Deterministic: the take-over is held open until the keep-alive is
+/// seen waiting for the lock.
+pub fn keep_alive_behind_a_take_over(b: Arc<Isolated>, raw: &mut dyn TakeOver) {
+    let p = b.0.table_prefix().to_owned();
+    let lease = Duration::from_secs(60);
+    let holder = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let taker = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let (taken, kept) = (
+        LeaseName::new("taken").unwrap(),
+        LeaseName::new("kept").unwrap(),
+    );
+    for n in [&taken, &kept] {
+        assert!(matches!(
+            b.acquire(&holder, n).unwrap(),
+            Acquire::Acquired(_)
+        ));
+    }
+    raw.lock_holder(&format!("{p}simba_session"), &holder);
+    let (b2, h2) = (b.clone(), holder.clone());
+    let ka = std::thread::spawn(move || b2.keep_alive(&h2, lease));
+    until(
+        Duration::from_secs(20),
+        "the keep-alive waits for the row lock",
+        || raw.keep_alive_waits(),
+    );
+    raw.take_and_commit(&format!("{p}simba_lease"), &taken, &taker);
+    let reply = ka.join().unwrap().expect("the session is live: renewed");
+    let names: Vec<&LeaseName> = reply.leases.iter().map(|l| &l.name).collect();
+    assert_eq!(names, [&kept], "the taken lease is not listed: {reply:?}");
+    assert_eq!(b.owner(&taken).unwrap().unwrap().session, taker);
+}
