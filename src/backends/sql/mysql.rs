@@ -26,6 +26,10 @@ impl PoolConn for MyConn {
     fn is_closed(&self) -> bool {
         false
     }
+    fn is_valid(&mut self, _timeout: Duration) -> bool {
+        // Bounded by the connection's read timeout (the query timeout plus 2 s).
+        self.conn.ping().is_ok()
+    }
 }
 
 fn classify(e: ::mysql::Error) -> DbError {

@@ -6,22 +6,31 @@
 //! threads per pool; the `mysql` pool pings on every checkout and resets every connection on
 //! return (an extra round trip each, and prepared statements dropped). This pool is a
 //! `parking_lot` mutex over idle connections plus a condition variable: it opens connections
-//! lazily up to `size`, drops a connection the driver reports closed, and forgets every idle
-//! connection after a connection-level failure (a restarted server leaves them all dead).
+//! lazily up to `size`, reuses the most recently returned one first (so one stays warm), checks
+//! a connection that sat idle longer than [`VALIDATE_AFTER`] with a round trip before handing
+//! it out (servers close idle connections), drops a connection the driver reports closed, and
+//! forgets every idle connection after a connection-level failure (a restarted server leaves
+//! them all dead).
 
 use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex};
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
+/// A connection idle for longer than this is checked with a round trip before use.
+pub(crate) const VALIDATE_AFTER: Duration = Duration::from_secs(30);
+
 /// A driver connection the pool can hold.
 pub(crate) trait PoolConn: Send + 'static {
     /// Whether the driver already knows the connection is unusable (no I/O).
     fn is_closed(&self) -> bool;
+    /// Whether the connection answers a trivial round trip within `timeout`.
+    fn is_valid(&mut self, timeout: Duration) -> bool;
 }
 
 struct State<C> {
-    idle: Vec<C>,
+    /// Idle connections with the instant each was returned; the last is the warmest.
+    idle: Vec<(C, Instant)>,
     open: usize,
 }
 
@@ -29,6 +38,7 @@ pub(crate) struct Pool<C: PoolConn> {
     state: Mutex<State<C>>,
     freed: Condvar,
     size: usize,
+    validate_after: Duration,
     connect: Box<dyn Fn() -> Result<C> + Send + Sync>,
 }
 
@@ -44,8 +54,15 @@ impl<C: PoolConn> Pool<C> {
             }),
             freed: Condvar::new(),
             size: size.max(1),
+            validate_after: VALIDATE_AFTER,
             connect: Box::new(connect),
         }
+    }
+
+    #[cfg(test)]
+    fn validate_after(mut self, d: Duration) -> Self {
+        self.validate_after = d;
+        self
     }
 
     /// A connection, waiting at most `timeout` for one to be free (opening one counts too).
@@ -53,10 +70,21 @@ impl<C: PoolConn> Pool<C> {
         let deadline = Instant::now() + timeout;
         let mut st = self.state.lock();
         loop {
-            while let Some(c) = st.idle.pop() {
+            while let Some((mut c, since)) = st.idle.pop() {
                 if c.is_closed() {
                     st.open -= 1;
                     continue;
+                }
+                if since.elapsed() > self.validate_after {
+                    drop(st);
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let ok = c.is_valid(left.min(Duration::from_secs(1)));
+                    st = self.state.lock();
+                    if !ok {
+                        st.open -= 1;
+                        drop(c);
+                        continue;
+                    }
                 }
                 return Ok(Pooled {
                     pool: self,
@@ -91,9 +119,9 @@ impl<C: PoolConn> Pool<C> {
 
     /// Closes every idle connection (after a connection-level failure).
     pub(crate) fn flush_idle(&self) {
-        let dropped: Vec<C> = {
+        let dropped: Vec<(C, Instant)> = {
             let mut st = self.state.lock();
-            let d: Vec<C> = st.idle.drain(..).collect();
+            let d: Vec<(C, Instant)> = st.idle.drain(..).collect();
             st.open -= d.len();
             d
         };
@@ -105,7 +133,7 @@ impl<C: PoolConn> Pool<C> {
 
     /// Applies `f` to every idle connection (diagnostics).
     pub(crate) fn for_each_idle(&self, mut f: impl FnMut(&C)) {
-        self.state.lock().idle.iter().for_each(&mut f);
+        self.state.lock().idle.iter().for_each(|(c, _)| f(c));
     }
 
     fn put_back(&self, c: C, broken: bool) {
@@ -115,7 +143,7 @@ impl<C: PoolConn> Pool<C> {
             drop(st);
             drop(c);
         } else {
-            st.idle.push(c);
+            st.idle.push((c, Instant::now()));
             drop(st);
         }
         self.freed.notify_one();
@@ -169,6 +197,9 @@ mod tests {
         fn is_closed(&self) -> bool {
             self.0
         }
+        fn is_valid(&mut self, _: Duration) -> bool {
+            !self.0
+        }
     }
 
     #[test]
@@ -190,6 +221,37 @@ mod tests {
         drop(b);
         let _b = pool.get(Duration::from_millis(10)).unwrap();
         assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+
+    /// A connection that fails its check after sitting idle is replaced.
+    #[test]
+    fn idle_connections_are_checked() {
+        struct Flaky(Arc<AtomicUsize>, bool);
+        impl PoolConn for Flaky {
+            fn is_closed(&self) -> bool {
+                false
+            }
+            fn is_valid(&mut self, _: Duration) -> bool {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                self.1
+            }
+        }
+        let checks = Arc::new(AtomicUsize::new(0));
+        let c = checks.clone();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let o = opened.clone();
+        let pool = Pool::new(1, move || {
+            // The first connection goes bad while idle; the next is fine.
+            let n = o.fetch_add(1, Ordering::SeqCst);
+            Ok(Flaky(c.clone(), n > 0))
+        })
+        .validate_after(Duration::ZERO);
+        drop(pool.get(Duration::from_millis(10)).unwrap());
+        std::thread::sleep(Duration::from_millis(2));
+        let conn = pool.get(Duration::from_millis(10)).unwrap();
+        assert!(conn.1, "the bad idle connection was replaced");
+        assert_eq!(checks.load(Ordering::SeqCst), 1);
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
 
     #[test]

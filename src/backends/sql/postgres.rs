@@ -40,6 +40,9 @@ impl PoolConn for PgConn {
     fn is_closed(&self) -> bool {
         self.client.is_closed()
     }
+    fn is_valid(&mut self, timeout: Duration) -> bool {
+        self.client.is_valid(timeout).is_ok()
+    }
 }
 
 fn classify(e: ::postgres::Error) -> DbError {
