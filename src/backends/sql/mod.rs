@@ -244,9 +244,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
 ///
 /// # Operating notes
 ///
-/// * Give the backend its own small pool (2–4 connections per process is plenty): a
-///   keep-alive that waits for a connection longer than `query_timeout` fails, and the
-///   session goes to Jeopardy.
+/// * The backend keeps its own small pool (`pool_size`, default 4; 2–4 per process is
+///   plenty): a mutex over idle connections, no background threads, no ping on every checkout
+///   (only for a connection idle longer than 30 s). A keep-alive that waits for a connection
+///   longer than `query_timeout` fails, and the session goes to Jeopardy: don't share the
+///   backend with unrelated heavy traffic.
 /// * Set `query_timeout` to the session's renew interval when you change that.
 /// * Use a direct connection, not a transaction-mode pooler (PgBouncer `transaction`): the
 ///   backend prepares statements per connection.
