@@ -256,6 +256,56 @@ ensure_redis_cluster() {
   export SIMBA_REDIS_CLUSTER_URL=${SIMBA_REDIS_CLUSTER_URL:-redis+cluster://$(IFS=,; echo "${hosts[*]}")}
 }
 
+# PostgreSQL: the Debian cluster on 127.0.0.1:5432; database `test`, trust auth for
+# postgres on loopback (the machine's default). Exports SIMBA_POSTGRES_URL.
+ensure_postgres() {
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    apt_install postgresql
+  fi
+  if ! pg_isready -q -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
+    local version
+    version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
+    [ -n "$version" ] || die "no PostgreSQL cluster under /etc/postgresql"
+    log "starting PostgreSQL $version"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start \
+      || die "pg_ctlcluster $version main start failed"
+  fi
+  wait_until 60 "PostgreSQL on 127.0.0.1:5432" pg_isready -h 127.0.0.1 -p 5432
+  if ! su postgres -c "psql -Atqc \"select 1 from pg_database where datname = 'test'\"" | grep -q 1; then
+    su postgres -c "createdb test" || die "createdb test failed"
+  fi
+  psql -h 127.0.0.1 -U postgres -d test -Atqc "select 1" >/dev/null \
+    || die "PostgreSQL does not let postgres@127.0.0.1 into database test (trust auth expected)"
+  export SIMBA_POSTGRES_URL=${SIMBA_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
+}
+
+# MariaDB (or MySQL) on 127.0.0.1:3306; database `test` and user simba/simba created through
+# the root unix socket (a stock Debian MariaDB lets root in only that way). Exports
+# SIMBA_MYSQL_URL.
+ensure_mysql() {
+  if ! command -v mariadbd >/dev/null 2>&1 && ! command -v mysqld >/dev/null 2>&1; then
+    apt_install mariadb-server
+  fi
+  local admin=(mysql --protocol=socket -uroot)
+  if ! "${admin[@]}" -e "select 1" >/dev/null 2>&1; then
+    log "starting MariaDB"
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd \
+      || die "starting mariadbd failed"
+  fi
+  wait_until 60 "MariaDB on its unix socket" "${admin[@]}" -e "select 1"
+  wait_until 30 "MariaDB on 127.0.0.1:3306" tcp_open 3306
+  "${admin[@]}" -e "CREATE DATABASE IF NOT EXISTS test;
+    CREATE USER IF NOT EXISTS 'simba'@'127.0.0.1' IDENTIFIED BY 'simba';
+    CREATE USER IF NOT EXISTS 'simba'@'localhost' IDENTIFIED BY 'simba';
+    GRANT ALL ON test.* TO 'simba'@'127.0.0.1';
+    GRANT ALL ON test.* TO 'simba'@'localhost';" \
+    || die "creating the MariaDB test database and user failed"
+  mysql --protocol=tcp -h127.0.0.1 -P3306 -usimba -psimba test -e "select 1" >/dev/null \
+    || die "user simba cannot reach database test on 127.0.0.1:3306"
+  export SIMBA_MYSQL_URL=${SIMBA_MYSQL_URL:-mysql://simba:simba@127.0.0.1:3306/test}
+}
+
 # The backends' issues add their servers here.
 ensure_all() {
   ensure_zookeeper
@@ -263,4 +313,6 @@ ensure_all() {
   ensure_redis
   ensure_redis_replica
   ensure_redis_cluster
+  ensure_postgres
+  ensure_mysql
 }

@@ -3,11 +3,18 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod sql;
 mod url;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
 pub use memory::MemoryBackend;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use sql::{
+    Dialect, SqlBackend, SqlBackendBuilder, DEFAULT_POOL_SIZE, DEFAULT_PURGE_INTERVAL,
+    DEFAULT_QUERY_TIMEOUT, PURGE_LIMIT,
+};
 pub use url::{connect, BackendUrl};
 #[cfg(feature = "zookeeper")]
 pub use zookeeper::ZooKeeperBackend;

@@ -211,9 +211,13 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 ///   [`backends::redis`](crate::backends::redis) for the options (`prefix`, `wait_replicas`,
 ///   `query_timeout`, `connect_timeout`, `route_by_slot`, `pool_size`); `rediss://` (TLS)
 ///   is refused because this build has no TLS.
-/// * `postgres://`, `mysql://`, `redis://`, `redis+cluster://`, `zookeeper://` — the
-///   respective backend, when its Cargo feature is enabled; otherwise
-///   [`Error::FeatureDisabled`] names the feature.
+/// * `postgres://user[:password]@host[:port]/db` (also `postgresql://`) and
+///   `mysql://user[:password]@host[:port]/db` (also `mariadb://`) — a
+///   `SqlBackend` (features `postgres`, `mysql`); options `query_timeout`, `pool_size`,
+///   `table_prefix`, `purge_interval` as query parameters (see `SqlBackendBuilder`). The
+///   tables are not created: call `install_schema` or apply `sql/init-simba-*.sql`.
+/// * A URL whose backend's Cargo feature is off fails with [`Error::FeatureDisabled`]
+///   naming the feature.
 /// * `zookeeper://[user:password@]host:port[,host:port…][/root][?options]` (also `zk://`):
 ///   root defaults to `/simba`; `user:password` adds `digest` auth and makes nodes
 ///   creator-only; options `connection_timeout`, `request_timeout` (e.g. `5s`, `500ms`) and
@@ -239,7 +243,13 @@ pub fn connect(url: &str) -> Result<Arc<dyn LeaseBackend>> {
                 None => Arc::new(MemoryBackend::new()),
             })
         }
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => super::sql::connect_url(url),
+        #[cfg(not(feature = "postgres"))]
         "postgres" | "postgresql" => Err(disabled(&u.scheme, "postgres")),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => super::sql::connect_url(url),
+        #[cfg(not(feature = "mysql"))]
         "mysql" | "mariadb" => Err(disabled(&u.scheme, "mysql")),
         #[cfg(feature = "redis")]
         "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => {

@@ -1,0 +1,116 @@
+//! SQL backends: acquire, release and keep-alive (a session holding 1 and 1000 leases) next
+//! to the floor (a prepared `SELECT 1` on the same pool), measured in the same run, with the
+//! ratios. Runs on every database that answers (`SIMBA_POSTGRES_URL`, `SIMBA_MYSQL_URL`,
+//! loopback defaults as in the tests), on tables with a random prefix dropped afterwards.
+//!
+//! `cargo bench --bench sql --features postgres,mysql` (`SIMBA_BENCH_ITERS`, default 1000).
+
+use simba_lease::backends::SqlBackend;
+use simba_lease::spi::{Acquire, LeaseBackend};
+use simba_lease::{LeaseName, Metadata};
+use std::time::{Duration, Instant};
+
+fn pct(samples: &[Duration], p: f64) -> Duration {
+    let mut s = samples.to_vec();
+    s.sort();
+    s[((s.len() - 1) as f64 * p) as usize]
+}
+
+fn time<T>(samples: &mut Vec<Duration>, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = f();
+    samples.push(t.elapsed());
+    r
+}
+
+fn bench(url: &str, iters: usize) {
+    let prefix = format!("bench{}_", std::process::id());
+    let b = match SqlBackend::builder(url).table_prefix(&prefix).build() {
+        Ok(b) => b,
+        Err(e) => {
+            println!("skipping {url}: {e}");
+            return;
+        }
+    };
+    b.install_schema().expect("install_schema");
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let name = LeaseName::new("bench").unwrap();
+    let (mut floor, mut acq, mut rel, mut ka1) = (vec![], vec![], vec![], vec![]);
+    let extra = LeaseName::new("bench-held").unwrap();
+    b.acquire(&s, &extra).unwrap();
+    for i in 0..iters + iters / 10 {
+        let warm = i < iters / 10;
+        let (mut f, mut a, mut r, mut k) = (vec![], vec![], vec![], vec![]);
+        time(&mut f, || b.ping().unwrap());
+        let t = match time(&mut a, || b.acquire(&s, &name).unwrap()) {
+            Acquire::Acquired(t) => t,
+            Acquire::Held(o) => panic!("held by {o:?}"),
+        };
+        assert!(time(&mut r, || b.release(&s, &name, t.token).unwrap()));
+        time(&mut k, || b.keep_alive(&s, lease).unwrap());
+        if !warm {
+            floor.extend(f);
+            acq.extend(a);
+            rel.extend(r);
+            ka1.extend(k);
+        }
+    }
+    // A second session holding 1000 leases.
+    let big = b.open_session(lease, &Metadata::default()).unwrap().id;
+    for i in 0..1000 {
+        b.acquire(&big, &LeaseName::new(format!("many-{i}")).unwrap())
+            .unwrap();
+    }
+    let mut ka1000 = vec![];
+    for i in 0..(iters / 5).max(20) {
+        let mut k = vec![];
+        let reply = time(&mut k, || b.keep_alive(&big, lease).unwrap());
+        assert_eq!(reply.leases.len(), 1000);
+        if i >= 5 {
+            ka1000.extend(k);
+        }
+    }
+    let f50 = pct(&floor, 0.5).as_secs_f64();
+    println!("{} ({url}), {iters} iterations", b.kind());
+    println!(
+        "{:<26} {:>9} {:>9} {:>10}",
+        "operation", "p50 µs", "p99 µs", "p50/floor"
+    );
+    for (label, s) in [
+        ("floor (SELECT 1)", &floor),
+        ("acquire (new term)", &acq),
+        ("release", &rel),
+        ("keep-alive, 1 lease", &ka1),
+        ("keep-alive, 1000 leases", &ka1000),
+    ] {
+        let (p50, p99) = (pct(s, 0.5), pct(s, 0.99));
+        println!(
+            "{:<26} {:>9.0} {:>9.0} {:>10.2}",
+            label,
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6,
+            p50.as_secs_f64() / f50.max(1e-9)
+        );
+    }
+    b.drop_tables().unwrap();
+}
+
+fn main() {
+    let iters: usize = std::env::var("SIMBA_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    // `cargo test --benches` runs this without `--bench`: keep that run short.
+    let iters = if std::env::args().any(|a| a == "--bench") {
+        iters
+    } else {
+        20
+    };
+    let pg = std::env::var("SIMBA_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let my = std::env::var("SIMBA_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://simba:simba@127.0.0.1:3306/test".into());
+    bench(&pg, iters);
+    bench(&my, iters);
+}

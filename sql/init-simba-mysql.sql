@@ -1,0 +1,27 @@
+-- simba-lease schema for MySQL 8 and MariaDB 10.11 (applied by `SqlBackend::install_schema`,
+-- idempotent). Times are database time in UTC epoch milliseconds. Names compare byte-wise
+-- (binary collations).
+
+create table if not exists simba_session
+(
+    session_id char(32) character set ascii collate ascii_bin not null primary key,
+    expires_at bigint                                        not null comment 'database time, epoch ms',
+    metadata   varchar(1024) character set utf8mb4 collate utf8mb4_bin not null default '',
+    index idx_session_expires (expires_at)
+) engine = InnoDB;
+
+create table if not exists simba_lease
+(
+    name       varchar(128) character set ascii collate ascii_bin not null primary key,
+    session_id char(32) character set ascii collate ascii_bin     not null default '' comment 'empty = free',
+    token      bigint                                             not null comment 'term number, never reset',
+    index idx_lease_session (session_id)
+) engine = InnoDB;
+
+create table if not exists simba_member
+(
+    group_name varchar(128) character set utf8mb4 collate utf8mb4_bin not null,
+    session_id char(32) character set ascii collate ascii_bin not null,
+    primary key (group_name, session_id),
+    index idx_member_session (session_id)
+) engine = InnoDB;

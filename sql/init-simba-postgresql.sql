@@ -1,0 +1,26 @@
+-- simba-lease schema for PostgreSQL 14+ (applied by `SqlBackend::install_schema`, idempotent).
+-- Times are database time in UTC epoch milliseconds. Names compare byte-wise (collation "C").
+
+create table if not exists simba_session
+(
+    session_id char(32)      collate "C" not null primary key,
+    expires_at bigint                    not null, -- database time, epoch ms
+    metadata   varchar(1024)             not null default ''
+);
+create index if not exists idx_session_expires on simba_session (expires_at);
+
+create table if not exists simba_lease
+(
+    name       varchar(128) collate "C" not null primary key,
+    session_id char(32)     collate "C" not null default '', -- empty = free
+    token      bigint                   not null             -- term number, never reset
+);
+create index if not exists idx_lease_session on simba_lease (session_id);
+
+create table if not exists simba_member
+(
+    group_name varchar(128) collate "C" not null,
+    session_id char(32)     collate "C" not null,
+    primary key (group_name, session_id)
+);
+create index if not exists idx_member_session on simba_member (session_id);

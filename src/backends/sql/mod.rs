@@ -1,0 +1,843 @@
+//! The SQL backends: PostgreSQL 14+ (feature `postgres`) and MySQL 8 / MariaDB 10.11
+//! (feature `mysql`), one [`SqlBackend`] type with a [`Dialect`].
+//!
+//! Three tables (`simba_session`, `simba_lease`, `simba_member`, optionally with a table
+//! prefix) hold the state; every time comparison uses the database's clock in UTC epoch
+//! milliseconds, independent of the connection's time zone. The schemas are
+//! `sql/init-simba-postgresql.sql` and `sql/init-simba-mysql.sql`, embedded and applied by
+//! [`SqlBackend::install_schema`].
+//!
+//! What one call costs (round trips on a warm pooled connection):
+//!
+//! | operation | PostgreSQL | MySQL / MariaDB |
+//! |---|---|---|
+//! | `acquire` | 1 (one statement: the upsert plus its report) | 2 (the upsert, then a read of the outcome) |
+//! | `keep_alive` | 1 (a CTE: the `UPDATE`, then the held leases `FOR SHARE`) | 2 (the `UPDATE`, then the held leases) |
+//! | `release`, `leave`, `owner`, `members`, `open_session` | 1 | 1 |
+//! | `join` | 1 | 1 (2 when already a member) |
+//! | `close_session` | 1 | 3 |
+//!
+//! Deadlocks and serialization failures (PostgreSQL SQLSTATE `40001`/`40P01`, MySQL error
+//! 1213) are retried inside the backend, a few times within the query timeout, because every
+//! statement is one autocommit transaction that the server rolled back whole. An upsert that
+//! raced with a concurrent change of the same lease row (it saw the row change between its
+//! snapshot and its row lock) is retried the same way.
+
+#[cfg(feature = "mysql")]
+mod mysql;
+mod pool;
+#[cfg(feature = "postgres")]
+mod postgres;
+
+use crate::backends::BackendUrl;
+use crate::error::{BoxError, Error, Result};
+use crate::spi::{Acquire, HeldLease, KeepAlive, LeaseBackend, SessionGrant};
+use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(crate) use pool::{Pool, PoolConn};
+
+/// The SQL dialect of a [`SqlBackend`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// PostgreSQL 14 or later.
+    Postgres,
+    /// MySQL 8 or MariaDB 10.11 (the SQL is the subset both accept).
+    Mysql,
+}
+
+/// Default statement timeout: the default renew interval.
+pub const DEFAULT_QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default interval between two automatic purges of expired sessions.
+pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
+/// Default number of pooled connections.
+pub const DEFAULT_POOL_SIZE: usize = 4;
+/// The most expired sessions one [`LeaseBackend::purge_expired`] call removes.
+pub const PURGE_LIMIT: usize = 1000;
+
+/// Options shared by both dialects; set through [`SqlBackendBuilder`] or URL parameters.
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    pub(crate) query_timeout: Duration,
+    pub(crate) pool_size: usize,
+    pub(crate) table_prefix: String,
+    pub(crate) purge_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            query_timeout: DEFAULT_QUERY_TIMEOUT,
+            pool_size: DEFAULT_POOL_SIZE,
+            table_prefix: String::new(),
+            purge_interval: DEFAULT_PURGE_INTERVAL,
+        }
+    }
+}
+
+/// The full table names for a prefix.
+#[derive(Clone, Debug)]
+pub(crate) struct Tables {
+    pub(crate) prefix: String,
+    pub(crate) session: String,
+    pub(crate) lease: String,
+    pub(crate) member: String,
+}
+
+impl Tables {
+    fn new(prefix: &str) -> Self {
+        Tables {
+            prefix: prefix.to_owned(),
+            session: format!("{prefix}simba_session"),
+            lease: format!("{prefix}simba_lease"),
+            member: format!("{prefix}simba_member"),
+        }
+    }
+
+    /// The schema script with the prefix applied to every table and index name.
+    pub(crate) fn script(&self, script: &str) -> Vec<String> {
+        let p = &self.prefix;
+        script
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .split(';')
+            .map(|s| {
+                s.replace("simba_", &format!("{p}simba_"))
+                    .replace("idx_", &format!("{p}idx_"))
+                    .trim()
+                    .to_owned()
+            })
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+}
+
+/// A failure classified for the retry loop.
+#[derive(Debug)]
+pub(crate) struct DbError {
+    pub(crate) kind: Kind,
+    pub(crate) source: BoxError,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Deadlock or serialization failure: the statement was rolled back; run it again.
+    Retry,
+    /// The server cancelled the statement at its timeout.
+    Timeout,
+    /// The connection is unusable.
+    Connection,
+    /// Anything else (bad SQL, constraint, permission).
+    Other,
+}
+
+impl DbError {
+    pub(crate) fn new(kind: Kind, source: impl Into<BoxError>) -> Self {
+        DbError {
+            kind,
+            source: source.into(),
+        }
+    }
+}
+
+pub(crate) type DbResult<T> = std::result::Result<T, DbError>;
+
+/// Runs `f` on a pooled connection: bounded checkout, deadlock retries, broken connections
+/// discarded.
+pub(crate) fn with_conn<C: PoolConn, T>(
+    pool: &Pool<C>,
+    timeout: Duration,
+    mut f: impl FnMut(&mut C) -> DbResult<T>,
+) -> DbResult<T> {
+    let deadline = Instant::now() + timeout;
+    let mut attempt = 0u32;
+    loop {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let mut conn = pool.get(wait).map_err(|e| match e {
+            Error::Timeout { .. } => DbError::new(Kind::Timeout, e),
+            other => DbError::new(Kind::Connection, other),
+        })?;
+        match f(&mut conn) {
+            Ok(v) => return Ok(v),
+            Err(e) if e.kind == Kind::Connection => {
+                conn.discard();
+                return Err(e);
+            }
+            Err(e) if e.kind == Kind::Retry && attempt < 8 && Instant::now() < deadline => {
+                drop(conn);
+                attempt += 1;
+                log::debug!("retrying after {}: attempt {attempt}", e.source);
+                std::thread::sleep(crate::rand::jitter(Duration::from_millis(2 << attempt)));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A renewed session: its remaining ms and the (name, token) of the leases it holds.
+pub(crate) type Renewed = (i64, Vec<(String, i64)>);
+
+/// Outcome of one acquire statement.
+#[derive(Debug)]
+pub(crate) enum AcqRow {
+    /// The acquirer's session is not live.
+    Expired,
+    /// The acquirer holds the lease (a new term or the same).
+    Acquired { token: i64, remaining_ms: i64 },
+    /// Another live session holds it.
+    Held {
+        session: String,
+        token: i64,
+        remaining_ms: i64,
+    },
+    /// The row changed under the statement; run it again.
+    Raced,
+}
+
+/// The dialect-specific statements; each method is one backend operation.
+pub(crate) trait Driver: Send + Sync + 'static {
+    fn install_schema(&self) -> DbResult<()>;
+    fn drop_tables(&self) -> DbResult<()>;
+    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<()>;
+    /// `None` when the session is not live.
+    fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>>;
+    /// Deletes the session, frees its leases, deletes its memberships.
+    fn remove_session(&self, id: &str) -> DbResult<()>;
+    fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow>;
+    fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool>;
+    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>>;
+    /// `false` when the session is not live.
+    fn join(&self, id: &str, group: &str) -> DbResult<bool>;
+    fn leave(&self, id: &str, group: &str) -> DbResult<bool>;
+    fn members(&self, group: &str) -> DbResult<Vec<(String, String)>>;
+    fn purge(&self, limit: usize) -> DbResult<usize>;
+    /// A prepared `SELECT 1`.
+    fn ping(&self) -> DbResult<()>;
+    fn connection_ids(&self) -> Vec<u64>;
+}
+
+/// Leases, sessions and groups in PostgreSQL or MySQL/MariaDB tables.
+///
+/// Built from a URL with [`crate::connect`] or with [`SqlBackend::builder`]; call
+/// [`SqlBackend::install_schema`] once (it is idempotent) or apply the scripts under `sql/`
+/// yourself.
+///
+/// ```no_run
+/// use simba_lease::backends::SqlBackend;
+/// use simba_lease::{Config, Session};
+/// use std::{sync::Arc, time::Duration};
+///
+/// let backend = SqlBackend::builder("postgres://simba@127.0.0.1:5432/app")
+///     .query_timeout(Duration::from_secs(3))
+///     .pool_size(2)
+///     .build()?;
+/// backend.install_schema()?;
+/// let session = Session::open(Arc::new(backend), Config::default())?;
+/// # Ok::<(), simba_lease::Error>(())
+/// ```
+///
+/// # Operating notes
+///
+/// * The backend keeps its own small pool (`pool_size`, default 4; 2–4 per process is
+///   plenty): a mutex over idle connections, no background threads, no ping on every checkout
+///   (only for a connection idle longer than 30 s). A keep-alive that waits for a connection
+///   longer than `query_timeout` fails, and the session goes to Jeopardy: don't share the
+///   backend with unrelated heavy traffic.
+/// * Set `query_timeout` to the session's renew interval when you change that.
+/// * Use a direct connection, not a transaction-mode pooler (PgBouncer `transaction`): the
+///   backend prepares statements per connection.
+/// * Tokens are as durable as the database's commits: keep fencing strict across failovers
+///   with synchronous replication.
+/// * The `postgres` crate runs a private current-thread tokio runtime per connection: call
+///   this backend from plain threads (or `spawn_blocking`), not from inside an async task.
+/// * TLS is not built in: connect over loopback, a private network or a local proxy.
+pub struct SqlBackend {
+    dialect: Dialect,
+    driver: Arc<dyn Driver>,
+    options: Options,
+    last_purge: Mutex<Instant>,
+    purging: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for SqlBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlBackend")
+            .field("dialect", &self.dialect)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// Builds a [`SqlBackend`] from a URL and options.
+///
+/// URL query parameters set the same options (the builder's calls win):
+///
+/// | parameter | meaning | default |
+/// |---|---|---|
+/// | `query_timeout` | statement timeout and the longest wait for a pooled connection, e.g. `500ms`, `5s` | `5s` |
+/// | `pool_size` | connections kept by the backend | `4` |
+/// | `table_prefix` | prefix of the three table names, `[A-Za-z0-9_]`, at most 32 characters | empty |
+/// | `purge_interval` | at most one automatic purge of expired sessions per interval | `60s` |
+///
+/// URLs: `postgres://user[:password]@host[:port]/database` (also `postgresql://`) and
+/// `mysql://user[:password]@host[:port]/database` (also `mariadb://`).
+#[derive(Debug)]
+pub struct SqlBackendBuilder {
+    url: String,
+    options: Options,
+    set: Vec<&'static str>,
+    #[cfg(feature = "postgres")]
+    pg_config: Option<::postgres::Config>,
+    #[cfg(feature = "mysql")]
+    mysql_opts: Option<::mysql::Opts>,
+}
+
+/// Parses `500ms`, `5s`, `2m` (or a bare number of milliseconds).
+pub(crate) fn parse_duration(setting: &str, v: &str) -> Result<Duration> {
+    let bad = || {
+        Error::config(
+            setting,
+            format!("{v:?} is not a duration like 500ms, 5s or 1m"),
+        )
+    };
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "" | "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" | "min" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+        _ => return Err(bad()),
+    };
+    Ok(d)
+}
+
+fn validate(o: &Options) -> Result<()> {
+    if o.query_timeout < Duration::from_millis(1) {
+        return Err(Error::config("query_timeout", "must be at least 1ms"));
+    }
+    if o.pool_size == 0 || o.pool_size > 1000 {
+        return Err(Error::config("pool_size", "must be between 1 and 1000"));
+    }
+    if o.table_prefix.len() > 32
+        || !o
+            .table_prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return Err(Error::config(
+            "table_prefix",
+            format!(
+                "{:?}: at most 32 characters of [A-Za-z0-9_]",
+                o.table_prefix
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl SqlBackendBuilder {
+    fn mark(&mut self, s: &'static str) {
+        self.set.push(s);
+    }
+
+    /// Statement timeout, also the longest wait for a pooled connection (default 5 s).
+    pub fn query_timeout(mut self, t: Duration) -> Self {
+        self.options.query_timeout = t;
+        self.mark("query_timeout");
+        self
+    }
+
+    /// Number of pooled connections (default 4).
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.options.pool_size = n;
+        self.mark("pool_size");
+        self
+    }
+
+    /// Prefix of the table names, e.g. `app_` for `app_simba_lease` (default empty).
+    pub fn table_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.options.table_prefix = prefix.into();
+        self.mark("table_prefix");
+        self
+    }
+
+    /// At most one automatic purge of expired sessions per interval (default 60 s).
+    pub fn purge_interval(mut self, t: Duration) -> Self {
+        self.options.purge_interval = t;
+        self.mark("purge_interval");
+        self
+    }
+
+    /// Starts from a `postgres::Config` of your own (host, credentials, TLS-free settings,
+    /// `options` such as a time zone); the URL's host and credentials are then ignored.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_config(mut self, config: ::postgres::Config) -> Self {
+        self.pg_config = Some(config);
+        self
+    }
+
+    /// Starts from `mysql::Opts` of your own (credentials, `init` statements such as a time
+    /// zone); the URL's host and credentials are then ignored.
+    #[cfg(feature = "mysql")]
+    pub fn mysql_opts(mut self, opts: impl Into<::mysql::Opts>) -> Self {
+        self.mysql_opts = Some(opts.into());
+        self
+    }
+
+    /// Connects (one connection, to check the server) and returns the backend.
+    pub fn build(self) -> Result<SqlBackend> {
+        let url = BackendUrl::parse(&self.url)?;
+        url.check_params(&[
+            "query_timeout",
+            "pool_size",
+            "table_prefix",
+            "purge_interval",
+        ])?;
+        let mut options = Options::default();
+        if let Some(v) = url.param("query_timeout") {
+            options.query_timeout = parse_duration("query_timeout", v)?;
+        }
+        if let Some(v) = url.param("purge_interval") {
+            options.purge_interval = parse_duration("purge_interval", v)?;
+        }
+        if let Some(v) = url.param("pool_size") {
+            options.pool_size = v
+                .parse()
+                .map_err(|_| Error::config("pool_size", format!("{v:?} is not a number")))?;
+        }
+        if let Some(v) = url.param("table_prefix") {
+            options.table_prefix = v.to_owned();
+        }
+        for s in &self.set {
+            match *s {
+                "query_timeout" => options.query_timeout = self.options.query_timeout,
+                "pool_size" => options.pool_size = self.options.pool_size,
+                "table_prefix" => options.table_prefix = self.options.table_prefix.clone(),
+                _ => options.purge_interval = self.options.purge_interval,
+            }
+        }
+        validate(&options)?;
+        let tables = Tables::new(&options.table_prefix);
+        let (dialect, driver): (Dialect, Arc<dyn Driver>) = match url.scheme.as_str() {
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => (
+                Dialect::Postgres,
+                Arc::new(postgres::PgDriver::new(
+                    &url,
+                    self.pg_config,
+                    &options,
+                    tables,
+                )?),
+            ),
+            #[cfg(feature = "mysql")]
+            "mysql" | "mariadb" => (
+                Dialect::Mysql,
+                Arc::new(mysql::MyDriver::new(
+                    &url,
+                    self.mysql_opts,
+                    &options,
+                    tables,
+                )?),
+            ),
+            #[cfg(not(feature = "postgres"))]
+            "postgres" | "postgresql" => {
+                return Err(Error::FeatureDisabled {
+                    scheme: url.scheme.clone(),
+                    feature: "postgres",
+                })
+            }
+            #[cfg(not(feature = "mysql"))]
+            "mysql" | "mariadb" => {
+                return Err(Error::FeatureDisabled {
+                    scheme: url.scheme.clone(),
+                    feature: "mysql",
+                })
+            }
+            other => {
+                return Err(url.invalid(format!(
+                    "not a SQL scheme: {other:?} (known: postgres, postgresql, mysql, mariadb)"
+                )))
+            }
+        };
+        Ok(SqlBackend {
+            dialect,
+            driver,
+            options,
+            last_purge: Mutex::new(Instant::now()),
+            purging: Arc::new(AtomicBool::new(false)),
+        })
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+fn dur(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+fn token(t: i64) -> Result<Token> {
+    Token::new(u64::try_from(t).unwrap_or(0)).map_err(|_| {
+        Error::backend(
+            "reading a token",
+            format!("token {t} in the table is not > 0"),
+        )
+    })
+}
+
+fn session_id(s: &str) -> Result<SessionId> {
+    SessionId::parse(s.trim_end()).map_err(|e| Error::backend("reading a session id", e))
+}
+
+impl SqlBackend {
+    /// A builder for `url` (`postgres://…` or `mysql://…`); see [`SqlBackendBuilder`].
+    pub fn builder(url: impl Into<String>) -> SqlBackendBuilder {
+        SqlBackendBuilder {
+            url: url.into(),
+            options: Options::default(),
+            set: Vec::new(),
+            #[cfg(feature = "postgres")]
+            pg_config: None,
+            #[cfg(feature = "mysql")]
+            mysql_opts: None,
+        }
+    }
+
+    /// A PostgreSQL backend for `url` with default options.
+    pub fn postgres(url: &str) -> Result<SqlBackend> {
+        let b = Self::builder(url).build()?;
+        if b.dialect != Dialect::Postgres {
+            return Err(Error::config("url", "expected a postgres:// URL"));
+        }
+        Ok(b)
+    }
+
+    /// A MySQL/MariaDB backend for `url` with default options.
+    pub fn mysql(url: &str) -> Result<SqlBackend> {
+        let b = Self::builder(url).build()?;
+        if b.dialect != Dialect::Mysql {
+            return Err(Error::config("url", "expected a mysql:// URL"));
+        }
+        Ok(b)
+    }
+
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The table prefix in use.
+    pub fn table_prefix(&self) -> &str {
+        &self.options.table_prefix
+    }
+
+    /// Creates the three tables and their indexes if they do not exist (idempotent, safe to
+    /// run from several processes at once).
+    pub fn install_schema(&self) -> Result<()> {
+        self.driver
+            .install_schema()
+            .map_err(|e| self.err("installing the schema", e))
+    }
+
+    /// Drops the three tables (with every token in them). For tests and teardown only:
+    /// tokens restart at 1 afterwards.
+    pub fn drop_tables(&self) -> Result<()> {
+        self.driver
+            .drop_tables()
+            .map_err(|e| self.err("dropping the tables", e))
+    }
+
+    /// Server-side ids of the idle pooled connections (PostgreSQL backend pids, MySQL
+    /// connection ids), to find them in `pg_stat_activity` or `SHOW PROCESSLIST`.
+    pub fn connection_ids(&self) -> Vec<u64> {
+        self.driver.connection_ids()
+    }
+
+    fn err(&self, operation: &'static str, e: DbError) -> Error {
+        match e.kind {
+            Kind::Timeout => match e.source.downcast::<Error>() {
+                Ok(inner) => *inner,
+                Err(_) => Error::Timeout {
+                    operation,
+                    after: self.options.query_timeout,
+                },
+            },
+            _ => match e.source.downcast::<Error>() {
+                Ok(inner) => *inner,
+                Err(source) => Error::Backend { operation, source },
+            },
+        }
+    }
+
+    fn expired(session: &SessionId) -> Error {
+        Error::SessionExpired {
+            session: session.to_string(),
+        }
+    }
+
+    /// Starts a purge of expired sessions if the purge interval passed since the last one.
+    ///
+    /// It runs on a short-lived thread of its own so the keep-alive that triggered it returns
+    /// at once; at most one runs at a time, and a failure is logged (the next interval tries
+    /// again).
+    fn maybe_purge(&self) {
+        {
+            let mut last = self.last_purge.lock();
+            if last.elapsed() < self.options.purge_interval {
+                return;
+            }
+            *last = Instant::now();
+        }
+        if self.purging.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (driver, purging) = (self.driver.clone(), self.purging.clone());
+        let spawned = std::thread::Builder::new()
+            .name("simba-sql-purge".into())
+            .spawn(move || {
+                match driver.purge(PURGE_LIMIT) {
+                    Ok(n) if n > 0 => log::debug!("purged {n} expired sessions"),
+                    Ok(_) => {}
+                    Err(e) => log::warn!("purging expired sessions failed: {}", e.source),
+                }
+                purging.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.purging.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl LeaseBackend for SqlBackend {
+    fn kind(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Postgres => "postgres",
+            Dialect::Mysql => "mysql",
+        }
+    }
+
+    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        if self.dialect == Dialect::Postgres && metadata.as_str().contains('\0') {
+            return Err(Error::config(
+                "metadata",
+                "PostgreSQL text cannot hold NUL characters",
+            ));
+        }
+        let id = SessionId::random();
+        self.driver
+            .open_session(id.as_str(), ms(lease), metadata.as_str())
+            .map_err(|e| self.err("opening a session", e))?;
+        self.maybe_purge();
+        Ok(SessionGrant {
+            id,
+            remaining: lease,
+        })
+    }
+
+    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        let reply = self
+            .driver
+            .keep_alive(session.as_str(), ms(lease))
+            .map_err(|e| self.err("keeping a session alive", e))?;
+        let Some((remaining_ms, rows)) = reply else {
+            self.driver
+                .remove_session(session.as_str())
+                .map_err(|e| self.err("removing an expired session", e))?;
+            return Err(Self::expired(session));
+        };
+        let remaining = dur(remaining_ms);
+        let leases = rows
+            .into_iter()
+            .map(|(name, t)| {
+                Ok(HeldLease {
+                    name: LeaseName::new(name)
+                        .map_err(|e| Error::backend("reading a lease name", e))?,
+                    token: token(t)?,
+                    remaining,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.maybe_purge();
+        Ok(KeepAlive { remaining, leases })
+    }
+
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.driver
+            .remove_session(session.as_str())
+            .map_err(|e| self.err("closing a session", e))
+    }
+
+    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
+        let deadline = Instant::now() + self.options.query_timeout;
+        let mut attempt = 0u32;
+        loop {
+            let row = self
+                .driver
+                .acquire(session.as_str(), name.as_str())
+                .map_err(|e| self.err("acquiring a lease", e))?;
+            return match row {
+                AcqRow::Expired => Err(Self::expired(session)),
+                AcqRow::Acquired {
+                    token: t,
+                    remaining_ms,
+                } => Ok(Acquire::Acquired(Term {
+                    name: name.clone(),
+                    token: token(t)?,
+                    remaining: dur(remaining_ms),
+                })),
+                AcqRow::Held {
+                    session: s,
+                    token: t,
+                    remaining_ms,
+                } => Ok(Acquire::Held(Owner {
+                    session: session_id(&s)?,
+                    token: token(t)?,
+                    remaining: dur(remaining_ms),
+                })),
+                AcqRow::Raced if Instant::now() < deadline && attempt < 50 => {
+                    attempt += 1;
+                    std::thread::sleep(crate::rand::jitter(Duration::from_millis(
+                        1 << attempt.min(5),
+                    )));
+                    continue;
+                }
+                AcqRow::Raced => Err(Error::Timeout {
+                    operation: "acquiring a lease under contention",
+                    after: self.options.query_timeout,
+                }),
+            };
+        }
+    }
+
+    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        let t = i64::try_from(token.get()).unwrap_or(i64::MAX);
+        self.driver
+            .release(session.as_str(), name.as_str(), t)
+            .map_err(|e| self.err("releasing a lease", e))
+    }
+
+    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
+        let row = self
+            .driver
+            .owner(name.as_str())
+            .map_err(|e| self.err("reading a lease owner", e))?;
+        row.map(|(s, t, rem)| {
+            Ok(Owner {
+                session: session_id(&s)?,
+                token: token(t)?,
+                remaining: dur(rem),
+            })
+        })
+        .transpose()
+    }
+
+    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
+        let live = self
+            .driver
+            .join(session.as_str(), group.as_str())
+            .map_err(|e| self.err("joining a group", e))?;
+        if live {
+            Ok(())
+        } else {
+            Err(Self::expired(session))
+        }
+    }
+
+    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        self.driver
+            .leave(session.as_str(), group.as_str())
+            .map_err(|e| self.err("leaving a group", e))
+    }
+
+    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
+        let rows = self
+            .driver
+            .members(group.as_str())
+            .map_err(|e| self.err("listing group members", e))?;
+        rows.into_iter()
+            .map(|(s, m)| {
+                Ok(Member {
+                    session: session_id(&s)?,
+                    metadata: Metadata::new(m)
+                        .map_err(|e| Error::backend("reading session metadata", e))?,
+                })
+            })
+            .collect()
+    }
+
+    fn purge_expired(&self) -> Result<usize> {
+        self.driver
+            .purge(PURGE_LIMIT)
+            .map_err(|e| self.err("purging expired sessions", e))
+    }
+
+    /// A prepared `SELECT 1` on a pooled connection: one round trip.
+    fn ping(&self) -> Result<()> {
+        self.driver
+            .ping()
+            .map_err(|e| self.err("pinging the database", e))
+    }
+}
+
+/// Builds the backend for a `postgres://`/`mysql://` URL (the [`crate::connect`] arm).
+pub(crate) fn connect_url(url: &str) -> Result<Arc<dyn LeaseBackend>> {
+    Ok(Arc::new(SqlBackend::builder(url).build()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_options_are_validated() {
+        assert_eq!(
+            parse_duration("x", "500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(parse_duration("x", "5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("x", "2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(
+            parse_duration("x", "250").unwrap(),
+            Duration::from_millis(250)
+        );
+        let e = parse_duration("query_timeout", "5 s")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("query_timeout"), "{e}");
+        let bad = Options {
+            table_prefix: "x; drop table".into(),
+            ..Options::default()
+        };
+        assert!(validate(&bad).is_err());
+        assert!(validate(&Options::default()).is_ok());
+    }
+
+    #[test]
+    fn script_gets_the_prefix() {
+        let t = Tables::new("t1_");
+        let stmts = t.script(include_str!("../../../sql/init-simba-mysql.sql"));
+        assert_eq!(stmts.len(), 3);
+        assert!(stmts[0].contains("t1_simba_session"));
+        assert!(stmts[0].contains("t1_idx_session_expires"));
+        let pg = t.script(include_str!("../../../sql/init-simba-postgresql.sql"));
+        assert_eq!(pg.len(), 6);
+        assert!(pg[1].contains("t1_idx_session_expires on t1_simba_session"));
+    }
+
+    #[test]
+    fn unknown_url_options_are_named() {
+        let e = SqlBackend::builder("postgres://u@127.0.0.1:1/db?pool=3")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pool"), "{e}");
+    }
+}

@@ -1,0 +1,432 @@
+//! PostgreSQL statements (`postgres` crate, blocking).
+//!
+//! `now` is `statement_timestamp()` as UTC epoch ms: constant within a statement, and an
+//! epoch does not depend on the connection's `TimeZone`.
+
+use super::{
+    with_conn, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn, Renewed, Tables,
+};
+use crate::backends::BackendUrl;
+use crate::error::{Error, Result};
+use ::postgres::error::SqlState;
+use ::postgres::types::Type;
+use ::postgres::{Client, Config, NoTls, Statement};
+use std::time::Duration;
+
+const NOW: &str = "(floor(extract(epoch FROM statement_timestamp()) * 1000)::int8)";
+
+struct Stmts {
+    open: Statement,
+    keep_alive: Statement,
+    remove: Statement,
+    acquire: Statement,
+    release: Statement,
+    owner: Statement,
+    join: Statement,
+    leave: Statement,
+    members: Statement,
+    purge: Statement,
+    ping: Statement,
+}
+
+pub(crate) struct PgConn {
+    client: Client,
+    /// Prepared on first use (the tables may not exist when the connection opens).
+    stmts: Option<Stmts>,
+    pid: u32,
+}
+
+impl PoolConn for PgConn {
+    fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+    fn is_valid(&mut self, timeout: Duration) -> bool {
+        self.client.is_valid(timeout).is_ok()
+    }
+}
+
+fn classify(e: ::postgres::Error) -> DbError {
+    let kind = match e.code() {
+        Some(c)
+            if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED =>
+        {
+            Kind::Retry
+        }
+        Some(c) if *c == SqlState::QUERY_CANCELED || *c == SqlState::LOCK_NOT_AVAILABLE => {
+            Kind::Timeout
+        }
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || c.code().starts_with("08") =>
+        {
+            Kind::Connection
+        }
+        Some(_) => Kind::Other,
+        None => Kind::Connection,
+    };
+    DbError::new(kind, e)
+}
+
+fn sql(t: &Tables) -> [String; 10] {
+    let (s, l, m) = (&t.session, &t.lease, &t.member);
+    [
+        // open
+        format!("INSERT INTO {s} (session_id, expires_at, metadata) VALUES ($1, {NOW} + $2, $3)"),
+        // keep-alive, one statement: renew first (the one-time filter on `renewed` runs the
+        // UPDATE before the lease scan), then read the held leases FOR SHARE. A take-over holds
+        // the session row FOR SHARE until it commits, so the UPDATE waits for it; the lease
+        // scan still uses the statement's older snapshot, but locking a row that was updated
+        // since makes PostgreSQL recheck the newest version (READ COMMITTED), which no longer
+        // matches `session_id = $1`: a lease taken meanwhile is not listed.
+        format!(
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
+             renewed AS (UPDATE {s} SET expires_at = (SELECT ms FROM now) + $2 \
+                         WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
+                         RETURNING expires_at), \
+             held AS (SELECT l.name, l.token FROM {l} l \
+                      WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) FOR SHARE) \
+             SELECT (SELECT expires_at FROM renewed) - (SELECT ms FROM now) AS remaining, \
+                    held.name::text, held.token \
+             FROM (SELECT 1) one LEFT JOIN held ON true"
+        ),
+        // remove: the session row first (lock order session -> lease, as in acquire)
+        format!(
+            "WITH gone AS (DELETE FROM {s} WHERE session_id = $1 RETURNING 1), \
+             freed AS (UPDATE {l} SET session_id = '' \
+                       WHERE session_id = $1 AND (SELECT count(*) FROM gone) >= 0 RETURNING 1), \
+             left_ AS (DELETE FROM {m} WHERE session_id = $1 AND (SELECT count(*) FROM gone) >= 0 \
+                       RETURNING 1) \
+             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM freed), (SELECT count(*) FROM left_)"
+        ),
+        // acquire: one upsert. Locks the acquirer's session row, then the holder's session row
+        // (FOR SHARE, whether or not it is live), then the lease row (ON CONFLICT); the update
+        // only applies if the row still has the holder that was checked.
+        format!(
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
+             me AS MATERIALIZED (SELECT expires_at FROM {s} \
+                    WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) FOR SHARE), \
+             cur AS MATERIALIZED (SELECT session_id, token FROM {l} WHERE name = $2), \
+             holder AS MATERIALIZED (SELECT h.expires_at FROM {s} h \
+                    WHERE h.session_id = (SELECT session_id FROM cur) AND h.session_id <> $1 \
+                      AND EXISTS (SELECT 1 FROM me) FOR SHARE), \
+             up AS (INSERT INTO {l} AS x (name, session_id, token) \
+                    SELECT $2, $1, 1 FROM me \
+                    WHERE NOT EXISTS (SELECT 1 FROM holder WHERE expires_at > (SELECT ms FROM now)) \
+                    ON CONFLICT (name) DO UPDATE SET session_id = EXCLUDED.session_id, token = x.token + 1 \
+                    WHERE x.session_id <> EXCLUDED.session_id \
+                      AND x.session_id = (SELECT session_id FROM cur) \
+                    RETURNING x.token) \
+             SELECT (SELECT expires_at FROM me) - (SELECT ms FROM now), \
+                    (SELECT token FROM up), \
+                    (SELECT session_id::text FROM cur), (SELECT token FROM cur), \
+                    (SELECT expires_at FROM holder) - (SELECT ms FROM now)"
+        ),
+        // release
+        format!("UPDATE {l} SET session_id = '' WHERE name = $1 AND session_id = $2 AND token = $3"),
+        // owner
+        format!(
+            "SELECT l.session_id::text, l.token, s.expires_at - {NOW} FROM {l} l \
+             JOIN {s} s ON s.session_id = l.session_id \
+             WHERE l.name = $1 AND s.expires_at > {NOW}"
+        ),
+        // join
+        format!(
+            "WITH me AS MATERIALIZED (SELECT session_id FROM {s} \
+                    WHERE session_id = $1 AND expires_at > {NOW} FOR SHARE), \
+             ins AS (INSERT INTO {m} (group_name, session_id) SELECT $2, session_id FROM me \
+                     ON CONFLICT DO NOTHING RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM me), (SELECT count(*) FROM ins)"
+        ),
+        // leave
+        format!("DELETE FROM {m} WHERE group_name = $1 AND session_id = $2"),
+        // members
+        format!(
+            "SELECT m.session_id::text, s.metadata::text FROM {m} m \
+             JOIN {s} s ON s.session_id = m.session_id \
+             WHERE m.group_name = $1 AND s.expires_at > {NOW} ORDER BY m.session_id"
+        ),
+        // purge: along idx_session_expires, skipping rows a concurrent statement holds
+        format!(
+            "WITH dead AS (SELECT session_id FROM {s} WHERE expires_at <= {NOW} \
+                           ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED), \
+             gone AS (DELETE FROM {s} WHERE session_id IN (SELECT session_id FROM dead) \
+                      RETURNING session_id), \
+             left_ AS (DELETE FROM {m} WHERE session_id IN (SELECT session_id FROM gone) RETURNING 1) \
+             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM left_)"
+        ),
+    ]
+}
+
+fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::postgres::Error> {
+    let [open, keep_alive, remove, acquire, release, owner, join, leave, members, purge] = sql(t);
+    let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
+    Ok(Stmts {
+        open: client.prepare_typed(&open, &[sid.clone(), i8.clone(), Type::VARCHAR])?,
+        keep_alive: client.prepare_typed(&keep_alive, &[sid.clone(), i8.clone()])?,
+        remove: client.prepare_typed(&remove, std::slice::from_ref(&sid))?,
+        acquire: client.prepare_typed(&acquire, &[sid.clone(), name.clone()])?,
+        release: client.prepare_typed(&release, &[name.clone(), sid.clone(), i8.clone()])?,
+        owner: client.prepare_typed(&owner, std::slice::from_ref(&name))?,
+        join: client.prepare_typed(&join, &[sid.clone(), name.clone()])?,
+        leave: client.prepare_typed(&leave, &[name.clone(), sid.clone()])?,
+        members: client.prepare_typed(&members, &[name])?,
+        purge: client.prepare_typed(&purge, &[i8])?,
+        ping: client.prepare("SELECT 1")?,
+    })
+}
+
+pub(crate) struct PgDriver {
+    pool: Pool<PgConn>,
+    tables: Tables,
+    timeout: Duration,
+}
+
+impl PgDriver {
+    pub(crate) fn new(
+        url: &BackendUrl,
+        config: Option<Config>,
+        options: &Options,
+        tables: Tables,
+    ) -> Result<Self> {
+        let mut config = match config {
+            Some(c) => c,
+            None => {
+                let mut c = Config::new();
+                for h in &url.hosts {
+                    let (host, port) = match h.rsplit_once(':') {
+                        Some((host, port)) if !h.ends_with(']') => {
+                            (host, port.parse::<u16>().unwrap_or(5432))
+                        }
+                        _ => (h.as_str(), 5432),
+                    };
+                    c.host(host.trim_start_matches('[').trim_end_matches(']'));
+                    c.port(port);
+                }
+                if url.hosts.is_empty() {
+                    c.host("localhost");
+                }
+                if let Some(u) = &url.user {
+                    c.user(u);
+                }
+                if let Some(p) = &url.password {
+                    c.password(p);
+                }
+                let db = url.path.trim_start_matches('/');
+                if !db.is_empty() {
+                    c.dbname(db);
+                }
+                c
+            }
+        };
+        if config.get_user().is_none() {
+            return Err(url.invalid("a PostgreSQL URL needs a user: postgres://user@host/db"));
+        }
+        let timeout_ms = options.query_timeout.as_millis().max(1);
+        let mut opts = config.get_options().unwrap_or("").to_owned();
+        opts.push_str(&format!(
+            " -c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={}",
+            timeout_ms * 2
+        ));
+        config
+            .options(opts.trim())
+            .connect_timeout(options.query_timeout)
+            .tcp_user_timeout(options.query_timeout)
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30));
+        if config.get_application_name().is_none() {
+            config.application_name(&format!("simba-lease/{}", tables.prefix));
+        }
+        let connect = move || -> Result<PgConn> {
+            let mut client = config
+                .connect(NoTls)
+                .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
+            let pid = client
+                .query_one("SELECT pg_backend_pid()", &[])
+                .map_err(|e| Error::backend("connecting to PostgreSQL", e))?
+                .get::<_, i32>(0) as u32;
+            Ok(PgConn {
+                client,
+                stmts: None,
+                pid,
+            })
+        };
+        let pool = Pool::new(options.pool_size, connect);
+        let driver = PgDriver {
+            pool,
+            tables,
+            timeout: options.query_timeout,
+        };
+        // Check the server answers now, so a bad URL fails at build time.
+        drop(driver.pool.get(options.query_timeout)?);
+        Ok(driver)
+    }
+
+    /// Runs `f` with the prepared statements.
+    fn run<T>(
+        &self,
+        mut f: impl FnMut(&mut Client, &Stmts) -> std::result::Result<T, ::postgres::Error>,
+    ) -> DbResult<T> {
+        with_conn(&self.pool, self.timeout, |c| {
+            if c.stmts.is_none() {
+                c.stmts = Some(prepare(&mut c.client, &self.tables).map_err(classify)?);
+            }
+            let stmts = c.stmts.as_ref().expect("prepared above");
+            f(&mut c.client, stmts).map_err(classify)
+        })
+    }
+
+    /// Runs `f` on the plain client (no prepared statements needed).
+    fn run_plain<T>(
+        &self,
+        mut f: impl FnMut(&mut Client) -> std::result::Result<T, ::postgres::Error>,
+    ) -> DbResult<T> {
+        with_conn(&self.pool, self.timeout, |c| {
+            f(&mut c.client).map_err(classify)
+        })
+    }
+}
+
+impl Driver for PgDriver {
+    fn install_schema(&self) -> DbResult<()> {
+        let script = self
+            .tables
+            .script(include_str!("../../../sql/init-simba-postgresql.sql"));
+        self.run_plain(|c| {
+            let mut tx = c.transaction()?;
+            // Serialize concurrent installers (CREATE ... IF NOT EXISTS races otherwise).
+            tx.execute("SELECT pg_advisory_xact_lock(7283946120)", &[])?;
+            for stmt in &script {
+                tx.batch_execute(stmt)?;
+            }
+            tx.commit()
+        })?;
+        // Connections opened before the tables existed prepare their statements now.
+        self.pool.flush_idle();
+        Ok(())
+    }
+
+    fn drop_tables(&self) -> DbResult<()> {
+        let t = &self.tables;
+        let sql = format!(
+            "DROP TABLE IF EXISTS {}, {}, {}",
+            t.member, t.lease, t.session
+        );
+        self.run_plain(|c| c.batch_execute(&sql))?;
+        self.pool.flush_idle();
+        Ok(())
+    }
+
+    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<()> {
+        self.run(|c, st| {
+            c.execute(&st.open, &[&id, &lease_ms, &metadata])
+                .map(|_| ())
+        })
+    }
+
+    fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>> {
+        self.run(|c, st| {
+            let rows = c.query(&st.keep_alive, &[&id, &lease_ms])?;
+            let Some(first) = rows.first() else {
+                return Ok(None);
+            };
+            let Some(remaining) = first.get::<_, Option<i64>>(0) else {
+                return Ok(None);
+            };
+            let leases = rows
+                .iter()
+                .filter_map(|r| Some((r.get::<_, Option<String>>(1)?, r.get::<_, Option<i64>>(2)?)))
+                .collect();
+            Ok(Some((remaining, leases)))
+        })
+    }
+
+    fn remove_session(&self, id: &str) -> DbResult<()> {
+        self.run(|c, st| c.query_one(&st.remove, &[&id]).map(|_| ()))
+    }
+
+    fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow> {
+        self.run(|c, st| {
+            let r = c.query_one(&st.acquire, &[&id, &name])?;
+            let my_rem: Option<i64> = r.get(0);
+            let new_token: Option<i64> = r.get(1);
+            let cur_sid: Option<String> = r.get(2);
+            let cur_token: Option<i64> = r.get(3);
+            let holder_rem: Option<i64> = r.get(4);
+            let Some(my_rem) = my_rem else {
+                return Ok(AcqRow::Expired);
+            };
+            if let Some(t) = new_token {
+                return Ok(AcqRow::Acquired {
+                    token: t,
+                    remaining_ms: my_rem,
+                });
+            }
+            let cur_sid = cur_sid.map(|s| s.trim_end().to_owned());
+            Ok(match (cur_sid, cur_token, holder_rem) {
+                (Some(s), Some(t), _) if s == id => AcqRow::Acquired {
+                    token: t,
+                    remaining_ms: my_rem,
+                },
+                (Some(s), Some(t), Some(rem)) if rem > 0 => AcqRow::Held {
+                    session: s,
+                    token: t,
+                    remaining_ms: rem,
+                },
+                _ => AcqRow::Raced,
+            })
+        })
+    }
+
+    fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool> {
+        self.run(|c, st| {
+            c.execute(&st.release, &[&name, &id, &token])
+                .map(|n| n == 1)
+        })
+    }
+
+    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>> {
+        self.run(|c, st| {
+            let r = c.query_opt(&st.owner, &[&name])?;
+            Ok(r.map(|r| (r.get::<_, String>(0), r.get(1), r.get(2))))
+        })
+    }
+
+    fn join(&self, id: &str, group: &str) -> DbResult<bool> {
+        self.run(|c, st| {
+            let r = c.query_one(&st.join, &[&id, &group])?;
+            Ok(r.get::<_, bool>(0))
+        })
+    }
+
+    fn leave(&self, id: &str, group: &str) -> DbResult<bool> {
+        self.run(|c, st| c.execute(&st.leave, &[&group, &id]).map(|n| n > 0))
+    }
+
+    fn members(&self, group: &str) -> DbResult<Vec<(String, String)>> {
+        self.run(|c, st| {
+            let rows = c.query(&st.members, &[&group])?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
+    fn purge(&self, limit: usize) -> DbResult<usize> {
+        let limit = limit as i64;
+        self.run(|c, st| {
+            let r = c.query_one(&st.purge, &[&limit])?;
+            Ok(r.get::<_, i64>(0) as usize)
+        })
+    }
+
+    fn ping(&self) -> DbResult<()> {
+        self.run(|c, st| c.query_one(&st.ping, &[]).map(drop))
+    }
+
+    fn connection_ids(&self) -> Vec<u64> {
+        let mut ids = Vec::new();
+        self.pool.for_each_idle(|c| ids.push(u64::from(c.pid)));
+        ids
+    }
+}

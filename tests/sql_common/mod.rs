@@ -1,0 +1,752 @@
+//! Shared helpers and tests for the PostgreSQL and MySQL test files.
+
+#![allow(dead_code)]
+
+use simba_lease::backends::SqlBackend;
+use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, SessionGrant};
+use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, SessionId, Token};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A random table prefix, so runs and cases sharing a server never see each other's rows:
+/// `t<unix seconds, hex>r<random>_`, so [`sweep`] can tell stale ones.
+pub fn prefix() -> String {
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b).unwrap();
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    format!(
+        "t{secs:x}r{}_",
+        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+    )
+}
+
+/// Drops the tables of test prefixes created more than an hour ago (cases whose backend was
+/// leaked on purpose, e.g. a crashed session, never drop their own). `session_tables` lists
+/// the names of the `…simba_session` tables in the test database.
+pub fn sweep(url: &str, session_tables: Vec<String>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for t in session_tables {
+        let Some(prefix) = t.strip_suffix("simba_session") else {
+            continue;
+        };
+        let Some(secs) = prefix
+            .strip_prefix('t')
+            .and_then(|p| p.split_once('r'))
+            .and_then(|(h, _)| u64::from_str_radix(h, 16).ok())
+        else {
+            continue;
+        };
+        if now.saturating_sub(secs) > 3600 {
+            if let Ok(b) = SqlBackend::builder(url).table_prefix(prefix).build() {
+                let _ = b.drop_tables();
+            }
+        }
+    }
+}
+
+/// A backend on its own tables; drops them when the last handle goes away.
+pub struct Isolated(pub SqlBackend);
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.drop_tables() {
+            eprintln!("dropping test tables {}: {e}", self.0.table_prefix());
+        }
+    }
+}
+
+impl LeaseBackend for Isolated {
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        self.0.open_session(lease, metadata)
+    }
+    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        self.0.keep_alive(session, lease)
+    }
+    fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.0.close_session(session)
+    }
+    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
+        self.0.acquire(session, name)
+    }
+    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        self.0.release(session, name, token)
+    }
+    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
+        self.0.owner(name)
+    }
+    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
+        self.0.join(session, group)
+    }
+    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        self.0.leave(session, group)
+    }
+    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
+        self.0.members(group)
+    }
+    fn purge_expired(&self) -> Result<usize> {
+        self.0.purge_expired()
+    }
+}
+
+/// A second backend (own pool) on the same tables as `of`, not dropping them.
+pub fn sibling(url: &str, of: &SqlBackend) -> SqlBackend {
+    SqlBackend::builder(url)
+        .table_prefix(of.table_prefix())
+        .build()
+        .expect("sibling backend")
+}
+
+/// A fresh isolated backend with its schema installed.
+pub fn isolated(url: &str) -> Arc<Isolated> {
+    let b = SqlBackend::builder(url)
+        .table_prefix(prefix())
+        .pool_size(4)
+        .build()
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    b.install_schema().expect("install_schema");
+    Arc::new(Isolated(b))
+}
+
+use simba_lease::{Config, Error, Event, Session};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Waits until `cond` holds (polling), panicking after `patience`.
+pub fn until(patience: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + patience;
+    while !cond() {
+        assert!(Instant::now() < end, "not true within {patience:?}: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn rnd(n: usize) -> usize {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).unwrap();
+    (u64::from_le_bytes(b) % n as u64) as usize
+}
+
+/// One term as the clients saw it: first reply, and the latest instant it was known valid
+/// (send instant + remaining of the latest reply that listed it, cut at its release).
+#[derive(Debug, Clone)]
+struct Claim {
+    session: SessionId,
+    start: Instant,
+    end: Instant,
+    /// Which reply set `end`.
+    how: &'static str,
+}
+
+/// 8 threads × 4 sessions contend for 20 names for `run`: every acquire reply, keep-alive
+/// reply and release is recorded; afterwards, per name, terms (tokens) must map to one
+/// session, their validity windows must not overlap, and tokens must increase in the order
+/// the terms began. No error other than an expired session may reach the caller.
+pub fn concurrency(backend: Arc<dyn LeaseBackend>, run: Duration) {
+    let names: Vec<LeaseName> = (0..20)
+        .map(|i| LeaseName::new(format!("c{i}")).unwrap())
+        .collect();
+    let claims: Arc<Mutex<BTreeMap<(LeaseName, u64), Claim>>> = Default::default();
+    let errors: Arc<Mutex<Vec<String>>> = Default::default();
+    let ops = Arc::new(AtomicUsize::new(0));
+    let lease = Duration::from_secs(3);
+    let end = Instant::now() + run;
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (b, names, claims, errors, ops) = (
+                backend.clone(),
+                names.clone(),
+                claims.clone(),
+                errors.clone(),
+                ops.clone(),
+            );
+            std::thread::spawn(move || {
+                let open = || b.open_session(lease, &Metadata::default()).unwrap().id;
+                let mut sessions: Vec<SessionId> = (0..4).map(|_| open()).collect();
+                let mut held: HashMap<(usize, LeaseName), Token> = HashMap::new();
+                let mut i = 0usize;
+                let record = |how: &'static str,
+                              name: &LeaseName,
+                              token: Token,
+                              s: &SessionId,
+                              sent: Instant,
+                              rem: Duration,
+                              now: Instant| {
+                    let mut c = claims.lock().unwrap();
+                    let e = c.entry((name.clone(), token.get())).or_insert(Claim {
+                        session: s.clone(),
+                        start: now,
+                        end: sent,
+                        how,
+                    });
+                    assert_eq!(
+                        &e.session, s,
+                        "token {token} of {name} held by two sessions"
+                    );
+                    // Remaining is whole milliseconds of the database clock: allow 2 ms.
+                    let valid = (sent + rem)
+                        .checked_sub(Duration::from_millis(2))
+                        .unwrap_or(sent);
+                    if valid > e.end {
+                        e.end = valid;
+                        e.how = how;
+                    }
+                };
+                while Instant::now() < end {
+                    i += 1;
+                    let k = rnd(4);
+                    let s = sessions[k].clone();
+                    ops.fetch_add(1, Ordering::Relaxed);
+                    let r: Result<()> = (|| {
+                        if i.is_multiple_of(3) {
+                            let sent = Instant::now();
+                            let ka = b.keep_alive(&s, lease)?;
+                            let now = Instant::now();
+                            held.retain(|(kk, _), _| *kk != k);
+                            for l in ka.leases {
+                                record("keep-alive", &l.name, l.token, &s, sent, l.remaining, now);
+                                held.insert((k, l.name), l.token);
+                            }
+                            return Ok(());
+                        }
+                        let name = &names[rnd(names.len())];
+                        if let Some(token) = held.get(&(k, name.clone())).copied() {
+                            if rnd(2) == 0 {
+                                let sent = Instant::now();
+                                {
+                                    // Cut the claim's window at the release's send instant.
+                                    let mut c = claims.lock().unwrap();
+                                    if let Some(e) = c.get_mut(&(name.clone(), token.get())) {
+                                        e.end = e.end.min(sent);
+                                    }
+                                }
+                                b.release(&s, name, token)?;
+                                held.remove(&(k, name.clone()));
+                                return Ok(());
+                            }
+                        }
+                        let sent = Instant::now();
+                        match b.acquire(&s, name)? {
+                            Acquire::Acquired(t) => {
+                                let how = if held.contains_key(&(k, name.clone())) {
+                                    "acquire (same term)"
+                                } else {
+                                    "acquire"
+                                };
+                                record(how, name, t.token, &s, sent, t.remaining, Instant::now());
+                                held.insert((k, name.clone()), t.token);
+                            }
+                            Acquire::Held(o) => {
+                                assert_ne!(o.session, s, "Held by itself");
+                                held.remove(&(k, name.clone()));
+                            }
+                        }
+                        Ok(())
+                    })();
+                    match r {
+                        Ok(()) => {}
+                        Err(Error::SessionExpired { .. }) => {
+                            held.retain(|(kk, _), _| *kk != k);
+                            sessions[k] = open();
+                        }
+                        Err(e) => errors.lock().unwrap().push(e.to_string()),
+                    }
+                }
+                // Closing frees the leases at once: cut their windows at the close's send
+                // instant, as for a release (other threads may still be acquiring).
+                let sent = Instant::now();
+                for c in claims.lock().unwrap().values_mut() {
+                    if sessions.contains(&c.session) {
+                        c.end = c.end.min(sent);
+                    }
+                }
+                for s in &sessions {
+                    let _ = b.close_session(s);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("worker thread");
+    }
+    let errors = errors.lock().unwrap();
+    assert!(errors.is_empty(), "errors reached the caller: {errors:?}");
+    let claims = claims.lock().unwrap();
+    let mut per_name: BTreeMap<&LeaseName, Vec<(u64, &Claim)>> = BTreeMap::new();
+    for ((name, token), c) in claims.iter() {
+        per_name.entry(name).or_default().push((*token, c));
+    }
+    let mut terms = 0;
+    for (name, mut cs) in per_name {
+        cs.sort_by_key(|(_, c)| c.start);
+        terms += cs.len();
+        for w in cs.windows(2) {
+            let ((t1, a), (t2, b)) = (w[0], w[1]);
+            assert!(t2 > t1, "{name}: token {t2} began after token {t1}");
+            assert!(
+                a.end <= b.start,
+                "{name}: terms {t1} ({:?}) and {t2} ({:?}) were both valid at once \
+                 (the first valid until {:?} after the second began, per {})",
+                a.session,
+                b.session,
+                a.end.duration_since(b.start),
+                a.how
+            );
+        }
+    }
+    eprintln!(
+        "concurrency: {} operations, {terms} terms over 20 names, no overlap",
+        ops.load(Ordering::Relaxed)
+    );
+    assert!(terms > 20, "too few terms to mean anything: {terms}");
+}
+
+/// A keep-alive and a take-over race on an almost expired session, `rounds` times: either
+/// the holder keeps the lease (the take-over sees it held) or the holder's keep-alive reply
+/// no longer lists it; never both.
+pub fn take_over_races_keep_alive(b: Arc<dyn LeaseBackend>, rounds: usize) {
+    let lease = Duration::from_millis(150);
+    let taker = b
+        .open_session(Duration::from_secs(120), &Metadata::default())
+        .unwrap()
+        .id;
+    let (mut kept, mut taken, mut expired) = (0, 0, 0);
+    for round in 0..rounds {
+        let name = LeaseName::new(format!("race-{round}")).unwrap();
+        let holder = b.open_session(lease, &Metadata::default()).unwrap().id;
+        assert!(matches!(
+            b.acquire(&holder, &name).unwrap(),
+            Acquire::Acquired(_)
+        ));
+        // Aim both calls at the instant the holder's session runs out (± a few ms).
+        std::thread::sleep(
+            lease - Duration::from_millis(15) + Duration::from_millis(rnd(20) as u64),
+        );
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let (b1, h1, n1, bar1) = (b.clone(), holder.clone(), name.clone(), barrier.clone());
+        let ka = std::thread::spawn(move || {
+            bar1.wait();
+            b1.keep_alive(&h1, lease)
+                .map(|ka| ka.leases.iter().any(|l| l.name == n1))
+        });
+        barrier.wait();
+        let acq = b.acquire(&taker, &name).expect("acquire");
+        let ka = ka.join().unwrap();
+        let took = matches!(acq, Acquire::Acquired(_));
+        match ka {
+            Ok(listed) => {
+                assert!(!(took && listed), "round {round}: both hold {name}");
+                if listed {
+                    kept += 1;
+                } else {
+                    assert!(took, "round {round}: nobody holds {name}");
+                    taken += 1;
+                }
+            }
+            Err(Error::SessionExpired { .. }) => {
+                expired += 1;
+            }
+            Err(e) => panic!("keep_alive: {e}"),
+        }
+        if took {
+            if let Acquire::Acquired(t) = acq {
+                b.release(&taker, &name, t.token).unwrap();
+            }
+        }
+        let _ = b.close_session(&holder);
+    }
+    eprintln!("race: kept {kept}, taken with keep-alive alive {taken}, holder expired {expired}");
+}
+
+/// Names are case-sensitive and metadata with SQL metacharacters is stored verbatim.
+pub fn names_case_and_metacharacters(b: Arc<dyn LeaseBackend>) {
+    let meta = "it's \"quoted\"; DROP TABLE simba_lease; -- \\ % _ ` é ✓ 🦀";
+    let s1 = b
+        .open_session(Duration::from_secs(60), &Metadata::new(meta).unwrap())
+        .unwrap()
+        .id;
+    let s2 = b
+        .open_session(Duration::from_secs(60), &Metadata::default())
+        .unwrap()
+        .id;
+    for (upper, lower) in [("Job", "job"), ("A.b:C-d_", "a.B:c-D_"), ("X'", "x'")] {
+        let (Ok(u), Ok(l)) = (LeaseName::new(upper), LeaseName::new(lower)) else {
+            continue; // not a valid name: rejected before any I/O
+        };
+        assert!(matches!(b.acquire(&s1, &u).unwrap(), Acquire::Acquired(_)));
+        assert!(matches!(b.acquire(&s2, &l).unwrap(), Acquire::Acquired(_)));
+        assert_eq!(b.owner(&u).unwrap().unwrap().session, s1);
+        assert_eq!(b.owner(&l).unwrap().unwrap().session, s2);
+    }
+    let (gu, gl) = (
+        GroupName::new("Workers").unwrap(),
+        GroupName::new("workers").unwrap(),
+    );
+    b.join(&s1, &gu).unwrap();
+    b.join(&s2, &gl).unwrap();
+    let m = b.members(&gu).unwrap();
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].session, s1);
+    assert_eq!(m[0].metadata.as_str(), meta, "metadata stored verbatim");
+    assert_eq!(b.members(&gl).unwrap()[0].session, s2);
+    let full = "é".repeat(512);
+    let s3 = b
+        .open_session(
+            Duration::from_secs(60),
+            &Metadata::new(full.clone()).unwrap(),
+        )
+        .unwrap()
+        .id;
+    b.join(&s3, &gu).unwrap();
+    assert!(b
+        .members(&gu)
+        .unwrap()
+        .iter()
+        .any(|m| m.metadata.as_str() == full));
+    for s in [s1, s2, s3] {
+        b.close_session(&s).unwrap();
+    }
+}
+
+/// Two backends whose connections are in time zones a day apart agree on every remaining
+/// time: the database clock is read as UTC epoch ms.
+pub fn time_zone_independent(east: Arc<dyn LeaseBackend>, west: Arc<dyn LeaseBackend>) {
+    let lease = Duration::from_secs(30);
+    let s = east.open_session(lease, &Metadata::default()).unwrap().id;
+    let name = LeaseName::new("tz").unwrap();
+    let Acquire::Acquired(t) = east.acquire(&s, &name).unwrap() else {
+        panic!("free lease")
+    };
+    assert!(t.remaining <= lease && t.remaining > lease - Duration::from_secs(5));
+    let o = west
+        .owner(&name)
+        .unwrap()
+        .expect("the west sees the holder");
+    assert!(
+        o.remaining <= lease && o.remaining > lease - Duration::from_secs(5),
+        "{o:?}"
+    );
+    let ka = west.keep_alive(&s, lease).unwrap();
+    assert!(ka.remaining <= lease && ka.remaining > lease - Duration::from_secs(5));
+    assert_eq!(ka.leases.len(), 1);
+    // A short session opened in the west expires for the east after its lease, not a day off.
+    let short = west
+        .open_session(Duration::from_millis(300), &Metadata::default())
+        .unwrap()
+        .id;
+    let other = LeaseName::new("tz2").unwrap();
+    assert!(matches!(
+        east.acquire(&short, &other).unwrap(),
+        Acquire::Acquired(_)
+    ));
+    until(Duration::from_secs(20), "the short session expires", || {
+        east.owner(&other).unwrap().is_none()
+    });
+    east.close_session(&s).unwrap();
+}
+
+/// The connections of a session's backend are killed while it holds a lock: the session goes
+/// to Jeopardy, recovers, and keeps the lock; another session never gets it meanwhile.
+pub fn connections_killed_while_holding(
+    holder_backend: Arc<dyn LeaseBackend>,
+    other_backend: Arc<dyn LeaseBackend>,
+    kill: impl Fn() -> usize,
+) {
+    let config = Config::builder()
+        .lease(Duration::from_secs(4))
+        .renew_interval(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let a = Session::open(holder_backend, config.clone()).unwrap();
+    let c = Session::open(other_backend, config).unwrap();
+    let events = a.events();
+    let guard = a.lock("fault").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let two = {
+        let stop = stop.clone();
+        let c = &c;
+        move || {
+            let mut tries = 0;
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(Some(g)) = c.try_lock("fault") {
+                    return Some(g.token());
+                }
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = tries;
+            None
+        }
+    };
+    std::thread::scope(|scope| {
+        let contender = scope.spawn(two);
+        let mut killed = 0;
+        let mut jeopardy = false;
+        let end = Instant::now() + Duration::from_secs(20);
+        while !jeopardy {
+            assert!(
+                Instant::now() < end,
+                "no Jeopardy after killing {killed} connections"
+            );
+            killed += kill();
+            while let Ok(e) = events.recv_timeout(Duration::from_millis(300)) {
+                if matches!(e, Event::Jeopardy { .. }) {
+                    jeopardy = true;
+                    break;
+                }
+            }
+        }
+        let mut recovered = false;
+        while let Ok(e) = events.recv_timeout(Duration::from_secs(20)) {
+            assert!(
+                !matches!(e, Event::LockLost { .. } | Event::SessionExpired { .. }),
+                "{e:?}"
+            );
+            if matches!(e, Event::Recovered { .. }) {
+                recovered = true;
+                break;
+            }
+        }
+        assert!(recovered, "the session did not recover");
+        assert!(guard.is_valid(), "the lock survives a recovered Jeopardy");
+        stop.store(true, Ordering::SeqCst);
+        assert_eq!(contender.join().unwrap(), None, "two holders");
+        eprintln!("fault: killed {killed} connections; Jeopardy, then Recovered");
+    });
+    drop(guard);
+    a.close().unwrap();
+    c.close().unwrap();
+}
+
+/// A TCP proxy on loopback that can cut every connection and refuse new ones, to simulate a
+/// database outage for one client only.
+pub struct Proxy {
+    /// `127.0.0.1:port` to connect to instead of the database.
+    pub addr: String,
+    up: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    /// Forwards to `target` (`host:port`).
+    pub fn start(target: &str) -> Proxy {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (up, stop) = (
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Default::default();
+        let (u, s, c, target) = (up.clone(), stop.clone(), conns.clone(), target.to_owned());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let client = match listener.accept() {
+                    Ok((client, _)) => client,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                };
+                if !u.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    continue;
+                }
+                client.set_nonblocking(false).unwrap();
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                let mut list = c.lock().unwrap();
+                list.push(client.try_clone().unwrap());
+                list.push(server.try_clone().unwrap());
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Proxy {
+            addr,
+            up,
+            stop,
+            conns,
+        }
+    }
+
+    /// Closes every proxied connection and refuses new ones until [`Proxy::restore`].
+    pub fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.cut();
+    }
+}
+
+/// The database is unreachable for one session's backend for longer than its lease: the
+/// session goes to Jeopardy, then loses its lock at its local deadline; another session gets
+/// the lock only after that (never two holders), with a greater token.
+pub fn outage_longer_than_the_lease(url: &str, base: &SqlBackend) {
+    let target = simba_lease::backends::BackendUrl::parse(url).unwrap().hosts[0].clone();
+    let proxy = Proxy::start(&target);
+    let proxied = url.replacen(&target, &proxy.addr, 1);
+    let holder: Arc<dyn LeaseBackend> = Arc::new(
+        SqlBackend::builder(proxied)
+            .table_prefix(base.table_prefix())
+            .query_timeout(Duration::from_millis(300))
+            .pool_size(2)
+            .build()
+            .unwrap(),
+    );
+    let other: Arc<dyn LeaseBackend> = Arc::new(sibling(url, base));
+    let config = Config::builder()
+        .lease(Duration::from_millis(1500))
+        .renew_interval(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let a = Session::open(holder, config.clone()).unwrap();
+    let c = Session::open(other, config).unwrap();
+    let events = a.events();
+    let guard = a.lock("outage").unwrap();
+    let t1 = guard.token();
+    proxy.cut();
+    let end = Instant::now() + Duration::from_secs(20);
+    let g2 = loop {
+        assert!(Instant::now() < end, "the other session never got the lock");
+        if let Some(g) = c.try_lock("outage").unwrap() {
+            assert!(
+                !guard.is_valid(),
+                "two holders: the cut-off session still believes it holds the lock"
+            );
+            break g;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(g2.token() > t1);
+    let (mut jeopardy, mut lost) = (false, false);
+    while let Ok(e) = events.recv_timeout(Duration::from_secs(5)) {
+        match e {
+            Event::Jeopardy { .. } => jeopardy = true,
+            Event::LockLost { .. } => {
+                assert!(jeopardy, "lost without Jeopardy first");
+                lost = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(lost, "the cut-off session did not report the loss");
+    proxy.restore();
+    drop(guard);
+    drop(g2);
+    let _ = a.close();
+    c.close().unwrap();
+}
+
+/// The backend purges expired sessions (and their memberships) by itself after a keep-alive
+/// once the purge interval has passed. `rows` counts the rows of a table (by its full name).
+pub fn automatic_purge(url: &str, rows: impl Fn(&str) -> i64) {
+    let b = SqlBackend::builder(url)
+        .table_prefix(prefix())
+        .purge_interval(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    b.install_schema().unwrap();
+    let b = Isolated(b);
+    let p = b.0.table_prefix().to_owned();
+    let (sessions, members) = (format!("{p}simba_session"), format!("{p}simba_member"));
+    let live = b
+        .open_session(Duration::from_secs(60), &Metadata::default())
+        .unwrap()
+        .id;
+    let group = GroupName::new("purged").unwrap();
+    for _ in 0..3 {
+        let dying = b
+            .open_session(Duration::from_millis(100), &Metadata::default())
+            .unwrap()
+            .id;
+        b.join(&dying, &group).unwrap();
+    }
+    assert_eq!(rows(&sessions), 4);
+    until(
+        Duration::from_secs(20),
+        "expired sessions are purged",
+        || {
+            b.keep_alive(&live, Duration::from_secs(60)).unwrap();
+            rows(&sessions) == 1 && rows(&members) == 0
+        },
+    );
+    b.close_session(&live).unwrap();
+}
+
+/// What a take-over does, held open by a test: lock the holder's session row (shared), then
+/// give the lease to another session, then commit.
+pub trait TakeOver {
+    /// Begins a transaction and locks `session`'s row in shared mode.
+    fn lock_holder(&mut self, sessions_table: &str, session: &SessionId);
+    /// Gives `name` to `to` with token + 1 and commits.
+    fn take_and_commit(&mut self, leases_table: &str, name: &LeaseName, to: &SessionId);
+    /// Whether some statement of the backend waits for a row lock now.
+    fn keep_alive_waits(&mut self) -> bool;
+}
+
+/// A keep-alive that waits behind a take-over (the take-over holds the holder's session row
+/// in shared mode) renews the session but no longer lists the lease taken; the leases not
+/// taken are still listed. Deterministic: the take-over is held open until the keep-alive is
+/// seen waiting for the lock.
+pub fn keep_alive_behind_a_take_over(b: Arc<Isolated>, raw: &mut dyn TakeOver) {
+    let p = b.0.table_prefix().to_owned();
+    let lease = Duration::from_secs(60);
+    let holder = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let taker = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let (taken, kept) = (
+        LeaseName::new("taken").unwrap(),
+        LeaseName::new("kept").unwrap(),
+    );
+    for n in [&taken, &kept] {
+        assert!(matches!(
+            b.acquire(&holder, n).unwrap(),
+            Acquire::Acquired(_)
+        ));
+    }
+    raw.lock_holder(&format!("{p}simba_session"), &holder);
+    let (b2, h2) = (b.clone(), holder.clone());
+    let ka = std::thread::spawn(move || b2.keep_alive(&h2, lease));
+    until(
+        Duration::from_secs(20),
+        "the keep-alive waits for the row lock",
+        || raw.keep_alive_waits(),
+    );
+    raw.take_and_commit(&format!("{p}simba_lease"), &taken, &taker);
+    let reply = ka.join().unwrap().expect("the session is live: renewed");
+    let names: Vec<&LeaseName> = reply.leases.iter().map(|l| &l.name).collect();
+    assert_eq!(names, [&kept], "the taken lease is not listed: {reply:?}");
+    assert_eq!(b.owner(&taken).unwrap().unwrap().session, taker);
+}
