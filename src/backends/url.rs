@@ -196,6 +196,15 @@ fn named_memory(name: &str) -> Arc<MemoryBackend> {
     b
 }
 
+#[cfg_attr(
+    all(
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "zookeeper"
+    ),
+    allow(dead_code)
+)]
 fn disabled(scheme: &str, feature: &'static str) -> Error {
     Error::FeatureDisabled {
         scheme: scheme.to_owned(),
@@ -208,7 +217,7 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 /// * `memory://` — a new in-memory backend; `memory://name` — the process-wide one called
 ///   `name` (shared while any handle to it lives).
 /// * `redis://host:6379[/db]` and `redis+cluster://h1:7000,h2:7001` (feature `redis`): see
-///   [`backends::redis`](crate::backends::redis) for the options (`prefix`, `wait_replicas`,
+///   `backends::redis` for the options (`prefix`, `wait_replicas`,
 ///   `query_timeout`, `connect_timeout`, `route_by_slot`, `pool_size`); `rediss://` (TLS)
 ///   is refused because this build has no TLS.
 /// * `postgres://user[:password]@host[:port]/db` (also `postgresql://`) and
