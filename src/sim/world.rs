@@ -118,16 +118,23 @@ impl Outcome {
         for v in self.violations.iter().take(5) {
             let _ = writeln!(s, "  VIOLATION {v}");
         }
-        if let Some(v) = self.violations.first() {
+        // Trace the first violation that names its clients (else every client).
+        let first = self
+            .violations
+            .iter()
+            .find(|v| !v.clients.is_empty())
+            .or(self.violations.first());
+        if let Some(v) = first {
             if !self.trace.is_empty() {
                 let _ = writeln!(
                     s,
-                    "trace of the clients and lease involved, 3 leases before to half a lease after (true time, client@local time):"
+                    "trace of the clients and lease involved, 2 leases before to half a lease after (true time, client@local time):"
                 );
                 let lease = c.lease.as_nanos() as u64;
-                let (from, until) = (v.at.saturating_sub(3 * lease), v.at + lease / 2);
+                let (from, until) = (v.at.saturating_sub(2 * lease), v.at + lease / 2);
                 for l in &self.trace {
-                    let client_ok = l.client.is_none_or(|x| v.clients.contains(&x));
+                    let client_ok =
+                        v.clients.is_empty() || l.client.is_none_or(|x| v.clients.contains(&x));
                     let name_ok = match (&l.name, &v.name) {
                         (Some(a), Some(b)) => a == b,
                         _ => true,
@@ -374,14 +381,25 @@ impl World<'_> {
     }
 
     fn tr(&mut self, client: Option<usize>, name: Option<&LeaseName>, f: impl FnOnce() -> String) {
+        self.tr_at(client, name, true, f)
+    }
+
+    /// A trace line; `local` prefixes the client's local time (false for backend lines).
+    fn tr_at(
+        &mut self,
+        client: Option<usize>,
+        name: Option<&LeaseName>,
+        local: bool,
+        f: impl FnOnce() -> String,
+    ) {
         if let Some(t) = self.trace.as_mut() {
             let at = self.now;
             let text = match client {
-                Some(c) => {
+                Some(c) if local => {
                     let l = self.clients[c].rate as u128 * at as u128 / PPM as u128;
                     format!("c{c}@{} {}", secs(l as u64), f())
                 }
-                None => f(),
+                _ => f(),
             };
             t.push(TraceLine {
                 at,
@@ -680,7 +698,7 @@ impl World<'_> {
             }
         };
         let name = op.name().cloned();
-        self.tr(None, name.as_ref(), || {
+        self.tr_at(Some(client), name.as_ref(), false, || {
             let who = session
                 .as_ref()
                 .map_or(String::from("-"), |s| format!("s{}", session_no(s)));
@@ -691,7 +709,9 @@ impl World<'_> {
         });
         if self.rng.chance(self.cfg.faults.lost_reply) {
             self.stats.lost += 1;
-            self.tr(None, name.as_ref(), || format!("#{id} reply LOST"));
+            self.tr_at(Some(client), name.as_ref(), false, || {
+                format!("#{id} reply LOST")
+            });
         } else {
             let d = self.delay();
             self.push(t + d, Ev::Reply(id, reply));
