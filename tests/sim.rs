@@ -189,3 +189,66 @@ fn replay() {
         println!("  {b}");
     }
 }
+
+/// The figures of the "Failure modes" page: `cargo test --release --features sim --test sim figures -- --ignored --nocapture`
+/// (`SIMBA_SIM_SEEDS` seeds per row, default 2000).
+#[test]
+#[ignore = "prints the figures of the Failure modes page; run on demand"]
+fn figures() {
+    let count = env_u64("SIMBA_SIM_SEEDS", 2000);
+    type Tweak = fn(&mut SimConfig);
+    let rows: [(&str, Tweak); 6] = [
+        ("premises kept (CI mixes)", |_| {}),
+        ("client clocks up to 2x the drift bound", |c| {
+            c.faults.clock_drift = 2.0 * c.drift
+        }),
+        ("client clocks up to 5x the drift bound", |c| {
+            c.faults.clock_drift = 5.0 * c.drift
+        }),
+        ("engine drift 0, clocks within 1%", |c| c.drift = 0.0),
+        ("premise clock_step", |c| c.premises.clock_step = true),
+        ("premise token_reset", |c| c.premises.token_reset = true),
+    ];
+    println!("| run ({count} seeds each) | seeds with a violation | double believer | token regression | revived session | longest overlap | smallest hand-over gap | first seed found |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (what, tweak) in rows {
+        let mut bad = 0;
+        let mut kinds = [0u64; 3];
+        let mut overlap = 0u64;
+        let mut first = None;
+        let mut gap: Option<u64> = None;
+        for seed in 0..count {
+            let mut c = SimConfig::for_seed(seed, Premises::default());
+            tweak(&mut c);
+            let o = run(seed, &c, false);
+            if !o.violations.is_empty() {
+                bad += 1;
+                first.get_or_insert(seed);
+            }
+            for (i, k) in [
+                Kind::DoubleBeliever,
+                Kind::TokenRegression,
+                Kind::SessionRevived,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                kinds[i] += u64::from(o.found(k));
+            }
+            overlap = overlap.max(o.stats.max_overlap);
+            if let Some(g) = o.stats.min_gap {
+                gap = Some(gap.map_or(g, |m| m.min(g)));
+            }
+        }
+        println!(
+            "| {what} | {bad} ({:.1} %) | {} | {} | {} | {:.1} ms | {:.2} ms | {} |",
+            100.0 * bad as f64 / count as f64,
+            kinds[0],
+            kinds[1],
+            kinds[2],
+            overlap as f64 / 1e6,
+            gap.unwrap_or(0) as f64 / 1e6,
+            first.map_or("-".into(), |s| s.to_string())
+        );
+    }
+}

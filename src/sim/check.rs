@@ -93,6 +93,8 @@ pub enum Kind {
     SilentLoss,
     /// A term was not ended by resign, close or the end of its session.
     TermNotEnded,
+    /// The backend accepted a keep-alive or acquire of a session after it had ended.
+    SessionRevived,
 }
 
 /// One violation of the contract.

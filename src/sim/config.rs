@@ -18,8 +18,9 @@ pub struct Faults {
     /// Expected process pauses per client and virtual second; each lasts 1–3 leases, and the
     /// client then resumes as if nothing happened.
     pub pauses_per_sec: f64,
-    /// Whether each client's clock runs at a rate `1 ± d` with `d` within the drift bound.
-    pub drift: bool,
+    /// Each client's clock runs at a rate `1 ± d` with `d` up to this (0: exact clocks).
+    /// Up to the engine's drift bound keeps the contract's premise; more breaks it on purpose.
+    pub clock_drift: f64,
     /// Expected workload actions (resign, re-run, close) per client and virtual second.
     pub churn_per_sec: f64,
 }
@@ -33,7 +34,7 @@ impl Faults {
             slow: 0.0,
             lost_notification: 0.0,
             pauses_per_sec: 0.0,
-            drift: false,
+            clock_drift: 0.0,
             churn_per_sec: 0.5,
         }
     }
@@ -46,7 +47,7 @@ impl Faults {
             slow: 0.05,
             lost_notification: 0.2,
             pauses_per_sec: 0.1,
-            drift: true,
+            clock_drift: 0.01,
             churn_per_sec: 0.7,
         }
     }
@@ -127,25 +128,25 @@ impl SimConfig {
         let all = Faults::all();
         let faults = match mix {
             "calm" => Faults {
-                drift: true,
+                clock_drift: 0.01,
                 ..Faults::none()
             },
             "lossy" => Faults {
                 lost_request: 0.05,
                 lost_reply: 0.05,
                 lost_notification: 0.3,
-                drift: true,
+                clock_drift: 0.01,
                 ..Faults::none()
             },
             "slow" => Faults {
                 slow: 0.1,
-                drift: true,
+                clock_drift: 0.01,
                 churn_per_sec: 0.7,
                 ..Faults::none()
             },
             "paused" => Faults {
                 pauses_per_sec: 0.25,
-                drift: true,
+                clock_drift: 0.01,
                 ..Faults::none()
             },
             _ => all,

@@ -66,6 +66,11 @@ pub struct Model {
     offset: u64,
     /// Every grant, in true-time order.
     pub grants: Vec<Grant>,
+    /// Sessions known to have ended (closed, or found expired): the checker's knowledge,
+    /// which a failover does not roll back.
+    ended: BTreeSet<SessionId>,
+    /// Successful keep-alives or acquires of a session after it ended: (true time, session).
+    pub revivals: Vec<(u64, SessionId)>,
 }
 
 impl Model {
@@ -77,6 +82,8 @@ impl Model {
             next_session: 1,
             offset: 0,
             grants: Vec::new(),
+            ended: BTreeSet::new(),
+            revivals: Vec::new(),
         }
     }
 
@@ -124,6 +131,7 @@ impl Model {
 
     /// Removes a session; returns the names it freed.
     fn remove(&mut self, id: &SessionId) -> Vec<LeaseName> {
+        self.ended.insert(id.clone());
         let Some(row) = self.tables.sessions.remove(id) else {
             return Vec::new();
         };
@@ -166,6 +174,9 @@ impl Model {
             return (Err(Self::expired(id)), self.remove(id));
         };
         row.expires = now + lease.as_nanos() as u64;
+        if self.ended.contains(id) {
+            self.revivals.push((t, id.clone()));
+        }
         let leases = row
             .leases
             .iter()
@@ -196,9 +207,13 @@ impl Model {
     pub fn acquire(&mut self, t: u64, id: &SessionId, name: &LeaseName) -> Result<Acquire> {
         let now = self.clock(t);
         let Some(me) = self.live(id, now) else {
+            self.ended.insert(id.clone());
             return Err(Self::expired(id));
         };
         let remaining = Duration::from_nanos(me.expires - now);
+        if self.ended.contains(id) {
+            self.revivals.push((t, id.clone()));
+        }
         let row = self.tables.leases.get(name).cloned();
         if let Some(LeaseRow {
             session: Some(holder),

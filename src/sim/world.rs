@@ -354,6 +354,18 @@ pub fn run(seed: u64, config: &SimConfig, trace: bool) -> Outcome {
     w.finish();
     let mut beliefs = std::mem::take(&mut w.beliefs);
     let grants = std::mem::take(&mut w.model.grants);
+    for (at, id) in std::mem::take(&mut w.model.revivals) {
+        w.violations.push(Violation {
+            kind: Kind::SessionRevived,
+            at,
+            name: None,
+            clients: Vec::new(),
+            what: format!(
+                "the backend renewed or granted to s{} after it had ended",
+                session_no(&id)
+            ),
+        });
+    }
     check::check(&mut beliefs, &grants, &mut w.violations, &mut w.stats);
     for g in &grants {
         w.mix(g.at ^ g.token.get() ^ session_no(&g.session).rotate_left(32));
@@ -436,9 +448,9 @@ impl World<'_> {
 
     fn setup(&mut self) {
         let cfg = self.cfg;
-        let d = (cfg.drift * PPM as f64) as u64;
+        let d = (cfg.faults.clock_drift * PPM as f64) as u64;
         for c in 0..cfg.clients {
-            let rate = if cfg.faults.drift {
+            let rate = if d > 0 {
                 // Often exactly at the bound (the slowest clock allowed), else anywhere in it.
                 match self.rng.below(4) {
                     0 => PPM - d,
