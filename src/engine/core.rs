@@ -155,9 +155,9 @@ pub struct Core {
     acquiring: BTreeMap<LeaseName, u32>,
     releasing: BTreeSet<LeaseName>,
     /// The last token the engine asked the backend to release, per name. A release can reach
-    /// the backend late (after its caller timed out, or while a new acquire runs), so a grant
-    /// of that same token may be undone at any moment: it is never adopted (found by the
-    /// simulation, seeds 27 and 37 of `tests/sim.rs`).
+    /// the backend late, even after its caller timed out, so a grant of that same token may be
+    /// undone at any moment: it is never adopted (found by the simulation: seeds 4, 12 and 17
+    /// of `tests/sim.rs`).
     released: BTreeMap<LeaseName, Token>,
     candidates: BTreeMap<HandleId, Scheduled<LeaseName>>,
     observers: BTreeMap<HandleId, Watch<LeaseName, LastOwner>>,

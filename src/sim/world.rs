@@ -5,7 +5,7 @@ use super::check::{self, Belief, Kind, Violation};
 use super::config::SimConfig;
 use super::model::{session_no, Model};
 use super::rng::Rng;
-use crate::engine::core::{Core, HandleId, Output, Task, Timing};
+use crate::engine::core::{Core, HandleId, Output, State, Task, Timing};
 use crate::engine::{Event, LossReason};
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, KeepAlive};
@@ -215,6 +215,7 @@ enum Ev {
     Notify(usize, LeaseName),
     Act(usize),
     Reopen(usize),
+    RetryReopen(usize),
     Pause(usize),
     Snapshot,
     FailOver,
@@ -224,7 +225,12 @@ enum Ev {
 impl Ev {
     fn client(&self) -> Option<usize> {
         match self {
-            Ev::Wake(c) | Ev::Notify(c, _) | Ev::Act(c) | Ev::Reopen(c) | Ev::Pause(c) => Some(*c),
+            Ev::Wake(c)
+            | Ev::Notify(c, _)
+            | Ev::Act(c)
+            | Ev::Reopen(c)
+            | Ev::RetryReopen(c)
+            | Ev::Pause(c) => Some(*c),
             _ => None,
         }
     }
@@ -281,10 +287,12 @@ struct Client {
     gen: u64,
     opening: bool,
     reopen_due: bool,
+    /// The engine's reopen after an expiry is queued or running on the work thread.
+    reopening: bool,
     ended: bool,
     paused_until: u64,
     wake_at: Option<u64>,
-    work: VecDeque<Op>,
+    work: VecDeque<(Op, Option<SessionId>)>,
     work_busy: bool,
     cands: Vec<Cand>,
     locks: Vec<LockSt>,
@@ -488,6 +496,7 @@ impl World<'_> {
                 gen: 0,
                 opening: false,
                 reopen_due: false,
+                reopening: false,
                 ended: false,
                 paused_until: 0,
                 wake_at: None,
@@ -601,6 +610,11 @@ impl World<'_> {
                 self.schedule_act(c, self.now);
             }
             Ev::Reopen(c) => self.reopen(c),
+            Ev::RetryReopen(c) => {
+                if self.clients[c].reopening {
+                    self.send_for(c, Op::Open, Chan::Work, None);
+                }
+            }
             Ev::Pause(c) => {
                 let lease = self.cfg.lease.as_nanos() as u64;
                 let d = self.rng.range(lease + lease / 10, 3 * lease);
@@ -644,12 +658,18 @@ impl World<'_> {
         }
     }
 
+    /// Sends `op` for the client's current session.
     fn send(&mut self, c: usize, op: Op, chan: Chan) {
+        let session = self.clients[c].core.as_ref().map(|k| k.session().clone());
+        self.send_for(c, op, chan, session)
+    }
+
+    /// Sends `op` for `session` (the session an engine output was made for).
+    fn send_for(&mut self, c: usize, op: Op, chan: Chan, session: Option<SessionId>) {
         let id = self.next_req;
         self.next_req += 1;
         self.stats.requests += 1;
         let gen = self.clients[c].gen;
-        let session = self.clients[c].core.as_ref().map(|k| k.session().clone());
         let sent = self.local(c, self.now);
         let name = op.name().cloned();
         let sno = session.as_ref().map_or(0, session_no);
@@ -748,17 +768,60 @@ impl World<'_> {
         }
         req.done = true;
         let (c, gen, op, chan, sent) = (req.client, req.gen, req.op.clone(), req.chan, req.sent);
+        let for_session = req.session.clone();
         let name = op.name().cloned();
         self.tr(Some(c), name.as_ref(), || {
             format!("<- #{id} {}", show(&reply))
         });
         if gen != self.clients[c].gen {
-            return; // a previous session's call: its threads are gone
+            return; // a call of a process that restarted since
         }
         let t = self.now;
         let local = self.local(c, t);
         let lease = self.cfg.lease.as_nanos() as u64;
+        // As the driver's `with_session`: a reply for an earlier session (before a reopen)
+        // does not reach the current engine.
+        let current = self.clients[c].core.as_ref().map(|k| k.session().clone());
+        let stale = for_session.is_some() && for_session != current;
+        if stale && !matches!(op, Op::Open) {
+            if let Op::Lock(h, _) = op {
+                let retry = self.retry_delay();
+                if let Some(l) = self.clients[c].locks.iter_mut().find(|l| l.handle == h) {
+                    l.phase = LockPhase::Idle;
+                    l.next = t + retry;
+                }
+            }
+            if let Op::Unlock(n, _) = &op {
+                if let Some(l) = self.clients[c].locks.iter_mut().find(|l| &l.name == n) {
+                    l.phase = LockPhase::Idle;
+                    l.next = t;
+                }
+            }
+            if let Op::Resign(n, _) = &op {
+                if let Some(cand) = self.clients[c].cands.iter_mut().find(|k| &k.name == n) {
+                    cand.releasing = false;
+                }
+            }
+            if chan == Chan::Work {
+                self.clients[c].work_busy = false;
+            }
+            self.settle(c);
+            return;
+        }
         match op {
+            Op::Open if chan == Chan::Work => match reply {
+                Ok(Rep::Open(sid, rem)) => {
+                    self.clients[c].work_busy = false;
+                    self.reopened(c, sid, sent, rem);
+                    return;
+                }
+                _ => {
+                    // The work thread sleeps a retry interval (plus jitter), then tries again.
+                    let d = self.retry_delay();
+                    self.push(t + d, Ev::RetryReopen(c));
+                    return;
+                }
+            },
             Op::Open => {
                 self.clients[c].opening = false;
                 match reply {
@@ -856,6 +919,7 @@ impl World<'_> {
         cl.work.clear();
         cl.work_busy = false;
         cl.ended = false;
+        cl.reopening = false;
         cl.opening = true;
         if !cl.open.is_empty() {
             self.violation(
@@ -893,6 +957,26 @@ impl World<'_> {
         cl.core = Some(core);
         let sno = session_no(&id);
         self.tr(Some(c), None, || format!("session s{sno} opened"));
+        self.settle(c);
+    }
+
+    /// The engine's reopen after an expiry succeeded: the registrations move to a new core.
+    fn reopened(&mut self, c: usize, id: SessionId, sent: Instant, rem: Duration) {
+        let seed = self.rng.next_u64();
+        let local = self.local(c, self.now);
+        let cl = &mut self.clients[c];
+        cl.reopening = false;
+        let Some(old) = cl.core.as_mut() else {
+            return;
+        };
+        let old_id = old.session().clone();
+        let handover = old.handover();
+        let mut core = Core::new(self.timing, id.clone(), sent, rem, seed);
+        core.take_over(handover, old_id.clone(), local);
+        cl.core = Some(core);
+        cl.ended = false;
+        let (a, b) = (session_no(&old_id), session_no(&id));
+        self.tr(Some(c), None, || format!("engine reopened s{a} as s{b}"));
         self.settle(c);
     }
 
@@ -1038,11 +1122,11 @@ impl World<'_> {
             return;
         };
         if !core.state().is_live() {
-            if cl.gen > 0 && !cl.reopen_due && !cl.opening {
-                self.clients[c].reopen_due = true;
-                let lease = self.cfg.lease.as_nanos() as u64;
-                let d = self.rng.range(10 * MS, lease);
-                self.push(t + d, Ev::Reopen(c));
+            if core.state() == State::Expired && !cl.reopening {
+                // As the driver: reopen on the work thread, after the queued work.
+                self.clients[c].reopening = true;
+                self.clients[c].work.push_back((Op::Open, None));
+                self.drain(c);
             }
             return;
         }
@@ -1073,24 +1157,32 @@ impl World<'_> {
             .map(Core::take_outputs)
             .filter(|o| !o.is_empty())
         {
+            let sid = self.clients[c].core.as_ref().map(|k| k.session().clone());
             for o in outs {
-                match o {
-                    Output::KeepAlive => self.send(c, Op::KeepAlive, Chan::KeepAlive),
-                    Output::Run(Task::Attempt(h, n)) => {
-                        self.clients[c].work.push_back(Op::Attempt(h, n))
+                let work = match o {
+                    Output::KeepAlive => {
+                        self.send(c, Op::KeepAlive, Chan::KeepAlive);
+                        None
                     }
-                    Output::Run(_) => {}
-                    Output::Release(n, t) => self.clients[c].work.push_back(Op::Release(n, t)),
-                    Output::CloseBackend => self.clients[c].work.push_back(Op::CloseBackend),
-                    Output::Emit(h, e) => self.on_event(c, h, e),
+                    Output::Run(Task::Attempt(h, n)) => Some(Op::Attempt(h, n)),
+                    Output::Run(_) => None,
+                    Output::Release(n, t) => Some(Op::Release(n, t)),
+                    Output::CloseBackend => Some(Op::CloseBackend),
+                    Output::Emit(h, e) => {
+                        self.on_event(c, h, e);
+                        None
+                    }
+                };
+                if let Some(op) = work {
+                    self.clients[c].work.push_back((op, sid.clone()));
                 }
             }
         }
         let cl = &mut self.clients[c];
         if !cl.work_busy {
-            if let Some(op) = cl.work.pop_front() {
+            if let Some((op, sid)) = cl.work.pop_front() {
                 cl.work_busy = true;
-                self.send(c, op, Chan::Work);
+                self.send_for(c, op, Chan::Work, sid);
             }
         }
     }
