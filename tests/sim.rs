@@ -156,6 +156,20 @@ fn clock_step_is_detected() {
     assert!(o.report().contains("DoubleBeliever"));
 }
 
+#[test]
+fn hidden_losses_are_detected() {
+    for seed in 0..50 {
+        let mut c = SimConfig::for_seed(seed, Premises::default());
+        c.hide_losses = 0.5;
+        let o = run(seed, &c, false);
+        if o.found(Kind::SilentLoss) {
+            println!("SilentLoss found after {} seed(s)", seed + 1);
+            return;
+        }
+    }
+    panic!("hiding loss events went unnoticed: the checker is vacuous");
+}
+
 /// Seeds that found engine bugs; each must stay clean.
 ///
 /// A release that lands late (mixes `slow` and `all`): an unlock or a stray-grant release

@@ -244,3 +244,79 @@ pub fn check(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::model::session_id;
+
+    fn belief(client: usize, token: u64, segments: &[(u64, u64)]) -> Belief {
+        Belief {
+            client,
+            session: session_id(client as u64 + 1),
+            name: LeaseName::new("job").unwrap(),
+            token: Token::new(token).unwrap(),
+            lock: false,
+            handle: 1,
+            start: segments[0].0,
+            end: Some((segments.last().unwrap().1, "resigned")),
+            segments: segments.to_vec(),
+            current: None,
+        }
+    }
+
+    fn kinds(beliefs: &mut [Belief], grants: &[Grant]) -> (Vec<Kind>, Stats) {
+        let (mut out, mut stats) = (Vec::new(), Stats::default());
+        check(beliefs, grants, &mut out, &mut stats);
+        (out.into_iter().map(|v| v.kind).collect(), stats)
+    }
+
+    #[test]
+    fn hand_overs_without_overlap_pass() {
+        let mut b = [
+            belief(0, 1, &[(0, 10), (10, 20)]),
+            belief(1, 2, &[(25, 30)]),
+        ];
+        let (k, stats) = kinds(&mut b, &[]);
+        assert!(k.is_empty());
+        assert_eq!((stats.handovers, stats.min_gap), (1, Some(5)));
+    }
+
+    #[test]
+    fn overlapping_believers_are_found() {
+        let mut b = [belief(0, 1, &[(0, 10)]), belief(1, 2, &[(9, 30)])];
+        let (k, stats) = kinds(&mut b, &[]);
+        assert_eq!(k, vec![Kind::DoubleBeliever]);
+        assert_eq!(stats.max_overlap, 1);
+    }
+
+    #[test]
+    fn lower_or_shared_tokens_are_found() {
+        let mut b = [belief(0, 5, &[(0, 10)]), belief(1, 4, &[(20, 30)])];
+        assert_eq!(kinds(&mut b, &[]).0, vec![Kind::TokenRegression]);
+        let mut b = [belief(0, 5, &[(0, 10)]), belief(1, 5, &[(20, 30)])];
+        assert_eq!(kinds(&mut b, &[]).0, vec![Kind::TokenRegression]);
+        // The same session believing its own term again is fine.
+        let mut b = [belief(0, 5, &[(0, 10)]), belief(0, 5, &[(20, 30)])];
+        assert!(kinds(&mut b, &[]).0.is_empty());
+    }
+
+    #[test]
+    fn regressing_grants_are_found() {
+        let grant = |at, s: u64, token, new_term| Grant {
+            at,
+            name: LeaseName::new("job").unwrap(),
+            session: session_id(s),
+            token: Token::new(token).unwrap(),
+            new_term,
+        };
+        let ok = [
+            grant(0, 1, 1, true),
+            grant(1, 1, 1, false),
+            grant(2, 2, 2, true),
+        ];
+        assert!(kinds(&mut [], &ok).0.is_empty());
+        let bad = [grant(0, 1, 3, true), grant(1, 2, 3, true)];
+        assert_eq!(kinds(&mut [], &bad).0, vec![Kind::TokenRegression]);
+    }
+}

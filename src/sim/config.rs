@@ -108,6 +108,10 @@ pub struct SimConfig {
     pub premises: Premises,
     /// The name of the fault mix, for reports.
     pub mix: &'static str,
+    /// Checker self-test: the simulation hides this fraction of the engine's loss events
+    /// (`Revoked`/`LockLost` other than resign and close) from the history, as an engine that
+    /// forgot to report would; the checker must then report silent losses. 0 normally.
+    pub hide_losses: f64,
 }
 
 /// The fault mixes a seed picks from.
@@ -162,6 +166,7 @@ impl SimConfig {
             faults,
             premises,
             mix,
+            hide_losses: 0.0,
         }
     }
 }

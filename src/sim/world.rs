@@ -1215,6 +1215,15 @@ impl World<'_> {
                 format!("{} after the session ended", show_event(&e)),
             );
         }
+        if let Event::Revoked { reason, .. } | Event::LockLost { reason, .. } = &e {
+            let own = matches!(reason, LossReason::Resigned | LossReason::Closed);
+            if self.cfg.hide_losses > 0.0 && !own && self.rng.chance(self.cfg.hide_losses) {
+                self.tr(Some(c), name.as_ref(), || {
+                    "(self-test: loss event hidden)".into()
+                });
+                return;
+            }
+        }
         match e {
             Event::Elected { term } => {
                 self.open_belief(c, h.unwrap_or(0), &term.name, term.token, false);
