@@ -1231,6 +1231,13 @@ impl World<'_> {
             Event::Revoked { term, reason } | Event::LockLost { term, reason } => {
                 match self.clients[c].open.get(&term.name).copied() {
                     Some(b) if self.beliefs[b].token == term.token => {
+                        if h != Some(self.beliefs[b].handle) {
+                            let what = format!(
+                                "the loss of token {} went to handle {h:?}, not to its holder {}",
+                                term.token, self.beliefs[b].handle
+                            );
+                            self.violation(Kind::SilentLoss, c, Some(&term.name), what);
+                        }
                         self.clients[c].open.remove(&term.name);
                         self.close_belief(b, reason_str(reason));
                     }
