@@ -274,13 +274,17 @@ impl Model {
         freed
     }
 
-    /// The live holder of `name` at true time `t` with its token.
-    pub fn owner(&self, t: u64, name: &LeaseName) -> Option<(SessionId, Token)> {
+    /// The live holder of `name` at true time `t`.
+    pub fn owner(&self, t: u64, name: &LeaseName) -> Option<Owner> {
         let now = self.clock(t);
         let l = self.tables.leases.get(name)?;
         let s = l.session.as_ref()?;
-        self.live(s, now)?;
-        Some((s.clone(), Token::new(l.token).ok()?))
+        let row = self.live(s, now)?;
+        Some(Owner {
+            session: s.clone(),
+            token: Token::new(l.token).ok()?,
+            remaining: Duration::from_nanos(row.expires - now),
+        })
     }
 }
 

@@ -9,7 +9,7 @@ use crate::engine::core::{Core, HandleId, Output, State, Task, Timing};
 use crate::engine::{Event, LossReason};
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, KeepAlive};
-use crate::types::{LeaseName, SessionId, Token};
+use crate::types::{LeaseName, Owner, SessionId, Token};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
@@ -161,6 +161,7 @@ enum Op {
     Open,
     KeepAlive,
     Attempt(HandleId, LeaseName),
+    Owner(HandleId, LeaseName),
     Release(LeaseName, Token),
     CloseBackend,
     Lock(HandleId, LeaseName),
@@ -173,6 +174,7 @@ impl Op {
     fn name(&self) -> Option<&LeaseName> {
         match self {
             Op::Attempt(_, n)
+            | Op::Owner(_, n)
             | Op::Release(n, _)
             | Op::Lock(_, n)
             | Op::Unlock(n, _)
@@ -194,6 +196,7 @@ enum Rep {
     Open(SessionId, Duration),
     KeepAlive(KeepAlive),
     Acquire(Acquire),
+    Owner(Option<Owner>),
     Done,
 }
 
@@ -296,6 +299,10 @@ struct Client {
     work_busy: bool,
     cands: Vec<Cand>,
     locks: Vec<LockSt>,
+    /// Names this process observes (an observer handle per name, per session opened).
+    observes: Vec<LeaseName>,
+    /// The highest token each observer handle reported.
+    observed: BTreeMap<HandleId, Token>,
     next_handle: HandleId,
     open: BTreeMap<LeaseName, usize>,
 }
@@ -478,6 +485,10 @@ impl World<'_> {
                     });
                 }
             }
+            let observes = (0..cfg.elections)
+                .filter(|_| self.rng.chance(0.5))
+                .map(|e| LeaseName::new(format!("e{e}")).expect("valid name"))
+                .collect();
             let mut locks = Vec::new();
             for l in 0..cfg.locks {
                 if c < 2 || self.rng.chance(0.7) {
@@ -504,6 +515,8 @@ impl World<'_> {
                 work_busy: false,
                 cands,
                 locks,
+                observes,
+                observed: BTreeMap::new(),
                 next_handle: 1,
                 open: BTreeMap::new(),
             });
@@ -715,6 +728,7 @@ impl World<'_> {
                 freed = f;
                 r.map(Rep::KeepAlive)
             }
+            Op::Owner(_, n) => Ok(Rep::Owner(self.model.owner(t, n))),
             Op::Attempt(_, n) | Op::Lock(_, n) => {
                 self.model.acquire(t, &sid(), n).map(Rep::Acquire)
             }
@@ -847,6 +861,15 @@ impl World<'_> {
                     core.on_attempt(h, &n, sent, local, r);
                 }
             }
+            Op::Owner(h, _) => {
+                let r = reply.map(|r| match r {
+                    Rep::Owner(o) => o,
+                    other => unreachable!("owner reply {other:?}"),
+                });
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.on_owner(h, local, r);
+                }
+            }
             Op::Release(n, _) | Op::Resign(n, _) => {
                 if let Some(core) = self.clients[c].core.as_mut() {
                     core.on_released(&n);
@@ -953,6 +976,11 @@ impl World<'_> {
         for l in cl.locks.iter_mut() {
             l.phase = LockPhase::Idle;
             l.seen = None;
+        }
+        for name in &cl.observes {
+            let h = cl.next_handle;
+            cl.next_handle += 1;
+            core.add_observer(h, name.clone(), local);
         }
         cl.core = Some(core);
         let sno = session_no(&id);
@@ -1165,6 +1193,7 @@ impl World<'_> {
                         None
                     }
                     Output::Run(Task::Attempt(h, n)) => Some(Op::Attempt(h, n)),
+                    Output::Run(Task::Owner(h, n)) => Some(Op::Owner(h, n)),
                     Output::Run(_) => None,
                     Output::Release(n, t) => Some(Op::Release(n, t)),
                     Output::CloseBackend => Some(Op::CloseBackend),
@@ -1192,6 +1221,7 @@ impl World<'_> {
             Event::Elected { term }
             | Event::Revoked { term, .. }
             | Event::LockLost { term, .. } => Some(term.name.clone()),
+            Event::LeaderChanged { name, .. } => Some(name.clone()),
             _ => None,
         };
         self.tr(Some(c), name.as_ref(), || {
@@ -1225,6 +1255,24 @@ impl World<'_> {
             }
         }
         match e {
+            Event::LeaderChanged {
+                name,
+                owner: Some(o),
+            } => {
+                let h = h.unwrap_or(0);
+                let last = self.clients[c].observed.get(&h).copied();
+                if last.is_some_and(|l| o.token < l) {
+                    let what = format!(
+                        "an observer of {name} saw token {} after token {}",
+                        o.token,
+                        last.expect("checked")
+                    );
+                    self.violation(Kind::TokenRegression, c, Some(&name), what);
+                }
+                if last.is_none_or(|l| o.token > l) {
+                    self.clients[c].observed.insert(h, o.token);
+                }
+            }
             Event::Elected { term } => {
                 self.open_belief(c, h.unwrap_or(0), &term.name, term.token, false);
             }
@@ -1436,6 +1484,10 @@ fn show(r: &Result<Rep>) -> String {
         Ok(Rep::Acquire(Acquire::Held(o))) => {
             format!("Held by s{} token {}", session_no(&o.session), o.token)
         }
+        Ok(Rep::Owner(Some(o))) => {
+            format!("owner s{} token {}", session_no(&o.session), o.token)
+        }
+        Ok(Rep::Owner(None)) => "no owner".into(),
         Ok(Rep::Done) => "ok".into(),
         Err(Error::SessionExpired { .. }) => "ERR session expired".into(),
         Err(Error::Timeout { .. }) => "TIMEOUT".into(),
@@ -1456,6 +1508,14 @@ fn show_event(e: &Event) -> String {
         Event::Closed { session } => format!("Closed s{}", session_no(session)),
         Event::Jeopardy { session } => format!("Jeopardy s{}", session_no(session)),
         Event::Recovered { session } => format!("Recovered s{}", session_no(session)),
+        Event::LeaderChanged { name, owner } => match owner {
+            Some(o) => format!(
+                "LeaderChanged {name}: s{} token {}",
+                session_no(&o.session),
+                o.token
+            ),
+            None => format!("LeaderChanged {name}: nobody"),
+        },
         other => format!("{other:?}"),
     }
 }
