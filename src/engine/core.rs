@@ -156,7 +156,7 @@ pub struct Core {
     releasing: BTreeSet<LeaseName>,
     /// The last token the engine asked the backend to release, per name. A release can reach
     /// the backend late, even after its caller timed out, so a grant of that same token may be
-    /// undone at any moment: it is never adopted (found by the simulation: seeds 4, 12 and 17
+    /// undone at any moment: it is never adopted (found by the simulation: seeds 7, 22 and 47
     /// of `tests/sim.rs`).
     released: BTreeMap<LeaseName, Token>,
     candidates: BTreeMap<HandleId, Scheduled<LeaseName>>,
@@ -704,8 +704,8 @@ impl Core {
         w.s.running = false;
         w.s.due = w.s.due.max(due);
         if !self.state.is_live() {
-            // An expired session reports nothing more (found by the simulation, seed 277);
-            // after a reopen the new session reads again at once.
+            // An expired session reports nothing more (found by the simulation, seeds 29 and
+            // 134); after a reopen the new session reads again at once.
             return;
         }
         match reply {
@@ -730,8 +730,8 @@ impl Core {
         w.s.running = false;
         w.s.due = w.s.due.max(due);
         if !self.state.is_live() {
-            // An expired session reports nothing more (found by the simulation, seed 277);
-            // after a reopen the new session reads again at once.
+            // An expired session reports nothing more (found by the simulation, seeds 29 and
+            // 134); after a reopen the new session reads again at once.
             return;
         }
         match reply {

@@ -2,7 +2,7 @@
 //! (feature `sim`).
 //!
 //! [`run`] drives several sessions' real engine cores ([`Core`](crate::engine::core::Core)),
-//! each with election candidates, observers and locks on a few lease names, against a
+//! each with election candidates, observers, locks and a group watch, against a
 //! [`Model`] backend, through a network that delays and loses requests and replies, on one
 //! virtual clock and one seeded [`Rng`]: the same seed gives the same history, bit for bit.
 //! No threads, no sleeps. Outputs are dispatched as the threaded driver does: keep-alives on

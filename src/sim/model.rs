@@ -9,7 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, HeldLease, KeepAlive};
-use crate::types::{LeaseName, Owner, SessionId, Term, Token};
+use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -40,6 +40,7 @@ struct LeaseRow {
 struct Tables {
     sessions: BTreeMap<SessionId, SessionRow>,
     leases: BTreeMap<LeaseName, LeaseRow>,
+    groups: BTreeMap<GroupName, BTreeSet<SessionId>>,
 }
 
 /// One lease grant the backend made.
@@ -135,6 +136,9 @@ impl Model {
         let Some(row) = self.tables.sessions.remove(id) else {
             return Vec::new();
         };
+        for members in self.tables.groups.values_mut() {
+            members.remove(id);
+        }
         let mut freed = Vec::new();
         for name in row.leases {
             if let Some(l) = self.tables.leases.get_mut(&name) {
@@ -285,6 +289,37 @@ impl Model {
             token: Token::new(l.token).ok()?,
             remaining: Duration::from_nanos(row.expires - now),
         })
+    }
+}
+
+impl Model {
+    /// Adds `id` to `group`; fails once the session expired.
+    pub fn join(&mut self, t: u64, id: &SessionId, group: &GroupName) -> Result<()> {
+        if self.live(id, self.clock(t)).is_none() {
+            self.ended.insert(id.clone());
+            return Err(Self::expired(id));
+        }
+        if self.ended.contains(id) {
+            self.revivals.push((t, id.clone()));
+        }
+        let members = self.tables.groups.entry(group.clone()).or_default();
+        members.insert(id.clone());
+        Ok(())
+    }
+
+    /// The live members of `group` at true time `t`.
+    pub fn members(&self, t: u64, group: &GroupName) -> Vec<Member> {
+        let now = self.clock(t);
+        let Some(ids) = self.tables.groups.get(group) else {
+            return Vec::new();
+        };
+        ids.iter()
+            .filter(|id| self.live(id, now).is_some())
+            .map(|id| Member {
+                session: id.clone(),
+                metadata: Metadata::default(),
+            })
+            .collect()
     }
 }
 

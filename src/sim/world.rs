@@ -9,7 +9,7 @@ use crate::engine::core::{Core, HandleId, Output, State, Task, Timing};
 use crate::engine::{Event, LossReason};
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, KeepAlive};
-use crate::types::{LeaseName, Owner, SessionId, Token};
+use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Token};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
@@ -162,6 +162,8 @@ enum Op {
     KeepAlive,
     Attempt(HandleId, LeaseName),
     Owner(HandleId, LeaseName),
+    Members(HandleId, GroupName),
+    Join(GroupName),
     Release(LeaseName, Token),
     CloseBackend,
     Lock(HandleId, LeaseName),
@@ -197,6 +199,7 @@ enum Rep {
     KeepAlive(KeepAlive),
     Acquire(Acquire),
     Owner(Option<Owner>),
+    Members(Vec<Member>),
     Done,
 }
 
@@ -303,6 +306,10 @@ struct Client {
     observes: Vec<LeaseName>,
     /// The highest token each observer handle reported.
     observed: BTreeMap<HandleId, Token>,
+    /// Whether this process joins the group `g` (and re-joins it after a reopen).
+    member: bool,
+    /// Whether this process watches the group `g`.
+    watches: bool,
     next_handle: HandleId,
     open: BTreeMap<LeaseName, usize>,
 }
@@ -489,6 +496,8 @@ impl World<'_> {
                 .filter(|_| self.rng.chance(0.5))
                 .map(|e| LeaseName::new(format!("e{e}")).expect("valid name"))
                 .collect();
+            let member = self.rng.chance(0.7);
+            let watches = self.rng.chance(0.5);
             let mut locks = Vec::new();
             for l in 0..cfg.locks {
                 if c < 2 || self.rng.chance(0.7) {
@@ -517,6 +526,8 @@ impl World<'_> {
                 locks,
                 observes,
                 observed: BTreeMap::new(),
+                member,
+                watches,
                 next_handle: 1,
                 open: BTreeMap::new(),
             });
@@ -729,6 +740,8 @@ impl World<'_> {
                 r.map(Rep::KeepAlive)
             }
             Op::Owner(_, n) => Ok(Rep::Owner(self.model.owner(t, n))),
+            Op::Members(_, g) => Ok(Rep::Members(self.model.members(t, g))),
+            Op::Join(g) => self.model.join(t, &sid(), g).map(|()| Rep::Done),
             Op::Attempt(_, n) | Op::Lock(_, n) => {
                 self.model.acquire(t, &sid(), n).map(Rep::Acquire)
             }
@@ -861,6 +874,16 @@ impl World<'_> {
                     core.on_attempt(h, &n, sent, local, r);
                 }
             }
+            Op::Members(h, _) => {
+                let r = reply.map(|r| match r {
+                    Rep::Members(m) => m,
+                    other => unreachable!("members reply {other:?}"),
+                });
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.on_members(h, local, r);
+                }
+            }
+            Op::Join(_) => {}
             Op::Owner(h, _) => {
                 let r = reply.map(|r| match r {
                     Rep::Owner(o) => o,
@@ -982,9 +1005,18 @@ impl World<'_> {
             cl.next_handle += 1;
             core.add_observer(h, name.clone(), local);
         }
+        if cl.watches {
+            let h = cl.next_handle;
+            cl.next_handle += 1;
+            core.add_group_watch(h, group(), local);
+        }
+        let member = cl.member;
         cl.core = Some(core);
         let sno = session_no(&id);
         self.tr(Some(c), None, || format!("session s{sno} opened"));
+        if member {
+            self.send(c, Op::Join(group()), Chan::Caller);
+        }
         self.settle(c);
     }
 
@@ -1005,6 +1037,10 @@ impl World<'_> {
         cl.ended = false;
         let (a, b) = (session_no(&old_id), session_no(&id));
         self.tr(Some(c), None, || format!("engine reopened s{a} as s{b}"));
+        if self.clients[c].member {
+            // As the driver: re-join the groups on the new session.
+            self.send(c, Op::Join(group()), Chan::Caller);
+        }
         self.settle(c);
     }
 
@@ -1194,7 +1230,7 @@ impl World<'_> {
                     }
                     Output::Run(Task::Attempt(h, n)) => Some(Op::Attempt(h, n)),
                     Output::Run(Task::Owner(h, n)) => Some(Op::Owner(h, n)),
-                    Output::Run(_) => None,
+                    Output::Run(Task::Members(h, g)) => Some(Op::Members(h, g)),
                     Output::Release(n, t) => Some(Op::Release(n, t)),
                     Output::CloseBackend => Some(Op::CloseBackend),
                     Output::Emit(h, e) => {
@@ -1447,6 +1483,11 @@ impl World<'_> {
     }
 }
 
+/// The group every process may join and watch.
+fn group() -> GroupName {
+    GroupName::new("g").expect("valid name")
+}
+
 fn acquire_of(r: Rep) -> Acquire {
     match r {
         Rep::Acquire(a) => a,
@@ -1488,6 +1529,13 @@ fn show(r: &Result<Rep>) -> String {
             format!("owner s{} token {}", session_no(&o.session), o.token)
         }
         Ok(Rep::Owner(None)) => "no owner".into(),
+        Ok(Rep::Members(m)) => {
+            let m: Vec<String> = m
+                .iter()
+                .map(|m| format!("s{}", session_no(&m.session)))
+                .collect();
+            format!("members [{}]", m.join(" "))
+        }
         Ok(Rep::Done) => "ok".into(),
         Err(Error::SessionExpired { .. }) => "ERR session expired".into(),
         Err(Error::Timeout { .. }) => "TIMEOUT".into(),
@@ -1516,6 +1564,13 @@ fn show_event(e: &Event) -> String {
             ),
             None => format!("LeaderChanged {name}: nobody"),
         },
+        Event::MembersChanged { group, members, .. } => {
+            let m: Vec<String> = members
+                .iter()
+                .map(|m| format!("s{}", session_no(&m.session)))
+                .collect();
+            format!("MembersChanged {group}: [{}]", m.join(" "))
+        }
         other => format!("{other:?}"),
     }
 }
