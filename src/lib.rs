@@ -75,6 +75,8 @@ pub mod engine;
 mod error;
 pub mod primitives;
 mod rand;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod spi;
 #[cfg(feature = "tck")]
 pub mod tck;
