@@ -342,6 +342,167 @@ fn plain(args: &[&str]) -> redis::Cmd {
     cmd
 }
 
+/// A connection to one server with the read and write timeouts of `opts`.
+fn connect(client: &redis::Client, opts: &ConnectOptions) -> redis::RedisResult<redis::Connection> {
+    let con = client.get_connection_with_timeout(opts.connect_timeout)?;
+    con.set_read_timeout(Some(opts.query_timeout))?;
+    con.set_write_timeout(Some(opts.query_timeout))?;
+    Ok(con)
+}
+
+/// `SCAN`s one node for `pattern` into `out` until the cursor comes back or `out` holds
+/// `limit` keys.
+fn scan_node(
+    con: &mut dyn redis::ConnectionLike,
+    pattern: &str,
+    limit: usize,
+    out: &mut Vec<String>,
+) -> redis::RedisResult<()> {
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(con)?;
+        out.extend(keys);
+        cursor = next;
+        if cursor == 0 || out.len() >= limit {
+            return Ok(());
+        }
+    }
+}
+
+/// What differs between the connection types of the two implementations in a batch: the
+/// pipeline (one server's, or the cluster's, which splits it per node).
+trait ScriptConnection: redis::ConnectionLike {
+    type Pipeline;
+
+    /// The `EVALSHA`s of `calls` as one pipeline.
+    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> Self::Pipeline;
+
+    /// Sends `pipe`; the replies in order.
+    fn query_pipeline(&mut self, pipe: &Self::Pipeline) -> redis::RedisResult<Vec<redis::Value>>;
+}
+
+impl ScriptConnection for redis::Connection {
+    type Pipeline = redis::Pipeline;
+
+    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        for c in calls {
+            pipe.add_command(c.evalsha());
+        }
+        pipe
+    }
+
+    fn query_pipeline(&mut self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<redis::Value>> {
+        pipe.query(self)
+    }
+}
+
+impl ScriptConnection for redis::cluster::ClusterConnection {
+    type Pipeline = redis::cluster::ClusterPipeline;
+
+    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> redis::cluster::ClusterPipeline {
+        let mut pipe = redis::cluster::cluster_pipe();
+        for c in calls {
+            pipe.add_command(c.evalsha());
+        }
+        pipe
+    }
+
+    fn query_pipeline(
+        &mut self,
+        pipe: &redis::cluster::ClusterPipeline,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        pipe.query(self)
+    }
+}
+
+/// A pool of connections per [`Role`], so keep-alives never wait behind acquires, and the
+/// calls both implementations make the same way on their connection type.
+struct Pools<C> {
+    opts: ConnectOptions,
+    keep_alive: Pool<C>,
+    other: Pool<C>,
+}
+
+impl<C: ScriptConnection> Pools<C> {
+    /// Pools of connections from `open()`; one connection is opened (and sent `PING`) now
+    /// so a bad address fails here, as `operation`.
+    fn connect(
+        opts: ConnectOptions,
+        open: impl Fn() -> Factory<C>,
+        operation: &'static str,
+    ) -> Result<Self> {
+        let pools = Pools {
+            keep_alive: Pool::new(opts.pool_size, open()),
+            other: Pool::new(opts.pool_size, open()),
+            opts,
+        };
+        pools
+            .other
+            .with(|c| redis::cmd("PING").query::<redis::Value>(c))
+            .map_err(map_err(operation, pools.opts.connect_timeout))?;
+        Ok(pools)
+    }
+
+    fn pool(&self, role: Role) -> &Pool<C> {
+        match role {
+            Role::KeepAlive => &self.keep_alive,
+            Role::Other => &self.other,
+        }
+    }
+
+    /// The batch as one pipeline; on `NOSCRIPT` every script is loaded and the pipeline
+    /// sent again, and on a second `NOSCRIPT` the calls run one by one.
+    fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pipe = C::evalsha_pipeline(calls);
+        self.pool(role)
+            .with(|con| match con.query_pipeline(&pipe) {
+                Err(e) if is_noscript(&e) => {
+                    load_all(con, calls)?;
+                    match con.query_pipeline(&pipe) {
+                        Err(e) if is_noscript(&e) => calls
+                            .iter()
+                            .map(|c| invoke(con, c.script, &c.keys, &c.args))
+                            .collect(),
+                        r => r,
+                    }
+                }
+                r => r,
+            })
+            .map(|v| v.into_iter().map(Reply::from_value).collect())
+            .map_err(map_err("running scripts", self.opts.query_timeout))
+    }
+
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
+        self.pool(role)
+            .with(|c| invoke(c, script, keys, args))
+            .map(Reply::from_value)
+            .map_err(map_err(script.name, self.opts.query_timeout))
+    }
+
+    fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
+        self.pool(role)
+            .with(|c| plain(args).query::<redis::Value>(c))
+            .map(Reply::from_value)
+            .map_err(map_err("running a Redis command", self.opts.query_timeout))
+    }
+}
+
 /// Listens on one plain connection (used by both implementations: classic pub/sub messages
 /// reach every node of a cluster).
 fn listen_on(
@@ -353,13 +514,7 @@ fn listen_on(
     on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
 ) -> Result<()> {
     let err = map_err("listening for notifications", opts.connect_timeout);
-    let mut con = client
-        .get_connection_with_timeout(opts.connect_timeout)
-        .map_err(&err)?;
-    con.set_write_timeout(Some(opts.query_timeout))
-        .map_err(&err)?;
-    con.set_read_timeout(Some(opts.query_timeout))
-        .map_err(&err)?;
+    let mut con = connect(client, opts).map_err(&err)?;
     redis::cmd("CLIENT")
         .arg("SETNAME")
         .arg(name)
@@ -394,9 +549,7 @@ fn listen_on(
 /// [`Role`], so keep-alives never wait behind acquires.
 pub struct StandaloneScripting {
     client: redis::Client,
-    opts: ConnectOptions,
-    keep_alive: Pool<redis::Connection>,
-    other: Pool<redis::Connection>,
+    pools: Pools<redis::Connection>,
 }
 
 impl StandaloneScripting {
@@ -405,31 +558,12 @@ impl StandaloneScripting {
     pub fn new(url: &str, opts: ConnectOptions) -> Result<Self> {
         let client =
             redis::Client::open(url).map_err(|e| Error::backend("parsing the Redis URL", e))?;
-        let open = |client: redis::Client, opts: ConnectOptions| -> Factory<redis::Connection> {
-            Box::new(move || {
-                let con = client.get_connection_with_timeout(opts.connect_timeout)?;
-                con.set_read_timeout(Some(opts.query_timeout))?;
-                con.set_write_timeout(Some(opts.query_timeout))?;
-                Ok(con)
-            })
+        let open = || -> Factory<redis::Connection> {
+            let (client, opts) = (client.clone(), opts.clone());
+            Box::new(move || connect(&client, &opts))
         };
-        let s = StandaloneScripting {
-            keep_alive: Pool::new(opts.pool_size, open(client.clone(), opts.clone())),
-            other: Pool::new(opts.pool_size, open(client.clone(), opts.clone())),
-            client,
-            opts,
-        };
-        s.other
-            .with(|c| redis::cmd("PING").query::<redis::Value>(c))
-            .map_err(map_err("connecting to Redis", s.opts.connect_timeout))?;
-        Ok(s)
-    }
-
-    fn pool(&self, role: Role) -> &Pool<redis::Connection> {
-        match role {
-            Role::KeepAlive => &self.keep_alive,
-            Role::Other => &self.other,
-        }
+        let pools = Pools::connect(opts.clone(), open, "connecting to Redis")?;
+        Ok(StandaloneScripting { client, pools })
     }
 }
 
@@ -439,32 +573,7 @@ impl RedisScripting for StandaloneScripting {
     }
 
     fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
-        if calls.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for c in calls {
-            pipe.add_command(c.evalsha());
-        }
-        self.pool(role)
-            .with(|con| {
-                let r = pipe.query::<Vec<redis::Value>>(con);
-                match r {
-                    Err(e) if is_noscript(&e) => {
-                        load_all(con, calls)?;
-                        match pipe.query::<Vec<redis::Value>>(con) {
-                            Err(e) if is_noscript(&e) => calls
-                                .iter()
-                                .map(|c| invoke(con, c.script, &c.keys, &c.args))
-                                .collect(),
-                            r => r,
-                        }
-                    }
-                    r => r,
-                }
-            })
-            .map(|v| v.into_iter().map(Reply::from_value).collect())
-            .map_err(map_err("running scripts", self.opts.query_timeout))
+        self.pools.eval_many(role, calls)
     }
 
     fn eval(
@@ -474,10 +583,7 @@ impl RedisScripting for StandaloneScripting {
         keys: &[String],
         args: &[String],
     ) -> Result<Reply> {
-        self.pool(role)
-            .with(|c| invoke(c, script, keys, args))
-            .map(Reply::from_value)
-            .map_err(map_err(script.name, self.opts.query_timeout))
+        self.pools.eval(role, script, keys, args)
     }
 
     fn eval_then_wait(
@@ -490,7 +596,7 @@ impl RedisScripting for StandaloneScripting {
         timeout: Duration,
     ) -> Result<(Reply, Option<u32>)> {
         let mut reply = None;
-        let r = self.other.with(|c| {
+        let r = self.pools.other.with(|c| {
             let r = Reply::from_value(invoke(c, script, keys, args)?);
             reply = Some(r.clone());
             if !wait_if(&r) {
@@ -509,36 +615,20 @@ impl RedisScripting for StandaloneScripting {
                 log::warn!("WAIT after {} failed: {e}", script.name);
                 Ok((reply.expect("checked"), Some(0)))
             }
-            Err(e) => Err(map_err(script.name, self.opts.query_timeout)(e)),
+            Err(e) => Err(map_err(script.name, self.pools.opts.query_timeout)(e)),
         }
     }
 
     fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
-        self.pool(role)
-            .with(|c| plain(args).query::<redis::Value>(c))
-            .map(Reply::from_value)
-            .map_err(map_err("running a Redis command", self.opts.query_timeout))
+        self.pools.command(role, args)
     }
 
     fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        let mut cursor = 0u64;
-        self.other
-            .with(|c| loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query(c)?;
-                out.extend(keys);
-                cursor = next;
-                if cursor == 0 || out.len() >= limit {
-                    return Ok(());
-                }
-            })
-            .map_err(map_err("scanning keys", self.opts.query_timeout))?;
+        self.pools
+            .other
+            .with(|c| scan_node(c, pattern, limit, &mut out))
+            .map_err(map_err("scanning keys", self.pools.opts.query_timeout))?;
         out.truncate(limit);
         Ok(out)
     }
@@ -550,7 +640,14 @@ impl RedisScripting for StandaloneScripting {
         idle: Duration,
         on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
     ) -> Result<()> {
-        listen_on(&self.client, &self.opts, name, patterns, idle, on_event)
+        listen_on(
+            &self.client,
+            &self.pools.opts,
+            name,
+            patterns,
+            idle,
+            on_event,
+        )
     }
 }
 
@@ -558,15 +655,14 @@ impl RedisScripting for StandaloneScripting {
 /// by the slot of their first key. Every call must keep to one slot.
 pub struct ClusterScripting {
     seeds: Vec<redis::Client>,
-    opts: ConnectOptions,
-    keep_alive: Pool<redis::cluster::ClusterConnection>,
-    other: Pool<redis::cluster::ClusterConnection>,
+    pools: Pools<redis::cluster::ClusterConnection>,
 }
 
 impl ClusterScripting {
     /// Connects to the cluster through the seed nodes `urls` (`redis://host:port`).
     pub fn new(urls: &[String], opts: ConnectOptions) -> Result<Self> {
-        let err = |e| Error::backend("connecting to the Redis Cluster", e);
+        const OP: &str = "connecting to the Redis Cluster";
+        let err = |e| Error::backend(OP, e);
         let client = redis::cluster::ClusterClient::builder(urls.to_vec())
             .connection_timeout(opts.connect_timeout)
             .response_timeout(opts.query_timeout)
@@ -574,7 +670,8 @@ impl ClusterScripting {
             .build()
             .map_err(err)?;
         let client = Arc::new(client);
-        let open = |client: Arc<redis::cluster::ClusterClient>| -> Factory<redis::cluster::ClusterConnection> {
+        let open = || -> Factory<redis::cluster::ClusterConnection> {
+            let client = client.clone();
             Box::new(move || client.get_connection())
         };
         let seeds = urls
@@ -582,26 +679,8 @@ impl ClusterScripting {
             .map(|u| redis::Client::open(u.as_str()))
             .collect::<redis::RedisResult<Vec<_>>>()
             .map_err(err)?;
-        let s = ClusterScripting {
-            keep_alive: Pool::new(opts.pool_size, open(client.clone())),
-            other: Pool::new(opts.pool_size, open(client)),
-            seeds,
-            opts,
-        };
-        s.other
-            .with(|c| redis::cmd("PING").query::<redis::Value>(c))
-            .map_err(map_err(
-                "connecting to the Redis Cluster",
-                s.opts.connect_timeout,
-            ))?;
-        Ok(s)
-    }
-
-    fn pool(&self, role: Role) -> &Pool<redis::cluster::ClusterConnection> {
-        match role {
-            Role::KeepAlive => &self.keep_alive,
-            Role::Other => &self.other,
-        }
+        let pools = Pools::connect(opts, open, OP)?;
+        Ok(ClusterScripting { seeds, pools })
     }
 }
 
@@ -612,32 +691,7 @@ impl RedisScripting for ClusterScripting {
 
     /// One pipeline per node, sent to every node before any reply is read.
     fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
-        if calls.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::cluster::cluster_pipe();
-        for c in calls {
-            pipe.add_command(c.evalsha());
-        }
-        self.pool(role)
-            .with(|con| {
-                let r = pipe.query::<Vec<redis::Value>>(con);
-                match r {
-                    Err(e) if is_noscript(&e) => {
-                        load_all(con, calls)?;
-                        match pipe.query::<Vec<redis::Value>>(con) {
-                            Err(e) if is_noscript(&e) => calls
-                                .iter()
-                                .map(|c| invoke(con, c.script, &c.keys, &c.args))
-                                .collect(),
-                            r => r,
-                        }
-                    }
-                    r => r,
-                }
-            })
-            .map(|v| v.into_iter().map(Reply::from_value).collect())
-            .map_err(map_err("running scripts", self.opts.query_timeout))
+        self.pools.eval_many(role, calls)
     }
 
     fn eval(
@@ -647,10 +701,7 @@ impl RedisScripting for ClusterScripting {
         keys: &[String],
         args: &[String],
     ) -> Result<Reply> {
-        self.pool(role)
-            .with(|c| invoke(c, script, keys, args))
-            .map(Reply::from_value)
-            .map_err(map_err(script.name, self.opts.query_timeout))
+        self.pools.eval(role, script, keys, args)
     }
 
     fn eval_then_wait(
@@ -669,25 +720,17 @@ impl RedisScripting for ClusterScripting {
     }
 
     fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
-        self.pool(role)
-            .with(|c| plain(args).query::<redis::Value>(c))
-            .map(Reply::from_value)
-            .map_err(map_err("running a Redis command", self.opts.query_timeout))
+        self.pools.command(role, args)
     }
 
     /// Scans every primary (found with `CLUSTER SLOTS` through the first seed that answers).
     fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
-        let err = map_err("scanning keys", self.opts.query_timeout);
-        let connect = |client: &redis::Client| -> redis::RedisResult<redis::Connection> {
-            let con = client.get_connection_with_timeout(self.opts.connect_timeout)?;
-            con.set_read_timeout(Some(self.opts.query_timeout))?;
-            con.set_write_timeout(Some(self.opts.query_timeout))?;
-            Ok(con)
-        };
+        let opts = &self.pools.opts;
+        let err = map_err("scanning keys", opts.query_timeout);
         let mut masters: Vec<redis::Client> = Vec::new();
         let mut last = None;
         for seed in &self.seeds {
-            let slots = connect(seed).and_then(|mut c| {
+            let slots = connect(seed, opts).and_then(|mut c| {
                 redis::cmd("CLUSTER")
                     .arg("SLOTS")
                     .query::<Vec<Vec<redis::Value>>>(&mut c)
@@ -738,23 +781,8 @@ impl RedisScripting for ClusterScripting {
         }
         let mut out = Vec::new();
         for m in &masters {
-            let mut con = connect(m).map_err(&err)?;
-            let mut cursor = 0u64;
-            loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query(&mut con)
-                    .map_err(&err)?;
-                out.extend(keys);
-                cursor = next;
-                if cursor == 0 || out.len() >= limit {
-                    break;
-                }
-            }
+            let mut con = connect(m, opts).map_err(&err)?;
+            scan_node(&mut con, pattern, limit, &mut out).map_err(&err)?;
         }
         out.truncate(limit);
         Ok(out)
@@ -769,7 +797,7 @@ impl RedisScripting for ClusterScripting {
     ) -> Result<()> {
         let mut last = Err(Error::config("hosts", "no seed node"));
         for seed in &self.seeds {
-            last = listen_on(seed, &self.opts, name, patterns, idle, on_event);
+            last = listen_on(seed, &self.pools.opts, name, patterns, idle, on_event);
             if last.is_ok() {
                 return last;
             }
