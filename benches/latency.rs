@@ -9,38 +9,13 @@ use simba_lease::{connect, Config, LeaseName, Metadata, Session};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Stats {
-    name: &'static str,
-    samples: Vec<Duration>,
-}
+mod common;
 
-impl Stats {
-    fn pct(&self, p: f64) -> Duration {
-        let mut s = self.samples.clone();
-        s.sort();
-        s[((s.len() - 1) as f64 * p) as usize]
-    }
-}
-
-fn time<T>(samples: &mut Vec<Duration>, f: impl FnOnce() -> T) -> T {
-    let t = Instant::now();
-    let r = f();
-    samples.push(t.elapsed());
-    r
-}
+use common::{print_table, time, Row};
 
 fn main() {
     let url = std::env::var("SIMBA_BENCH_URL").unwrap_or_else(|_| "memory://".into());
-    let iters: usize = std::env::var("SIMBA_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    // `cargo test --benches` runs this with `--bench` absent: keep that run short.
-    let iters = if std::env::args().any(|a| a == "--bench") {
-        iters
-    } else {
-        20
-    };
+    let iters = common::iterations(2000, 20);
     let backend: Arc<dyn LeaseBackend> = connect(&url).expect("backend URL");
     let lease = Duration::from_secs(30);
     let a = backend
@@ -98,51 +73,18 @@ fn main() {
             drop(g2);
         });
     }
-    let floor = Stats {
-        name: "floor (ping)",
-        samples: floor,
-    };
-    let f50 = floor.pct(0.5).as_secs_f64();
     println!("backend {} ({url}), {iters} iterations", backend.kind());
-    println!(
-        "{:<22} {:>10} {:>10} {:>8}",
-        "operation", "p50 µs", "p99 µs", "p50/floor"
+    print_table(
+        &[
+            Row::new("floor (ping)", floor),
+            Row::new("acquire", acq),
+            Row::new("release", rel),
+            Row::new("keep-alive", ka),
+            Row::new("lock (engine)", lock),
+            Row::new("unlock (engine)", unlock),
+            Row::new("take-over", takeover),
+        ],
+        None,
     );
-    for s in [
-        floor,
-        Stats {
-            name: "acquire",
-            samples: acq,
-        },
-        Stats {
-            name: "release",
-            samples: rel,
-        },
-        Stats {
-            name: "keep-alive",
-            samples: ka,
-        },
-        Stats {
-            name: "lock (engine)",
-            samples: lock,
-        },
-        Stats {
-            name: "unlock (engine)",
-            samples: unlock,
-        },
-        Stats {
-            name: "take-over",
-            samples: takeover,
-        },
-    ] {
-        let (p50, p99) = (s.pct(0.5), s.pct(0.99));
-        println!(
-            "{:<22} {:>10.1} {:>10.1} {:>8.2}",
-            s.name,
-            p50.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6,
-            p50.as_secs_f64() / f50.max(1e-9)
-        );
-    }
     backend.close_session(&a).unwrap();
 }

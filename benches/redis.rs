@@ -17,27 +17,9 @@ use simba_lease::{Config, LeaseName, Metadata, Session, SessionId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Stats {
-    name: String,
-    p50: Duration,
-    p99: Duration,
-}
+mod common;
 
-fn stats(name: &str, mut v: Vec<Duration>) -> Stats {
-    v.sort();
-    let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
-    Stats {
-        name: name.to_owned(),
-        p50: at(0.5),
-        p99: at(0.99),
-    }
-}
-
-fn time(mut f: impl FnMut()) -> Duration {
-    let t = Instant::now();
-    f();
-    t.elapsed()
-}
+use common::{print_table, time, Row};
 
 fn cleanup(b: &RedisBackend, prefix: &str) {
     let keys = b
@@ -49,7 +31,7 @@ fn cleanup(b: &RedisBackend, prefix: &str) {
     }
 }
 
-fn run(label: &str, url: &str, iters: usize) -> Vec<Stats> {
+fn run(label: &str, url: &str, iters: usize) -> Vec<Row> {
     let prefix = format!("simbabench-{}", &SessionId::random().as_str()[..8]);
     let sep = if url.contains('?') { '&' } else { '?' };
     let full = format!("{url}{sep}prefix={prefix}");
@@ -70,29 +52,22 @@ fn run(label: &str, url: &str, iters: usize) -> Vec<Stats> {
     let mut out = Vec::new();
     let (mut floor, mut acq, mut rel, mut held, mut ka1) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..iters {
-        floor.push(time(|| b.ping_script().unwrap()));
-        let mut term = None;
-        acq.push(time(|| match b.acquire(&s, &name).unwrap() {
-            Acquire::Acquired(t) => term = Some(t),
+        time(&mut floor, || b.ping_script().unwrap());
+        let t = match time(&mut acq, || b.acquire(&s, &name).unwrap()) {
+            Acquire::Acquired(t) => t,
             Acquire::Held(_) => panic!("held"),
-        }));
-        held.push(time(|| {
-            assert!(matches!(
-                b.acquire(&other, &name).unwrap(),
-                Acquire::Held(_)
-            ))
-        }));
-        ka1.push(time(|| {
-            assert_eq!(b.keep_alive(&s, lease).unwrap().leases.len(), 1);
-        }));
-        let t = term.unwrap();
-        rel.push(time(|| assert!(b.release(&s, &name, t.token).unwrap())));
+        };
+        let got = time(&mut held, || b.acquire(&other, &name).unwrap());
+        assert!(matches!(got, Acquire::Held(_)));
+        let ka = time(&mut ka1, || b.keep_alive(&s, lease).unwrap());
+        assert_eq!(ka.leases.len(), 1);
+        assert!(time(&mut rel, || b.release(&s, &name, t.token).unwrap()));
     }
-    out.push(stats("floor: EVALSHA return 1", floor));
-    out.push(stats("acquire (new term)", acq));
-    out.push(stats("acquire (held by another)", held));
-    out.push(stats("release", rel));
-    out.push(stats("keep-alive, 1 lease", ka1));
+    out.push(Row::new("floor: EVALSHA return 1", floor));
+    out.push(Row::new("acquire (new term)", acq));
+    out.push(Row::new("acquire (held by another)", held));
+    out.push(Row::new("release", rel));
+    out.push(Row::new("keep-alive, 1 lease", ka1));
     let many = b.open_session(lease, &Metadata::default()).unwrap().id;
     for i in 0..1000 {
         let n = LeaseName::new(format!("many-{i}")).unwrap();
@@ -103,11 +78,10 @@ fn run(label: &str, url: &str, iters: usize) -> Vec<Stats> {
     }
     let mut ka1000 = vec![];
     for _ in 0..(iters / 10).max(20) {
-        ka1000.push(time(|| {
-            assert_eq!(b.keep_alive(&many, lease).unwrap().leases.len(), 1000);
-        }));
+        let ka = time(&mut ka1000, || b.keep_alive(&many, lease).unwrap());
+        assert_eq!(ka.leases.len(), 1000);
     }
-    out.push(stats("keep-alive, 1000 leases", ka1000));
+    out.push(Row::new("keep-alive, 1000 leases", ka1000));
     b.close_session(&many).unwrap();
 
     // Take-over after a clean release, through the engine and the release notification.
@@ -136,7 +110,7 @@ fn run(label: &str, url: &str, iters: usize) -> Vec<Stats> {
         takeover.push(t.elapsed());
         ec.resign().unwrap();
     }
-    out.push(stats("take-over after release (engine)", takeover));
+    out.push(Row::new("take-over after release (engine)", takeover));
     x.close().unwrap();
     y.close().unwrap();
     b.close_session(&s).unwrap();
@@ -146,16 +120,7 @@ fn run(label: &str, url: &str, iters: usize) -> Vec<Stats> {
 }
 
 fn main() {
-    let iters: usize = std::env::var("SIMBA_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    // `cargo test --benches` runs this with `--bench` absent: keep that run short.
-    let iters = if std::env::args().any(|a| a == "--bench") {
-        iters
-    } else {
-        40
-    };
+    let iters = common::iterations(2000, 40);
     let targets = [
         (
             "standalone",
@@ -181,20 +146,7 @@ fn main() {
         if rows.is_empty() {
             continue;
         }
-        let floor = rows[0].p50;
         println!("\n{label} ({url})");
-        println!(
-            "{:<36} {:>10} {:>10} {:>8}",
-            "operation", "p50", "p99", "p50/floor"
-        );
-        for r in &rows {
-            println!(
-                "{:<36} {:>10.1?} {:>10.1?} {:>8.1}",
-                r.name,
-                r.p50,
-                r.p99,
-                r.p50.as_secs_f64() / floor.as_secs_f64()
-            );
-        }
+        print_table(&rows, None);
     }
 }

@@ -8,20 +8,11 @@
 use simba_lease::backends::SqlBackend;
 use simba_lease::spi::{Acquire, LeaseBackend};
 use simba_lease::{LeaseName, Metadata};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-fn pct(samples: &[Duration], p: f64) -> Duration {
-    let mut s = samples.to_vec();
-    s.sort();
-    s[((s.len() - 1) as f64 * p) as usize]
-}
+mod common;
 
-fn time<T>(samples: &mut Vec<Duration>, f: impl FnOnce() -> T) -> T {
-    let t = Instant::now();
-    let r = f();
-    samples.push(t.elapsed());
-    r
-}
+use common::{print_table, time, Row};
 
 fn bench(url: &str, iters: usize) {
     let prefix = format!("bench{}_", std::process::id());
@@ -71,42 +62,22 @@ fn bench(url: &str, iters: usize) {
             ka1000.extend(k);
         }
     }
-    let f50 = pct(&floor, 0.5).as_secs_f64();
     println!("{} ({url}), {iters} iterations", b.kind());
-    println!(
-        "{:<26} {:>9} {:>9} {:>10}",
-        "operation", "p50 µs", "p99 µs", "p50/floor"
+    print_table(
+        &[
+            Row::new("floor (SELECT 1)", floor),
+            Row::new("acquire (new term)", acq),
+            Row::new("release", rel),
+            Row::new("keep-alive, 1 lease", ka1),
+            Row::new("keep-alive, 1000 leases", ka1000),
+        ],
+        None,
     );
-    for (label, s) in [
-        ("floor (SELECT 1)", &floor),
-        ("acquire (new term)", &acq),
-        ("release", &rel),
-        ("keep-alive, 1 lease", &ka1),
-        ("keep-alive, 1000 leases", &ka1000),
-    ] {
-        let (p50, p99) = (pct(s, 0.5), pct(s, 0.99));
-        println!(
-            "{:<26} {:>9.0} {:>9.0} {:>10.2}",
-            label,
-            p50.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6,
-            p50.as_secs_f64() / f50.max(1e-9)
-        );
-    }
     b.drop_tables().unwrap();
 }
 
 fn main() {
-    let iters: usize = std::env::var("SIMBA_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
-    // `cargo test --benches` runs this without `--bench`: keep that run short.
-    let iters = if std::env::args().any(|a| a == "--bench") {
-        iters
-    } else {
-        20
-    };
+    let iters = common::iterations(1000, 20);
     let pg = std::env::var("SIMBA_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let my = std::env::var("SIMBA_MYSQL_URL")

@@ -14,12 +14,11 @@ use std::time::{Duration, Instant};
 #[path = "../tests/zk/raw.rs"]
 mod raw;
 
-const N: usize = 300;
+mod common;
 
-fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
-    v.sort();
-    (v[v.len() / 2], v[v.len() * 99 / 100])
-}
+use common::{print_table, time, Row};
+
+const N: usize = 300;
 
 fn main() {
     let url = std::env::var("SIMBA_ZK_URL").unwrap_or_else(|_| "zookeeper://127.0.0.1:2181".into());
@@ -52,21 +51,14 @@ fn main() {
     let (mut floor, mut acq, mut rel, mut ka, mut take) = (vec![], vec![], vec![], vec![], vec![]);
     for i in 0..N + 20 {
         let warm = i < 20;
-        let t = Instant::now();
-        b.ping().unwrap(); // one `exists` of the root: the floor
-        let d_floor = t.elapsed();
-        let t = Instant::now();
-        let term = match b.acquire(&s1, &name).unwrap() {
+        let (mut f, mut a, mut k, mut r) = (vec![], vec![], vec![], vec![]);
+        time(&mut f, || b.ping().unwrap()); // one `exists` of the root: the floor
+        let term = match time(&mut a, || b.acquire(&s1, &name).unwrap()) {
             Acquire::Acquired(t) => t,
             other => panic!("{other:?}"),
         };
-        let d_acq = t.elapsed();
-        let t = Instant::now();
-        b.keep_alive(&s1, lease).unwrap();
-        let d_ka = t.elapsed();
-        let t = Instant::now();
-        assert!(b.release(&s1, &name, term.token).unwrap());
-        let d_rel = t.elapsed();
+        time(&mut k, || b.keep_alive(&s1, lease).unwrap());
+        assert!(time(&mut r, || b.release(&s1, &name, term.token).unwrap()));
         // Take-over: s2 waits for the release notification, then acquires.
         let term = match b.acquire(&s1, &name).unwrap() {
             Acquire::Acquired(t) => t,
@@ -97,36 +89,24 @@ fn main() {
         };
         assert!(b.release(&s2, &name, t2.token).unwrap());
         if !warm {
-            floor.push(d_floor);
-            acq.push(d_acq);
-            ka.push(d_ka);
-            rel.push(d_rel);
+            floor.extend(f);
+            acq.extend(a);
+            ka.extend(k);
+            rel.extend(r);
             take.push(d_take);
         }
     }
-    let (f50, f99) = stats(floor);
     println!("ZooKeeper at {hosts}, {N} iterations (median / p99, ratio of medians to the floor)");
-    println!(
-        "{:<34} {:>10} {:>10} {:>7} {:>12}",
-        "operation", "median", "p99", "ratio", "round trips"
+    print_table(
+        &[
+            Row::new("floor: ping (exists of the root)", floor).note("1"),
+            Row::new("acquire (free)", acq).note("1"),
+            Row::new("keep-alive (1 lease held)", ka).note("1"),
+            Row::new("release", rel).note("2"),
+            Row::new("take-over after release", take).note("2 + watch"),
+        ],
+        Some("round trips"),
     );
-    let row = |what: &str, v: Vec<Duration>, rt: &str| {
-        let (m, p) = stats(v);
-        println!(
-            "{what:<34} {:>10.3?} {:>10.3?} {:>6.1}x {rt:>12}",
-            m,
-            p,
-            m.as_secs_f64() / f50.as_secs_f64()
-        );
-    };
-    println!(
-        "{:<34} {:>10.3?} {:>10.3?} {:>6.1}x {:>12}",
-        "floor: ping (exists of the root)", f50, f99, 1.0, "1"
-    );
-    row("acquire (free)", acq, "1");
-    row("keep-alive (1 lease held)", ka, "1");
-    row("release", rel, "2");
-    row("take-over after release", take, "2 + watch");
     b.close_session(&s1).unwrap();
     b.close_session(&s2).unwrap();
     drop(b);
