@@ -404,6 +404,24 @@ fn token(op: &'static str, v: i64) -> Result<Token> {
     Token::new(v.max(0) as u64).map_err(|_| Error::backend(op, format!("token {v} from Redis")))
 }
 
+/// The token (element 1) and the remaining time (element 2) of a reply about a term.
+fn term_at(op: &'static str, r: &Reply) -> Result<(Token, Duration)> {
+    let token = token(op, int_at(op, r, 1)?)?;
+    let remaining = Duration::from_millis(int_at(op, r, 2)?.max(0) as u64);
+    Ok((token, remaining))
+}
+
+/// The owner of the term of a reply about a term: session `holder`.
+fn owner_at(op: &'static str, r: &Reply, holder: &str) -> Result<Owner> {
+    let session = SessionId::parse(holder)?;
+    let (token, remaining) = term_at(op, r)?;
+    Ok(Owner {
+        session,
+        token,
+        remaining,
+    })
+}
+
 fn strings(op: &'static str, r: &Reply) -> Result<Vec<String>> {
     r.as_array()
         .ok_or_else(|| bad_reply(op, r))?
@@ -581,6 +599,36 @@ impl RedisBackend {
 
     fn eval(&self, role: Role, s: &LuaScript, keys: &[String], args: &[String]) -> Result<Reply> {
         self.scripting.eval(role, s, keys, args)
+    }
+
+    /// Runs `script` on `key` and, on one node, on the session's `index` set too, which the
+    /// script keeps; routed, `member` leaves `index` afterwards when `unindex_if` says so
+    /// for the reply.
+    fn eval_indexed(
+        &self,
+        script: &LuaScript,
+        key: String,
+        index: &str,
+        member: &str,
+        args: &[String],
+        unindex_if: impl Fn(&Reply) -> bool,
+    ) -> Result<Reply> {
+        let mut keys = vec![key];
+        if !self.routed {
+            keys.push(index.to_owned());
+        }
+        let r = self.eval(Role::Other, script, &keys, args)?;
+        if self.routed && unindex_if(&r) {
+            self.unindex(index, member)?;
+        }
+        Ok(r)
+    }
+
+    /// Removes `member` from a session's `index` set (routed: the scripts of a slot cannot).
+    fn unindex(&self, index: &str, member: &str) -> Result<()> {
+        self.scripting
+            .command(Role::Other, &["SREM", index, member])?;
+        Ok(())
     }
 
     fn expired(&self, sid: &SessionId) -> Error {
@@ -773,10 +821,7 @@ impl RedisBackend {
             });
         }
         if !acquired {
-            self.scripting.command(
-                Role::Other,
-                &["SREM", &self.keys.leases_index(sid), name.as_str()],
-            )?;
+            self.unindex(&self.keys.leases_index(sid), name.as_str())?;
             return Ok(r);
         }
         // The term is adopted with the session's remaining time (a full lease covers it).
@@ -1017,46 +1062,37 @@ impl LeaseBackend for RedisBackend {
             self.acquire_one_node(session, name)?
         };
         match int_at(OP, &r, 0)? {
-            1 => Ok(Acquire::Acquired(Term {
-                name: name.clone(),
-                token: token(OP, int_at(OP, &r, 1)?)?,
-                remaining: Duration::from_millis(int_at(OP, &r, 2)?.max(0) as u64),
-            })),
+            1 => {
+                let (token, remaining) = term_at(OP, &r)?;
+                Ok(Acquire::Acquired(Term {
+                    name: name.clone(),
+                    token,
+                    remaining,
+                }))
+            }
             0 => {
                 let holder = r
                     .as_array()
                     .and_then(|a| a.get(3))
                     .and_then(Reply::as_str)
                     .ok_or_else(|| bad_reply(OP, &r))?;
-                Ok(Acquire::Held(Owner {
-                    session: SessionId::parse(holder)?,
-                    token: token(OP, int_at(OP, &r, 1)?)?,
-                    remaining: Duration::from_millis(int_at(OP, &r, 2)?.max(0) as u64),
-                }))
+                Ok(Acquire::Held(owner_at(OP, &r, holder)?))
             }
             _ => Err(self.expired(session)),
         }
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
-        let mut keys = vec![self.keys.lease(name.as_str())];
-        if !self.routed {
-            keys.push(self.keys.leases_index(session));
-        }
-        let r = self.eval(
-            Role::Other,
+        let freed = |r: &Reply| r.as_int() == Some(1);
+        let r = self.eval_indexed(
             &scripts().release,
-            &keys,
+            self.keys.lease(name.as_str()),
+            &self.keys.leases_index(session),
+            name.as_str(),
             &[session.to_string(), token.to_string(), name.to_string()],
+            freed,
         )?;
-        let freed = r.as_int() == Some(1);
-        if freed && self.routed {
-            self.scripting.command(
-                Role::Other,
-                &["SREM", &self.keys.leases_index(session), name.as_str()],
-            )?;
-        }
-        Ok(freed)
+        Ok(freed(&r))
     }
 
     fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
@@ -1072,11 +1108,7 @@ impl LeaseBackend for RedisBackend {
             return Ok(None);
         }
         let holder = a[0].as_str().ok_or_else(|| bad_reply(OP, &r))?;
-        Ok(Some(Owner {
-            session: SessionId::parse(holder)?,
-            token: token(OP, int_at(OP, &r, 1)?)?,
-            remaining: Duration::from_millis(int_at(OP, &r, 2)?.max(0) as u64),
-        }))
+        Ok(Some(owner_at(OP, &r, holder)?))
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
@@ -1136,22 +1168,14 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
-        let mut keys = vec![self.keys.group(group.as_str())];
-        if !self.routed {
-            keys.push(self.keys.groups_index(session));
-        }
-        let r = self.eval(
-            Role::Other,
+        let r = self.eval_indexed(
             &scripts().leave,
-            &keys,
+            self.keys.group(group.as_str()),
+            &self.keys.groups_index(session),
+            group.as_str(),
             &[session.to_string(), group.to_string()],
+            |_| true,
         )?;
-        if self.routed {
-            self.scripting.command(
-                Role::Other,
-                &["SREM", &self.keys.groups_index(session), group.as_str()],
-            )?;
-        }
         Ok(r.as_int() == Some(1))
     }
 
