@@ -313,6 +313,24 @@ fn acquired(b: &dyn LeaseBackend, s: &SessionId, name: &LeaseName) -> simba_leas
     }
 }
 
+/// Retries `acquire` (as [`until`]) until `s` gets the lease; its term.
+fn acquired_until(
+    what: &str,
+    b: &dyn LeaseBackend,
+    s: &SessionId,
+    name: &LeaseName,
+) -> simba_lease::Term {
+    let mut term = None;
+    until(what, || match b.acquire(s, name).unwrap() {
+        Acquire::Acquired(t) => {
+            term = Some(t);
+            true
+        }
+        Acquire::Held(_) => false,
+    });
+    term.unwrap()
+}
+
 fn open(b: &dyn LeaseBackend, lease: Duration) -> SessionId {
     b.open_session(lease, &Metadata::default()).unwrap().id
 }
@@ -426,17 +444,7 @@ fn token_survives_session_del_and_expiry(make: fn() -> Arc<Isolated>) {
     b.command(&["DEL", &b.session_key(&s1)]);
     assert!(b.keep_alive(&s1, short).unwrap_err().is_session_expired());
     let s2 = open(&*b, Duration::from_secs(60));
-    let mut t2 = None;
-    until("s2 takes the lease of the deleted session", || {
-        match b.acquire(&s2, &name).unwrap() {
-            Acquire::Acquired(t) => {
-                t2 = Some(t);
-                true
-            }
-            Acquire::Held(_) => false,
-        }
-    });
-    let t2 = t2.unwrap();
+    let t2 = acquired_until("s2 takes the lease of the deleted session", &*b, &s2, &name);
     assert!(t2.token > t1.token, "{} after {}", t2.token, t1.token);
     assert!(b.release(&s2, &name, t2.token).unwrap());
     // Expiry: s3's session runs out, s4 takes over with a greater token.
@@ -447,17 +455,8 @@ fn token_survives_session_del_and_expiry(make: fn() -> Arc<Isolated>) {
         b.command(&["EXISTS", &b.session_key(&s3)]).as_int() == Some(0)
     });
     let s4 = open(&*b, Duration::from_secs(60));
-    let mut t4 = None;
-    until("s4 takes over after s3's expiry", || {
-        match b.acquire(&s4, &name).unwrap() {
-            Acquire::Acquired(t) => {
-                t4 = Some(t);
-                true
-            }
-            Acquire::Held(_) => false,
-        }
-    });
-    assert!(t4.unwrap().token > t3.token);
+    let t4 = acquired_until("s4 takes over after s3's expiry", &*b, &s4, &name);
+    assert!(t4.token > t3.token);
     b.close_session(&s2).unwrap();
     b.close_session(&s4).unwrap();
 }
@@ -525,44 +524,25 @@ fn url_options_are_checked() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("TLS"), "{e}");
-    let e = simba_lease::connect(&with_options(&cluster_url(), "wait_replicas=1"))
-        .err()
-        .unwrap();
-    assert!(
-        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "wait_replicas"),
-        "{e}"
-    );
-    let e = simba_lease::connect(&with_options(&cluster_url(), "route_by_slot=false"))
-        .err()
-        .unwrap();
-    assert!(
-        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "route_by_slot"),
-        "{e}"
-    );
-    let e = simba_lease::connect(&with_options(
-        &standalone_url(),
-        "wait_replicas=1&route_by_slot=true",
-    ))
-    .err()
-    .unwrap();
-    assert!(
-        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "wait_replicas"),
-        "{e}"
-    );
-    let e = simba_lease::connect(&with_options(&standalone_url(), "prefix=a{b}"))
-        .err()
-        .unwrap();
-    assert!(
-        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "prefix"),
-        "{e}"
-    );
-    let e = simba_lease::connect(&with_options(&standalone_url(), "query_timeout=5h"))
-        .err()
-        .unwrap();
-    assert!(
-        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "query_timeout"),
-        "{e}"
-    );
+    for (url, opts, expected) in [
+        (cluster_url(), "wait_replicas=1", "wait_replicas"),
+        (cluster_url(), "route_by_slot=false", "route_by_slot"),
+        (
+            standalone_url(),
+            "wait_replicas=1&route_by_slot=true",
+            "wait_replicas",
+        ),
+        (standalone_url(), "prefix=a{b}", "prefix"),
+        (standalone_url(), "query_timeout=5h", "query_timeout"),
+    ] {
+        let e = simba_lease::connect(&with_options(&url, opts))
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&e, Error::InvalidConfig { setting, .. } if setting == expected),
+            "{e}"
+        );
+    }
     let b = simba_lease::connect(&with_options(
         &standalone_url(),
         "query_timeout=2s&connect_timeout=500ms&pool_size=2&prefix=simbatest-url",
