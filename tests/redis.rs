@@ -818,11 +818,18 @@ fn late(script: &'static str, before: bool, delay: Duration) -> Isolated {
     Isolated { inner: b, prefix }
 }
 
+/// A by-slot backend on which `script` answers 500 ms late, a session of 300 ms on it (so
+/// the reply comes after the session's time) and that 300 ms.
+fn late_reply(script: &'static str) -> (Isolated, SessionId, Duration) {
+    let short = Duration::from_millis(300);
+    let b = late(script, false, short + Duration::from_millis(200));
+    let s = open(&b, short);
+    (b, s, short)
+}
+
 #[test]
 fn routed_acquire_answering_after_the_session_time_releases_and_fails() {
-    let short = Duration::from_millis(300);
-    let b = late("acquire_lease", false, short + Duration::from_millis(200));
-    let s = open(&b, short);
+    let (b, s, _) = late_reply("acquire_lease");
     let name = LeaseName::new("late-reply").unwrap();
     let err = b.acquire(&s, &name).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
@@ -845,9 +852,7 @@ fn routed_acquire_answering_after_the_session_time_releases_and_fails() {
 
 #[test]
 fn routed_acquire_sends_nothing_once_the_session_time_passed() {
-    let short = Duration::from_millis(300);
-    let b = late("acquire_session", false, short + Duration::from_millis(200));
-    let s = open(&b, short);
+    let (b, s, short) = late_reply("acquire_session");
     let name = LeaseName::new("late-session").unwrap();
     let err = b.acquire(&s, &name).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
@@ -865,9 +870,7 @@ fn routed_acquire_sends_nothing_once_the_session_time_passed() {
 
 #[test]
 fn routed_join_answering_late_leaves_and_fails() {
-    let short = Duration::from_millis(300);
-    let b = late("join_group", false, short + Duration::from_millis(200));
-    let s = open(&b, short);
+    let (b, s, _) = late_reply("join_group");
     let g = GroupName::new("late-join").unwrap();
     let err = b.join(&s, &g).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
