@@ -601,27 +601,14 @@ impl RedisBackend {
         self.scripting.eval(role, s, keys, args)
     }
 
-    /// Runs `script` on `key` and, on one node, on the session's `index` set too, which the
-    /// script keeps; routed, `member` leaves `index` afterwards when `unindex_if` says so
-    /// for the reply.
-    fn eval_indexed(
-        &self,
-        script: &LuaScript,
-        key: String,
-        index: &str,
-        member: &str,
-        args: &[String],
-        unindex_if: impl Fn(&Reply) -> bool,
-    ) -> Result<Reply> {
+    /// The keys of a call on `key` that, on one node, also keeps the session's `index` set
+    /// (routed, the caller keeps it with [`Self::unindex`]).
+    fn with_index(&self, key: String, index: &str) -> Vec<String> {
         let mut keys = vec![key];
         if !self.routed {
             keys.push(index.to_owned());
         }
-        let r = self.eval(Role::Other, script, &keys, args)?;
-        if self.routed && unindex_if(&r) {
-            self.unindex(index, member)?;
-        }
-        Ok(r)
+        keys
     }
 
     /// Removes `member` from a session's `index` set (routed: the scripts of a slot cannot).
@@ -1083,16 +1070,18 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
-        let freed = |r: &Reply| r.as_int() == Some(1);
-        let r = self.eval_indexed(
+        let index = self.keys.leases_index(session);
+        let r = self.eval(
+            Role::Other,
             &scripts().release,
-            self.keys.lease(name.as_str()),
-            &self.keys.leases_index(session),
-            name.as_str(),
+            &self.with_index(self.keys.lease(name.as_str()), &index),
             &[session.to_string(), token.to_string(), name.to_string()],
-            freed,
         )?;
-        Ok(freed(&r))
+        let freed = r.as_int() == Some(1);
+        if freed && self.routed {
+            self.unindex(&index, name.as_str())?;
+        }
+        Ok(freed)
     }
 
     fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
@@ -1168,14 +1157,16 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
-        let r = self.eval_indexed(
+        let index = self.keys.groups_index(session);
+        let r = self.eval(
+            Role::Other,
             &scripts().leave,
-            self.keys.group(group.as_str()),
-            &self.keys.groups_index(session),
-            group.as_str(),
+            &self.with_index(self.keys.group(group.as_str()), &index),
             &[session.to_string(), group.to_string()],
-            |_| true,
         )?;
+        if self.routed {
+            self.unindex(&index, group.as_str())?;
+        }
         Ok(r.as_int() == Some(1))
     }
 
