@@ -200,6 +200,47 @@ pub(crate) enum AcqRow {
     Raced,
 }
 
+/// What one acquire statement reported, read from its result in either dialect.
+#[derive(Debug, Default)]
+pub(crate) struct AcqReport {
+    /// The acquirer's remaining ms; `None` (or not positive) when its session is not live.
+    pub(crate) my_remaining: Option<i64>,
+    /// The token of the term the statement began, if it began one.
+    pub(crate) new_token: Option<i64>,
+    /// The lease row as the report read it: holder session, token, holder's remaining ms.
+    pub(crate) holder: Option<String>,
+    pub(crate) token: Option<i64>,
+    pub(crate) holder_remaining: Option<i64>,
+}
+
+impl AcqReport {
+    /// The outcome for the acquirer `id`.
+    pub(crate) fn outcome(self, id: &str) -> AcqRow {
+        let Some(my_rem) = self.my_remaining.filter(|r| *r > 0) else {
+            return AcqRow::Expired;
+        };
+        if let Some(t) = self.new_token {
+            return AcqRow::Acquired {
+                token: t,
+                remaining_ms: my_rem,
+            };
+        }
+        let holder = self.holder.map(|s| s.trim_end().to_owned());
+        match (holder, self.token, self.holder_remaining) {
+            (Some(s), Some(t), _) if s == id => AcqRow::Acquired {
+                token: t,
+                remaining_ms: my_rem,
+            },
+            (Some(s), Some(t), Some(rem)) if rem > 0 => AcqRow::Held {
+                session: s,
+                token: t,
+                remaining_ms: rem,
+            },
+            _ => AcqRow::Raced,
+        }
+    }
+}
+
 /// The dialect-specific statements; each method is one backend operation.
 pub(crate) trait Driver: Send + Sync + 'static {
     fn install_schema(&self) -> DbResult<()>;

@@ -8,7 +8,8 @@
 //! `RETURNING`.
 
 use super::{
-    with_conn, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn, Renewed, Tables,
+    with_conn, AcqReport, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn,
+    Renewed, Tables,
 };
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
@@ -316,35 +317,25 @@ impl Driver for MyDriver {
             let (affected, last_id) = (c.affected_rows(), c.last_insert_id());
             let report: Option<(Value, Value, Value, Value)> =
                 c.exec_first(&self.sql.acquire_report, (id, name))?;
-            let (my_rem, cur_sid, cur_token, holder_rem) = match &report {
+            let (my_remaining, holder, token, holder_remaining) = match &report {
                 Some((a, b, t, d)) => (int(a), text(b), int(t), int(d)),
                 None => (None, None, None, None),
             };
-            let Some(my_rem) = my_rem.filter(|r| *r > 0) else {
-                return Ok(AcqRow::Expired);
+            // Affected rows: 1 = inserted (token 1), 2 = updated (a new term, its token
+            // through LAST_INSERT_ID(expr)), 0 = unchanged.
+            let new_token = match affected {
+                1 => Some(1),
+                2 => Some(last_id as i64),
+                _ => None,
             };
-            Ok(match affected {
-                1 => AcqRow::Acquired {
-                    token: 1,
-                    remaining_ms: my_rem,
-                },
-                2 => AcqRow::Acquired {
-                    token: last_id as i64,
-                    remaining_ms: my_rem,
-                },
-                _ => match (cur_sid, cur_token, holder_rem) {
-                    (Some(s), Some(t), _) if s == id => AcqRow::Acquired {
-                        token: t,
-                        remaining_ms: my_rem,
-                    },
-                    (Some(s), Some(t), Some(rem)) if rem > 0 => AcqRow::Held {
-                        session: s,
-                        token: t,
-                        remaining_ms: rem,
-                    },
-                    _ => AcqRow::Raced,
-                },
-            })
+            Ok(AcqReport {
+                my_remaining,
+                new_token,
+                holder,
+                token,
+                holder_remaining,
+            }
+            .outcome(id))
         })
     }
 

@@ -4,7 +4,8 @@
 //! epoch does not depend on the connection's `TimeZone`.
 
 use super::{
-    with_conn, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn, Renewed, Tables,
+    with_conn, AcqReport, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn,
+    Renewed, Tables,
 };
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
@@ -350,33 +351,14 @@ impl Driver for PgDriver {
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow> {
         self.run(|c, st| {
             let r = c.query_one(&st.acquire, &[&id, &name])?;
-            let my_rem: Option<i64> = r.get(0);
-            let new_token: Option<i64> = r.get(1);
-            let cur_sid: Option<String> = r.get(2);
-            let cur_token: Option<i64> = r.get(3);
-            let holder_rem: Option<i64> = r.get(4);
-            let Some(my_rem) = my_rem else {
-                return Ok(AcqRow::Expired);
-            };
-            if let Some(t) = new_token {
-                return Ok(AcqRow::Acquired {
-                    token: t,
-                    remaining_ms: my_rem,
-                });
+            Ok(AcqReport {
+                my_remaining: r.get(0),
+                new_token: r.get(1),
+                holder: r.get(2),
+                token: r.get(3),
+                holder_remaining: r.get(4),
             }
-            let cur_sid = cur_sid.map(|s| s.trim_end().to_owned());
-            Ok(match (cur_sid, cur_token, holder_rem) {
-                (Some(s), Some(t), _) if s == id => AcqRow::Acquired {
-                    token: t,
-                    remaining_ms: my_rem,
-                },
-                (Some(s), Some(t), Some(rem)) if rem > 0 => AcqRow::Held {
-                    session: s,
-                    token: t,
-                    remaining_ms: rem,
-                },
-                _ => AcqRow::Raced,
-            })
+            .outcome(id))
         })
     }
 
