@@ -750,3 +750,105 @@ pub fn keep_alive_behind_a_take_over(b: Arc<Isolated>, raw: &mut dyn TakeOver) {
     assert_eq!(names, [&kept], "the taken lease is not listed: {reply:?}");
     assert_eq!(b.owner(&taken).unwrap().unwrap().session, taker);
 }
+
+/// What differs between the dialects in the shared SQL tests: a plain connection of the
+/// dialect's own crate does each of these.
+pub trait Db: 'static {
+    /// The test database URL (an environment variable, or a loopback default).
+    fn url() -> String;
+    /// The names of the `t…simba_session` tables in the test database, for [`sweep`].
+    fn session_tables() -> Vec<String>;
+    /// Terminates the server connections with these ids; returns how many it ended.
+    fn kill(ids: Vec<u64>) -> usize;
+    /// The number of rows in `table`.
+    fn count(table: &str) -> i64;
+    /// Two time zones a day apart, in the dialect's spelling.
+    const ZONES: (&'static str, &'static str);
+    /// A backend on `prefix` tables whose connections use time zone `tz`, after checking on a
+    /// plain connection with the same settings that the server took the zone.
+    fn with_time_zone(prefix: &str, tz: &str) -> SqlBackend;
+    /// A plain connection for [`keep_alive_behind_a_take_over`] on `b`'s tables.
+    fn take_over(b: &Isolated) -> Box<dyn TakeOver>;
+}
+
+/// An isolated backend for the TCK; the first call drops the tables of stale test prefixes.
+pub fn isolated_swept<D: Db>() -> Arc<Isolated> {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| sweep(&D::url(), D::session_tables()));
+    isolated(&D::url())
+}
+
+/// Two backends in the zones of [`Db::ZONES`] agree on every remaining time.
+pub fn time_zones<D: Db>() {
+    let base = isolated(&D::url());
+    let p = base.0.table_prefix().to_owned();
+    let east: Arc<dyn LeaseBackend> = Arc::new(D::with_time_zone(&p, D::ZONES.0));
+    let west: Arc<dyn LeaseBackend> = Arc::new(D::with_time_zone(&p, D::ZONES.1));
+    time_zone_independent(east, west);
+}
+
+/// [`connections_killed_while_holding`] with the server killing the holder's connections.
+pub fn connections_killed<D: Db>() {
+    let base = isolated(&D::url());
+    let holder = Arc::new(
+        SqlBackend::builder(D::url())
+            .table_prefix(base.0.table_prefix())
+            .pool_size(2)
+            .build()
+            .unwrap(),
+    );
+    let other: Arc<dyn LeaseBackend> = Arc::new(sibling(&D::url(), &base.0));
+    let h = holder.clone();
+    connections_killed_while_holding(holder, other, move || D::kill(h.connection_ids()));
+}
+
+/// The TCK and the tests every SQL dialect runs, for a [`Db`].
+#[macro_export]
+macro_rules! sql_suite {
+    ($db:ty) => {
+        simba_lease::tck_suite!(|| sql_common::isolated_swept::<$db>());
+
+        #[test]
+        fn concurrency_8_threads_32_sessions_20_names() {
+            let b = sql_common::isolated(&<$db as sql_common::Db>::url());
+            sql_common::concurrency(b, std::time::Duration::from_secs(10));
+        }
+
+        #[test]
+        fn take_over_races_keep_alive() {
+            let b = sql_common::isolated(&<$db as sql_common::Db>::url());
+            sql_common::take_over_races_keep_alive(b, 40);
+        }
+
+        #[test]
+        fn time_zone_of_the_connection_does_not_matter() {
+            sql_common::time_zones::<$db>();
+        }
+
+        #[test]
+        fn connection_killed_while_holding_a_lease() {
+            sql_common::connections_killed::<$db>();
+        }
+
+        #[test]
+        fn outage_longer_than_the_lease_loses_the_lock() {
+            let url = <$db as sql_common::Db>::url();
+            let base = sql_common::isolated(&url);
+            sql_common::outage_longer_than_the_lease(&url, &base.0);
+        }
+
+        #[test]
+        fn expired_sessions_are_purged_automatically() {
+            sql_common::automatic_purge(&<$db as sql_common::Db>::url(), |table| {
+                <$db as sql_common::Db>::count(table)
+            });
+        }
+
+        #[test]
+        fn keep_alive_behind_a_take_over_does_not_list_the_lease() {
+            let b = sql_common::isolated(&<$db as sql_common::Db>::url());
+            let mut t = <$db as sql_common::Db>::take_over(&b);
+            sql_common::keep_alive_behind_a_take_over(b, &mut *t);
+        }
+    };
+}
