@@ -103,8 +103,7 @@ impl TakeOver for MyTakeOver {
     }
     fn keep_alive_waits(&mut self) -> bool {
         // The renewal is still running while the take-over holds the row: it waits for the
-        // lock. (The process list shows the user's own threads without extra privileges; a
-        // batch shows the text from the statement that runs.)
+        // lock. (The process list shows the user's own threads without extra privileges.)
         let n: Option<i64> = raw()
             .exec_first(
                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ?",
