@@ -7,7 +7,7 @@ use simba_lease::{
     Session, SessionId, SessionState, Token,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Memory backend whose keep-alives or acquires can be made to hang.
@@ -17,6 +17,13 @@ struct Gate {
     hang_keep_alive: AtomicBool,
     hang_acquire: AtomicBool,
     keep_alives: AtomicUsize,
+    /// Keep-alives of this session only hang (while `hang_keep_alive` is set).
+    hang_only: Mutex<Option<SessionId>>,
+    /// A join waits before reaching the backend / after it joined (a slow reply).
+    hang_before_join: AtomicBool,
+    hang_after_join: AtomicBool,
+    joins_started: AtomicUsize,
+    joins_done: AtomicUsize,
 }
 
 fn hang_while(flag: &AtomicBool) {
@@ -33,7 +40,10 @@ impl LeaseBackend for Gate {
         self.inner.open_session(lease, m)
     }
     fn keep_alive(&self, s: &SessionId, lease: Duration) -> Result<KeepAlive> {
-        hang_while(&self.hang_keep_alive);
+        let only = self.hang_only.lock().unwrap().clone();
+        if only.is_none_or(|o| &o == s) {
+            hang_while(&self.hang_keep_alive);
+        }
         self.keep_alives.fetch_add(1, Ordering::SeqCst);
         self.inner.keep_alive(s, lease)
     }
@@ -51,7 +61,12 @@ impl LeaseBackend for Gate {
         self.inner.owner(n)
     }
     fn join(&self, s: &SessionId, g: &GroupName) -> Result<()> {
-        self.inner.join(s, g)
+        self.joins_started.fetch_add(1, Ordering::SeqCst);
+        hang_while(&self.hang_before_join);
+        let r = self.inner.join(s, g);
+        self.joins_done.fetch_add(1, Ordering::SeqCst);
+        hang_while(&self.hang_after_join);
+        r
     }
     fn leave(&self, s: &SessionId, g: &GroupName) -> Result<bool> {
         self.inner.leave(s, g)
@@ -191,4 +206,139 @@ fn callbacks_receive_events_in_order_on_the_event_thread() {
             },
         ]
     );
+}
+
+/// Waits until `cond` holds, or panics with `what` after [`PATIENCE`].
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let end = Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(Instant::now() < end, "not true within {PATIENCE:?}: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn next_reopen(events: &crossbeam_channel::Receiver<Event>) {
+    loop {
+        let e = events.recv_timeout(PATIENCE).expect("SessionReopened");
+        if matches!(e, Event::SessionReopened { .. }) {
+            return;
+        }
+    }
+}
+
+#[test]
+fn close_from_a_callback_still_delivers_the_final_events() {
+    let session = Arc::new(Session::open(Arc::new(MemoryBackend::new()), config()).unwrap());
+    let events = session.events();
+    let guard = session.try_lock("job").unwrap().unwrap();
+    let lost = guard.lost().clone();
+    let slot = Arc::new(Mutex::new(Some(session.clone())));
+    session.on_event(move |e| {
+        if matches!(e, Event::LeaderChanged { .. }) {
+            if let Some(s) = slot.lock().unwrap().take() {
+                s.close().unwrap();
+            }
+        }
+    });
+    let _observer = session.observe("other").unwrap(); // its first read emits LeaderChanged
+    let seen: Vec<Event> = events.iter().collect(); // ends when the receivers disconnect
+    assert!(
+        matches!(seen.last(), Some(Event::Closed { .. })),
+        "{seen:?}"
+    );
+    assert!(matches!(
+        lost.recv_timeout(PATIENCE),
+        Ok(Event::LockLost {
+            reason: LossReason::Closed,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_join_racing_a_reopen_is_a_membership_of_the_new_session() {
+    let gate = Arc::new(Gate::default());
+    let session = Session::open(gate.clone(), config()).unwrap();
+    let events = session.events();
+    let group = session.group("workers").unwrap();
+    let g = GroupName::new("workers").unwrap();
+    gate.hang_after_join.store(true, Ordering::SeqCst);
+    std::thread::scope(|sc| {
+        let joining = sc.spawn(|| group.join());
+        until("the join reached the backend", || {
+            gate.joins_done.load(Ordering::SeqCst) == 1
+        });
+        gate.hang_keep_alive.store(true, Ordering::SeqCst);
+        next_reopen(&events);
+        gate.hang_keep_alive.store(false, Ordering::SeqCst);
+        gate.hang_after_join.store(false, Ordering::SeqCst);
+        let membership = joining.join().unwrap().expect("the join succeeded");
+        until("the new session is a member", || {
+            gate.inner
+                .members(&g)
+                .unwrap()
+                .iter()
+                .any(|m| m.session == session.id())
+        });
+        drop(membership);
+    });
+}
+
+#[test]
+fn a_leave_racing_a_reopen_leaves_no_member_behind() {
+    let gate = Arc::new(Gate::default());
+    let session = Session::open(gate.clone(), config()).unwrap();
+    let events = session.events();
+    let g = GroupName::new("workers").unwrap();
+    let membership = session.group("workers").unwrap().join().unwrap();
+    gate.hang_before_join.store(true, Ordering::SeqCst); // the reopen's re-join waits
+    gate.hang_keep_alive.store(true, Ordering::SeqCst);
+    next_reopen(&events);
+    gate.hang_keep_alive.store(false, Ordering::SeqCst);
+    until("the re-join started", || {
+        gate.joins_started.load(Ordering::SeqCst) == 2
+    });
+    drop(membership);
+    gate.hang_before_join.store(false, Ordering::SeqCst);
+    until("the re-join landed", || {
+        gate.joins_done.load(Ordering::SeqCst) == 2
+    });
+    until("nobody holds a membership, so nobody is a member", || {
+        gate.inner.members(&g).unwrap().is_empty()
+    });
+}
+
+#[test]
+fn a_keep_alive_hanging_for_an_expired_session_does_not_starve_its_successor() {
+    let gate = Arc::new(Gate::default());
+    let session = Session::open(gate.clone(), config()).unwrap();
+    let events = session.events();
+    let old = session.id();
+    *gate.hang_only.lock().unwrap() = Some(old.clone());
+    gate.hang_keep_alive.store(true, Ordering::SeqCst);
+    next_reopen(&events);
+    assert_ne!(session.id(), old);
+    // The old keep-alive still hangs; the new session is kept alive regardless.
+    let before = gate.keep_alives.load(Ordering::SeqCst);
+    until("the new session is kept alive", || {
+        gate.keep_alives.load(Ordering::SeqCst) >= before + 10
+    });
+    assert!(gate.hang_keep_alive.load(Ordering::SeqCst));
+    assert!(events
+        .try_iter()
+        .all(|e| !matches!(e, Event::SessionExpired { .. })));
+    gate.hang_keep_alive.store(false, Ordering::SeqCst);
+}
+
+#[test]
+fn huge_timeouts_mean_no_deadline_instead_of_a_panic() {
+    let session = Session::open(Arc::new(MemoryBackend::new()), config()).unwrap();
+    assert!(session.lock_timeout("x", Duration::MAX).unwrap().is_valid());
+    let e = session.election("y").unwrap();
+    assert_eq!(e.wait_elected(Duration::MAX).unwrap().name.as_str(), "y");
+    session.wait_valid(Duration::MAX).unwrap();
+    assert!(matches!(
+        Config::builder().lease(Duration::MAX).build(),
+        Err(Error::InvalidConfig { .. })
+    ));
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 ///     .build()?;
 /// assert_eq!(config.lease(), Duration::from_secs(10));
 /// assert!(Config::builder().drift(0.9).build().is_err());
+/// assert!(Config::builder().lease(Duration::MAX).build().is_err());
 /// # Ok::<(), simba_lease::Error>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -43,6 +44,9 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The longest lease accepted: one week.
+    pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+
     /// A builder starting from the defaults.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder {
@@ -130,6 +134,16 @@ impl ConfigBuilder {
         let mut c = self.config;
         if let Some(m) = self.metadata {
             c.metadata = Metadata::new(m)?;
+        }
+        if c.lease > Config::MAX_LEASE {
+            return Err(Error::config(
+                "lease",
+                format!(
+                    "{:?} is longer than the {:?} maximum",
+                    c.lease,
+                    Config::MAX_LEASE
+                ),
+            ));
         }
         if c.lease < Duration::from_millis(10) {
             return Err(Error::config(

@@ -104,7 +104,10 @@ impl Listeners {
             match d {
                 Delivery::Event(h, e) => self.deliver(h, &e),
                 Delivery::Remove(h) => self.remove(h),
-                Delivery::Stop => break,
+                Delivery::Stop => {
+                    self.clear();
+                    break;
+                }
             }
         }
     }

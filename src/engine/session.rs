@@ -38,7 +38,13 @@ pub(crate) struct Shared {
     pub(crate) joined: BTreeMap<GroupName, usize>,
     /// A reopen was queued and has not finished.
     reopening: bool,
+    /// The keep-alive thread of the current backend session: each backend session gets its
+    /// own, so a keep-alive hanging for an expired session never delays its successor's.
+    keep_alive: Sender<KeepAliveJob>,
 }
+
+/// A keep-alive to send for a session, recorded at the given instant; `None` stops the thread.
+type KeepAliveJob = Option<(SessionId, Instant)>;
 
 pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn LeaseBackend>,
@@ -49,7 +55,6 @@ pub(crate) struct Inner {
     changed: Condvar,
     pub(crate) listeners: Listeners,
     wake_tx: Sender<()>,
-    ka_tx: Sender<Option<(SessionId, Instant)>>,
     work_tx: Sender<Work>,
     events_tx: Sender<Delivery>,
     next_handle: AtomicU64,
@@ -128,11 +133,11 @@ impl Session {
                 reserved: BTreeMap::new(),
                 joined: BTreeMap::new(),
                 reopening: false,
+                keep_alive: ka_tx,
             }),
             changed: Condvar::new(),
             listeners: Listeners::default(),
             wake_tx,
-            ka_tx,
             work_tx,
             events_tx,
             next_handle: AtomicU64::new(SESSION + 1),
@@ -151,8 +156,7 @@ impl Session {
             let i = inner.clone();
             let ev = spawn("events", Box::new(move || i.listeners.run(events_rx)))?;
             *inner.event_thread.lock() = Some((ev.thread().id(), ev));
-            let i = inner.clone();
-            let t1 = spawn("keepalive", Box::new(move || i.keep_alive_loop(ka_rx)))?;
+            let t1 = inner.spawn_keep_alive(&inner.id(), ka_rx)?;
             let i = inner.clone();
             let t2 = spawn("work", Box::new(move || i.work_loop(work_rx)))?;
             let i = inner.clone();
@@ -234,14 +238,15 @@ impl Session {
     /// Waits until the session is [`SessionState::Valid`] or `timeout` passes; errors if it
     /// closed or expired for good (with `reopen_on_expiry`, it waits for the new session).
     pub fn wait_valid(&self, timeout: Duration) -> Result<()> {
-        let until = Instant::now() + timeout;
+        // A timeout too large for an `Instant` means no deadline.
+        let until = Instant::now().checked_add(timeout);
         let mut s = self.inner.shared.lock();
         loop {
             self.inner.check_waitable(&s)?;
             if s.core.state() == State::Valid {
                 return Ok(());
             }
-            if self.inner.changed.wait_until(&mut s, until).timed_out() {
+            if !self.inner.wait(&mut s, until) {
                 return Err(Error::Timeout {
                     operation: "waiting for the session to be valid",
                     after: timeout,
@@ -327,7 +332,7 @@ impl Inner {
         for o in s.core.take_outputs() {
             let work = |w| self.work_tx.send(w).map_err(drop);
             let _ = match o {
-                Output::KeepAlive => self.ka_tx.send(Some((id.clone(), now))).map_err(drop),
+                Output::KeepAlive => s.keep_alive.send(Some((id.clone(), now))).map_err(drop),
                 Output::Run(t) => work(Work::Run(id.clone(), t)),
                 Output::Release(n, t) => work(Work::Release(id.clone(), n, t)),
                 Output::CloseBackend => work(Work::CloseBackend(id.clone())),
@@ -430,7 +435,23 @@ impl Inner {
         }
     }
 
-    fn keep_alive_loop(self: Arc<Self>, rx: Receiver<Option<(SessionId, Instant)>>) {
+    /// Starts a keep-alive thread serving `rx`.
+    fn spawn_keep_alive(
+        self: &Arc<Self>,
+        id: &SessionId,
+        rx: Receiver<KeepAliveJob>,
+    ) -> Result<JoinHandle<()>> {
+        let i = self.clone();
+        std::thread::Builder::new()
+            .name(format!(
+                "simba-keepalive-{}",
+                &id.as_str()[..8.min(id.as_str().len())]
+            ))
+            .spawn(move || i.keep_alive_loop(rx))
+            .map_err(|e| Error::backend("spawning a session thread", e))
+    }
+
+    fn keep_alive_loop(self: Arc<Self>, rx: Receiver<KeepAliveJob>) {
         let lease = self.config.lease();
         for job in rx {
             let Some((id, sent)) = job else { break };
@@ -442,7 +463,7 @@ impl Inner {
 
     /// Opens a new backend session after an expiry and moves the registrations onto it,
     /// retrying every retry interval until it succeeds or the session is closed.
-    fn reopen(&self) {
+    fn reopen(self: &Arc<Self>) {
         let retry = self.config.retry_interval();
         while !self.closed.load(Ordering::SeqCst) {
             let sent = self.now();
@@ -471,6 +492,13 @@ impl Inner {
                     core.take_over(handover, old.clone(), now);
                     s.core = core;
                     s.reopening = false;
+                    // A fresh keep-alive thread; the old one ends once its (maybe hanging)
+                    // call returns, and its reply is dropped as a predecessor's.
+                    let (tx, rx) = crossbeam_channel::unbounded();
+                    let _ = std::mem::replace(&mut s.keep_alive, tx).send(None);
+                    if let Err(e) = self.spawn_keep_alive(&id, rx) {
+                        log::error!("no keep-alive thread for session {id}: {e}");
+                    }
                     let groups: Vec<GroupName> = s.joined.keys().cloned().collect();
                     self.dispatch(&mut s, true);
                     drop(s);
@@ -478,6 +506,10 @@ impl Inner {
                     for g in groups {
                         if let Err(e) = self.backend.join(&id, &g) {
                             log::warn!("re-joining {g} as {id} failed: {e}");
+                        }
+                        // Left meanwhile (its leave may have reached the backend first).
+                        if !self.shared.lock().joined.contains_key(&g) {
+                            let _ = self.backend.leave(&id, &g);
                         }
                     }
                     return;
@@ -528,7 +560,7 @@ impl Inner {
 
     fn stop_threads(&self) {
         self.subscription.lock().take();
-        let _ = self.ka_tx.send(None);
+        let _ = self.shared.lock().keep_alive.send(None);
         let _ = self.work_tx.send(Work::Stop);
         let _ = self.wake_tx.send(());
         // The I/O threads may be stuck in a backend call: they exit after it returns.
@@ -543,13 +575,15 @@ impl Inner {
             }
         }
         let _ = self.events_tx.send(Delivery::Stop);
-        if let Some((id, t)) = self.event_thread.lock().take() {
-            if id != std::thread::current().id() {
+        // Every receiver disconnects once the final events are delivered: the event thread
+        // clears the listeners when it reaches Stop (it may be the caller, inside a callback).
+        match self.event_thread.lock().take() {
+            Some((id, t)) if id != std::thread::current().id() => {
                 let _ = t.join();
             }
+            Some(_) => {}
+            None => self.listeners.clear(),
         }
-        // Every receiver disconnects once the final events are delivered.
-        self.listeners.clear();
         self.changed.notify_all();
     }
 

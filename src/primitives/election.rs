@@ -121,14 +121,15 @@ impl Election {
     /// Across an expiry it keeps waiting for the reopened session (unless expiry is
     /// terminal, then [`Error::SessionExpired`]).
     pub fn wait_elected(&self, timeout: Duration) -> Result<Term> {
-        let until = Instant::now() + timeout;
+        // A timeout too large for an `Instant` means no deadline.
+        let until = Instant::now().checked_add(timeout);
         let mut s = self.inner.lock_shared();
         loop {
             self.inner.check_waitable(&s)?;
             if let Some(t) = s.core.term_of(&self.name, Holder::Election(self.handle)) {
                 return Ok(t);
             }
-            if !self.inner.wait(&mut s, Some(until)) {
+            if !self.inner.wait(&mut s, until) {
                 return Err(Error::Timeout {
                     operation: "waiting to be elected",
                     after: timeout,

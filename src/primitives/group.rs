@@ -53,18 +53,24 @@ impl Group {
     /// Joins with this session (idempotent on the backend). The membership lasts until the
     /// guard is dropped, [`Group::leave`] is called, or the session ends.
     pub fn join(&self) -> Result<Membership> {
+        // Counted under the same lock that reads the id: a reopen either sees the count
+        // (and re-joins) or has already swapped the session in.
         let id = {
-            let s = self.inner.lock_shared();
+            let mut s = self.inner.lock_shared();
             s.core.check_live()?;
+            *s.joined.entry(self.name.clone()).or_insert(0) += 1;
             s.core.session().clone()
         };
-        self.inner.backend.join(&id, &self.name)?;
-        *self
-            .inner
-            .lock_shared()
-            .joined
-            .entry(self.name.clone())
-            .or_insert(0) += 1;
+        if let Err(e) = self.inner.backend.join(&id, &self.name) {
+            let mut s = self.inner.lock_shared();
+            if let Some(n) = s.joined.get_mut(&self.name) {
+                *n -= 1;
+                if *n == 0 {
+                    s.joined.remove(&self.name);
+                }
+            }
+            return Err(e);
+        }
         Ok(Membership {
             inner: self.inner.clone(),
             name: self.name.clone(),

@@ -47,8 +47,9 @@ impl Session {
     /// Takes the lock `name`, waiting at most `timeout`; [`Error::Timeout`] after that.
     pub fn lock_timeout(&self, name: impl IntoLeaseName, timeout: Duration) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        let until = Instant::now() + timeout;
-        match self.lock_until(name, Some(until), false)? {
+        // A timeout too large for an `Instant` means no deadline.
+        let until = Instant::now().checked_add(timeout);
+        match self.lock_until(name, until, false)? {
             Some(g) => Ok(g),
             None => Err(Error::Timeout {
                 operation: "waiting for a lock",
