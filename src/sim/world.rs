@@ -967,18 +967,7 @@ impl World<'_> {
         cl.ended = false;
         cl.reopening = false;
         cl.opening = true;
-        if !cl.open.is_empty() {
-            self.violation(
-                Kind::TermNotEnded,
-                c,
-                None,
-                "a session was replaced with terms still believed".into(),
-            );
-            let open = std::mem::take(&mut self.clients[c].open);
-            for (_, b) in open {
-                self.close_belief(b, "never reported");
-            }
-        }
+        self.end_open_beliefs(c, "a session was replaced with terms still believed");
         self.send(c, Op::Open, Chan::Caller);
     }
 
@@ -1403,6 +1392,18 @@ impl World<'_> {
             .insert(name.clone(), self.beliefs.len() - 1);
     }
 
+    /// Reports a violation if client `c` still believes terms, and ends those beliefs.
+    fn end_open_beliefs(&mut self, c: usize, what: &str) {
+        if self.clients[c].open.is_empty() {
+            return;
+        }
+        self.violation(Kind::TermNotEnded, c, None, what.into());
+        let open = std::mem::take(&mut self.clients[c].open);
+        for (_, b) in open {
+            self.close_belief(b, "never reported");
+        }
+    }
+
     fn close_belief(&mut self, b: usize, how: &'static str) {
         let now = self.now;
         let bl = &mut self.beliefs[b];
@@ -1467,18 +1468,7 @@ impl World<'_> {
                 core.close();
             }
             self.drain(c);
-            if !self.clients[c].open.is_empty() {
-                self.violation(
-                    Kind::TermNotEnded,
-                    c,
-                    None,
-                    "close at the end left terms believed".into(),
-                );
-                let open = std::mem::take(&mut self.clients[c].open);
-                for (_, b) in open {
-                    self.close_belief(b, "never reported");
-                }
-            }
+            self.end_open_beliefs(c, "close at the end left terms believed");
         }
     }
 }
