@@ -771,6 +771,7 @@ impl Core {
                 }
                 self.observers_due(name, now);
             }
+            Notification::Acquired(name) => self.observers_due(name, now),
             Notification::GroupChanged(g) => {
                 for w in self.groups.values_mut().filter(|w| &w.s.key == g) {
                     w.s.due = w.s.due.min(now);

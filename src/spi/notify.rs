@@ -9,6 +9,9 @@ use std::sync::{Arc, Weak};
 pub enum Notification {
     /// A lease was released (or its holder's session closed): candidates may take it now.
     Released(LeaseName),
+    /// A lease passed to a new holder (a new term, not a re-acquire by its holder): observers
+    /// may read the new owner now.
+    Acquired(LeaseName),
     /// A group's membership changed.
     GroupChanged(GroupName),
     /// Notifications may have been missed (e.g. a dropped subscription): re-read everything.
