@@ -248,13 +248,19 @@ impl LeaseBackend for MemoryBackend {
             }
         }
         let lease = t.leases.get_mut(name).expect("inserted above");
-        if lease.session.as_ref() != Some(session) {
+        let new_term = lease.session.as_ref() != Some(session);
+        if new_term {
             lease.token += 1;
             lease.session = Some(session.clone());
         }
         let token = Token::new(lease.token).expect("token advanced above zero");
         if let Some(row) = t.sessions.get_mut(session) {
             row.leases.insert(name.clone());
+        }
+        drop(t);
+        if new_term {
+            self.subscribers
+                .publish(&Notification::Acquired(name.clone()));
         }
         Ok(Acquire::Acquired(Term {
             name: name.clone(),

@@ -91,9 +91,32 @@ pub struct Timing {
 }
 
 impl Timing {
+    /// The local deadline of something the backend reported `remaining` for, in a reply to
+    /// a request sent at `sent`. Capped at the lease: a backend bug or a clock step there
+    /// never stretches a local deadline past `sent + lease`.
     fn local(&self, sent: Instant, remaining: Duration) -> Instant {
-        sent + remaining.mul_f64(1.0 - self.drift)
+        sent + remaining.min(self.lease).mul_f64(1.0 - self.drift)
     }
+}
+
+/// What the core remembers of the last release of a name.
+#[derive(Clone, Copy, Debug)]
+struct Memo {
+    token: Token,
+    state: MemoState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MemoState {
+    /// A release of the token is in flight.
+    Pending,
+    /// A release of the token failed or timed out: it may still land, at any time.
+    Uncertain,
+    /// Every release of the token was answered (or a newer token was adopted): none can
+    /// land later. Forgotten once no acquire of the name is in flight either, since a grant
+    /// sent before the release landed may still come back (found by the simulation: seed 232
+    /// of `tests/sim.rs`, when the memo was dropped at the release's reply).
+    Settled,
 }
 
 #[derive(Clone, Debug)]
@@ -109,6 +132,35 @@ struct Scheduled<K> {
     key: K,
     due: Instant,
     running: bool,
+    /// Woken (by a notification) while its task was running: run again at once.
+    woken: bool,
+}
+
+impl<K> Scheduled<K> {
+    fn new(key: K, due: Instant) -> Self {
+        Scheduled {
+            key,
+            due,
+            running: false,
+            woken: false,
+        }
+    }
+
+    /// Due now; a wake-up during a running task is kept for when it finishes.
+    fn wake(&mut self, now: Instant) {
+        self.due = self.due.min(now);
+        self.woken |= self.running;
+    }
+
+    /// The task finished at `now`: next due at `retry_at`, or at once if woken meanwhile.
+    fn finish(&mut self, now: Instant, retry_at: Instant) {
+        self.running = false;
+        self.due = if std::mem::take(&mut self.woken) {
+            now
+        } else {
+            retry_at
+        };
+    }
 }
 
 #[derive(Debug)]
@@ -138,7 +190,7 @@ type LastOwner = Option<(SessionId, Token)>;
 /// observers and group watchers (terms never do).
 #[derive(Debug, Default)]
 pub struct Handover {
-    candidates: Vec<(HandleId, LeaseName)>,
+    candidates: Vec<(HandleId, LeaseName, Option<Term>)>,
     observers: Vec<(HandleId, LeaseName, Option<LastOwner>)>,
     groups: Vec<(HandleId, GroupName, Option<BTreeSet<Member>>)>,
 }
@@ -157,9 +209,17 @@ pub struct Core {
     /// The last token the engine asked the backend to release, per name. A release can reach
     /// the backend late, even after its caller timed out, so a grant of that same token may be
     /// undone at any moment: it is never adopted (found by the simulation: seeds 7, 22 and 47
-    /// of `tests/sim.rs`).
-    released: BTreeMap<LeaseName, Token>,
+    /// of `tests/sim.rs`). Forgotten once that can no longer happen ([`Memo`]), so a session
+    /// locking ever new names keeps no memory of old ones.
+    released: BTreeMap<LeaseName, Memo>,
+    /// After a voluntary unlock or resign, this session's new candidates for the name wait
+    /// until the instant given, so candidates of other sessions (which may only poll) get
+    /// their turn.
+    cooldown: BTreeMap<LeaseName, Instant>,
     candidates: BTreeMap<HandleId, Scheduled<LeaseName>>,
+    /// The last term of a candidate that was lost (not resigned) and not followed by a new
+    /// one: its resign reports [`Error::LeaseLost`].
+    lost_terms: BTreeMap<HandleId, Term>,
     observers: BTreeMap<HandleId, Watch<LeaseName, LastOwner>>,
     groups: BTreeMap<HandleId, Watch<GroupName, BTreeSet<Member>>>,
     releases_seen: u64,
@@ -188,7 +248,9 @@ impl Core {
             acquiring: BTreeMap::new(),
             releasing: BTreeSet::new(),
             released: BTreeMap::new(),
+            cooldown: BTreeMap::new(),
             candidates: BTreeMap::new(),
+            lost_terms: BTreeMap::new(),
             observers: BTreeMap::new(),
             groups: BTreeMap::new(),
             releases_seen: 0,
@@ -271,21 +333,8 @@ impl Core {
 
     /// Advances time: starts keep-alives and due tasks, detects jeopardy and loss.
     pub fn tick(&mut self, now: Instant) {
-        if !self.state.is_live() {
+        if !self.settle(now) {
             return;
-        }
-        if now >= self.deadline {
-            self.expire(now, true);
-            return;
-        }
-        let due: Vec<LeaseName> = self
-            .leases
-            .iter()
-            .filter(|(_, h)| h.deadline <= now)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in due {
-            self.lose(&name, LossReason::Expired, now);
         }
         match self.keep_alive_sent {
             None if now >= self.next_keep_alive => {
@@ -319,6 +368,29 @@ impl Core {
             }
         }
         self.out.extend(run.into_iter().map(Output::Run));
+    }
+
+    /// Ends what passed its local deadline by `now` (the session, or single terms), with the
+    /// true reason, before anything else looks at the terms. Returns whether the session is
+    /// still live.
+    fn settle(&mut self, now: Instant) -> bool {
+        if !self.state.is_live() {
+            return false;
+        }
+        if now >= self.deadline {
+            self.expire(now, true);
+            return false;
+        }
+        let due: Vec<LeaseName> = self
+            .leases
+            .iter()
+            .filter(|(_, h)| h.deadline <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            self.lose(&name, LossReason::Expired, now);
+        }
+        true
     }
 
     /// When [`Core::tick`] has something to do next (`None` once terminal).
@@ -402,7 +474,7 @@ impl Core {
                         && self.releasing.insert(l.name.clone())
                     {
                         log::debug!("releasing {} (token {}): held but unknown", l.name, l.token);
-                        self.released.insert(l.name.clone(), l.token);
+                        self.remember_release(&l.name, l.token);
                         self.out.push(Output::Release(l.name.clone(), l.token));
                     }
                 }
@@ -443,6 +515,7 @@ impl Core {
                 let due = self.retry_at(now);
                 if let Some(c) = self.candidates.get_mut(&h) {
                     c.due = due;
+                    self.lost_terms.insert(h, term.clone());
                 }
                 self.emit(Some(h), Event::Revoked { term, reason });
             }
@@ -453,7 +526,7 @@ impl Core {
 
     fn observers_due(&mut self, name: &LeaseName, now: Instant) {
         for w in self.observers.values_mut().filter(|w| &w.s.key == name) {
-            w.s.due = w.s.due.min(now);
+            w.s.wake(now);
         }
     }
 
@@ -476,9 +549,19 @@ impl Core {
     /// release could free the very term being adopted, even after its caller timed out.
     /// The caller then releases the grant (again) and tries later, for a new token.
     fn adopt(&mut self, term: Term, sent: Instant, now: Instant, holder: Holder) -> bool {
-        let released = self.released.get(&term.name) == Some(&term.token);
+        let released = self
+            .released
+            .get(&term.name)
+            .is_some_and(|m| m.token == term.token);
         if self.releasing.contains(&term.name) || released {
             return false;
+        }
+        // A newer token: no release of the older one can touch it.
+        if let Some(m) = self.released.get_mut(&term.name) {
+            m.state = MemoState::Settled;
+        }
+        if let Holder::Election(h) = holder {
+            self.lost_terms.remove(&h);
         }
         let deadline = self.t.local(sent, term.remaining).min(self.deadline);
         let name = term.name.clone();
@@ -506,6 +589,18 @@ impl Core {
         reply: Result<Acquire>,
     ) -> Result<Acquire> {
         self.end_acquire(name);
+        let r = self.lock_reply(handle, sent, now, reply);
+        self.forget_settled_release(name);
+        r
+    }
+
+    fn lock_reply(
+        &mut self,
+        handle: HandleId,
+        sent: Instant,
+        now: Instant,
+        reply: Result<Acquire>,
+    ) -> Result<Acquire> {
         match reply {
             Ok(Acquire::Acquired(term)) => {
                 if let Err(e) = self.check_live() {
@@ -540,33 +635,91 @@ impl Core {
             .get(&term.name)
             .is_some_and(|h| h.term.token == term.token);
         if self.state.is_live() && !adopted && self.releasing.insert(term.name.clone()) {
-            self.released.insert(term.name.clone(), term.token);
+            self.remember_release(&term.name, term.token);
             self.out
                 .push(Output::Release(term.name.clone(), term.token));
         }
     }
 
-    /// A lock guard is dropped: forgets the lease and returns the token to release, if the
-    /// term was still held.
-    pub fn unlock(&mut self, handle: HandleId, name: &LeaseName, now: Instant) -> Option<Token> {
-        match self.leases.get(name) {
-            Some(h) if h.holder == Holder::Lock(handle) => {
-                let token = h.term.token;
+    /// A lock guard is unlocked or dropped: forgets the term and returns its token to
+    /// release. A term that passed its local deadline is first reported lost
+    /// ([`Event::LockLost`] with the true reason); then, as for a term lost earlier, the
+    /// result is [`Error::LeaseLost`] and there is nothing to release.
+    pub fn unlock(&mut self, handle: HandleId, term: &Term, now: Instant) -> Result<Token> {
+        self.settle(now);
+        match self.leases.get(&term.name) {
+            Some(h) if h.holder == Holder::Lock(handle) && h.term.token == term.token => {
+                let name = &term.name;
                 self.leases.remove(name);
                 self.releasing.insert(name.clone());
-                self.released.insert(name.clone(), token);
+                self.remember_release(name, term.token);
+                self.cool_down(name, now);
                 self.observers_due(name, now);
-                Some(token)
+                Ok(term.token)
             }
-            _ => None,
+            _ => Err(lease_lost(term)),
         }
     }
 
-    /// A release of `name` finished (either way).
-    pub fn on_released(&mut self, name: &LeaseName) {
+    /// A voluntary release of `name` at `now`: this session's next candidate for it waits a
+    /// full retry period (interval and jitter) so polling candidates elsewhere get a turn.
+    fn cool_down(&mut self, name: &LeaseName, now: Instant) {
+        self.cooldown.retain(|_, until| *until > now);
+        let until = now + self.t.retry + self.t.retry / 2;
+        self.cooldown.insert(name.clone(), until);
+    }
+
+    /// The backend answered the release of a lock this session still believed held with
+    /// "not held": the term had been lost there. Reports it to the lock (`LockLost` with
+    /// [`LossReason::Missing`]) and returns the error for the unlock.
+    pub fn lost_on_unlock(&mut self, handle: HandleId, term: Term) -> Error {
+        let e = lease_lost(&term);
+        let reason = LossReason::Missing;
+        self.emit(Some(handle), Event::LockLost { term, reason });
+        e
+    }
+
+    /// A release of `name` finished: `definitive` when the backend answered (either way), so
+    /// it can no longer land later; a failed or timed-out release may still.
+    pub fn on_released(&mut self, name: &LeaseName, definitive: bool) {
         if self.releasing.remove(name) {
             self.releases_seen += 1;
         }
+        if let Some(m) = self.released.get_mut(name) {
+            m.state = match (m.state, definitive) {
+                (MemoState::Pending, true) => MemoState::Settled,
+                (state, true) => state,
+                (_, false) => MemoState::Uncertain,
+            };
+        }
+        self.forget_settled_release(name);
+    }
+
+    /// Notes a release of `name` with `token` being sent.
+    fn remember_release(&mut self, name: &LeaseName, token: Token) {
+        let state = match self.released.get(name) {
+            Some(m) if m.token == token && m.state == MemoState::Uncertain => m.state,
+            _ => MemoState::Pending,
+        };
+        self.released.insert(name.clone(), Memo { token, state });
+    }
+
+    /// Forgets the last release of `name` once no grant it could undo can arrive.
+    fn forget_settled_release(&mut self, name: &LeaseName) {
+        let settled = self
+            .released
+            .get(name)
+            .is_some_and(|m| m.state == MemoState::Settled);
+        if settled && !self.acquiring.contains_key(name) {
+            self.released.remove(name);
+        }
+    }
+
+    /// How many names the core remembers a release for (bounded by the releases that did
+    /// not finish definitively).
+    #[cfg(any(test, feature = "sim"))]
+    pub fn remembered_releases(&self) -> usize {
+        self.released.len()
     }
 
     /// Whether `handle` holds `name` with `token` and the term's local deadline is ahead.
@@ -587,43 +740,46 @@ impl Core {
             .map(|h| h.term.clone())
     }
 
-    /// Registers an election candidate for `name`; it attempts at once.
+    /// Registers an election candidate for `name`; it attempts at once, or once the
+    /// cool-down after this session's own voluntary release of `name` has passed.
     pub fn add_candidate(&mut self, handle: HandleId, name: LeaseName, now: Instant) {
-        self.candidates.insert(
-            handle,
-            Scheduled {
-                key: name,
-                due: now,
-                running: false,
-            },
-        );
+        let due = match self.cooldown.get(&name) {
+            Some(until) if *until > now => *until,
+            _ => now,
+        };
+        self.candidates.insert(handle, Scheduled::new(name, due));
     }
 
-    /// Withdraws a candidate; if it was elected, emits `Revoked{Resigned}` and returns the
-    /// lease to release.
-    pub fn remove_candidate(
-        &mut self,
-        handle: HandleId,
-        now: Instant,
-    ) -> Option<(LeaseName, Token)> {
-        let c = self.candidates.remove(&handle)?;
-        let held = self.leases.get(&c.key)?;
-        if held.holder != Holder::Election(handle) {
-            return None;
+    /// Withdraws a candidate. A term that passed its local deadline is first reported lost
+    /// with the true reason. If the candidate still led, its term ends with
+    /// `Revoked{Resigned}` and is returned, to release; [`Error::LeaseLost`] if its last
+    /// term was lost and not followed by another; `Ok(None)` if it never led.
+    pub fn remove_candidate(&mut self, handle: HandleId, now: Instant) -> Result<Option<Term>> {
+        self.settle(now);
+        let lost = self.lost_terms.remove(&handle);
+        let Some(c) = self.candidates.remove(&handle) else {
+            return Ok(None);
+        };
+        match self.leases.get(&c.key) {
+            Some(held) if held.holder == Holder::Election(handle) => {}
+            _ => return lost.map_or(Ok(None), |t| Err(lease_lost(&t))),
         }
-        let held = self.leases.remove(&c.key)?;
+        let held = self.leases.remove(&c.key).expect("checked above");
         let token = held.term.token;
         self.releasing.insert(c.key.clone());
-        self.released.insert(c.key.clone(), token);
+        self.remember_release(&c.key, token);
+        self.cool_down(&c.key, now);
+        self.observers_due(&c.key, now);
+        let term = held.term;
+        let reason = LossReason::Resigned;
         self.emit(
             Some(handle),
             Event::Revoked {
-                term: held.term,
-                reason: LossReason::Resigned,
+                term: term.clone(),
+                reason,
             },
         );
-        self.observers_due(&c.key, now);
-        Some((c.key, token))
+        Ok(Some(term))
     }
 
     /// The result of a candidate's attempt sent at `sent`.
@@ -636,6 +792,18 @@ impl Core {
         reply: Result<Acquire>,
     ) {
         self.end_acquire(name);
+        self.attempt_reply(handle, name, sent, now, reply);
+        self.forget_settled_release(name);
+    }
+
+    fn attempt_reply(
+        &mut self,
+        handle: HandleId,
+        name: &LeaseName,
+        sent: Instant,
+        now: Instant,
+        reply: Result<Acquire>,
+    ) {
         let due = self.retry_at(now);
         let Some(c) = self.candidates.get_mut(&handle) else {
             if let Ok(Acquire::Acquired(term)) = reply {
@@ -643,8 +811,7 @@ impl Core {
             }
             return;
         };
-        c.running = false;
-        c.due = due;
+        c.finish(now, due);
         match reply {
             Ok(Acquire::Acquired(term)) => {
                 if !self.state.is_live() {
@@ -671,21 +838,13 @@ impl Core {
 
     /// Registers an observer of `name`; it reads the owner at once.
     pub fn add_observer(&mut self, handle: HandleId, name: LeaseName, now: Instant) {
-        let s = Scheduled {
-            key: name,
-            due: now,
-            running: false,
-        };
+        let s = Scheduled::new(name, now);
         self.observers.insert(handle, Watch { s, last: None });
     }
 
     /// Registers a watcher of `group`; it reads the members at once.
     pub fn add_group_watch(&mut self, handle: HandleId, group: GroupName, now: Instant) {
-        let s = Scheduled {
-            key: group,
-            due: now,
-            running: false,
-        };
+        let s = Scheduled::new(group, now);
         self.groups.insert(handle, Watch { s, last: None });
     }
 
@@ -701,8 +860,7 @@ impl Core {
         let Some(w) = self.observers.get_mut(&handle) else {
             return;
         };
-        w.s.running = false;
-        w.s.due = w.s.due.max(due);
+        w.s.finish(now, due);
         if !self.state.is_live() {
             // An expired session reports nothing more (found by the simulation, seeds 29 and
             // 134); after a reopen the new session reads again at once.
@@ -727,8 +885,7 @@ impl Core {
         let Some(w) = self.groups.get_mut(&handle) else {
             return;
         };
-        w.s.running = false;
-        w.s.due = w.s.due.max(due);
+        w.s.finish(now, due);
         if !self.state.is_live() {
             // An expired session reports nothing more (found by the simulation, seeds 29 and
             // 134); after a reopen the new session reads again at once.
@@ -767,27 +924,21 @@ impl Core {
             Notification::Released(name) => {
                 self.releases_seen += 1;
                 for c in self.candidates.values_mut().filter(|c| &c.key == name) {
-                    c.due = c.due.min(now);
+                    c.wake(now);
                 }
                 self.observers_due(name, now);
             }
             Notification::Acquired(name) => self.observers_due(name, now),
             Notification::GroupChanged(g) => {
                 for w in self.groups.values_mut().filter(|w| &w.s.key == g) {
-                    w.s.due = w.s.due.min(now);
+                    w.s.wake(now);
                 }
             }
             Notification::Resync => {
                 self.releases_seen += 1;
-                self.candidates
-                    .values_mut()
-                    .for_each(|c| c.due = c.due.min(now));
-                self.observers
-                    .values_mut()
-                    .for_each(|w| w.s.due = w.s.due.min(now));
-                self.groups
-                    .values_mut()
-                    .for_each(|w| w.s.due = w.s.due.min(now));
+                self.candidates.values_mut().for_each(|c| c.wake(now));
+                self.observers.values_mut().for_each(|w| w.s.wake(now));
+                self.groups.values_mut().for_each(|w| w.s.wake(now));
             }
         }
     }
@@ -797,7 +948,7 @@ impl Core {
         Handover {
             candidates: std::mem::take(&mut self.candidates)
                 .into_iter()
-                .map(|(h, c)| (h, c.key))
+                .map(|(h, c)| (h, c.key, self.lost_terms.remove(&h)))
                 .collect(),
             observers: std::mem::take(&mut self.observers)
                 .into_iter()
@@ -813,21 +964,17 @@ impl Core {
     /// Takes over the registrations of the expired session `old` (all due at once) and
     /// emits [`Event::SessionReopened`].
     pub fn take_over(&mut self, h: Handover, old: SessionId, now: Instant) {
-        fn due<K>(key: K, now: Instant) -> Scheduled<K> {
-            Scheduled {
-                key,
-                due: now,
-                running: false,
+        for (handle, name, lost) in h.candidates {
+            self.candidates.insert(handle, Scheduled::new(name, now));
+            if let Some(term) = lost {
+                self.lost_terms.insert(handle, term);
             }
-        }
-        for (handle, name) in h.candidates {
-            self.candidates.insert(handle, due(name, now));
         }
         for (handle, name, last) in h.observers {
             self.observers.insert(
                 handle,
                 Watch {
-                    s: due(name, now),
+                    s: Scheduled::new(name, now),
                     last,
                 },
             );
@@ -836,7 +983,7 @@ impl Core {
             self.groups.insert(
                 handle,
                 Watch {
-                    s: due(group, now),
+                    s: Scheduled::new(group, now),
                     last,
                 },
             );
@@ -861,11 +1008,20 @@ impl Core {
             }
         }
         self.candidates.clear();
+        self.lost_terms.clear();
         self.observers.clear();
         self.groups.clear();
         self.state = State::Closed;
         let session = self.session.clone();
         self.emit(None, Event::Closed { session });
         true
+    }
+}
+
+/// The error for a term that is no longer held.
+pub(crate) fn lease_lost(term: &Term) -> Error {
+    Error::LeaseLost {
+        name: term.name.to_string(),
+        token: term.token.get(),
     }
 }

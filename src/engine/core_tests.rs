@@ -286,7 +286,7 @@ fn resign_revokes_and_returns_the_lease_to_release() {
     let out = c.take_outputs();
     assert!(matches!(events(&out)[..], [Event::Elected { .. }]));
     let r = c.remove_candidate(1, t0 + 2 * MS);
-    assert_eq!(r, Some((name("a"), Token::new(3).unwrap())));
+    assert_eq!(r.unwrap(), Some(term("a", 3)));
     let out = c.take_outputs();
     assert!(matches!(
         events(&out)[..],
@@ -303,7 +303,7 @@ fn a_grant_for_a_withdrawn_candidate_is_released() {
     let t0 = Instant::now();
     let mut c = core(t0);
     attempting(&mut c, t0);
-    assert_eq!(c.remove_candidate(1, t0), None);
+    assert_eq!(c.remove_candidate(1, t0).unwrap(), None);
     c.on_attempt(
         1,
         &name("a"),
@@ -368,7 +368,7 @@ fn no_term_is_adopted_while_a_release_of_its_name_is_in_flight() {
     let mut c = core(t0);
     // A withdrawn candidate's late grant is released...
     attempting(&mut c, t0);
-    c.remove_candidate(1, t0);
+    c.remove_candidate(1, t0).unwrap();
     c.on_attempt(
         1,
         &name("a"),
@@ -393,7 +393,7 @@ fn no_term_is_adopted_while_a_release_of_its_name_is_in_flight() {
     assert!(matches!(r, Ok(Acquire::Held(_))), "{r:?}");
     assert!(!c.is_valid(&name("a"), Token::new(6).unwrap(), t0 + 3 * MS));
     let seen = c.releases_seen();
-    c.on_released(&name("a"));
+    c.on_released(&name("a"), true);
     assert!(
         c.releases_seen() > seen,
         "lock waiters are woken when the release finishes"
@@ -415,7 +415,7 @@ fn a_late_grant_already_adopted_by_a_lock_is_not_released() {
     let t0 = Instant::now();
     let mut c = core(t0);
     attempting(&mut c, t0);
-    c.remove_candidate(1, t0);
+    c.remove_candidate(1, t0).unwrap();
     c.begin_acquire(&name("a"));
     let r = c.on_lock_acquire(
         9,
@@ -453,10 +453,265 @@ fn candidates_do_not_attempt_while_a_release_of_their_name_is_in_flight() {
     c.add_candidate(1, name("a"), t0 + 302 * MS);
     c.tick(t0 + 302 * MS);
     assert!(c.take_outputs().is_empty());
-    c.on_released(&name("a"));
+    c.on_released(&name("a"), true);
     c.tick(t0 + 303 * MS);
     assert_eq!(
         c.take_outputs(),
         vec![Output::Run(Task::Attempt(1, name("a")))]
     );
+}
+
+/// Lock handle 9 holds "a" with `token`, granted for `remaining` at `t0`; outputs drained.
+fn locked(c: &mut Core, t0: Instant, token: u64, remaining: Duration) -> Term {
+    let mut t = term("a", token);
+    t.remaining = remaining;
+    c.begin_acquire(&name("a"));
+    let r = c.on_lock_acquire(9, &name("a"), t0, t0 + MS, Ok(Acquire::Acquired(t.clone())));
+    assert!(matches!(r, Ok(Acquire::Acquired(_))), "{r:?}");
+    c.take_outputs();
+    t
+}
+
+fn lease_lost(r: &Result<impl std::fmt::Debug, Error>) -> bool {
+    matches!(r, Err(Error::LeaseLost { .. }))
+}
+
+#[test]
+fn unlock_past_the_terms_deadline_reports_the_loss_first_and_says_so() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    let t = locked(&mut c, t0, 4, 100 * MS);
+    // The application noticed first (check() failed) and unlocks before any tick.
+    let r = c.unlock(9, &t, t0 + 200 * MS);
+    assert!(lease_lost(&r), "{r:?}");
+    let out = c.take_outputs();
+    assert!(
+        matches!(
+            events(&out)[..],
+            [Event::LockLost {
+                reason: LossReason::Expired,
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    assert!(!out.iter().any(|o| matches!(o, Output::Release(..))));
+    // The loss is reported once: neither a tick nor a second unlock repeats it.
+    c.tick(t0 + 201 * MS);
+    assert!(lease_lost(&c.unlock(9, &t, t0 + 202 * MS)));
+    assert!(events(&c.take_outputs()).is_empty());
+}
+
+#[test]
+fn unlock_past_the_session_deadline_reports_the_session_expiry() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    let t = locked(&mut c, t0, 4, 1000 * MS);
+    let r = c.unlock(9, &t, t0 + 2000 * MS);
+    assert!(lease_lost(&r), "{r:?}");
+    let out = c.take_outputs();
+    assert!(
+        matches!(
+            events(&out)[..],
+            [
+                Event::LockLost {
+                    reason: LossReason::SessionExpired,
+                    ..
+                },
+                Event::SessionExpired { .. }
+            ]
+        ),
+        "{out:?}"
+    );
+    assert!(out.contains(&Output::CloseBackend));
+}
+
+#[test]
+fn unlock_of_a_valid_term_releases_it() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    let t = locked(&mut c, t0, 4, 1000 * MS);
+    assert_eq!(c.unlock(9, &t, t0 + 10 * MS).unwrap(), t.token);
+    assert!(events(&c.take_outputs()).is_empty());
+    // The backend found it gone: reported once as Missing.
+    let e = c.lost_on_unlock(9, t.clone());
+    assert!(matches!(e, Error::LeaseLost { token: 4, .. }));
+    let out = c.take_outputs();
+    assert!(matches!(
+        events(&out)[..],
+        [Event::LockLost {
+            reason: LossReason::Missing,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn resign_past_the_terms_deadline_reports_expired_not_resigned() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    elected(&mut c, t0, 3, 100 * MS);
+    let r = c.remove_candidate(1, t0 + 200 * MS);
+    assert!(lease_lost(&r), "{r:?}");
+    let out = c.take_outputs();
+    assert!(
+        matches!(
+            events(&out)[..],
+            [Event::Revoked {
+                reason: LossReason::Expired,
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    assert!(!out.iter().any(|o| matches!(o, Output::Release(..))));
+}
+
+#[test]
+fn resign_after_a_processed_loss_says_so_until_elected_again() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    elected(&mut c, t0, 3, 100 * MS);
+    c.tick(t0 + 150 * MS);
+    assert!(matches!(
+        events(&c.take_outputs())[..],
+        [Event::Revoked {
+            reason: LossReason::Expired,
+            ..
+        }]
+    ));
+    let r = c.remove_candidate(1, t0 + 160 * MS);
+    assert!(lease_lost(&r), "{r:?}");
+    assert!(events(&c.take_outputs()).is_empty(), "reported once");
+    // A candidate that lost a term, then won another, resigns that one normally.
+    let mut c = core(t0);
+    elected(&mut c, t0, 3, 100 * MS);
+    c.tick(t0 + 150 * MS);
+    c.take_outputs();
+    c.tick(t0 + 500 * MS);
+    c.take_outputs();
+    c.on_attempt(
+        1,
+        &name("a"),
+        t0 + 500 * MS,
+        t0 + 501 * MS,
+        Ok(Acquire::Acquired(term("a", 5))),
+    );
+    c.take_outputs();
+    assert_eq!(
+        c.remove_candidate(1, t0 + 502 * MS).unwrap(),
+        Some(term("a", 5))
+    );
+}
+
+#[test]
+fn released_names_are_forgotten_once_the_release_is_answered() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    for i in 0..100u64 {
+        let n = name(&format!("entity-{i}"));
+        let mut t = term("a", i + 1);
+        t.name = n.clone();
+        c.begin_acquire(&n);
+        let r = c.on_lock_acquire(9, &n, t0, t0 + MS, Ok(Acquire::Acquired(t.clone())));
+        assert!(matches!(r, Ok(Acquire::Acquired(_))));
+        c.unlock(9, &t, t0 + 2 * MS).unwrap();
+        c.on_released(&n, true);
+    }
+    assert_eq!(c.remembered_releases(), 0);
+    // A release that timed out may still land: remembered until a new token is adopted.
+    let t = locked(&mut c, t0, 7, 1000 * MS);
+    c.unlock(9, &t, t0 + 3 * MS).unwrap();
+    c.on_released(&name("a"), false);
+    assert_eq!(c.remembered_releases(), 1);
+    locked(&mut c, t0 + 4 * MS, 8, 1000 * MS);
+    assert_eq!(c.remembered_releases(), 0);
+}
+
+#[test]
+fn a_remaining_longer_than_the_lease_never_stretches_a_deadline() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    c.tick(t0 + 300 * MS);
+    c.take_outputs();
+    let mut reply = ka(&[]);
+    reply.remaining = 60_000 * MS; // a backend bug or a clock step there
+    c.on_keep_alive(t0 + 300 * MS, t0 + 301 * MS, Ok(reply));
+    assert!(c.deadline() <= t0 + 1300 * MS, "capped at sent + lease");
+    let t = locked(&mut c, t0 + 310 * MS, 2, 60_000 * MS);
+    assert!(!c.is_valid(&t.name, t.token, t0 + 1310 * MS));
+}
+
+#[test]
+fn after_a_resign_this_sessions_next_candidate_waits_a_retry_period() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    elected(&mut c, t0, 3, 1000 * MS);
+    c.remove_candidate(1, t0 + 10 * MS).unwrap();
+    c.on_released(&name("a"), true);
+    c.take_outputs();
+    c.add_candidate(2, name("a"), t0 + 11 * MS);
+    c.tick(t0 + 11 * MS);
+    assert!(c.take_outputs().is_empty(), "no attempt at once");
+    // retry 150 ms + its largest jitter (75 ms) after the resign.
+    assert_eq!(c.next_wake(), Some(t0 + 235 * MS));
+    c.tick(t0 + 234 * MS);
+    assert!(c.take_outputs().is_empty());
+    c.tick(t0 + 235 * MS);
+    assert_eq!(
+        c.take_outputs(),
+        vec![Output::Run(Task::Attempt(2, name("a")))]
+    );
+    // The same after an unlock; other names are not delayed.
+    let mut c = core(t0);
+    let t = locked(&mut c, t0, 4, 1000 * MS);
+    c.unlock(9, &t, t0 + 10 * MS).unwrap();
+    c.on_released(&name("a"), true);
+    c.add_candidate(2, name("a"), t0 + 11 * MS);
+    c.add_candidate(3, name("b"), t0 + 11 * MS);
+    c.tick(t0 + 11 * MS);
+    assert_eq!(
+        c.take_outputs(),
+        vec![Output::Run(Task::Attempt(3, name("b")))]
+    );
+}
+
+#[test]
+fn a_notification_during_a_running_read_or_attempt_runs_it_again_at_once() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    c.add_observer(5, name("a"), t0);
+    c.add_candidate(1, name("a"), t0);
+    c.tick(t0);
+    let out = c.take_outputs();
+    assert!(out.contains(&Output::Run(Task::Owner(5, name("a")))));
+    assert!(out.contains(&Output::Run(Task::Attempt(1, name("a")))));
+    // A new term and a release are notified while both are in flight.
+    c.notify(&Notification::Acquired(name("a")), t0 + MS);
+    c.notify(&Notification::Released(name("a")), t0 + MS);
+    let holder = Owner {
+        session: SessionId::random(),
+        token: Token::new(2).unwrap(),
+        remaining: 900 * MS,
+    };
+    c.on_owner(5, t0 + 2 * MS, Ok(Some(holder.clone())));
+    c.on_attempt(1, &name("a"), t0, t0 + 2 * MS, Ok(Acquire::Held(holder)));
+    c.take_outputs();
+    c.tick(t0 + 3 * MS);
+    let out = c.take_outputs();
+    assert!(
+        out.contains(&Output::Run(Task::Owner(5, name("a")))),
+        "{out:?}"
+    );
+    assert!(
+        out.contains(&Output::Run(Task::Attempt(1, name("a")))),
+        "{out:?}"
+    );
+    // Without a notification, the next read waits for the retry interval.
+    c.on_owner(5, t0 + 4 * MS, Ok(None));
+    c.take_outputs();
+    c.tick(t0 + 5 * MS);
+    assert!(!c
+        .take_outputs()
+        .contains(&Output::Run(Task::Owner(5, name("a")))));
 }

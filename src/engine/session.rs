@@ -405,7 +405,7 @@ impl Inner {
         token: Token,
     ) -> Result<bool> {
         let r = self.backend.release(id, name, token);
-        self.with_session(id, |c| c.on_released(name));
+        self.with_session(id, |c| c.on_released(name, r.is_ok()));
         r
     }
 

@@ -1,6 +1,7 @@
 //! Leader election: a candidate that campaigns until it resigns.
 
 use super::IntoLeaseName;
+use crate::engine::core::lease_lost;
 use crate::engine::session::Inner;
 use crate::engine::{HandleId, Holder, Session};
 use crate::error::{Error, Result};
@@ -50,7 +51,8 @@ impl Session {
         let h = inner.next_handle();
         {
             let mut s = inner.lock_shared();
-            s.core.check_live()?;
+            // While an expired session is reopened the candidate joins the new one.
+            inner.check_waitable(&s)?;
             if s.reserved.contains_key(&name) {
                 return Err(Error::AlreadyHeld {
                     name: name.to_string(),
@@ -141,6 +143,12 @@ impl Election {
     /// Leaves the election: a leader releases its term (emitting [`Event::Revoked`] with
     /// [`LossReason::Resigned`](crate::LossReason::Resigned)) so another candidate can take
     /// over at once. Idempotent.
+    ///
+    /// If this candidate's last term was already lost, it says so with
+    /// [`Error::LeaseLost`]: lost locally (reported by `Revoked` with its true reason, first
+    /// if the engine had not yet), or found gone by the backend's release. This session's
+    /// next candidate for the name waits one retry period before competing again, so
+    /// candidates of other sessions get their turn on backends that only poll.
     pub fn resign(&self) -> Result<()> {
         self.withdraw()
     }
@@ -150,10 +158,13 @@ impl Election {
         let now = inner.now();
         let (id, held) =
             inner.with_core(|c| (c.session().clone(), c.remove_candidate(self.handle, now)));
-        let r = match held {
-            Some((name, token)) => inner.release_now(&id, &name, token).map(drop),
+        let r = held.and_then(|held| match held {
+            Some(term) => match inner.release_now(&id, &term.name, term.token)? {
+                true => Ok(()),
+                false => Err(lease_lost(&term)),
+            },
             None => Ok(()),
-        };
+        });
         inner.unreserve(&self.name, self.handle);
         r
     }
@@ -163,8 +174,10 @@ impl Drop for Election {
     fn drop(&mut self) {
         if !self.resigned {
             self.resigned = true;
-            if let Err(e) = self.withdraw() {
-                log::warn!("resigning from {} failed: {e}", self.name);
+            match self.withdraw() {
+                Ok(()) => {}
+                Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a candidate: {e}"),
+                Err(e) => log::warn!("resigning from {} failed: {e}", self.name),
             }
         }
         self.inner.drop_listeners(self.handle);

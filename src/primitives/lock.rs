@@ -1,6 +1,7 @@
 //! Distributed locks: `Session::lock`, `try_lock`, `lock_timeout` and the guard.
 
 use super::IntoLeaseName;
+use crate::engine::core::lease_lost;
 use crate::engine::session::Inner;
 use crate::engine::{HandleId, Session};
 use crate::error::{Error, Result};
@@ -69,7 +70,12 @@ impl Session {
         {
             let mut s = inner.lock_shared();
             loop {
-                s.core.check_live()?;
+                if once {
+                    s.core.check_live()?;
+                } else {
+                    // While an expired session is reopened, wait for the new one.
+                    inner.check_waitable(&s)?;
+                }
                 if !s.reserved.contains_key(&name) {
                     s.reserved.insert(name.clone(), h);
                     break;
@@ -110,7 +116,20 @@ impl Session {
         loop {
             let (id, seen) = {
                 let mut s = inner.lock_shared();
-                s.core.check_live()?;
+                loop {
+                    if once {
+                        s.core.check_live()?;
+                    } else {
+                        inner.check_waitable(&s)?;
+                    }
+                    if s.core.state().is_live() {
+                        break;
+                    }
+                    // Expired and being reopened: wait for the new session.
+                    if !inner.wait(&mut s, until) {
+                        return Ok(None);
+                    }
+                }
                 s.core.begin_acquire(name);
                 (s.core.session().clone(), s.core.releases_seen())
             };
@@ -128,6 +147,11 @@ impl Session {
                 Ok(Acquire::Acquired(term)) => return Ok(Some((id, term))),
                 Ok(Acquire::Held(_)) if once => return Ok(None),
                 Ok(Acquire::Held(_)) => {}
+                Err(e @ Error::SessionExpired { .. }) if !once => {
+                    // Try again on the reopened session, if there will be one.
+                    inner.check_waitable(&inner.lock_shared()).map_err(|_| e)?;
+                    continue;
+                }
                 Err(e @ (Error::SessionExpired { .. } | Error::Closed)) => return Err(e),
                 Err(e) if once => return Err(e),
                 Err(e) => log::warn!("acquiring lock {name} failed, retrying: {e}"),
@@ -206,6 +230,12 @@ impl LockGuard {
     }
 
     /// Releases the lock now, reporting a backend failure (dropping the guard only logs it).
+    ///
+    /// A term already lost gives [`Error::LeaseLost`]: lost locally (its deadline passed,
+    /// reported by [`Event::LockLost`] first if the engine had not yet), or found gone by
+    /// the backend's release (reported as `LockLost` with
+    /// [`LossReason::Missing`](crate::LossReason::Missing)). Either way the loss is reported
+    /// exactly once.
     pub fn unlock(mut self) -> Result<()> {
         self.release()
     }
@@ -216,12 +246,15 @@ impl LockGuard {
         }
         let inner = &self.inner;
         let now = inner.now();
-        let (id, name) = (&self.session, &self.term.name);
-        let token = inner.with_session(id, |c| c.unlock(self.handle, name, now));
-        let r = match token.flatten() {
-            Some(token) => inner.release_now(id, name, token).map(drop),
-            None => Ok(()),
-        };
+        let (id, term, h) = (&self.session, &self.term, self.handle);
+        // A term of a replaced (expired) session was lost and reported with it.
+        let token = inner
+            .with_session(id, |c| c.unlock(h, term, now))
+            .unwrap_or_else(|| Err(lease_lost(term)));
+        let r = token.and_then(|token| match inner.release_now(id, &term.name, token)? {
+            true => Ok(()),
+            false => Err(inner.with_core(|c| c.lost_on_unlock(h, term.clone()))),
+        });
         inner.drop_listeners(self.handle);
         inner.unreserve(&self.term.name, self.handle);
         r
@@ -230,8 +263,10 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.release() {
-            log::warn!("releasing lock {} failed: {e}", self.term.name);
+        match self.release() {
+            Ok(()) => {}
+            Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a lost lock: {e}"),
+            Err(e) => log::warn!("releasing lock {} failed: {e}", self.term.name),
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::engine::core::{Core, HandleId, Output, State, Task, Timing};
 use crate::engine::{Event, LossReason};
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, KeepAlive};
-use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Token};
+use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Term, Token};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
@@ -279,6 +279,8 @@ struct LockSt {
     phase: LockPhase,
     next: u64,
     seen: Option<u64>,
+    /// The term while holding.
+    term: Option<Term>,
 }
 
 struct Cand {
@@ -507,6 +509,7 @@ impl World<'_> {
                         phase: LockPhase::Idle,
                         next: 0,
                         seen: None,
+                        term: None,
                     });
                 }
             }
@@ -895,7 +898,7 @@ impl World<'_> {
             }
             Op::Release(n, _) | Op::Resign(n, _) => {
                 if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_released(&n);
+                    core.on_released(&n, reply.is_ok());
                 }
                 if let Some(cand) = self.clients[c].cands.iter_mut().find(|k| k.name == n) {
                     cand.releasing = false;
@@ -919,6 +922,7 @@ impl World<'_> {
                         self.open_belief(c, h, &n, term.token, true);
                         if let Some(i) = li {
                             self.clients[c].locks[i].phase = LockPhase::Holding(t + hold);
+                            self.clients[c].locks[i].term = Some(term);
                         }
                     }
                     _ => {
@@ -932,7 +936,7 @@ impl World<'_> {
             }
             Op::Unlock(n, _) => {
                 if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_released(&n);
+                    core.on_released(&n, reply.is_ok());
                 }
                 let pause = self.rng.range(10 * MS, lease);
                 if let Some(l) = self.clients[c].locks.iter_mut().find(|l| l.name == n) {
@@ -1063,9 +1067,9 @@ impl World<'_> {
                             "resign left the term believed".into(),
                         );
                     }
-                    if let Some((n, tok)) = held {
+                    if let Ok(Some(term)) = held {
                         self.clients[c].cands[i].releasing = true;
-                        self.send(c, Op::Resign(n, tok), Chan::Caller);
+                        self.send(c, Op::Resign(term.name, term.token), Chan::Caller);
                     }
                 }
                 None if !cl.cands[i].releasing => {
@@ -1128,8 +1132,11 @@ impl World<'_> {
                 }
                 LockPhase::Holding(until) if t >= until => {
                     let (h, name) = (l.handle, l.name.clone());
-                    let token = core.unlock(h, &name, local);
+                    let term = l.term.take().expect("a held lock has its term");
+                    let token = core.unlock(h, &term, local).ok();
                     self.tr(Some(c), Some(&name), || format!("unlocks {name}"));
+                    // A term found past its deadline by the unlock is reported first.
+                    self.drain(c);
                     if let Some(b) = self.clients[c].open.get(&name).copied() {
                         if token.is_none() {
                             self.violation(

@@ -1,9 +1,12 @@
 //! Contract cases through the engine: sessions, elections, observers, locks, groups.
 
+use super::gate::GatedOpens;
 use super::{group_name, lease_name, Harness};
 use crate::engine::{Config, Event, LossReason, Session, SessionState};
+use crate::spi::LeaseBackend;
 use crate::{Error, Metadata};
 use crossbeam_channel::Receiver;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn next_event(h: &Harness, rx: &Receiver<Event>, what: &str) -> Event {
@@ -397,4 +400,166 @@ pub fn group_watch_reports_changes(h: &Harness) {
         Event::MembersChanged { left, .. } => assert_eq!(left[0].session, c.id()),
         _ => unreachable!(),
     }
+}
+
+/// A term lost on the backend before the engine noticed: `unlock()` and `resign()` say so
+/// with [`Error::LeaseLost`], and each loss is reported exactly once.
+pub fn unlock_or_resign_of_a_lost_term_says_so_and_reports_it_once(h: &Harness) {
+    let b = h.backend();
+    let config = Config::builder()
+        .lease(h.lease)
+        .renew_interval(h.lease / 5)
+        .reopen_on_expiry(false)
+        .build()
+        .unwrap();
+    let s = Session::open(b.clone(), config).unwrap();
+    let events = s.events();
+    let guard = s.lock(lease_name("lost-l")).unwrap();
+    let lock_token = guard.token();
+    let e = s.election(lease_name("lost-e")).unwrap();
+    let term = e.wait_elected(h.patience).unwrap();
+    // Delete the session behind the engine's back: whether or not its keep-alive has
+    // noticed yet, both terms are gone.
+    b.close_session(&s.id()).unwrap();
+    let r = guard.unlock();
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "unlock: {r:?}");
+    let r = e.resign();
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "resign: {r:?}");
+    s.close().unwrap(); // waits until every event was delivered
+    let seen: Vec<Event> = events.try_iter().collect();
+    let lock_losses: Vec<&LossReason> = seen
+        .iter()
+        .filter_map(|e| match e {
+            Event::LockLost { term, reason } if term.token == lock_token => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(
+            lock_losses[..],
+            [LossReason::Missing | LossReason::SessionExpired]
+        ),
+        "{seen:?}"
+    );
+    let revoked = seen
+        .iter()
+        .filter(|e| matches!(e, Event::Revoked { term: t, .. } if t.token == term.token))
+        .count();
+    assert_eq!(revoked, 1, "{seen:?}");
+}
+
+/// While an expired session is being reopened, `election()` joins the new session and
+/// `lock_timeout()` waits for it, instead of failing with `SessionExpired`.
+pub fn lock_and_election_wait_for_the_reopened_session(h: &Harness) {
+    let gate = Arc::new(GatedOpens::new(h.backend(), h.patience));
+    let b: Arc<dyn LeaseBackend> = gate.clone();
+    let s = session(h, &b);
+    let old = s.id();
+    gate.hold();
+    b.close_session(&old).unwrap();
+    h.until("the engine saw the expiry", || {
+        s.state() == SessionState::Expired
+    });
+    let e = s
+        .election(lease_name("reopen-wait-e"))
+        .expect("a candidate joins the session being reopened");
+    let name = lease_name("reopen-wait-l");
+    let (calling_tx, calling_rx) = crossbeam_channel::bounded::<()>(1);
+    let opener = std::thread::spawn({
+        let gate = gate.clone();
+        move || {
+            let _ = calling_rx.recv();
+            gate.pass();
+        }
+    });
+    calling_tx.send(()).unwrap();
+    let guard = s
+        .lock_timeout(&name, h.patience)
+        .expect("the lock waits for the reopened session");
+    opener.join().unwrap();
+    assert_ne!(s.id(), old);
+    assert!(guard.is_valid());
+    assert_eq!(b.owner(&name).unwrap().map(|o| o.session), Some(s.id()));
+    let term = e
+        .wait_elected(h.patience)
+        .expect("elected on the new session");
+    assert_eq!(
+        b.owner(&term.name).unwrap().map(|o| o.session),
+        Some(s.id())
+    );
+}
+
+/// Where the backend pushes notifications, an observer reports every term, even one that
+/// ends long before its next poll (a new term is notified, not only a release).
+pub fn observer_sees_short_terms_where_the_backend_pushes(h: &Harness) {
+    let b = h.backend();
+    if b.subscribe(Arc::new(|_: &crate::spi::Notification| {}))
+        .unwrap()
+        .is_none()
+    {
+        log::info!(
+            "{} polls: observers see terms that outlast a poll",
+            b.kind()
+        );
+        return;
+    }
+    // The observer polls every 15 s; each term below is seen long before that, or never.
+    let slow = Config::builder()
+        .lease(Duration::from_secs(90))
+        .renew_interval(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let o = Session::open(b.clone(), slow).unwrap();
+    let holder = session(h, &b);
+    let name = lease_name("short");
+    let obs = o.observe(&name).unwrap();
+    let bound = Duration::from_secs(10);
+    let sees = |what: &str, token: Option<crate::Token>| {
+        let end = Instant::now() + bound;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match obs.events().recv_timeout(left) {
+                Ok(Event::LeaderChanged { owner, .. })
+                    if owner.as_ref().map(|o| o.token) == token =>
+                {
+                    return
+                }
+                Ok(_) => {}
+                Err(_) => panic!("the observer did not see {what} within {bound:?}"),
+            }
+        }
+    };
+    sees("no holder", None);
+    for round in 0..3 {
+        let g = holder.try_lock(&name).unwrap().expect("free");
+        sees(&format!("term {round}"), Some(g.token()));
+        g.unlock().unwrap();
+        sees(&format!("the release of term {round}"), None);
+    }
+}
+
+/// After a voluntary resign, the same session's next candidate waits one retry period, so
+/// another session's candidate (which may only poll) takes the next term.
+pub fn a_resigning_leader_lets_another_session_take_the_next_term(h: &Harness) {
+    let b = h.backend();
+    let config = Config::builder()
+        .lease(h.lease * 5)
+        .renew_interval(h.lease)
+        .build()
+        .unwrap();
+    let a = Session::open(b.clone(), config.clone()).unwrap();
+    let c = Session::open(b.clone(), config).unwrap();
+    let name = lease_name("turns");
+    let ea = a.election(&name).unwrap();
+    ea.wait_elected(h.patience).unwrap();
+    let ec = c.election(&name).unwrap();
+    ea.resign().unwrap();
+    let ea = a.election(&name).unwrap(); // competes again at once
+    let tc = ec
+        .wait_elected(h.patience)
+        .expect("the other session's candidate");
+    assert_eq!(b.owner(&name).unwrap().map(|o| o.token), Some(tc.token));
+    assert!(!ea.is_leader());
+    drop(ec);
+    ea.wait_elected(h.patience).expect("a's turn again");
 }

@@ -13,6 +13,7 @@
 
 mod backend_cases;
 mod engine_cases;
+mod gate;
 
 pub use backend_cases::*;
 pub use engine_cases::*;
@@ -146,6 +147,10 @@ macro_rules! tck_suite {
             expired_session_reopens_and_reenters_elections_and_groups,
             close_ends_terms_in_order_and_is_idempotent,
             group_watch_reports_changes,
+            unlock_or_resign_of_a_lost_term_says_so_and_reports_it_once,
+            lock_and_election_wait_for_the_reopened_session,
+            observer_sees_short_terms_where_the_backend_pushes,
+            a_resigning_leader_lets_another_session_take_the_next_term,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {
