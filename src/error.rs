@@ -85,6 +85,13 @@ pub enum Error {
         /// The election.
         name: String,
     },
+    /// The election handle resigned: it no longer campaigns (until
+    /// [`Election::campaign`](crate::Election::campaign)).
+    #[error("not a candidate in {name:?} (resigned)")]
+    NotCandidate {
+        /// The election.
+        name: String,
+    },
     /// The lease is held by this session through another handle (locks are not reentrant).
     #[error("lease {name:?} is already in use by this session")]
     AlreadyHeld {

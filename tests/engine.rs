@@ -24,6 +24,27 @@ struct Gate {
     hang_after_join: AtomicBool,
     joins_started: AtomicUsize,
     joins_done: AtomicUsize,
+    /// The next acquire / keep-alive panics (a faulty backend or driver).
+    panic_acquire: AtomicBool,
+    panic_keep_alive: AtomicBool,
+    /// The threads that ran releases, leaves and session closes.
+    io_threads: Mutex<Vec<(&'static str, std::thread::ThreadId)>>,
+}
+
+impl Gate {
+    fn io(&self, what: &'static str) {
+        let me = std::thread::current().id();
+        self.io_threads.lock().unwrap().push((what, me));
+    }
+
+    fn io_done(&self, what: &str) -> Vec<std::thread::ThreadId> {
+        let calls = self.io_threads.lock().unwrap();
+        calls
+            .iter()
+            .filter(|(w, _)| *w == what)
+            .map(|(_, t)| *t)
+            .collect()
+    }
 }
 
 fn hang_while(flag: &AtomicBool) {
@@ -45,17 +66,27 @@ impl LeaseBackend for Gate {
             hang_while(&self.hang_keep_alive);
         }
         self.keep_alives.fetch_add(1, Ordering::SeqCst);
+        if self.panic_keep_alive.swap(false, Ordering::SeqCst) {
+            panic!("keep-alive exploded");
+        }
         self.inner.keep_alive(s, lease)
     }
     fn close_session(&self, s: &SessionId) -> Result<()> {
-        self.inner.close_session(s)
+        let r = self.inner.close_session(s);
+        self.io("close");
+        r
     }
     fn acquire(&self, s: &SessionId, n: &LeaseName) -> Result<Acquire> {
         hang_while(&self.hang_acquire);
+        if self.panic_acquire.swap(false, Ordering::SeqCst) {
+            panic!("acquire exploded");
+        }
         self.inner.acquire(s, n)
     }
     fn release(&self, s: &SessionId, n: &LeaseName, t: Token) -> Result<bool> {
-        self.inner.release(s, n, t)
+        let r = self.inner.release(s, n, t);
+        self.io("release");
+        r
     }
     fn owner(&self, n: &LeaseName) -> Result<Option<Owner>> {
         self.inner.owner(n)
@@ -69,7 +100,9 @@ impl LeaseBackend for Gate {
         r
     }
     fn leave(&self, s: &SessionId, g: &GroupName) -> Result<bool> {
-        self.inner.leave(s, g)
+        let r = self.inner.leave(s, g);
+        self.io("leave");
+        r
     }
     fn members(&self, g: &GroupName) -> Result<Vec<Member>> {
         self.inner.members(g)
@@ -341,4 +374,118 @@ fn huge_timeouts_mean_no_deadline_instead_of_a_panic() {
         Config::builder().lease(Duration::MAX).build(),
         Err(Error::InvalidConfig { .. })
     ));
+}
+
+#[test]
+fn a_panicking_callback_does_not_stop_later_events() {
+    let session = Session::open(Arc::new(MemoryBackend::new()), config()).unwrap();
+    let events = session.events();
+    session.on_event(|e| panic!("callback exploded on {e:?}"));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    session.on_event(move |e| tx.send(e.clone()).unwrap());
+    let e = session.election("after-a-panic").unwrap();
+    let term = e.wait_elected(PATIENCE).unwrap();
+    e.resign().unwrap();
+    let got: Vec<Event> = (0..2).map(|_| rx.recv_timeout(PATIENCE).unwrap()).collect();
+    assert!(
+        matches!(&got[..], [Event::Elected { .. }, Event::Revoked { term: t, .. }] if *t == term)
+    );
+    session.close().unwrap();
+    // The event thread lived on to the end: every receiver saw Closed, then disconnects.
+    let all: Vec<Event> = events.iter().collect();
+    assert!(matches!(all.last(), Some(Event::Closed { .. })), "{all:?}");
+}
+
+#[test]
+fn a_panicking_backend_call_is_an_error_and_the_session_lives_on() {
+    let gate = Arc::new(Gate::default());
+    let session = Session::open(gate.clone(), config()).unwrap();
+    let events = session.events();
+    gate.panic_acquire.store(true, Ordering::SeqCst);
+    let r = session.try_lock("boom");
+    assert!(matches!(&r, Err(Error::Backend { .. })), "{r:?}");
+    assert!(r.unwrap_err().to_string().contains("panicked"));
+    // A panic on the work thread (a candidate's attempt) and on the keep-alive thread.
+    gate.panic_acquire.store(true, Ordering::SeqCst);
+    gate.panic_keep_alive.store(true, Ordering::SeqCst);
+    let e = session.election("boom-e").unwrap();
+    e.wait_elected(PATIENCE)
+        .expect("the candidate tries again after the panic");
+    until("the panicking keep-alive happened", || {
+        !gate.panic_keep_alive.load(Ordering::SeqCst)
+    });
+    let seen: Vec<Event> = std::iter::from_fn(|| events.recv_timeout(PATIENCE).ok())
+        .take_while(|e| !matches!(e, Event::Recovered { .. }))
+        .collect();
+    assert!(
+        seen.iter().any(|e| matches!(e, Event::Jeopardy { .. })),
+        "{seen:?}"
+    );
+    assert_eq!(session.state(), SessionState::Valid);
+    assert!(
+        session.try_lock("boom").unwrap().is_some(),
+        "acquires work again"
+    );
+    session.close().unwrap();
+}
+
+#[test]
+fn dropping_handles_and_the_session_does_no_io_on_the_dropping_thread() {
+    let gate = Arc::new(Gate::default());
+    let session = Session::open(gate.clone(), config()).unwrap();
+    let guard = session.try_lock("dropped").unwrap().unwrap();
+    let e = session.election("dropped-e").unwrap();
+    e.wait_elected(PATIENCE).unwrap();
+    let membership = session.group("dropped-g").unwrap().join().unwrap();
+    let me = std::thread::current().id();
+    drop(guard);
+    drop(e);
+    drop(membership);
+    until("two releases and a leave ran", || {
+        gate.io_done("release").len() == 2 && gate.io_done("leave").len() == 1
+    });
+    let owner = gate
+        .inner
+        .owner(&LeaseName::new("dropped").unwrap())
+        .unwrap();
+    assert_eq!(owner, None);
+    drop(session);
+    until("the session was closed", || {
+        gate.io_done("close").len() == 1
+    });
+    for (what, t) in gate.io_threads.lock().unwrap().iter() {
+        assert_ne!(*t, me, "{what} ran on the dropping thread");
+    }
+    // unlock() and resign() still run on the caller's thread and report the result.
+    let session = Session::open(gate.clone(), config()).unwrap();
+    session.try_lock("kept").unwrap().unwrap().unlock().unwrap();
+    assert_eq!(gate.io_done("release").last(), Some(&me));
+}
+
+#[test]
+fn every_group_watch_gets_every_event_and_a_resigned_election_can_campaign_again() {
+    let session = Session::open(Arc::new(MemoryBackend::new()), config()).unwrap();
+    let group = session.group("watched").unwrap();
+    let (a, b) = (group.watch().unwrap(), group.watch().unwrap());
+    let size = |rx: &crossbeam_channel::Receiver<Event>| match rx.recv_timeout(PATIENCE) {
+        Ok(Event::MembersChanged { members, .. }) => members.len(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (size(&a), size(&b)),
+        (0, 0),
+        "each receiver gets the first view"
+    );
+    let _m = group.join().unwrap();
+    assert_eq!((size(&a), size(&b)), (1, 1), "each receiver gets the join");
+    let e = session.election("again").unwrap();
+    let t1 = e.wait_elected(PATIENCE).unwrap();
+    e.resign().unwrap();
+    assert!(matches!(
+        e.wait_elected(PATIENCE),
+        Err(Error::NotCandidate { .. })
+    ));
+    e.campaign().unwrap();
+    let t2 = e.wait_elected(PATIENCE).unwrap();
+    assert!(t2.token > t1.token);
 }

@@ -740,6 +740,11 @@ impl Core {
             .map(|h| h.term.clone())
     }
 
+    /// Whether `handle` is a registered candidate.
+    pub fn is_candidate(&self, handle: HandleId) -> bool {
+        self.candidates.contains_key(&handle)
+    }
+
     /// Registers an election candidate for `name`; it attempts at once, or once the
     /// cool-down after this session's own voluntary release of `name` has passed.
     pub fn add_candidate(&mut self, handle: HandleId, name: LeaseName, now: Instant) {

@@ -85,7 +85,14 @@ impl Listeners {
                         dead.push((id, tx));
                     }
                 }
-                Listener::Callback(cb) => (cb.lock())(event),
+                Listener::Callback(cb) => {
+                    // A panicking callback must not stop the delivery of later events.
+                    let call = std::panic::AssertUnwindSafe(|| (cb.lock())(event));
+                    if let Err(payload) = std::panic::catch_unwind(call) {
+                        let message = super::guarded::panic_message(&*payload);
+                        log::error!("an event callback panicked on {event:?}: {message}");
+                    }
+                }
             }
         }
         if !dead.is_empty() {

@@ -5,6 +5,7 @@ mod clock;
 mod config;
 pub mod core;
 mod event;
+mod guarded;
 mod listeners;
 pub(crate) mod session;
 

@@ -4,6 +4,7 @@ use super::clock::{Clock, SystemClock};
 use super::config::Config;
 use super::core::{Core, HandleId, Health, Output, State, Task, Timing};
 use super::event::Event;
+use super::guarded::PanicGuard;
 use super::listeners::{Delivery, Listeners, SESSION};
 use crate::error::{Error, Result};
 use crate::spi::{LeaseBackend, Notification, Subscription};
@@ -23,6 +24,7 @@ pub use super::core::State as SessionState;
 enum Work {
     Run(SessionId, Task),
     Release(SessionId, LeaseName, Token),
+    Leave(SessionId, GroupName),
     CloseBackend(SessionId),
     Reopen,
     Stop,
@@ -71,7 +73,8 @@ pub(crate) struct Inner {
 /// `send instant + remaining × (1 − drift)` of the last successful keep-alive; a failing
 /// keep-alive moves it to [`SessionState::Jeopardy`], and at the deadline it is lost
 /// ([`SessionState::Expired`]) even while a backend call hangs. An expired session is never
-/// revived: open a new one. Dropping a session closes it.
+/// revived: open a new one. Dropping a session closes it (deleting the backend session from
+/// its work thread; [`Session::close`] waits for that).
 ///
 /// ```
 /// use simba_lease::{Config, Session, backends::MemoryBackend};
@@ -102,6 +105,8 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Opens a session on `backend` (one backend call) and starts its threads.
     pub fn open(backend: Arc<dyn LeaseBackend>, config: Config) -> Result<Session> {
+        // A panic in a backend call becomes an error; the session's threads live on.
+        let backend: Arc<dyn LeaseBackend> = Arc::new(PanicGuard(backend));
         let clock = SystemClock;
         let sent = clock.now();
         let grant = backend.open_session(config.lease(), config.metadata())?;
@@ -274,10 +279,11 @@ impl Session {
 }
 
 impl Drop for Session {
+    /// Closes the session like [`Session::close`], except that the backend session is
+    /// deleted on the session's work thread, not on the dropping thread (no network I/O in
+    /// `Drop`); call `close()` to wait for it and see its result.
     fn drop(&mut self) {
-        if let Err(e) = self.inner.close() {
-            log::warn!("closing session {} on drop failed: {e}", self.inner.id());
-        }
+        let _ = self.inner.close_with(false);
     }
 }
 
@@ -395,6 +401,21 @@ impl Inner {
         }
         drop(s);
         self.changed.notify_all();
+    }
+
+    /// Queues the release of a term of session `id` on the work thread (for `Drop`, which
+    /// never does network I/O on the caller's thread).
+    pub(crate) fn release_later(&self, id: &SessionId, name: &LeaseName, token: Token) {
+        let work = Work::Release(id.clone(), name.clone(), token);
+        if self.work_tx.send(work).is_err() {
+            // The session is closed: closing freed the term already.
+            self.with_session(id, |c| c.on_released(name, true));
+        }
+    }
+
+    /// Queues leaving `group` as session `id` on the work thread (for `Drop`).
+    pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
+        let _ = self.work_tx.send(Work::Leave(id.clone(), group.clone()));
     }
 
     /// Releases a term of session `id` on the backend from the calling thread.
@@ -547,9 +568,14 @@ impl Inner {
                         log::warn!("releasing {name} (token {token}) failed: {e}");
                     }
                 }
+                Work::Leave(id, group) => {
+                    if let Err(e) = self.backend.leave(&id, &group) {
+                        log::warn!("leaving {group} failed: {e}");
+                    }
+                }
                 Work::CloseBackend(id) => {
                     if let Err(e) = self.backend.close_session(&id) {
-                        log::warn!("closing lost session {id} failed: {e}");
+                        log::warn!("closing session {id} failed: {e}");
                     }
                 }
                 Work::Reopen => self.reopen(),
@@ -588,6 +614,12 @@ impl Inner {
     }
 
     fn close(&self) -> Result<()> {
+        self.close_with(true)
+    }
+
+    /// Closes the session; the backend session is deleted on this thread if `wait`, else
+    /// queued on the work thread (which then stops).
+    fn close_with(&self, wait: bool) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
@@ -597,10 +629,13 @@ impl Inner {
             live
         });
         let id = self.id();
-        let result = if was_live {
-            self.backend.close_session(&id)
-        } else {
-            Ok(())
+        let result = match (was_live, wait) {
+            (true, true) => self.backend.close_session(&id),
+            (true, false) => {
+                let _ = self.work_tx.send(Work::CloseBackend(id));
+                Ok(())
+            }
+            (false, _) => Ok(()),
         };
         self.stop_threads();
         result

@@ -49,31 +49,36 @@ impl Session {
     fn election_inner(&self, name: LeaseName, cb: Option<EventCallback>) -> Result<Election> {
         let inner = &self.inner;
         let h = inner.next_handle();
-        {
-            let mut s = inner.lock_shared();
-            // While an expired session is reopened the candidate joins the new one.
-            inner.check_waitable(&s)?;
-            if s.reserved.contains_key(&name) {
-                return Err(Error::AlreadyHeld {
-                    name: name.to_string(),
-                });
-            }
-            s.reserved.insert(name.clone(), h);
-        }
+        enter(inner, &name, h)?;
         let events = inner.listeners.channel(h);
         if let Some(cb) = cb {
             inner.listeners.callback(h, cb);
         }
-        let now = inner.now();
-        inner.with_core(|c| c.add_candidate(h, name.clone(), now));
         Ok(Election {
             inner: inner.clone(),
             handle: h,
             name,
             events,
-            resigned: false,
         })
     }
+}
+
+/// Reserves `name` for candidate `h` in this session and registers it with the engine.
+fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
+    {
+        let mut s = inner.lock_shared();
+        // While an expired session is reopened the candidate joins the new one.
+        inner.check_waitable(&s)?;
+        if s.reserved.contains_key(name) {
+            return Err(Error::AlreadyHeld {
+                name: name.to_string(),
+            });
+        }
+        s.reserved.insert(name.clone(), h);
+    }
+    let now = inner.now();
+    inner.with_core(|c| c.add_candidate(h, name.clone(), now));
+    Ok(())
 }
 
 /// A candidate in an election. Dropping it resigns.
@@ -82,7 +87,6 @@ pub struct Election {
     handle: HandleId,
     name: LeaseName,
     events: Receiver<Event>,
-    resigned: bool,
 }
 
 impl Election {
@@ -131,6 +135,11 @@ impl Election {
             if let Some(t) = s.core.term_of(&self.name, Holder::Election(self.handle)) {
                 return Ok(t);
             }
+            if !s.core.is_candidate(self.handle) {
+                return Err(Error::NotCandidate {
+                    name: self.name.to_string(),
+                });
+            }
             if !self.inner.wait(&mut s, until) {
                 return Err(Error::Timeout {
                     operation: "waiting to be elected",
@@ -149,16 +158,51 @@ impl Election {
     /// if the engine had not yet), or found gone by the backend's release. This session's
     /// next candidate for the name waits one retry period before competing again, so
     /// candidates of other sessions get their turn on backends that only poll.
+    ///
+    /// The handle stays usable: [`Election::wait_elected`] then fails with
+    /// [`Error::NotCandidate`] until [`Election::campaign`] enters again.
     pub fn resign(&self) -> Result<()> {
-        self.withdraw()
+        self.withdraw(true)
     }
 
-    fn withdraw(&self) -> Result<()> {
+    /// Enters the election again after [`Election::resign`] (nothing to do if this handle
+    /// still campaigns). [`Error::AlreadyHeld`] if this session took the name meanwhile.
+    ///
+    /// ```
+    /// use simba_lease::{Config, Error, Session, backends::MemoryBackend};
+    /// use std::{sync::Arc, time::Duration};
+    /// let config = Config::builder()
+    ///     .lease(Duration::from_secs(3))
+    ///     .renew_interval(Duration::from_secs(1))
+    ///     .build()?;
+    /// let session = Session::open(Arc::new(MemoryBackend::new()), config)?;
+    /// let election = session.election("scheduler")?;
+    /// election.wait_elected(Duration::from_secs(5))?;
+    /// election.resign()?;
+    /// let err = election.wait_elected(Duration::from_secs(5)).unwrap_err();
+    /// assert!(matches!(err, Error::NotCandidate { .. }));
+    /// election.campaign()?;
+    /// election.wait_elected(Duration::from_secs(5))?;
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn campaign(&self) -> Result<()> {
+        if self.inner.lock_shared().core.is_candidate(self.handle) {
+            return Ok(());
+        }
+        enter(&self.inner, &self.name, self.handle)
+    }
+
+    /// Withdraws the candidate; a term is released now if `wait`, else on the work thread.
+    fn withdraw(&self, wait: bool) -> Result<()> {
         let inner = &self.inner;
         let now = inner.now();
         let (id, held) =
             inner.with_core(|c| (c.session().clone(), c.remove_candidate(self.handle, now)));
         let r = held.and_then(|held| match held {
+            Some(term) if !wait => {
+                inner.release_later(&id, &term.name, term.token);
+                Ok(())
+            }
             Some(term) => match inner.release_now(&id, &term.name, term.token)? {
                 true => Ok(()),
                 false => Err(lease_lost(&term)),
@@ -171,14 +215,12 @@ impl Election {
 }
 
 impl Drop for Election {
+    /// Resigns; a leader's term ends at once and is released on the session's work thread.
     fn drop(&mut self) {
-        if !self.resigned {
-            self.resigned = true;
-            match self.withdraw() {
-                Ok(()) => {}
-                Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a candidate: {e}"),
-                Err(e) => log::warn!("resigning from {} failed: {e}", self.name),
-            }
+        match self.withdraw(false) {
+            Ok(()) => {}
+            Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a candidate: {e}"),
+            Err(e) => log::warn!("resigning from {} failed: {e}", self.name),
         }
         self.inner.drop_listeners(self.handle);
     }

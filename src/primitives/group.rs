@@ -21,7 +21,7 @@ impl Session {
     /// let workers = session.group("workers")?;
     /// let membership = workers.join()?;
     /// assert_eq!(workers.members()?[0].metadata.as_str(), "10.0.0.7:80");
-    /// drop(membership); // leaves
+    /// membership.leave()?; // dropping it leaves too, from the session's work thread
     /// assert!(workers.members()?.is_empty());
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
@@ -29,19 +29,17 @@ impl Session {
         let name = name.into_group_name()?;
         Ok(Group {
             inner: self.inner.clone(),
-            handle: self.inner.next_handle(),
             name,
-            watch: Mutex::new(None),
+            watches: Mutex::new(Vec::new()),
         })
     }
 }
 
-/// A view of a group. Dropping it stops its watch; memberships are [`Membership`] guards.
+/// A view of a group. Dropping it stops its watches; memberships are [`Membership`] guards.
 pub struct Group {
     inner: Arc<Inner>,
-    handle: HandleId,
     name: GroupName,
-    watch: Mutex<Option<Receiver<Event>>>,
+    watches: Mutex<Vec<HandleId>>,
 }
 
 impl Group {
@@ -91,31 +89,44 @@ impl Group {
     }
 
     /// [`Event::MembersChanged`] events: first the members now, then every change (read
-    /// again on every group notification and every `renew_interval / 2`). Every call returns
-    /// the same queue; it disconnects when the session closes.
+    /// again on every group notification and every `renew_interval / 2`). Each call starts
+    /// a watch of its own, so every receiver gets every event; all disconnect when the
+    /// session closes or this `Group` is dropped.
+    ///
+    /// ```
+    /// use simba_lease::{Config, Event, Session, backends::MemoryBackend};
+    /// use std::{sync::Arc, time::Duration};
+    /// let session = Session::open(Arc::new(MemoryBackend::new()), Config::default())?;
+    /// let workers = session.group("workers")?;
+    /// let (a, b) = (workers.watch()?, workers.watch()?);
+    /// for rx in [&a, &b] {
+    ///     let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    ///     assert!(matches!(first, Event::MembersChanged { members, .. } if members.is_empty()));
+    /// }
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
     pub fn watch(&self) -> Result<Receiver<Event>> {
-        let mut w = self.watch.lock();
-        if let Some(rx) = &*w {
-            return Ok(rx.clone());
-        }
         self.inner.lock_shared().core.check_live()?;
-        let rx = self.inner.listeners.channel(self.handle);
-        let (h, now, name) = (self.handle, self.inner.now(), self.name.clone());
+        let h = self.inner.next_handle();
+        let rx = self.inner.listeners.channel(h);
+        let (now, name) = (self.inner.now(), self.name.clone());
         self.inner.with_core(|c| c.add_group_watch(h, name, now));
-        *w = Some(rx.clone());
+        self.watches.lock().push(h);
         Ok(rx)
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        let h = self.handle;
-        self.inner.with_core(|c| c.remove_watch(h));
-        self.inner.drop_listeners(h);
+        for h in std::mem::take(&mut *self.watches.lock()) {
+            self.inner.with_core(|c| c.remove_watch(h));
+            self.inner.drop_listeners(h);
+        }
     }
 }
 
-/// Membership of a group; dropping it leaves the group.
+/// Membership of a group; dropping it leaves the group (the backend call runs on the
+/// session's work thread; [`Membership::leave`] leaves before returning).
 pub struct Membership {
     inner: Arc<Inner>,
     name: GroupName,
@@ -131,10 +142,11 @@ impl Membership {
     /// Leaves now (unless another guard of this session still holds the group), reporting
     /// a backend failure (dropping only logs it).
     pub fn leave(mut self) -> Result<bool> {
-        self.leave_once()
+        self.leave_once(true)
     }
 
-    fn leave_once(&mut self) -> Result<bool> {
+    /// Leaves now if `wait`, else queues the leave on the session's work thread.
+    fn leave_once(&mut self, wait: bool) -> Result<bool> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(false);
         }
@@ -156,13 +168,18 @@ impl Membership {
             }
             s.core.session().clone()
         };
+        if !wait {
+            self.inner.leave_later(&id, &self.name);
+            return Ok(true);
+        }
         self.inner.backend.leave(&id, &self.name)
     }
 }
 
 impl Drop for Membership {
+    /// Leaves; the backend call runs on the session's work thread.
     fn drop(&mut self) {
-        if let Err(e) = self.leave_once() {
+        if let Err(e) = self.leave_once(false) {
             log::warn!("leaving {} failed: {e}", self.name);
         }
     }

@@ -36,7 +36,7 @@ impl Session {
     /// let b = Session::open(backend, Config::default())?;
     /// let guard = a.try_lock("db-migration")?.unwrap();
     /// assert!(b.try_lock("db-migration")?.is_none());
-    /// drop(guard);
+    /// guard.unlock()?; // released when this returns (dropping releases in the background)
     /// assert!(b.try_lock("db-migration")?.is_some());
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
@@ -173,8 +173,10 @@ impl Session {
     }
 }
 
-/// A held lock. Dropping it releases the lock; it is `Send`, so it may be dropped on
-/// another thread.
+/// A held lock. Dropping it ends the term at once and releases the lock on the backend from
+/// the session's work thread (never network I/O on the dropping thread);
+/// [`LockGuard::unlock`] releases it before returning. It is `Send`, so it may be dropped
+/// on another thread.
 ///
 /// Check [`LockGuard::is_valid`] (or pass [`LockGuard::token`] to the protected resource)
 /// before acting on the lock: it ends without the guard being dropped if the session is lost.
@@ -237,10 +239,12 @@ impl LockGuard {
     /// [`LossReason::Missing`](crate::LossReason::Missing)). Either way the loss is reported
     /// exactly once.
     pub fn unlock(mut self) -> Result<()> {
-        self.release()
+        self.release(true)
     }
 
-    fn release(&mut self) -> Result<()> {
+    /// Ends the term locally; releases it on the backend now if `wait`, else queues the
+    /// release on the session's work thread.
+    fn release(&mut self, wait: bool) -> Result<()> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(());
         }
@@ -251,9 +255,15 @@ impl LockGuard {
         let token = inner
             .with_session(id, |c| c.unlock(h, term, now))
             .unwrap_or_else(|| Err(lease_lost(term)));
-        let r = token.and_then(|token| match inner.release_now(id, &term.name, token)? {
-            true => Ok(()),
-            false => Err(inner.with_core(|c| c.lost_on_unlock(h, term.clone()))),
+        let r = token.and_then(|token| {
+            if !wait {
+                inner.release_later(id, &term.name, token);
+                return Ok(());
+            }
+            match inner.release_now(id, &term.name, token)? {
+                true => Ok(()),
+                false => Err(inner.with_core(|c| c.lost_on_unlock(h, term.clone()))),
+            }
         });
         inner.drop_listeners(self.handle);
         inner.unreserve(&self.term.name, self.handle);
@@ -262,8 +272,9 @@ impl LockGuard {
 }
 
 impl Drop for LockGuard {
+    /// Ends the term at once; the backend release runs on the session's work thread.
     fn drop(&mut self) {
-        match self.release() {
+        match self.release(false) {
             Ok(()) => {}
             Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a lost lock: {e}"),
             Err(e) => log::warn!("releasing lock {} failed: {e}", self.term.name),
