@@ -109,6 +109,15 @@ pub enum Error {
     /// The session or handle was closed.
     #[error("closed")]
     Closed,
+    /// The database server is of a version the backend does not support (e.g. MySQL before
+    /// 8.0, MariaDB before 10.6); refused when the backend connects.
+    #[error("unsupported database server {server:?}: simba-lease needs {required}")]
+    UnsupportedServer {
+        /// The server's version string as it reported it.
+        server: String,
+        /// The versions supported.
+        required: &'static str,
+    },
     /// The backend failed; the driver's error is the source.
     #[error("backend error while {operation}: {source}")]
     Backend {

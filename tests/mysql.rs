@@ -113,3 +113,210 @@ impl TakeOver for MyTakeOver {
         n.unwrap_or(0) > 0
     }
 }
+
+fn opts() -> mysql::OptsBuilder {
+    mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&MySql::url()).unwrap())
+        .prefer_socket(false)
+}
+
+/// Issue 9.3: with `CLIENT_FOUND_ROWS` an unchanged upsert reports one affected row, like an
+/// insert; the outcome must not depend on it. A lease held by another session is `Held`, the
+/// holder's own acquire is the same term, and release and join keep working.
+#[test]
+fn client_found_rows_does_not_turn_held_into_acquired() {
+    use mysql::consts::CapabilityFlags;
+    use simba_lease::spi::{Acquire, LeaseBackend};
+    use simba_lease::{GroupName, LeaseName, Metadata};
+    use std::time::Duration;
+
+    let base = isolated(&MySql::url());
+    let found = opts().additional_capabilities(CapabilityFlags::CLIENT_FOUND_ROWS);
+    // The flag is on: an upsert that changes nothing reports one row.
+    let mut c = mysql::Conn::new(found.clone()).unwrap();
+    c.query_drop("CREATE TEMPORARY TABLE found_rows_probe (k INT PRIMARY KEY, v INT)")
+        .unwrap();
+    c.query_drop("INSERT INTO found_rows_probe VALUES (1, 1)")
+        .unwrap();
+    c.query_drop("INSERT INTO found_rows_probe VALUES (1, 1) ON DUPLICATE KEY UPDATE v = v")
+        .unwrap();
+    assert_eq!(c.affected_rows(), 1, "CLIENT_FOUND_ROWS is in effect");
+
+    let b = SqlBackend::builder(MySql::url())
+        .mysql_opts(found)
+        .table_prefix(base.0.table_prefix())
+        .build()
+        .unwrap();
+    let lease = Duration::from_secs(60);
+    let a = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let o = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let name = LeaseName::new("found-rows").unwrap();
+    let Acquire::Acquired(t) = b.acquire(&a, &name).unwrap() else {
+        panic!("a free lease is acquired")
+    };
+    match b.acquire(&o, &name).unwrap() {
+        Acquire::Held(owner) => {
+            assert_eq!(owner.session, a);
+            assert_eq!(owner.token, t.token);
+        }
+        other => panic!("a lease held by another session must be Held: {other:?}"),
+    }
+    let Acquire::Acquired(same) = b.acquire(&a, &name).unwrap() else {
+        panic!("the holder acquires again")
+    };
+    assert_eq!(same.token, t.token, "the same term");
+    assert_eq!(b.owner(&name).unwrap().unwrap().session, a);
+    assert!(b.release(&a, &name, t.token).unwrap());
+    assert!(!b.release(&a, &name, t.token).unwrap());
+    let Acquire::Acquired(next) = b.acquire(&o, &name).unwrap() else {
+        panic!("a released lease is acquired")
+    };
+    assert!(next.token > t.token);
+    let g = GroupName::new("found-rows").unwrap();
+    b.join(&a, &g).unwrap();
+    b.join(&a, &g).unwrap();
+    assert_eq!(b.members(&g).unwrap().len(), 1);
+    b.close_session(&a).unwrap();
+    b.close_session(&o).unwrap();
+}
+
+/// Issue 9.4: a session that was expired when `purge_expired` read it but is live again
+/// before its delete (here renewed by hand, as a step back of the database clock would, in a
+/// transaction that commits once the purge waits for the row) keeps its row and its memberships; a session really purged loses
+/// its memberships. Deterministic.
+#[test]
+fn purge_keeps_memberships_of_a_session_renewed_before_the_delete() {
+    use simba_lease::spi::LeaseBackend;
+    use simba_lease::{GroupName, Metadata};
+    use std::time::Duration;
+
+    let b = isolated(&MySql::url());
+    let p = b.0.table_prefix().to_owned();
+    let (sessions, members) = (format!("{p}simba_session"), format!("{p}simba_member"));
+    let g = GroupName::new("renewed").unwrap();
+    let short = Duration::from_millis(50);
+    let renewed = b.open_session(short, &Metadata::default()).unwrap().id;
+    let dead = b.open_session(short, &Metadata::default()).unwrap().id;
+    b.join(&renewed, &g).unwrap();
+    b.join(&dead, &g).unwrap();
+    sql_common::until(Duration::from_secs(20), "both sessions expired", || {
+        b.members(&g).unwrap().is_empty()
+    });
+
+    // The renewal is in flight (not committed) when the purge reads: the purge sees the
+    // session expired, then its delete waits for the row until the renewal commits.
+    let mut renewal = raw();
+    renewal.query_drop("START TRANSACTION").unwrap();
+    renewal
+        .exec_drop(
+            format!("UPDATE {sessions} SET expires_at = expires_at + 3600000 WHERE session_id = ?"),
+            (renewed.as_str(),),
+        )
+        .unwrap();
+    let b2 = b.clone();
+    let purge = std::thread::spawn(move || b2.purge_expired());
+    sql_common::until(
+        Duration::from_secs(20),
+        "the purge waits for the session row",
+        || {
+            let n: Option<i64> = raw()
+                .exec_first(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ?",
+                    (format!("DELETE FROM {sessions} %"),),
+                )
+                .unwrap();
+            n.unwrap_or(0) > 0
+        },
+    );
+    renewal.query_drop("COMMIT").unwrap();
+    assert_eq!(
+        purge.join().unwrap().unwrap(),
+        1,
+        "only the dead session is purged"
+    );
+
+    let left: Vec<String> = raw()
+        .query(format!(
+            "SELECT session_id FROM {members} ORDER BY session_id"
+        ))
+        .unwrap();
+    assert_eq!(
+        left,
+        [renewed.as_str().to_owned()],
+        "the renewed session keeps its membership, the purged one loses it"
+    );
+    let ids: Vec<_> = b
+        .members(&g)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.session)
+        .collect();
+    assert_eq!(ids, [renewed]);
+}
+
+/// Issue 9.6: every remaining time is the database's `expires - now`, rounded down. The
+/// connections' clock is frozen half a millisecond past a millisecond (`SET timestamp`), so a
+/// lease of 10 s leaves 9.9995 s: every reply says 9999 ms, never 10 000 ms.
+#[test]
+fn remaining_times_are_measured_and_rounded_down() {
+    use simba_lease::spi::{Acquire, LeaseBackend};
+    use simba_lease::{LeaseName, Metadata};
+    use std::time::Duration;
+
+    let base = isolated(&MySql::url());
+    let frozen = opts().init(vec!["SET timestamp = 1700000000.500500"]);
+    let b = SqlBackend::builder(MySql::url())
+        .mysql_opts(frozen)
+        .table_prefix(base.0.table_prefix())
+        .build()
+        .unwrap();
+    let lease = Duration::from_secs(10);
+    let expect = Duration::from_millis(9999);
+    let grant = b.open_session(lease, &Metadata::default()).unwrap();
+    assert_eq!(grant.remaining, expect, "open_session");
+    let other = b.open_session(lease, &Metadata::default()).unwrap().id;
+    assert_eq!(
+        b.keep_alive(&grant.id, lease).unwrap().remaining,
+        expect,
+        "keep_alive"
+    );
+    let name = LeaseName::new("frozen").unwrap();
+    match b.acquire(&grant.id, &name).unwrap() {
+        Acquire::Acquired(t) => assert_eq!(t.remaining, expect, "acquire"),
+        other => panic!("{other:?}"),
+    }
+    match b.acquire(&other, &name).unwrap() {
+        Acquire::Held(o) => assert_eq!(o.remaining, expect, "held"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.owner(&name).unwrap().unwrap().remaining, expect, "owner");
+    let ka = b.keep_alive(&grant.id, lease).unwrap();
+    assert_eq!(ka.leases[0].remaining, expect, "held lease");
+}
+
+/// Issue 9.5: connecting detects the server's flavor and version (MariaDB 10.11 on the test
+/// machines, MySQL 8 in production) and accepts it.
+#[test]
+fn server_flavor_and_version_are_detected() {
+    use simba_lease::backends::Flavor;
+
+    let b = isolated(&MySql::url());
+    let server = b.0.server().expect("detected on connect");
+    let (version, comment): (String, String) = raw()
+        .query_first("SELECT VERSION(), @@version_comment")
+        .unwrap()
+        .unwrap();
+    assert_eq!(server.reported, version);
+    let maria = version.contains("MariaDB") || comment.contains("MariaDB");
+    let (major, minor, _) = server.version;
+    if maria {
+        assert_eq!(server.flavor, Flavor::MariaDb);
+        assert!((major, minor) >= (10, 6), "{server:?}");
+    } else {
+        assert_eq!(server.flavor, Flavor::MySql);
+        assert!(major >= 8, "{server:?}");
+    }
+    assert!(
+        version.starts_with(&format!("{major}.{minor}.")),
+        "{version} vs {server:?}"
+    );
+}

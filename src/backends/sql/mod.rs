@@ -1,4 +1,4 @@
-//! The SQL backends: PostgreSQL 14+ (feature `postgres`) and MySQL 8 / MariaDB 10.11
+//! The SQL backends: PostgreSQL 14+ (feature `postgres`) and MySQL 8.0+ / MariaDB 10.6+
 //! (feature `mysql`), one [`SqlBackend`] type with a [`Dialect`].
 //!
 //! Three tables (`simba_session`, `simba_lease`, `simba_member`, optionally with a table
@@ -13,7 +13,8 @@
 //! |---|---|---|
 //! | `acquire` | 1 (one statement: the upsert plus its report) | 2 (the upsert, then a read of the outcome) |
 //! | `keep_alive` | 1 (a CTE: the `UPDATE`, then the held leases `FOR SHARE`) | 2 (the `UPDATE`, then the held leases) |
-//! | `release`, `leave`, `owner`, `members`, `open_session` | 1 | 1 |
+//! | `open_session` | 1 (`RETURNING` the remaining time) | 2 (the `INSERT`, then a read of the remaining time) |
+//! | `release`, `leave`, `owner`, `members` | 1 | 1 |
 //! | `join` | 1 | 1 (2 when already a member) |
 //! | `close_session` | 1 | 3 |
 //!
@@ -22,6 +23,36 @@
 //! statement is one autocommit transaction that the server rolled back whole. An upsert that
 //! raced with a concurrent change of the same lease row (it saw the row change between its
 //! snapshot and its row lock) is retried the same way.
+//!
+//! Every remaining time is the database's `expires_at − now`, measured in microseconds by the
+//! statement that answers and rounded **down** to whole milliseconds (`expires_at` is whole
+//! ms; `now` is not), so `sent_at + remaining` is never later than the database's expiry.
+//!
+//! # MySQL 8 and MariaDB
+//!
+//! MySQL 8.0 is the target; MariaDB 10.11 is what the test machines run. Each new connection
+//! reads `SELECT VERSION(), @@version_comment`, tells MySQL from MariaDB (see
+//! [`SqlBackend::server`]) and refuses MySQL before 8.0 and MariaDB before 10.6 with
+//! [`Error::UnsupportedServer`]. The statements are the subset both servers document:
+//!
+//! | | MySQL 8.0 | MariaDB 10.6+ | used here |
+//! |---|---|---|---|
+//! | shared row lock | `FOR SHARE`, `LOCK IN SHARE MODE` (kept for compatibility, equivalent) | `LOCK IN SHARE MODE` only | `LOCK IN SHARE MODE` |
+//! | upsert referring to the new row | row alias `INSERT … VALUES (…) AS new` (8.0.19+); `VALUES(col)` deprecated in 8.0.20 | `VALUES(col)`; no row alias | `INSERT … SELECT … ON DUPLICATE KEY UPDATE` naming the selected columns (valid on both, neither form needed) |
+//! | `RETURNING` | no | `INSERT`/`DELETE … RETURNING` | not used: a second statement reads the outcome |
+//! | affected rows of an unchanged upsert | 0, or 1 with `CLIENT_FOUND_ROWS` | same | not used to decide anything |
+//! | statement time limit | `max_execution_time` (ms): read-only `SELECT`s only | `max_statement_time` (s): every statement | the server's own, per flavor |
+//! | lock waits | `innodb_lock_wait_timeout` (row locks), `lock_wait_timeout` (metadata locks), whole seconds | same | both, set to the query timeout rounded up |
+//! | UTC epoch µs | `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))` | same | fixed at statement start, no time-zone conversion |
+//! | named lock | `GET_LOCK(name, seconds)` / `RELEASE_LOCK` | same | schema installation |
+//!
+//! How each statement is bounded: on MariaDB by `max_statement_time` (the query timeout).
+//! On MySQL a `SELECT` by `max_execution_time`; an `INSERT`, `UPDATE` or `DELETE` (which
+//! `max_execution_time` does not cover) by `innodb_lock_wait_timeout` while it waits for a row
+//! lock, by `lock_wait_timeout` while it waits for a metadata lock (a concurrent DDL), and in
+//! any case by the client's read/write timeout (query timeout + 2 s), after which the
+//! connection is dropped (the server may still finish the statement). On both, the engine's
+//! local deadline ends the call's relevance anyway.
 
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -46,7 +77,7 @@ pub(crate) use pool::{Pool, PoolConn};
 pub enum Dialect {
     /// PostgreSQL 14 or later.
     Postgres,
-    /// MySQL 8 or MariaDB 10.11 (the SQL is the subset both accept).
+    /// MySQL 8.0+ or MariaDB 10.6+ (the SQL is the subset both accept).
     Mysql,
 }
 
@@ -180,7 +211,7 @@ pub(crate) fn with_conn<C: PoolConn, T>(
     }
 }
 
-/// A renewed session: its remaining ms and the (name, token) of the leases it holds.
+/// A renewed session: its remaining µs and the (name, token) of the leases it holds.
 pub(crate) type Renewed = (i64, Vec<(String, i64)>);
 
 /// Outcome of one acquire statement.
@@ -189,25 +220,30 @@ pub(crate) enum AcqRow {
     /// The acquirer's session is not live.
     Expired,
     /// The acquirer holds the lease (a new term or the same).
-    Acquired { token: i64, remaining_ms: i64 },
+    Acquired { token: i64, remaining_us: i64 },
     /// Another live session holds it.
     Held {
         session: String,
         token: i64,
-        remaining_ms: i64,
+        remaining_us: i64,
     },
     /// The row changed under the statement; run it again.
     Raced,
 }
 
 /// What one acquire statement reported, read from its result in either dialect.
+///
+/// Remaining times are in microseconds, `expires_at × 1000 − now` with `now` the database's
+/// clock in µs, so a session is live exactly when its remaining is positive (the statements'
+/// `expires_at > now_ms` with `now_ms = now DIV 1000`).
 #[derive(Debug, Default)]
 pub(crate) struct AcqReport {
-    /// The acquirer's remaining ms; `None` (or not positive) when its session is not live.
+    /// The acquirer's remaining µs; `None` (or not positive) when its session is not live.
     pub(crate) my_remaining: Option<i64>,
-    /// The token of the term the statement began, if it began one.
+    /// The token of the term the statement began, if it reports one (PostgreSQL's
+    /// `RETURNING`). MySQL leaves it `None`: the lease row read after the upsert decides.
     pub(crate) new_token: Option<i64>,
-    /// The lease row as the report read it: holder session, token, holder's remaining ms.
+    /// The lease row as the report read it: holder session, token, holder's remaining µs.
     pub(crate) holder: Option<String>,
     pub(crate) token: Option<i64>,
     pub(crate) holder_remaining: Option<i64>,
@@ -222,19 +258,19 @@ impl AcqReport {
         if let Some(t) = self.new_token {
             return AcqRow::Acquired {
                 token: t,
-                remaining_ms: my_rem,
+                remaining_us: my_rem,
             };
         }
         let holder = self.holder.map(|s| s.trim_end().to_owned());
         match (holder, self.token, self.holder_remaining) {
             (Some(s), Some(t), _) if s == id => AcqRow::Acquired {
                 token: t,
-                remaining_ms: my_rem,
+                remaining_us: my_rem,
             },
             (Some(s), Some(t), Some(rem)) if rem > 0 => AcqRow::Held {
                 session: s,
                 token: t,
-                remaining_ms: rem,
+                remaining_us: rem,
             },
             _ => AcqRow::Raced,
         }
@@ -245,13 +281,15 @@ impl AcqReport {
 pub(crate) trait Driver: Send + Sync + 'static {
     fn install_schema(&self) -> DbResult<()>;
     fn drop_tables(&self) -> DbResult<()>;
-    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<()>;
+    /// Inserts the session; returns its remaining µs as the database measured it.
+    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64>;
     /// `None` when the session is not live.
     fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>>;
     /// Deletes the session, frees its leases, deletes its memberships.
     fn remove_session(&self, id: &str) -> DbResult<()>;
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow>;
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool>;
+    /// The live holder: session, token, remaining µs.
     fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>>;
     /// `false` when the session is not live.
     fn join(&self, id: &str, group: &str) -> DbResult<bool>;
@@ -261,6 +299,33 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// A prepared `SELECT 1`.
     fn ping(&self) -> DbResult<()>;
     fn connection_ids(&self) -> Vec<u64>;
+    /// The server detected on connect, where the dialect detects it.
+    fn server(&self) -> Option<ServerVersion> {
+        None
+    }
+}
+
+/// The kind of database server behind a [`SqlBackend`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Flavor {
+    /// Oracle MySQL (8.0 or later).
+    MySql,
+    /// MariaDB (10.6 or later).
+    MariaDb,
+}
+
+/// The database server a [`SqlBackend`] connected to, as detected from `SELECT VERSION(),
+/// @@version_comment` on every new connection (MySQL dialect).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerVersion {
+    /// MySQL or MariaDB.
+    pub flavor: Flavor,
+    /// `(major, minor, patch)`, e.g. `(10, 11, 19)`.
+    pub version: (u32, u32, u32),
+    /// The version string as the server reported it, e.g. `10.11.19-MariaDB-0+deb12u1`.
+    pub reported: String,
 }
 
 /// Leases, sessions and groups in PostgreSQL or MySQL/MariaDB tables.
@@ -517,12 +582,18 @@ impl SqlBackendBuilder {
     }
 }
 
+/// The longest lease stored, about 139 years: `expires_at × 1000` (µs) must fit in a `BIGINT`.
+const MAX_LEASE_MS: i64 = 1 << 42;
+
 fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+    i64::try_from(d.as_millis()).map_or(MAX_LEASE_MS, |m| m.min(MAX_LEASE_MS))
 }
 
-fn dur(ms: i64) -> Duration {
-    Duration::from_millis(ms.max(0) as u64)
+/// A remaining time measured by the database in microseconds, rounded DOWN to whole
+/// milliseconds (never up, so `sent_at + remaining` is never later than the database's
+/// expiry); not positive means none left.
+fn remaining(us: i64) -> Duration {
+    Duration::from_millis(u64::try_from(us.div_euclid(1000)).unwrap_or(0))
 }
 
 fn token(t: i64) -> Result<Token> {
@@ -594,6 +665,12 @@ impl SqlBackend {
         self.driver
             .drop_tables()
             .map_err(|e| self.err("dropping the tables", e))
+    }
+
+    /// The database server as detected when the backend connected: flavor (MySQL or MariaDB)
+    /// and version. `None` on PostgreSQL, where it is not detected.
+    pub fn server(&self) -> Option<ServerVersion> {
+        self.driver.server()
     }
 
     /// Server-side ids of the idle pooled connections (PostgreSQL backend pids, MySQL
@@ -673,13 +750,14 @@ impl LeaseBackend for SqlBackend {
             ));
         }
         let id = SessionId::random();
-        self.driver
+        let us = self
+            .driver
             .open_session(id.as_str(), ms(lease), metadata.as_str())
             .map_err(|e| self.err("opening a session", e))?;
         self.maybe_purge();
         Ok(SessionGrant {
             id,
-            remaining: lease,
+            remaining: remaining(us),
         })
     }
 
@@ -688,13 +766,13 @@ impl LeaseBackend for SqlBackend {
             .driver
             .keep_alive(session.as_str(), ms(lease))
             .map_err(|e| self.err("keeping a session alive", e))?;
-        let Some((remaining_ms, rows)) = reply else {
+        let Some((remaining_us, rows)) = reply else {
             self.driver
                 .remove_session(session.as_str())
                 .map_err(|e| self.err("removing an expired session", e))?;
             return Err(Self::expired(session));
         };
-        let remaining = dur(remaining_ms);
+        let remaining = remaining(remaining_us);
         let leases = rows
             .into_iter()
             .map(|(name, t)| {
@@ -728,20 +806,20 @@ impl LeaseBackend for SqlBackend {
                 AcqRow::Expired => Err(Self::expired(session)),
                 AcqRow::Acquired {
                     token: t,
-                    remaining_ms,
+                    remaining_us,
                 } => Ok(Acquire::Acquired(Term {
                     name: name.clone(),
                     token: token(t)?,
-                    remaining: dur(remaining_ms),
+                    remaining: remaining(remaining_us),
                 })),
                 AcqRow::Held {
                     session: s,
                     token: t,
-                    remaining_ms,
+                    remaining_us,
                 } => Ok(Acquire::Held(Owner {
                     session: session_id(&s)?,
                     token: token(t)?,
-                    remaining: dur(remaining_ms),
+                    remaining: remaining(remaining_us),
                 })),
                 AcqRow::Raced if Instant::now() < deadline && attempt < 50 => {
                     attempt += 1;
@@ -770,11 +848,11 @@ impl LeaseBackend for SqlBackend {
             .driver
             .owner(name.as_str())
             .map_err(|e| self.err("reading a lease owner", e))?;
-        row.map(|(s, t, rem)| {
+        row.map(|(s, t, us)| {
             Ok(Owner {
                 session: session_id(&s)?,
                 token: token(t)?,
-                remaining: dur(rem),
+                remaining: remaining(us),
             })
         })
         .transpose()
@@ -859,6 +937,29 @@ mod tests {
         };
         assert!(validate(&bad).is_err());
         assert!(validate(&Options::default()).is_ok());
+    }
+
+    #[test]
+    fn remaining_is_rounded_down_to_whole_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            remaining(9_999_500),
+            ms(9_999),
+            "0.5 ms left over is dropped"
+        );
+        assert_eq!(remaining(10_000_000), ms(10_000));
+        assert_eq!(remaining(1_999), ms(1));
+        assert_eq!(remaining(999), ms(0), "less than 1 ms is nothing");
+        assert_eq!(remaining(0), ms(0));
+        assert_eq!(remaining(-1), ms(0));
+        assert_eq!(remaining(i64::MIN), ms(0));
+        // Never more than the microseconds measured.
+        for us in [1, 7, 999, 1_000, 1_001, 123_456_789] {
+            assert!(remaining(us) <= Duration::from_micros(us as u64), "{us}");
+        }
+        // Leases are capped so that `expires_at * 1000` cannot overflow.
+        assert_eq!(super::ms(Duration::MAX), MAX_LEASE_MS);
+        assert_eq!(super::ms(Duration::from_secs(5)), 5_000);
     }
 
     #[test]

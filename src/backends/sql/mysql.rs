@@ -1,23 +1,124 @@
-//! MySQL 8 / MariaDB 10.11 statements (`mysql` crate, blocking).
+//! MySQL 8 / MariaDB 10.6+ statements (`mysql` crate, blocking).
 //!
-//! `now` is `TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000`: UTC epoch
-//! ms, fixed at statement start, with no time-zone conversion at all. Only SQL both servers
-//! accept is used: `LOCK IN SHARE MODE` (MariaDB has no `FOR SHARE`; MySQL 8 documents the two
-//! as equivalent), `INSERT … SELECT … ON DUPLICATE KEY UPDATE` referring to the selected row's
-//! columns (neither the deprecated `VALUES(col)` nor the row alias MariaDB rejects), no
-//! `RETURNING`.
+//! MySQL 8.0 is the target; the tests run on MariaDB 10.11. Every statement is in the subset
+//! both document, and every new connection reads `SELECT VERSION(), @@version_comment` to tell
+//! the two apart (MySQL 8.0+ and MariaDB 10.6+ are accepted; older servers are refused with
+//! [`Error::UnsupportedServer`]).
+//!
+//! * `now` is `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`: UTC epoch
+//!   µs (`DIV 1000` for ms), fixed at statement start, with no time-zone conversion at all
+//!   (both servers). Remaining times are `expires_at * 1000 - now_us`, rounded down to whole
+//!   ms by the caller, so no reply claims more than the database grants.
+//! * Shared row locks: `LOCK IN SHARE MODE` (MariaDB has no `FOR SHARE`; MySQL 8 documents
+//!   the two as equivalent, `LOCK IN SHARE MODE` kept for compatibility), also in subqueries.
+//! * Upserts: `INSERT … SELECT … ON DUPLICATE KEY UPDATE` referring to the selected row's
+//!   columns. MySQL 8.0.20+ deprecates `VALUES(col)` and offers a row alias
+//!   (`INSERT … VALUES (…) AS new`) that MariaDB rejects; `INSERT … SELECT` needs neither on
+//!   both. Neither `RETURNING` (MariaDB only) nor affected-row counts decide an outcome: the
+//!   count of an unchanged upsert is 0, or 1 with `CLIENT_FOUND_ROWS` (settable through
+//!   `mysql_opts`), so acquire reads the lease row after its upsert instead.
+//! * Bounds on each statement: MariaDB's `max_statement_time` (seconds, fractional) bounds
+//!   every statement, reads and writes. MySQL's `max_execution_time` (ms) bounds read-only
+//!   `SELECT`s only, so on MySQL an `INSERT`/`UPDATE`/`DELETE` is bounded by the lock waits
+//!   (`innodb_lock_wait_timeout` for row locks, `lock_wait_timeout` for metadata locks, both
+//!   whole seconds, set on both servers) and, as a backstop, by the client's read/write
+//!   timeout (the query timeout + 2 s: the connection is then dropped, while the server may
+//!   finish the statement). `GET_LOCK(name, seconds)` (schema installation) has its own
+//!   timeout.
 
 use super::{
-    with_conn, AcqReport, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn,
-    Renewed, Tables,
+    with_conn, AcqReport, AcqRow, DbError, DbResult, Driver, Flavor, Kind, Options, Pool, PoolConn,
+    Renewed, ServerVersion, Tables,
 };
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
 use ::mysql::prelude::Queryable;
 use ::mysql::{Conn, Opts, OptsBuilder, Value};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// UTC epoch µs of the statement's start.
+const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+/// The same instant in whole ms (rounded down).
 const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+
+/// The oldest servers accepted.
+const REQUIRED: &str = "MySQL 8.0 or later, or MariaDB 10.6 or later";
+
+/// Tells MySQL from MariaDB and reads the version from `SELECT VERSION(), @@version_comment`.
+/// `None` when no version number leads the string.
+pub(crate) fn parse_server(version: &str, comment: &str) -> Option<ServerVersion> {
+    let maria = |s: &str| s.to_ascii_lowercase().contains("mariadb");
+    let flavor = if maria(version) || maria(comment) {
+        Flavor::MariaDb
+    } else {
+        Flavor::MySql
+    };
+    // MariaDB behind some proxies (and in its handshake) prefixes "5.5.5-".
+    let v = match flavor {
+        Flavor::MariaDb => version.strip_prefix("5.5.5-").unwrap_or(version),
+        Flavor::MySql => version,
+    };
+    let end = v
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(v.len());
+    let mut parts = v[..end].split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next().flatten()?;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let patch = parts.next().flatten().unwrap_or(0);
+    Some(ServerVersion {
+        flavor,
+        version: (major, minor, patch),
+        reported: version.to_owned(),
+    })
+}
+
+/// Whether the backend supports this server: MySQL 8.0+ or MariaDB 10.6+.
+pub(crate) fn supported(v: &ServerVersion) -> bool {
+    let (major, minor, _) = v.version;
+    match v.flavor {
+        Flavor::MySql => major >= 8,
+        Flavor::MariaDb => (major, minor) >= (10, 6),
+    }
+}
+
+/// The server of a new connection, refused when unsupported.
+fn detect(conn: &mut Conn) -> Result<ServerVersion> {
+    let row: Option<(Value, Value)> = conn
+        .query_first("SELECT VERSION(), @@version_comment")
+        .map_err(|e| Error::backend("connecting to MySQL", e))?;
+    let (version, comment) = match &row {
+        Some((v, c)) => (text(v).unwrap_or_default(), text(c).unwrap_or_default()),
+        None => Default::default(),
+    };
+    match parse_server(&version, &comment) {
+        Some(v) if supported(&v) => Ok(v),
+        _ => Err(Error::UnsupportedServer {
+            server: version,
+            required: REQUIRED,
+        }),
+    }
+}
+
+/// The session settings that bound every statement on this connection (see the module
+/// docs): one `SET` statement, valid on the detected flavor.
+fn limits(flavor: Flavor, timeout: Duration) -> String {
+    let lock_wait = timeout.as_secs_f64().ceil().max(1.0) as u64;
+    let first = match flavor {
+        Flavor::MariaDb => format!(
+            "max_statement_time = {:.3}",
+            timeout.as_secs_f64().max(0.001)
+        ),
+        Flavor::MySql => format!(
+            "max_execution_time = {}",
+            timeout.as_millis().clamp(1, u128::from(u32::MAX))
+        ),
+    };
+    format!(
+        "SET SESSION {first}, SESSION innodb_lock_wait_timeout = {lock_wait}, \
+         SESSION lock_wait_timeout = {lock_wait}"
+    )
+}
 
 pub(crate) struct MyConn {
     conn: Conn,
@@ -52,6 +153,7 @@ fn classify(e: ::mysql::Error) -> DbError {
 
 struct Sql {
     open: String,
+    open_read: String,
     ka_update: String,
     ka_read: String,
     rm_session: String,
@@ -66,6 +168,7 @@ struct Sql {
     leave: String,
     members: String,
     purge_find: String,
+    purge_members: String,
 }
 
 impl Sql {
@@ -84,11 +187,13 @@ impl Sql {
             open: format!(
                 "INSERT INTO {s} (session_id, expires_at, metadata) VALUES (?, {NOW} + ?, ?)"
             ),
+            // Measured after the insert committed: never more than the insert granted.
+            open_read: format!("SELECT expires_at * 1000 - {NOW_US} FROM {s} WHERE session_id = ?"),
             ka_update: format!(
                 "UPDATE {s} SET expires_at = {NOW} + ? WHERE session_id = ? AND expires_at > {NOW}"
             ),
             ka_read: format!(
-                "SELECT s.expires_at - {NOW}, l.name, l.token FROM {s} s \
+                "SELECT s.expires_at * 1000 - {NOW_US}, l.name, l.token FROM {s} s \
                  LEFT JOIN {l} l ON l.session_id = s.session_id WHERE s.session_id = ?"
             ),
             rm_session: format!("DELETE FROM {s} WHERE session_id = ?"),
@@ -96,26 +201,28 @@ impl Sql {
             rm_members: format!("DELETE FROM {m} WHERE session_id = ?"),
             // One upsert. The token assignment comes first: MySQL evaluates the SET list left
             // to right with already-updated values, and `take` reads only `session_id`, which
-            // is assigned last.
+            // is assigned last. Its outcome is read from the lease row afterwards, not from
+            // the affected-row count (which `CLIENT_FOUND_ROWS` changes).
             acquire: format!(
                 "INSERT INTO {l} (name, session_id, token) \
                  SELECT ?, s.session_id, 1 FROM {s} s \
                  WHERE s.session_id = ? AND s.expires_at > {NOW} LOCK IN SHARE MODE \
                  ON DUPLICATE KEY UPDATE \
-                 token = IF({take}, LAST_INSERT_ID({l}.token + 1), {l}.token), \
+                 token = IF({take}, {l}.token + 1, {l}.token), \
                  session_id = IF({take}, s.session_id, {l}.session_id)"
             ),
             acquire_report: format!(
-                "SELECT (SELECT expires_at FROM {s} WHERE session_id = ?) - {NOW}, \
+                "SELECT (SELECT expires_at FROM {s} WHERE session_id = ?) * 1000 - {NOW_US}, \
                  l.session_id, l.token, \
-                 (SELECT h.expires_at FROM {s} h WHERE h.session_id = l.session_id) - {NOW} \
+                 (SELECT h.expires_at FROM {s} h WHERE h.session_id = l.session_id) * 1000 \
+                   - {NOW_US} \
                  FROM (SELECT 1 AS one) d LEFT JOIN {l} l ON l.name = ?"
             ),
             release: format!(
                 "UPDATE {l} SET session_id = '' WHERE name = ? AND session_id = ? AND token = ?"
             ),
             owner: format!(
-                "SELECT l.session_id, l.token, s.expires_at - {NOW} FROM {l} l \
+                "SELECT l.session_id, l.token, s.expires_at * 1000 - {NOW_US} FROM {l} l \
                  JOIN {s} s ON s.session_id = l.session_id \
                  WHERE l.name = ? AND s.expires_at > {NOW}"
             ),
@@ -137,6 +244,13 @@ impl Sql {
             purge_find: format!(
                 "SELECT session_id FROM {s} WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT ?"
             ),
+            // Memberships only of the sessions that are gone: a session found expired but
+            // live again at its delete (a step back of the database clock) keeps its row and
+            // so its memberships. `{{}}` becomes the placeholders of the ids.
+            purge_members: format!(
+                "DELETE FROM {m} WHERE session_id IN ({{}}) \
+                 AND NOT EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = {m}.session_id)"
+            ),
         }
     }
 }
@@ -146,6 +260,7 @@ pub(crate) struct MyDriver {
     tables: Tables,
     sql: Sql,
     timeout: Duration,
+    server: Arc<OnceLock<ServerVersion>>,
 }
 
 impl MyDriver {
@@ -186,31 +301,15 @@ impl MyDriver {
             .read_timeout(Some(t + Duration::from_secs(2)))
             .write_timeout(Some(t + Duration::from_secs(2)))
             .into();
-        let secs = t.as_secs_f64().max(0.001);
-        let lock_wait = t.as_secs_f64().ceil().max(1.0) as u64;
+        let server = Arc::new(OnceLock::new());
+        let detected = server.clone();
         let connect = move || -> Result<MyConn> {
             let mut conn =
                 Conn::new(opts.clone()).map_err(|e| Error::backend("connecting to MySQL", e))?;
-            let version: Option<String> = conn
-                .query_first("SELECT VERSION()")
-                .map_err(|e| Error::backend("connecting to MySQL", e))?;
-            let mariadb = version.unwrap_or_default().contains("MariaDB");
-            let limit = if mariadb {
-                format!("SET SESSION max_statement_time = {secs:.3}")
-            } else {
-                // MySQL limits SELECT only; writes are bounded by the lock wait below.
-                format!(
-                    "SET SESSION max_execution_time = {}",
-                    (secs * 1000.0).ceil() as u64
-                )
-            };
-            conn.query_drop(limit)
-                .and_then(|_| {
-                    conn.query_drop(format!(
-                        "SET SESSION innodb_lock_wait_timeout = {lock_wait}"
-                    ))
-                })
+            let version = detect(&mut conn)?;
+            conn.query_drop(limits(version.flavor, t))
                 .map_err(|e| Error::backend("configuring a MySQL connection", e))?;
+            let _ = detected.set(version);
             Ok(MyConn { conn })
         };
         let driver = MyDriver {
@@ -218,6 +317,7 @@ impl MyDriver {
             sql: Sql::new(&tables),
             tables,
             timeout: t,
+            server,
         };
         drop(driver.pool.get(t)?);
         Ok(driver)
@@ -275,8 +375,14 @@ impl Driver for MyDriver {
         self.run(|c| c.query_drop(&sql))
     }
 
-    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<()> {
-        self.run(|c| c.exec_drop(&self.sql.open, (id, lease_ms, metadata)))
+    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64> {
+        // MySQL has no RETURNING: the remaining time is read by a second statement, later
+        // than the insert, so it can only be smaller than what the insert granted.
+        self.run(|c| {
+            c.exec_drop(&self.sql.open, (id, lease_ms, metadata))?;
+            let rem: Option<Value> = c.exec_first(&self.sql.open_read, (id,))?;
+            Ok(rem.as_ref().and_then(int).unwrap_or(0))
+        })
     }
 
     fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>> {
@@ -313,24 +419,21 @@ impl Driver for MyDriver {
 
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow> {
         self.run(|c| {
+            // The upsert, then the lease row as committed: it is the acquirer's (a new term
+            // or the same one) or another live session's. Between the two statements the row
+            // can change only if the acquirer's session expired (then `my_remaining` says so)
+            // or the acquirer released it itself. The affected-row count is not used: it is
+            // 1 for both an insert and an unchanged row under `CLIENT_FOUND_ROWS`.
             c.exec_drop(&self.sql.acquire, (name, id))?;
-            let (affected, last_id) = (c.affected_rows(), c.last_insert_id());
             let report: Option<(Value, Value, Value, Value)> =
                 c.exec_first(&self.sql.acquire_report, (id, name))?;
             let (my_remaining, holder, token, holder_remaining) = match &report {
                 Some((a, b, t, d)) => (int(a), text(b), int(t), int(d)),
                 None => (None, None, None, None),
             };
-            // Affected rows: 1 = inserted (token 1), 2 = updated (a new term, its token
-            // through LAST_INSERT_ID(expr)), 0 = unchanged.
-            let new_token = match affected {
-                1 => Some(1),
-                2 => Some(last_id as i64),
-                _ => None,
-            };
             Ok(AcqReport {
                 my_remaining,
-                new_token,
+                new_token: None,
                 holder,
                 token,
                 holder_remaining,
@@ -340,6 +443,8 @@ impl Driver for MyDriver {
     }
 
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool> {
+        // The row matched always changes (`session_id` becomes ''), so the count is the same
+        // with or without `CLIENT_FOUND_ROWS`.
         self.run(|c| {
             c.exec_drop(&self.sql.release, (name, id, token))?;
             Ok(c.affected_rows() == 1)
@@ -348,13 +453,15 @@ impl Driver for MyDriver {
 
     fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>> {
         self.run(|c| {
-            let r: Option<(String, i64, i64)> = c.exec_first(&self.sql.owner, (name,))?;
-            Ok(r)
+            let r: Option<(Value, Value, Value)> = c.exec_first(&self.sql.owner, (name,))?;
+            Ok(r.and_then(|(s, t, rem)| Some((text(&s)?, int(&t)?, int(&rem)?))))
         })
     }
 
     fn join(&self, id: &str, group: &str) -> DbResult<bool> {
         self.run(|c| {
+            // 1 = inserted; an existing membership counts 0, or 1 with `CLIENT_FOUND_ROWS`:
+            // either way the session was live (the insert selects only a live session).
             c.exec_drop(&self.sql.join, (group, id))?;
             if c.affected_rows() == 1 {
                 return Ok(true);
@@ -377,24 +484,20 @@ impl Driver for MyDriver {
 
     fn purge(&self, limit: usize) -> DbResult<usize> {
         let s = &self.tables.session;
-        let m = &self.tables.member;
         self.run(|c| {
             let ids: Vec<String> = c.exec(&self.sql.purge_find, (limit as u64,))?;
             if ids.is_empty() {
                 return Ok(0);
             }
             let marks = vec!["?"; ids.len()].join(",");
-            // Expired sessions are never revived, so the ids found are still expired; the
-            // condition is repeated anyway. The session rows go first (lock order).
+            // The session rows go first (lock order), each only if still expired when its
+            // row is locked; then the memberships of the ids whose session row is gone.
             c.exec_drop(
                 format!("DELETE FROM {s} WHERE session_id IN ({marks}) AND expires_at <= {NOW}"),
                 ids.clone(),
             )?;
             let n = c.affected_rows() as usize;
-            c.exec_drop(
-                format!("DELETE FROM {m} WHERE session_id IN ({marks})"),
-                ids.clone(),
-            )?;
+            c.exec_drop(self.sql.purge_members.replace("{}", &marks), ids.clone())?;
             Ok(n)
         })
     }
@@ -409,5 +512,106 @@ impl Driver for MyDriver {
         self.pool
             .for_each_idle(|c| ids.push(u64::from(c.conn.connection_id())));
         ids
+    }
+
+    fn server(&self) -> Option<ServerVersion> {
+        self.server.get().cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(version: &str, comment: &str) -> ServerVersion {
+        parse_server(version, comment).expect(version)
+    }
+
+    #[test]
+    fn server_versions_are_parsed_and_checked() {
+        let cases = [
+            (
+                "10.11.19-MariaDB-0+deb12u1",
+                "Debian 12",
+                Flavor::MariaDb,
+                (10, 11, 19),
+                true,
+            ),
+            (
+                "8.0.36",
+                "MySQL Community Server - GPL",
+                Flavor::MySql,
+                (8, 0, 36),
+                true,
+            ),
+            (
+                "5.7.44",
+                "MySQL Community Server (GPL)",
+                Flavor::MySql,
+                (5, 7, 44),
+                false,
+            ),
+            (
+                "10.5.2-MariaDB",
+                "mariadb.org binary distribution",
+                Flavor::MariaDb,
+                (10, 5, 2),
+                false,
+            ),
+            ("11.4.2-MariaDB-log", "", Flavor::MariaDb, (11, 4, 2), true),
+            ("10.6.0-MariaDB", "", Flavor::MariaDb, (10, 6, 0), true),
+            (
+                "5.5.5-10.11.6-MariaDB",
+                "",
+                Flavor::MariaDb,
+                (10, 11, 6),
+                true,
+            ),
+            ("8.4.0-log", "", Flavor::MySql, (8, 4, 0), true),
+            ("9.1.0", "", Flavor::MySql, (9, 1, 0), true),
+            (
+                "8.0.36-28",
+                "Percona Server (GPL)",
+                Flavor::MySql,
+                (8, 0, 36),
+                true,
+            ),
+            // The flavor from the comment when the version string does not say.
+            (
+                "10.11.2",
+                "MariaDB Server",
+                Flavor::MariaDb,
+                (10, 11, 2),
+                true,
+            ),
+            ("10.4", "MariaDB Server", Flavor::MariaDb, (10, 4, 0), false),
+        ];
+        for (version, comment, flavor, numbers, ok) in cases {
+            let s = v(version, comment);
+            assert_eq!(s.flavor, flavor, "{version}");
+            assert_eq!(s.version, numbers, "{version}");
+            assert_eq!(s.reported, version);
+            assert_eq!(supported(&s), ok, "{version}");
+        }
+        assert_eq!(parse_server("", ""), None);
+        assert_eq!(parse_server("MariaDB", ""), None);
+    }
+
+    #[test]
+    fn statement_bounds_per_flavor() {
+        let t = Duration::from_millis(1500);
+        assert_eq!(
+            limits(Flavor::MariaDb, t),
+            "SET SESSION max_statement_time = 1.500, SESSION innodb_lock_wait_timeout = 2, \
+             SESSION lock_wait_timeout = 2"
+        );
+        assert_eq!(
+            limits(Flavor::MySql, t),
+            "SET SESSION max_execution_time = 1500, SESSION innodb_lock_wait_timeout = 2, \
+             SESSION lock_wait_timeout = 2"
+        );
+        let tiny = limits(Flavor::MySql, Duration::from_micros(10));
+        assert!(tiny.contains("max_execution_time = 1,"), "{tiny}");
+        assert!(tiny.contains("innodb_lock_wait_timeout = 1,"), "{tiny}");
     }
 }

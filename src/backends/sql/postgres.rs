@@ -1,7 +1,10 @@
 //! PostgreSQL statements (`postgres` crate, blocking).
 //!
 //! `now` is `statement_timestamp()` as UTC epoch ms: constant within a statement, and an
-//! epoch does not depend on the connection's `TimeZone`.
+//! epoch does not depend on the connection's `TimeZone`. Remaining times are measured in
+//! microseconds against the same timestamp (`expires_at * 1000 - now_us`, exact: `extract`
+//! returns `numeric` on PostgreSQL 14+) and rounded down to whole ms by the caller, so no
+//! reply claims more time than the database grants.
 
 use super::{
     with_conn, AcqReport, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn,
@@ -15,6 +18,8 @@ use ::postgres::{Client, Config, NoTls, Statement};
 use std::time::Duration;
 
 const NOW: &str = "(floor(extract(epoch FROM statement_timestamp()) * 1000)::int8)";
+/// The same instant in µs.
+const NOW_US: &str = "((extract(epoch FROM statement_timestamp()) * 1000000)::int8)";
 
 struct Stmts {
     open: Statement,
@@ -74,8 +79,11 @@ fn classify(e: ::postgres::Error) -> DbError {
 fn sql(t: &Tables) -> [String; 10] {
     let (s, l, m) = (&t.session, &t.lease, &t.member);
     [
-        // open
-        format!("INSERT INTO {s} (session_id, expires_at, metadata) VALUES ($1, {NOW} + $2, $3)"),
+        // open: the remaining µs measured by the same statement
+        format!(
+            "INSERT INTO {s} (session_id, expires_at, metadata) VALUES ($1, {NOW} + $2, $3) \
+             RETURNING expires_at * 1000 - {NOW_US}"
+        ),
         // keep-alive, one statement: renew first (the one-time filter on `renewed` runs the
         // UPDATE before the lease scan), then read the held leases FOR SHARE. A take-over holds
         // the session row FOR SHARE until it commits, so the UPDATE waits for it; the lease
@@ -83,13 +91,13 @@ fn sql(t: &Tables) -> [String; 10] {
         // since makes PostgreSQL recheck the newest version (READ COMMITTED), which no longer
         // matches `session_id = $1`: a lease taken meanwhile is not listed.
         format!(
-            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
              renewed AS (UPDATE {s} SET expires_at = (SELECT ms FROM now) + $2 \
                          WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
                          RETURNING expires_at), \
              held AS (SELECT l.name, l.token FROM {l} l \
                       WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) FOR SHARE) \
-             SELECT (SELECT expires_at FROM renewed) - (SELECT ms FROM now) AS remaining, \
+             SELECT (SELECT expires_at FROM renewed) * 1000 - (SELECT us FROM now) AS remaining, \
                     held.name::text, held.token \
              FROM (SELECT 1) one LEFT JOIN held ON true"
         ),
@@ -106,7 +114,7 @@ fn sql(t: &Tables) -> [String; 10] {
         // (FOR SHARE, whether or not it is live), then the lease row (ON CONFLICT); the update
         // only applies if the row still has the holder that was checked.
         format!(
-            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
              me AS MATERIALIZED (SELECT expires_at FROM {s} \
                     WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) FOR SHARE), \
              cur AS MATERIALIZED (SELECT session_id, token FROM {l} WHERE name = $2), \
@@ -120,16 +128,16 @@ fn sql(t: &Tables) -> [String; 10] {
                     WHERE x.session_id <> EXCLUDED.session_id \
                       AND x.session_id = (SELECT session_id FROM cur) \
                     RETURNING x.token) \
-             SELECT (SELECT expires_at FROM me) - (SELECT ms FROM now), \
+             SELECT (SELECT expires_at FROM me) * 1000 - (SELECT us FROM now), \
                     (SELECT token FROM up), \
                     (SELECT session_id::text FROM cur), (SELECT token FROM cur), \
-                    (SELECT expires_at FROM holder) - (SELECT ms FROM now)"
+                    (SELECT expires_at FROM holder) * 1000 - (SELECT us FROM now)"
         ),
         // release
         format!("UPDATE {l} SET session_id = '' WHERE name = $1 AND session_id = $2 AND token = $3"),
         // owner
         format!(
-            "SELECT l.session_id::text, l.token, s.expires_at - {NOW} FROM {l} l \
+            "SELECT l.session_id::text, l.token, s.expires_at * 1000 - {NOW_US} FROM {l} l \
              JOIN {s} s ON s.session_id = l.session_id \
              WHERE l.name = $1 AND s.expires_at > {NOW}"
         ),
@@ -320,10 +328,10 @@ impl Driver for PgDriver {
         Ok(())
     }
 
-    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<()> {
+    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64> {
         self.run(|c, st| {
-            c.execute(&st.open, &[&id, &lease_ms, &metadata])
-                .map(|_| ())
+            c.query_one(&st.open, &[&id, &lease_ms, &metadata])?
+                .try_get::<_, i64>(0)
         })
     }
 
