@@ -1154,3 +1154,131 @@ fn new_terms_are_notified_cluster() {
 fn new_terms_are_notified_with_wait_replicas() {
     new_terms_are_notified(primary_waiting);
 }
+
+/// The environment variable that turns [`stop_continue_child`] on: the key prefix to use.
+const STOP_CHILD_PREFIX: &str = "SIMBA_REDIS_STOP_CHILD_PREFIX";
+
+/// The child of [`notifications_survive_stop_and_continue`] (does nothing unless started by
+/// it): a backend on the given prefix whose notifications are printed as `NOTIFY {:?}` lines;
+/// `READY` once subscribed; it ends when its stdin closes.
+#[test]
+#[ignore = "started by notifications_survive_stop_and_continue"]
+fn stop_continue_child() {
+    let Ok(prefix) = std::env::var(STOP_CHILD_PREFIX) else {
+        return;
+    };
+    use std::io::{BufRead, Write};
+    let b = RedisBackend::connect(&with_options(
+        &standalone_url(),
+        &format!("prefix={prefix}"),
+    ))
+    .unwrap();
+    let _sub = b
+        .subscribe(Arc::new(|n: &Notification| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "NOTIFY {n:?}");
+            let _ = out.flush();
+        }))
+        .unwrap();
+    // On a line of its own (libtest printed the test's name without a newline).
+    println!("\nREADY");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    while std::io::stdin().lock().read_line(&mut line).unwrap_or(0) > 0 {
+        line.clear();
+    }
+}
+
+/// The state letter of process `pid` (`T` when stopped), from `/proc/{pid}/stat`.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+fn signal(sig: &str, pid: u32) {
+    let st = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success(), "kill {sig} {pid}");
+}
+
+/// Issue 9.10: a process stopped and continued (SIGSTOP/SIGCONT) keeps its pub/sub
+/// subscription. Linux fails a blocked socket read that has a timeout with EINTR after a
+/// stop and continue; the notifier must read again, not drop the subscription (Resync). The
+/// signals go to a child process running [`stop_continue_child`], never to this one.
+#[test]
+fn notifications_survive_stop_and_continue() {
+    use std::io::BufRead;
+    let b = standalone();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "stop_continue_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(STOP_CHILD_PREFIX, &b.prefix)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    /// Continues and kills the child whatever happens (it is ours).
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &self.0.id().to_string()])
+                .status();
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let pid = child.id();
+    let child = Reap(child);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| {
+        rx.recv_timeout(patience())
+            .unwrap_or_else(|_| panic!("the child printed no line within {:?}: {what}", patience()))
+    };
+    while next("READY") != "READY" {}
+    for _ in 0..3 {
+        signal("-STOP", pid);
+        until("the child is stopped", || process_state(pid) == Some('T'));
+        // Long enough for the stop to catch the notifier in its read (it reads in 200 ms slices).
+        std::thread::sleep(Duration::from_millis(50));
+        signal("-CONT", pid);
+        until("the child runs again", || {
+            process_state(pid).is_some_and(|s| s != 'T')
+        });
+    }
+    let s = open(&*b, Duration::from_secs(30));
+    let name = LeaseName::new("stop-continue").unwrap();
+    let t = acquired(&*b, &s, &name);
+    assert!(b.release(&s, &name, t.token).unwrap());
+    let released = format!("NOTIFY {:?}", Notification::Released(name.clone()));
+    loop {
+        let line = next("the release");
+        assert_ne!(
+            line,
+            format!("NOTIFY {:?}", Notification::Resync),
+            "the subscription was dropped after SIGSTOP/SIGCONT"
+        );
+        if line == released {
+            break;
+        }
+    }
+    b.close_session(&s).unwrap();
+    drop(child);
+}
