@@ -22,11 +22,12 @@
 //! before its holder's local deadline. Release clears only the `session` field (the
 //! token stays) and publishes `released` on the lease key's channel; the script that grants a
 //! new term publishes `acquired` there (a re-acquire by the holder publishes nothing); joins
-//! and leaves publish on the group key's channel. One pub/sub connection per backend (on its own thread) turns
-//! those into [`Notification`]s; when it drops, subscribers get [`Notification::Resync`] and it
-//! resubscribes with backoff. Every time decision uses Redis `TIME` inside the scripts;
-//! remaining times are rounded down to whole ms (never more than the server has left) and new
-//! expiries up.
+//! and leaves publish on the group key's channel. One pub/sub connection per backend (on its
+//! own thread) turns those into [`Notification`]s; when it drops, subscribers get
+//! [`Notification::Resync`] and it resubscribes with backoff (a read interrupted by a stop
+//! and continue of the process is simply read again). Every time decision uses Redis `TIME`
+//! inside the scripts; remaining times are rounded down to whole ms (never more than the
+//! server has left) and new expiries up.
 //!
 //! # URL
 //!
