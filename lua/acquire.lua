@@ -3,7 +3,7 @@
 -- its session.
 local left = session_left(KEYS[1])
 if not left then return {-1} end
-local r = lease_acquire(KEYS[3], ARGV[1], left, now_ms())
+local r = lease_acquire(KEYS[3], ARGV[1], left, clock())
 if r[1] == 1 then
   redis.call('SADD', KEYS[2], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], left * 2)

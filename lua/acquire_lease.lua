@@ -1,2 +1,2 @@
 -- acquire, lease slot (cluster): KEYS lease; ARGV sid, full lease ms (on this node's clock).
-return lease_acquire(KEYS[1], ARGV[1], tonumber(ARGV[2]), now_ms())
+return lease_acquire(KEYS[1], ARGV[1], tonumber(ARGV[2]), clock())

@@ -1,8 +1,20 @@
 -- Helpers shared by every simba-lease script (prepended to each one).
 -- Every time decision uses this server's TIME; values are epoch milliseconds.
+-- An instant `e` (whole ms) is past once now_ms() >= e. Remaining times are measured from
+-- the next whole ms (rounded down: never more than is really left) and new expiries set from
+-- it (rounded up: a term lasts at least what was granted).
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- now_ms(), and the next whole ms (the same when TIME falls on a whole ms).
+local function clock()
+  local t = redis.call('TIME')
+  local us = tonumber(t[2])
+  local now = tonumber(t[1]) * 1000 + math.floor(us / 1000)
+  if us % 1000 == 0 then return now, now end
+  return now, now + 1
 end
 
 local function fmt(n)
@@ -23,35 +35,37 @@ local function index_ttl(ikey, ms)
   end
 end
 
--- Takes `key` for `sid` for `ms` when free or its holder's term ran out.
+-- Takes `key` for `sid` for `ms` when free or its holder's term ran out (now, up: clock()).
 -- {1, token, remaining, new(1|0)} when held by sid; {0, token, remaining, holder} otherwise.
-local function lease_acquire(key, sid, ms, now)
+-- A new term is published as 'acquired' on the key's channel (a re-acquire is not).
+local function lease_acquire(key, sid, ms, now, up)
   local h = redis.call('HMGET', key, 'session', 'token', 'expires')
   local holder, token, expires = h[1], tonumber(h[2] or '0'), tonumber(h[3] or '0')
   if holder and holder ~= '' and expires > now then
-    if holder == sid then return {1, token, math.min(expires - now, ms), 0} end
-    return {0, token, expires - now, holder}
+    if holder == sid then return {1, token, math.min(expires - up, ms), 0} end
+    return {0, token, expires - up, holder}
   end
   token = redis.call('HINCRBY', key, 'token', 1)
-  redis.call('HSET', key, 'session', sid, 'expires', fmt(now + ms))
+  redis.call('HSET', key, 'session', sid, 'expires', fmt(up + ms))
+  redis.call('PUBLISH', key, 'acquired')
   return {1, token, ms, 1}
 end
 
--- Extends `key` to at least now + ms if sid holds it; its token, or false.
-local function lease_extend(key, sid, ms, now)
+-- Extends `key` to at least up + ms if sid holds it (now, up: clock()); its token, or false.
+local function lease_extend(key, sid, ms, now, up)
   local h = redis.call('HMGET', key, 'session', 'token', 'expires')
   local expires = tonumber(h[3] or '0')
   if h[1] ~= sid or expires <= now then return false end
-  if now + ms > expires then
-    redis.call('HSET', key, 'expires', fmt(now + ms))
+  if up + ms > expires then
+    redis.call('HSET', key, 'expires', fmt(up + ms))
   end
   return tonumber(h[2])
 end
 
--- Extends sid's membership of `key` to at least now + ms; whether it is a member.
-local function member_extend(key, sid, ms, now)
+-- Extends sid's membership of `key` to at least up + ms; whether it is a member.
+local function member_extend(key, sid, ms, up)
   if not redis.call('ZSCORE', key, sid) then return false end
-  redis.call('ZADD', key, 'XX', 'GT', fmt(now + ms), sid)
+  redis.call('ZADD', key, 'XX', 'GT', fmt(up + ms), sid)
   return true
 end
 

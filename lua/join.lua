@@ -4,8 +4,8 @@ local left = session_left(KEYS[1])
 if not left then return {-1} end
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], left * 2)
-local now = now_ms()
-if redis.call('ZADD', KEYS[3], fmt(now + left), ARGV[1]) == 1 then
+local _, up = clock()
+if redis.call('ZADD', KEYS[3], fmt(up + left), ARGV[1]) == 1 then
   redis.call('PUBLISH', KEYS[3], 'joined')
 end
 return {1}

@@ -12,10 +12,10 @@ redis.call('PEXPIRE', KEYS[1], ms)
 redis.call('HSET', KEYS[1], 'lease', ARGV[2])
 index_ttl(KEYS[2], ms)
 index_ttl(KEYS[3], ms)
-local now = now_ms()
+local now, up = clock()
 local out = {ms}
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  local token = lease_extend(ARGV[3] .. '{' .. name .. '}', sid, ms, now)
+  local token = lease_extend(ARGV[3] .. '{' .. name .. '}', sid, ms, now, up)
   if token then
     out[#out + 1] = name
     out[#out + 1] = token
@@ -24,7 +24,7 @@ for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   end
 end
 for _, group in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  if not member_extend(ARGV[4] .. '{' .. group .. '}', sid, ms, now) then
+  if not member_extend(ARGV[4] .. '{' .. group .. '}', sid, ms, up) then
     redis.call('SREM', KEYS[3], group)
   end
 end

@@ -2,12 +2,12 @@
 -- ARGV sid, ms left of the session, number of lease keys.
 -- Returns one token (or 0 when not held) per lease key.
 local sid, ms, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local now = now_ms()
+local now, up = clock()
 local out = {}
 for i = 1, n do
-  out[i] = lease_extend(KEYS[i], sid, ms, now) or 0
+  out[i] = lease_extend(KEYS[i], sid, ms, now, up) or 0
 end
 for i = n + 1, #KEYS do
-  member_extend(KEYS[i], sid, ms, now)
+  member_extend(KEYS[i], sid, ms, up)
 end
 return out

@@ -20,10 +20,14 @@
 //! names the session and its own `expires` is ahead: deleting (or evicting) a session hash
 //! ends the session at once but its terms only at their expiry, so no lease ever changes hands
 //! before its holder's local deadline. Release clears only the `session` field (the
-//! token stays) and publishes `released` on the lease key's channel; joins and leaves publish
-//! on the group key's channel. One pub/sub connection per backend (on its own thread) turns
-//! those into [`Notification`]s; when it drops, subscribers get [`Notification::Resync`] and it
-//! resubscribes with backoff. Every time decision uses Redis `TIME` inside the scripts.
+//! token stays) and publishes `released` on the lease key's channel; the script that grants a
+//! new term publishes `acquired` there (a re-acquire by the holder publishes nothing); joins
+//! and leaves publish on the group key's channel. One pub/sub connection per backend (on its
+//! own thread) turns those into [`Notification`]s; when it drops, subscribers get
+//! [`Notification::Resync`] and it resubscribes with backoff (a read interrupted by a stop
+//! and continue of the process is simply read again). Every time decision uses Redis `TIME`
+//! inside the scripts; remaining times are rounded down to whole ms (never more than the
+//! server has left) and new expiries up.
 //!
 //! # URL
 //!
@@ -323,8 +327,10 @@ impl Keys {
         format!("{}:groups", self.session(sid))
     }
 
-    /// The notification a message on `channel` means, if any.
-    fn notification(&self, channel: &str) -> Option<Notification> {
+    /// The notification a message `payload` on `channel` means, if any.
+    /// A lease channel carries `acquired` (a new term) or `released`; a group channel
+    /// `joined` or `left`.
+    fn notification(&self, channel: &str, payload: &[u8]) -> Option<Notification> {
         let inner = |p: String| {
             channel
                 .strip_prefix(&p)?
@@ -333,7 +339,11 @@ impl Keys {
                 .map(str::to_owned)
         };
         if let Some(n) = inner(self.lease_prefix()) {
-            return LeaseName::new(n).ok().map(Notification::Released);
+            let name = LeaseName::new(n).ok()?;
+            return Some(match payload {
+                b"acquired" => Notification::Acquired(name),
+                _ => Notification::Released(name),
+            });
         }
         inner(self.group_prefix())
             .and_then(|g| GroupName::new(g).ok())
@@ -385,8 +395,19 @@ impl Drop for RedisBackend {
     }
 }
 
-fn ms(d: Duration) -> u64 {
+/// A requested lease in whole ms, at least 1 (`PEXPIRE 0` would delete the session). Only
+/// for durations the caller asks for: remaining times are rounded down, never up.
+fn lease_ms(d: Duration) -> u64 {
     (d.as_millis() as u64).max(1)
+}
+
+/// What a later keep-alive script may grant of the session's `remaining` time once `elapsed`
+/// passed since the session call answered, in whole ms; `None` once nothing is left.
+fn slot_left(remaining: Duration, elapsed: Duration) -> Option<u64> {
+    remaining
+        .checked_sub(elapsed)
+        .map(|d| d.as_millis() as u64)
+        .filter(|&ms| ms > 0)
 }
 
 fn bad_reply(op: &'static str, r: &Reply) -> Error {
@@ -694,8 +715,8 @@ impl RedisBackend {
                                     backoff = Duration::from_millis(100);
                                     st.mark_started();
                                 }
-                                PubSubEvent::Message(ch) => {
-                                    if let Some(n) = keys.notification(ch) {
+                                PubSubEvent::Message { channel, payload } => {
+                                    if let Some(n) = keys.notification(channel, payload) {
                                         subs.publish(&n);
                                     }
                                 }
@@ -811,12 +832,17 @@ impl RedisBackend {
             self.unindex(&self.keys.leases_index(sid), name.as_str())?;
             return Ok(r);
         }
-        // The term is adopted with the session's remaining time (a full lease covers it).
+        // A term of the name now: whatever a keep-alive found before is history.
+        if let Some(m) = self.stale.lock().get_mut(sid) {
+            m.remove(name.as_str());
+        }
+        // The term is adopted with the session's remaining time (a full lease covers a new
+        // term), or with what the lease node has left of a term the session already held,
+        // whichever is less.
+        let node_left = int_at("acquiring", &r, 2)?.max(0);
         let a = r.as_array().unwrap_or(&[]);
         let mut v = a.to_vec();
-        if v.len() >= 3 {
-            v[2] = Reply::Int(left.as_millis() as i64);
-        }
+        v[2] = Reply::Int(node_left.min(left.as_millis() as i64));
         Ok(Reply::Array(v))
     }
 }
@@ -832,7 +858,7 @@ impl LeaseBackend for RedisBackend {
             Role::Other,
             &scripts().open,
             &[self.keys.session(&id)],
-            &[metadata.as_str().to_owned(), ms(lease).to_string()],
+            &[metadata.as_str().to_owned(), lease_ms(lease).to_string()],
         )?;
         let left = r
             .as_int()
@@ -845,7 +871,7 @@ impl LeaseBackend for RedisBackend {
 
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         const OP: &str = "keeping a session alive";
-        let lease_ms = ms(lease);
+        let lease_ms = lease_ms(lease);
         let index = [
             self.keys.session(session),
             self.keys.leases_index(session),
@@ -932,12 +958,10 @@ impl LeaseBackend for RedisBackend {
         if slots.is_empty() {
             return Ok(KeepAlive { remaining, leases });
         }
-        let Some(left) = remaining
-            .checked_sub(answered.elapsed())
-            .filter(|d| !d.is_zero())
-        else {
+        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
             return Ok(KeepAlive { remaining, leases });
         };
+        let left = Duration::from_millis(left_ms);
         let calls: Vec<ScriptCall<'_>> = slots
             .iter()
             .map(|(lk, gk)| ScriptCall {
@@ -945,7 +969,7 @@ impl LeaseBackend for RedisBackend {
                 keys: lk.iter().chain(gk).cloned().collect(),
                 args: vec![
                     session.to_string(),
-                    ms(left).to_string(),
+                    left_ms.to_string(),
                     lk.len().to_string(),
                 ],
             })
@@ -958,9 +982,9 @@ impl LeaseBackend for RedisBackend {
                 calls
                     .iter()
                     .map(|c| {
-                        let left = remaining.checked_sub(answered.elapsed())?;
+                        let left = slot_left(remaining, answered.elapsed())?;
                         let mut args = c.args.clone();
-                        args[1] = ms(left).to_string();
+                        args[1] = left.to_string();
                         self.eval(Role::KeepAlive, c.script, &c.keys, &args)
                             .map_err(|e| {
                                 log::warn!("keep-alive of a slot of session {session} failed: {e}")
@@ -1138,15 +1162,21 @@ impl LeaseBackend for RedisBackend {
             });
         }
         let lease = int_at(OP, &r, 1)?;
-        self.eval(
-            Role::Other,
-            &scripts().join_group,
-            std::slice::from_ref(&gkey),
-            &[session.to_string(), lease.to_string()],
-        )?;
+        let created = self
+            .eval(
+                Role::Other,
+                &scripts().join_group,
+                std::slice::from_ref(&gkey),
+                &[session.to_string(), lease.to_string()],
+            )?
+            .as_int()
+            == Some(1);
         if sent.elapsed() > left {
-            if let Err(e) = self.leave(session, group) {
-                log::warn!("leaving {group:?} after a late join failed: {e}");
+            // Leave only a membership this call created: one from an earlier join stays.
+            if created {
+                if let Err(e) = self.leave(session, group) {
+                    log::warn!("leaving {group:?} after a late join failed: {e}");
+                }
             }
             return Err(Error::Timeout {
                 operation: "joining (the group call answered after the session's time)",
@@ -1274,18 +1304,37 @@ mod tests {
         let k = Keys {
             prefix: "app".into(),
         };
+        let job = LeaseName::new("job").unwrap();
         assert_eq!(
-            k.notification("app:lease:{job}"),
-            Some(Notification::Released(LeaseName::new("job").unwrap()))
+            k.notification("app:lease:{job}", b"released"),
+            Some(Notification::Released(job.clone()))
         );
         assert_eq!(
-            k.notification("app:group:{workers}"),
-            Some(Notification::GroupChanged(
-                GroupName::new("workers").unwrap()
-            ))
+            k.notification("app:lease:{job}", b"acquired"),
+            Some(Notification::Acquired(job))
         );
-        assert_eq!(k.notification("other:lease:{job}"), None);
-        assert_eq!(k.notification("app:lease:job"), None);
+        for payload in [&b"joined"[..], b"left"] {
+            assert_eq!(
+                k.notification("app:group:{workers}", payload),
+                Some(Notification::GroupChanged(
+                    GroupName::new("workers").unwrap()
+                ))
+            );
+        }
+        assert_eq!(k.notification("other:lease:{job}", b"released"), None);
+        assert_eq!(k.notification("app:lease:job", b"released"), None);
+    }
+
+    #[test]
+    fn slot_times_round_down() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        assert_eq!(slot_left(ms(5), us(3_500)), Some(1));
+        assert_eq!(slot_left(ms(5000), us(1_999)), Some(4998));
+        // Less than a whole ms left: nothing to grant (not 1 ms).
+        assert_eq!(slot_left(ms(5), us(4_500)), None);
+        assert_eq!(slot_left(ms(5), ms(5)), None);
+        assert_eq!(slot_left(ms(5), ms(6)), None);
     }
 
     #[test]

@@ -173,8 +173,13 @@ pub enum Role {
 pub enum PubSubEvent<'a> {
     /// The patterns are subscribed.
     Subscribed,
-    /// A message arrived on this channel.
-    Message(&'a str),
+    /// A message arrived.
+    Message {
+        /// Its channel.
+        channel: &'a str,
+        /// Its payload.
+        payload: &'a [u8],
+    },
     /// Nothing arrived for a while (a chance to stop).
     Idle,
 }
@@ -531,11 +536,15 @@ fn listen_on(
     loop {
         match ps.get_message() {
             Ok(msg) => {
-                if !on_event(PubSubEvent::Message(msg.get_channel_name())) {
+                let ev = PubSubEvent::Message {
+                    channel: msg.get_channel_name(),
+                    payload: msg.get_payload_bytes(),
+                };
+                if !on_event(ev) {
                     return Ok(());
                 }
             }
-            Err(e) if e.is_timeout() => {
+            Err(e) if read_again(&e) => {
                 if !on_event(PubSubEvent::Idle) {
                     return Ok(());
                 }
@@ -543,6 +552,30 @@ fn listen_on(
             Err(e) => return Err(err(e)),
         }
     }
+}
+
+/// Whether a pub/sub read that failed with `e` should simply be read again: nothing arrived
+/// in time, or the read was interrupted (`EINTR`: Linux fails a socket read with a timeout
+/// that way after the process was stopped and continued, even without signal handlers).
+fn read_again(e: &redis::RedisError) -> bool {
+    e.is_timeout() || io_kind(e) == Some(std::io::ErrorKind::Interrupted)
+}
+
+/// The kind of the I/O error behind `e`, if it is one (the `redis` crate keeps it as the
+/// error's source, behind an `Arc`).
+fn io_kind(e: &redis::RedisError) -> Option<std::io::ErrorKind> {
+    use std::error::Error as _;
+    if !e.is_io_error() {
+        return None;
+    }
+    let source = e.source()?;
+    if let Some(io) = source.downcast_ref::<std::io::Error>() {
+        return Some(io.kind());
+    }
+    source
+        .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()
+        .and_then(|inner| inner.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind)
 }
 
 /// One Redis server (a primary, with or without replicas): a pool of connections per
@@ -803,5 +836,34 @@ impl RedisScripting for ClusterScripting {
             }
         }
         last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    #[test]
+    fn interrupted_and_timed_out_reads_are_read_again() {
+        let io_err = |k: io::ErrorKind| redis::RedisError::from(io::Error::from(k));
+        // Issue 9.10: EINTR (e.g. after SIGSTOP/SIGCONT on a socket with a read timeout).
+        assert!(read_again(&io_err(io::ErrorKind::Interrupted)));
+        assert!(read_again(&redis::RedisError::from(
+            io::Error::from_raw_os_error(4)
+        )));
+        assert!(read_again(&io_err(io::ErrorKind::WouldBlock)));
+        assert!(read_again(&io_err(io::ErrorKind::TimedOut)));
+        for k in [
+            io::ErrorKind::UnexpectedEof,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::BrokenPipe,
+        ] {
+            assert!(!read_again(&io_err(k)), "{k:?}");
+        }
+        assert!(!read_again(&redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "other"
+        ))));
     }
 }
