@@ -349,7 +349,9 @@ impl Core {
         let mut run = Vec::new();
         for (h, c) in self.candidates.iter_mut() {
             let blocked = self.leases.contains_key(&c.key) || self.releasing.contains(&c.key);
-            if !c.running && c.due <= now && !blocked {
+            // Not even a notification (of its own release, say) ends a cool-down early.
+            let cooling = self.cooldown.get(&c.key).is_some_and(|until| *until > now);
+            if !c.running && c.due <= now && !blocked && !cooling {
                 c.running = true;
                 *self.acquiring.entry(c.key.clone()).or_insert(0) += 1;
                 run.push(Task::Attempt(*h, c.key.clone()));
@@ -410,7 +412,10 @@ impl Core {
             .values()
             .filter(|c| !c.running && !self.leases.contains_key(&c.key))
             .filter(|c| !self.releasing.contains(&c.key))
-            .for_each(|c| consider(c.due));
+            .for_each(|c| {
+                let cooling = self.cooldown.get(&c.key).copied();
+                consider(cooling.map_or(c.due, |until| until.max(c.due)))
+            });
         self.observers
             .values()
             .filter(|w| !w.s.running)
@@ -661,11 +666,12 @@ impl Core {
         }
     }
 
-    /// A voluntary release of `name` at `now`: this session's next candidate for it waits a
-    /// full retry period (interval and jitter) so polling candidates elsewhere get a turn.
+    /// A voluntary release of `name` at `now`: this session's next candidate for it waits
+    /// two retry intervals, longer than any polling candidate elsewhere waits between two
+    /// attempts (an interval plus at most half of one in jitter), so they get a turn.
     fn cool_down(&mut self, name: &LeaseName, now: Instant) {
         self.cooldown.retain(|_, until| *until > now);
-        let until = now + self.t.retry + self.t.retry / 2;
+        let until = now + self.t.retry * 2;
         self.cooldown.insert(name.clone(), until);
     }
 
@@ -748,11 +754,7 @@ impl Core {
     /// Registers an election candidate for `name`; it attempts at once, or once the
     /// cool-down after this session's own voluntary release of `name` has passed.
     pub fn add_candidate(&mut self, handle: HandleId, name: LeaseName, now: Instant) {
-        let due = match self.cooldown.get(&name) {
-            Some(until) if *until > now => *until,
-            _ => now,
-        };
-        self.candidates.insert(handle, Scheduled::new(name, due));
+        self.candidates.insert(handle, Scheduled::new(name, now));
     }
 
     /// Withdraws a candidate. A term that passed its local deadline is first reported lost

@@ -653,13 +653,22 @@ fn after_a_resign_this_sessions_next_candidate_waits_a_retry_period() {
     c.add_candidate(2, name("a"), t0 + 11 * MS);
     c.tick(t0 + 11 * MS);
     assert!(c.take_outputs().is_empty(), "no attempt at once");
-    // retry 150 ms + its largest jitter (75 ms) after the resign.
-    assert_eq!(c.next_wake(), Some(t0 + 235 * MS));
-    c.tick(t0 + 234 * MS);
-    assert!(c.take_outputs().is_empty());
-    c.tick(t0 + 235 * MS);
+    // Not even when the release is notified (as every backend that pushes does).
+    c.notify(&Notification::Released(name("a")), t0 + 12 * MS);
+    c.tick(t0 + 12 * MS);
+    assert!(c.take_outputs().is_empty(), "no attempt on a notification");
+    // Two retry intervals (150 ms) after the resign: more than retry + its largest jitter.
+    let attempts = |out: Vec<Output>| -> Vec<Output> {
+        out.into_iter()
+            .filter(|o| matches!(o, Output::Run(_)))
+            .collect()
+    };
+    c.tick(t0 + 309 * MS);
+    assert!(attempts(c.take_outputs()).is_empty());
+    assert_eq!(c.next_wake(), Some(t0 + 310 * MS));
+    c.tick(t0 + 310 * MS);
     assert_eq!(
-        c.take_outputs(),
+        attempts(c.take_outputs()),
         vec![Output::Run(Task::Attempt(2, name("a")))]
     );
     // The same after an unlock; other names are not delayed.

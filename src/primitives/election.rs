@@ -156,7 +156,7 @@ impl Election {
     /// If this candidate's last term was already lost, it says so with
     /// [`Error::LeaseLost`]: lost locally (reported by `Revoked` with its true reason, first
     /// if the engine had not yet), or found gone by the backend's release. This session's
-    /// next candidate for the name waits one retry period before competing again, so
+    /// next candidate for the name waits two retry intervals before competing again, so
     /// candidates of other sessions get their turn on backends that only poll.
     ///
     /// The handle stays usable: [`Election::wait_elected`] then fails with

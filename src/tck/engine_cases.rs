@@ -543,13 +543,15 @@ pub fn observer_sees_short_terms_where_the_backend_pushes(h: &Harness) {
     }
 }
 
-/// After a voluntary resign, the same session's next candidate waits one retry period, so
-/// another session's candidate (which may only poll) takes the next term.
+/// After a voluntary resign, the same session's next candidate waits two retry intervals,
+/// so another session's candidate (which may only poll, every interval plus jitter) takes
+/// the next term.
 pub fn a_resigning_leader_lets_another_session_take_the_next_term(h: &Harness) {
     let b = h.backend();
+    // Retry interval = lease: the margin (half an interval) dwarfs scheduling delays.
     let config = Config::builder()
-        .lease(h.lease * 5)
-        .renew_interval(h.lease)
+        .lease(h.lease * 10)
+        .renew_interval(h.lease * 2)
         .build()
         .unwrap();
     let a = Session::open(b.clone(), config.clone()).unwrap();
