@@ -653,3 +653,223 @@ mod connecting {
             .unwrap();
     }
 }
+
+/// The server ends a session while its client is cut off: release and leave change nothing
+/// and return `false`, as on every backend (issue 9.7).
+mod expired_on_server {
+    use super::zk::{self, proxy::Proxy};
+    use simba_lease::spi::{Acquire, LeaseBackend};
+    use simba_lease::{tck, Metadata};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn release_and_leave_after_the_server_expired_the_session_return_false() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_secs(60))
+        });
+        let h = tck::Harness::new(|| unreachable!());
+        // ZooKeeper session timeouts of 1 s, but local leases of 2 minutes (the keep-alives
+        // below): only the server can end these sessions during the test.
+        let open = || {
+            b.open_session(Duration::from_secs(1), &Metadata::default())
+                .unwrap()
+                .id
+        };
+        let (s1, s2) = (open(), open());
+        let (name, group) = (tck::lease_name("srv-exp"), tck::group_name("srv-exp"));
+        let t = match b.acquire(&s1, &name).unwrap() {
+            Acquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        b.join(&s2, &group).unwrap();
+        for s in [&s1, &s2] {
+            b.keep_alive(s, Duration::from_secs(120)).unwrap();
+        }
+        proxy.cut();
+        // A call may fail like any call on a cut connection (it is then tried again); once
+        // the client is disconnected, a call waits for it, and it gives up reconnecting after
+        // 1.4 × the session timeout and finds its session expired.
+        let retried = |f: &dyn Fn() -> simba_lease::Result<bool>| {
+            let end = Instant::now() + h.patience;
+            loop {
+                match f() {
+                    Err(e) if !e.is_session_expired() && Instant::now() < end => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    r => return r,
+                }
+            }
+        };
+        let (released, left) = std::thread::scope(|sc| {
+            let r = sc.spawn(|| retried(&|| b.release(&s1, &name, t.token)));
+            let l = sc.spawn(|| retried(&|| b.leave(&s2, &group)));
+            (r.join().unwrap(), l.join().unwrap())
+        });
+        assert!(
+            matches!((&released, &left), (Ok(false), Ok(false))),
+            "release: {released:?}, leave: {left:?}"
+        );
+        proxy.heal();
+        for s in [&s1, &s2] {
+            let r = b.keep_alive(s, Duration::from_secs(120));
+            assert!(matches!(&r, Err(e) if e.is_session_expired()), "{r:?}");
+        }
+        let s3 = b
+            .open_session(Duration::from_secs(30), &Metadata::default())
+            .unwrap()
+            .id;
+        let mut t3 = None;
+        h.until("the lease is free for the next session", || {
+            if let Acquire::Acquired(t) = b.acquire(&s3, &name).unwrap() {
+                t3 = Some(t.token);
+            }
+            t3.is_some()
+        });
+        assert!(t3.unwrap() > t.token);
+        assert!(b.members(&group).unwrap().is_empty());
+        b.close_session(&s3).unwrap();
+    }
+}
+
+/// A negotiated session timeout below the lease would make every session expire between
+/// keep-alives: opening fails with a typed error naming both (issue 9.8).
+mod negotiated {
+    use super::zk;
+    use simba_lease::spi::LeaseBackend;
+    use simba_lease::{Config, Error, Metadata, Session};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_lease_above_the_servers_max_session_timeout_fails_open_session() {
+        let b = Arc::new(zk::Isolated::new(&zk::hosts(), None, |b| b));
+        // The test server's maxSessionTimeout is 120 s (.ci/servers.sh): it grants no more.
+        let lease = Duration::from_secs(150);
+        let check = |r: simba_lease::Result<_>| match r {
+            Err(Error::InvalidConfig { setting, reason }) => {
+                assert_eq!(setting, "lease");
+                assert!(reason.contains("150s"), "{reason}");
+                assert!(reason.contains("120s"), "{reason}");
+            }
+            Err(e) => panic!("expected InvalidConfig, got {e}"),
+            Ok(_) => panic!("opened a session the server would expire between keep-alives"),
+        };
+        check(b.open_session(lease, &Metadata::default()).map(drop));
+        let cfg = Config::builder()
+            .lease(lease)
+            .renew_interval(Duration::from_secs(50))
+            .build()
+            .unwrap();
+        check(Session::open(b.clone(), cfg).map(drop));
+        // At the maximum, and below the minimum (200 ms, negotiated up): fine.
+        for lease in [Duration::from_secs(120), Duration::from_millis(100)] {
+            let g = b.open_session(lease, &Metadata::default()).unwrap();
+            assert!(g.remaining <= lease, "{:?} > {lease:?}", g.remaining);
+            b.close_session(&g.id).unwrap();
+        }
+    }
+}
+
+/// Closing a session whose client cannot reach the server returns at once: the dropped
+/// client closes the session when it reconnects, or the server expires it (issue 9.9).
+mod closing {
+    use super::zk::{self, proxy::Proxy};
+    use simba_lease::backends::ZooKeeperBackend;
+    use simba_lease::spi::{Acquire, LeaseBackend};
+    use simba_lease::{tck, Metadata};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn closing_a_disconnected_session_does_not_wait_for_the_server() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let request_timeout = Duration::from_secs(120);
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(request_timeout)
+        });
+        let direct = ZooKeeperBackend::builder(hosts.as_str())
+            .root(b.root())
+            .build()
+            .unwrap();
+        let h = tck::Harness::new(|| unreachable!());
+        // The client keeps trying to reconnect for 1.4 × 60 s.
+        let lease = Duration::from_secs(60);
+        let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+        let name = tck::lease_name("close-cut");
+        assert!(matches!(
+            b.acquire(&s, &name).unwrap(),
+            Acquire::Acquired(_)
+        ));
+        proxy.cut();
+        let start = Instant::now();
+        b.close_session(&s).unwrap();
+        let took = start.elapsed();
+        assert!(
+            took < request_timeout / 3,
+            "close waited {took:?} for a server it cannot reach"
+        );
+        let r = b.keep_alive(&s, lease);
+        assert!(matches!(&r, Err(e) if e.is_session_expired()), "{r:?}");
+        proxy.heal();
+        // Well before the session timeout (60 s): the dropped client closed it on reconnecting.
+        h.until("the closed session's lease is freed", || {
+            direct.owner(&name).unwrap().is_none()
+        });
+    }
+}
+
+/// A new term is notified as `Acquired`; a re-acquire by the holder is not (issue 9.15).
+mod acquired_notification {
+    use super::zk;
+    use simba_lease::spi::{Acquire, LeaseBackend, Notification};
+    use simba_lease::{tck, Metadata};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_new_term_is_notified_as_acquired() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let _sub = b
+            .subscribe(Arc::new(move |n: &Notification| {
+                let _ = tx.send(n.clone());
+            }))
+            .unwrap()
+            .expect("notifications");
+        let lease = Duration::from_secs(30);
+        let s1 = b.open_session(lease, &Metadata::default()).unwrap().id;
+        let s2 = b.open_session(lease, &Metadata::default()).unwrap().id;
+        let name = tck::lease_name("acq-note");
+        let acquired = |s| match b.acquire(s, &name).unwrap() {
+            Acquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let t1 = acquired(&s1);
+        assert_eq!(acquired(&s1).token, t1.token, "re-acquire: same term");
+        assert!(b.release(&s1, &name, t1.token).unwrap());
+        let t2 = acquired(&s2);
+        assert!(t2.token > t1.token);
+        // Watch events arrive in zxid order: the re-acquire created nothing.
+        let expected = [
+            Notification::Acquired(name.clone()),
+            Notification::Released(name.clone()),
+            Notification::Acquired(name.clone()),
+        ];
+        let mut seen = Vec::new();
+        let end = Instant::now() + Duration::from_secs(20);
+        while seen.len() < expected.len() {
+            let left = end.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Notification::Acquired(l) | Notification::Released(l)) if l != name => {}
+                Ok(n @ (Notification::Acquired(_) | Notification::Released(_))) => seen.push(n),
+                Ok(_) => {}
+                Err(_) => panic!("notifications missing: saw {seen:?}"),
+            }
+        }
+        assert_eq!(seen, expected);
+        b.close_session(&s1).unwrap();
+        b.close_session(&s2).unwrap();
+    }
+}

@@ -360,3 +360,45 @@ pub fn release_and_group_changes_are_notified(h: &Harness) {
     }
     b.close_session(&s).unwrap();
 }
+
+/// Release and leave on an expired or a closed session change nothing: they return `false`
+/// (never `SessionExpired`), and the lease is not reported as freed by them.
+pub fn release_and_leave_on_an_expired_or_closed_session_return_false(h: &Harness) {
+    let b = h.backend();
+    let g = group_name("gone");
+    // Expired: not kept alive for its lease.
+    let s1 = h.open(&*b, h.lease);
+    let n1 = lease_name("gone-exp");
+    let t1 = acquired(&*b, &s1, &n1);
+    b.join(&s1, &g).unwrap();
+    wait_expired(h, &*b, &s1);
+    assert!(
+        !b.release(&s1, &n1, t1.token)
+            .expect("release on an expired session"),
+        "release on an expired session freed a lease"
+    );
+    assert!(
+        !b.leave(&s1, &g).expect("leave on an expired session"),
+        "leave on an expired session left a group"
+    );
+    // Closed.
+    let s2 = h.open(&*b, h.long_lease());
+    let n2 = lease_name("gone-closed");
+    let t2 = acquired(&*b, &s2, &n2);
+    b.join(&s2, &g).unwrap();
+    b.close_session(&s2).unwrap();
+    assert!(
+        !b.release(&s2, &n2, t2.token)
+            .expect("release on a closed session"),
+        "release on a closed session freed a lease"
+    );
+    assert!(
+        !b.leave(&s2, &g).expect("leave on a closed session"),
+        "leave on a closed session left a group"
+    );
+    // The names are free for the next session, with greater tokens.
+    let s3 = h.open(&*b, h.long_lease());
+    assert!(take_over(h, &*b, &s3, &n1).token > t1.token);
+    assert!(take_over(h, &*b, &s3, &n2).token > t2.token);
+    b.close_session(&s3).unwrap();
+}

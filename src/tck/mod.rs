@@ -126,6 +126,7 @@ macro_rules! tck_suite {
             keep_alive_lists_held_leases,
             acquire_free_held_and_reacquire,
             release_with_wrong_token_or_session_has_no_effect,
+            release_and_leave_on_an_expired_or_closed_session_return_false,
             owner_only_while_live,
             take_over_after_expiry_and_keep_alive_reports_gone,
             names_are_case_sensitive,

@@ -14,11 +14,16 @@
 //!
 //! A Simba session is one ZooKeeper session on a dedicated client that is never reconnected
 //! to another session (an expired ZooKeeper session stays expired). Its id is the ZooKeeper
-//! session id as 16 hex digits. The requested session timeout is the lease; the remaining time
-//! reported is `min(lease, negotiated timeout)`. While the client is disconnected, keep-alive,
-//! acquire and join fail at once, so the engine's local deadline runs out; when ZooKeeper
-//! reports the session expired, the session is expired. Because the client heartbeats on its
-//! own, a local watchdog closes every session that no keep-alive renewed within its lease.
+//! session id as 16 hex digits. The requested session timeout is the lease; when the servers
+//! grant less (a lease above their `maxSessionTimeout`), opening fails with
+//! [`Error::InvalidConfig`] naming both, since sessions would expire between keep-alives. The
+//! remaining time reported is `min(lease, negotiated timeout)`. While the client is
+//! disconnected, keep-alive, acquire and join fail at once, so the engine's local deadline runs
+//! out; when ZooKeeper reports the session expired, the session is expired, and release and
+//! leave on it return `false`. Because the client heartbeats on its own, a local watchdog
+//! closes every session that no keep-alive renewed within its lease. Closing waits for the
+//! server's confirmation only while the client is connected: a disconnected client sends the
+//! close once it reconnects, or the server expires the session.
 //!
 //! # Round trips
 //!
@@ -34,11 +39,11 @@
 //! is replaced if it expires) reads owners and members and carries a single persistent
 //! recursive watch on `{root}`. Persistent watches are re-registered by the client after a
 //! reconnect, and a recursive one sees a member node created under a group that did not exist
-//! yet without any per-group bookkeeping; a lease node's deletion becomes
-//! [`Notification::Released`], a member node's creation or deletion
-//! [`Notification::GroupChanged`], and a reconnect of the reader [`Notification::Resync`]
-//! (events during a disconnection may be lost, ZOOKEEPER-4698). The price: every node change
-//! under the root is sent to every backend instance's reader.
+//! yet without any per-group bookkeeping; a lease node's creation (a new term) becomes
+//! [`Notification::Acquired`], its deletion [`Notification::Released`], a member node's
+//! creation or deletion [`Notification::GroupChanged`], and a reconnect of the reader
+//! [`Notification::Resync`] (events during a disconnection may be lost, ZOOKEEPER-4698). The
+//! price: every node change under the root is sent to every backend instance's reader.
 //!
 //! # Security
 //!
@@ -521,10 +526,13 @@ impl ZkSession {
         drop(self.client.lock().take());
     }
 
-    /// Closes the ZooKeeper session and waits (until `end`) for the server to confirm it, so
-    /// its ephemeral nodes are gone when this returns normally. With `only_if_gone`, the
-    /// session is closed only if it is still [`gone`](Self::gone) under the lifecycle lock (a
-    /// renewal may have won the race). Returns whether the session is closed.
+    /// Closes the ZooKeeper session and, while the client is connected, waits (until `end`)
+    /// for the server to confirm it, so its ephemeral nodes are gone when this returns
+    /// normally. A client that is disconnected (or whose session already ended) is not waited
+    /// for: the close cannot reach the server now; the dropped client sends it once it
+    /// reconnects, or the server expires the session. With `only_if_gone`, the session is
+    /// closed only if it is still [`gone`](Self::gone) under the lifecycle lock (a renewal may
+    /// have won the race). Returns whether the session is closed.
     fn shutdown_until(&self, end: Instant, only_if_gone: bool) -> bool {
         let mut closed = self.closed.lock();
         if *closed {
@@ -535,7 +543,18 @@ impl ZkSession {
         }
         self.begin_close();
         let mut states = self.states.clone();
-        while !states.state().is_terminated() {
+        loop {
+            match states.state() {
+                s if s.is_terminated() => break,
+                zk::SessionState::Disconnected => {
+                    log::debug!(
+                        "ZooKeeper session {} closed while disconnected: the server ends it",
+                        self.id
+                    );
+                    break;
+                }
+                _ => {}
+            }
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() || facade::block_on_for(states.changed(), left).is_none() {
                 log::warn!("closing ZooKeeper session {} not confirmed", self.id);
@@ -592,6 +611,25 @@ impl Inner {
             return Err(Self::expired(id));
         }
         Ok(s)
+    }
+
+    /// [`Inner::fail`] for release and leave, which change nothing on a session that ended
+    /// (meanwhile): `Ok(false)`, as the contract says.
+    fn fail_unchanged(&self, s: &ZkSession, operation: &'static str, e: zk::Error) -> Result<bool> {
+        match self.fail(s, operation, e) {
+            Error::SessionExpired { .. } => Ok(false),
+            e => Err(e),
+        }
+    }
+
+    /// The session if it is known and live, for release and leave; `None` (nothing to
+    /// change) for an unknown, closed or expired one, which is then closed and forgotten.
+    fn live_or_none(&self, id: &SessionId) -> Option<Arc<ZkSession>> {
+        let s = self.sessions.lock().get(id).cloned()?;
+        if s.gone() && self.expire_if_gone(&s) {
+            return None;
+        }
+        Some(s)
     }
 
     /// Maps a ZooKeeper error of a session call; an expired session is closed and forgotten.
@@ -732,12 +770,21 @@ impl LeaseBackend for ZooKeeperBackend {
         let raw = client.session_id().0;
         let negotiated = client.session_timeout();
         let id = SessionId::from_u64(raw as u64);
-        if negotiated < lease {
-            log::warn!(
-                "ZooKeeper session {id}: negotiated timeout {negotiated:?} is shorter than the \
-                 lease {lease:?} (maxSessionTimeout); remaining times are capped to it, so keep \
-                 the renew interval well below it"
-            );
+        // ZooKeeper gets the lease in whole milliseconds and clamps it into the servers'
+        // [minSessionTimeout, maxSessionTimeout]. Clamped down, the session would live less
+        // than the lease, and a renew interval valid for the lease could exceed it: every
+        // session would then expire between keep-alives.
+        if negotiated.as_millis() < lease.as_millis() {
+            drop(client); // closes the ZooKeeper session in the background
+            return Err(Error::config(
+                "lease",
+                format!(
+                    "ZooKeeper granted a session timeout of {negotiated:?}, shorter than the \
+                     lease {lease:?} (the servers' maxSessionTimeout): sessions would expire \
+                     between keep-alives; use a lease of at most {negotiated:?} or raise \
+                     maxSessionTimeout"
+                ),
+            ));
         }
         let s = Arc::new(ZkSession {
             id: id.clone(),
@@ -884,7 +931,7 @@ impl LeaseBackend for ZooKeeperBackend {
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
         const OP: &str = "releasing a lease";
         let inner = &self.inner;
-        let Some(s) = inner.sessions.lock().get(session).cloned() else {
+        let Some(s) = inner.live_or_none(session) else {
             return Ok(false);
         };
         // One release of a session at a time: between the owner check and the delete, only
@@ -899,7 +946,7 @@ impl LeaseBackend for ZooKeeperBackend {
         let stat = match call(OP, limit, client.check_stat(&path))? {
             Ok(Some(stat)) => stat,
             Ok(None) => return Ok(false),
-            Err(e) => return Err(inner.fail(&s, OP, e)),
+            Err(e) => return inner.fail_unchanged(&s, OP, e),
         };
         if stat.ephemeral_owner != s.raw || stat.czxid as u64 != token.get() {
             return Ok(false);
@@ -912,7 +959,7 @@ impl LeaseBackend for ZooKeeperBackend {
                 Ok(true)
             }
             Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => Err(inner.fail(&s, OP, e)),
+            Err(e) => inner.fail_unchanged(&s, OP, e),
         }
     }
 
@@ -966,7 +1013,7 @@ impl LeaseBackend for ZooKeeperBackend {
     fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
         const OP: &str = "leaving a group";
         let inner = &self.inner;
-        let Some(s) = inner.sessions.lock().get(session).cloned() else {
+        let Some(s) = inner.live_or_none(session) else {
             return Ok(false);
         };
         let Ok(client) = s.client() else {
@@ -976,7 +1023,7 @@ impl LeaseBackend for ZooKeeperBackend {
         match call(OP, s.limit(&inner.cfg), client.delete(&mpath, None))? {
             Ok(()) => Ok(true),
             Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => Err(inner.fail(&s, OP, e)),
+            Err(e) => inner.fail_unchanged(&s, OP, e),
         }
     }
 
@@ -1130,6 +1177,12 @@ fn watch_loop(
             zk::EventType::NodeDeleted if ev.path.starts_with(&leases) => {
                 if let Ok(name) = LeaseName::new(&ev.path[leases.len()..]) {
                     subs.publish(&Notification::Released(name));
+                }
+            }
+            // A lease node is created only for a new term (a re-acquire finds it existing).
+            zk::EventType::NodeCreated if ev.path.starts_with(&leases) => {
+                if let Ok(name) = LeaseName::new(&ev.path[leases.len()..]) {
+                    subs.publish(&Notification::Acquired(name));
                 }
             }
             zk::EventType::NodeCreated | zk::EventType::NodeDeleted
