@@ -270,7 +270,12 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        let now = self.clock.now();
         let mut t = self.tables.lock();
+        // An expired session holds nothing, so its release changes nothing.
+        if t.live(session, now).is_none() {
+            return Ok(false);
+        }
         let freed = match t.leases.get_mut(name) {
             Some(l) if l.session.as_ref() == Some(session) && l.token == token.get() => {
                 l.session = None;
@@ -329,7 +334,11 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        let now = self.clock.now();
         let mut t = self.tables.lock();
+        if t.live(session, now).is_none() {
+            return Ok(false);
+        }
         let removed = t.groups.get_mut(group).is_some_and(|m| m.remove(session));
         if t.groups.get(group).is_some_and(|m| m.is_empty()) {
             t.groups.remove(group);

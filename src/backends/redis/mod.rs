@@ -79,7 +79,7 @@
 //! | open, owner | 1 | 1 |
 //! | keep-alive | 1 (every lease and membership in the same script) | 1 + one batch: a script per slot, pipelined to every node at once |
 //! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
-//! | release, leave | 1 | 2 |
+//! | release, leave | 1 | 3 (a PTTL of the session first: an expired session changes nothing) |
 //! | join | 1 | 2 |
 //! | members | 1 | 1 + one script per member (its session's metadata) |
 //! | close | 1 | 2 + one batch |
@@ -632,6 +632,29 @@ impl RedisBackend {
         keys
     }
 
+    /// [`Self::with_index`], plus (one node) the session key, so that the script can check
+    /// the session is live.
+    fn with_session(&self, key: String, index: &str, sid: &SessionId) -> Vec<String> {
+        let mut keys = self.with_index(key, index);
+        if !self.routed {
+            keys.push(self.keys.session(sid));
+        }
+        keys
+    }
+
+    /// Routed: whether `sid` is still live on its session's node, checked before a release
+    /// or leave (one more round trip): an expired session changes nothing, and a lease or
+    /// membership node may still count it live for the cross-node delay. One node: the
+    /// script checks it itself, so always true here.
+    fn live_before_routed_change(&self, sid: &SessionId) -> Result<bool> {
+        if !self.routed {
+            return Ok(true);
+        }
+        let key = self.keys.session(sid);
+        let r = self.scripting.command(Role::Other, &["PTTL", &key])?;
+        Ok(r.as_int().is_some_and(|ms| ms > 0))
+    }
+
     /// Removes `member` from a session's `index` set (routed: the scripts of a slot cannot).
     fn unindex(&self, index: &str, member: &str) -> Result<()> {
         self.scripting
@@ -1094,11 +1117,14 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        if !self.live_before_routed_change(session)? {
+            return Ok(false);
+        }
         let index = self.keys.leases_index(session);
         let r = self.eval(
             Role::Other,
             &scripts().release,
-            &self.with_index(self.keys.lease(name.as_str()), &index),
+            &self.with_session(self.keys.lease(name.as_str()), &index, session),
             &[session.to_string(), token.to_string(), name.to_string()],
         )?;
         let freed = r.as_int() == Some(1);
@@ -1187,11 +1213,14 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        if !self.live_before_routed_change(session)? {
+            return Ok(false);
+        }
         let index = self.keys.groups_index(session);
         let r = self.eval(
             Role::Other,
             &scripts().leave,
-            &self.with_index(self.keys.group(group.as_str()), &index),
+            &self.with_session(self.keys.group(group.as_str()), &index, session),
             &[session.to_string(), group.to_string()],
         )?;
         if self.routed {

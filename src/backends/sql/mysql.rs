@@ -218,8 +218,11 @@ impl Sql {
                    - {NOW_US} \
                  FROM (SELECT 1 AS one) d LEFT JOIN {l} l ON l.name = ?"
             ),
+            // Only by a live session (an expired one holds nothing, so changes nothing).
             release: format!(
-                "UPDATE {l} SET session_id = '' WHERE name = ? AND session_id = ? AND token = ?"
+                "UPDATE {l} SET session_id = '' WHERE name = ? AND session_id = ? AND token = ? \
+                 AND EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = {l}.session_id \
+                             AND s.expires_at > {NOW})"
             ),
             owner: format!(
                 "SELECT l.session_id, l.token, s.expires_at * 1000 - {NOW_US} FROM {l} l \
@@ -235,7 +238,11 @@ impl Sql {
             join_check: format!(
                 "SELECT COUNT(*) FROM {s} WHERE session_id = ? AND expires_at > {NOW}"
             ),
-            leave: format!("DELETE FROM {m} WHERE group_name = ? AND session_id = ?"),
+            leave: format!(
+                "DELETE FROM {m} WHERE group_name = ? AND session_id = ? \
+                 AND EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = {m}.session_id \
+                             AND s.expires_at > {NOW})"
+            ),
             members: format!(
                 "SELECT m.session_id, s.metadata FROM {m} m \
                  JOIN {s} s ON s.session_id = m.session_id \

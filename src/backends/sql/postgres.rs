@@ -133,8 +133,11 @@ fn sql(t: &Tables) -> [String; 10] {
                     (SELECT session_id::text FROM cur), (SELECT token FROM cur), \
                     (SELECT expires_at FROM holder) * 1000 - (SELECT us FROM now)"
         ),
-        // release
-        format!("UPDATE {l} SET session_id = '' WHERE name = $1 AND session_id = $2 AND token = $3"),
+        // release: only by a live session (an expired one holds nothing, so changes nothing)
+        format!(
+            "UPDATE {l} SET session_id = '' WHERE name = $1 AND session_id = $2 AND token = $3 \
+             AND EXISTS (SELECT 1 FROM {s} WHERE session_id = $2 AND expires_at > {NOW})"
+        ),
         // owner
         format!(
             "SELECT l.session_id::text, l.token, s.expires_at * 1000 - {NOW_US} FROM {l} l \
@@ -149,8 +152,11 @@ fn sql(t: &Tables) -> [String; 10] {
                      ON CONFLICT DO NOTHING RETURNING 1) \
              SELECT EXISTS (SELECT 1 FROM me), (SELECT count(*) FROM ins)"
         ),
-        // leave
-        format!("DELETE FROM {m} WHERE group_name = $1 AND session_id = $2"),
+        // leave: only by a live session, like release
+        format!(
+            "DELETE FROM {m} WHERE group_name = $1 AND session_id = $2 \
+             AND EXISTS (SELECT 1 FROM {s} WHERE session_id = $2 AND expires_at > {NOW})"
+        ),
         // members
         format!(
             "SELECT m.session_id::text, s.metadata::text FROM {m} m \
