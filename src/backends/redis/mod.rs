@@ -795,7 +795,7 @@ impl RedisBackend {
         match acked {
             Some(acked) if acked < n => {
                 let t = token("acquiring", int_at("acquiring", &r, 1)?)?;
-                let released = self.release(sid, name, t);
+                let released = self.release_term(sid, name, t);
                 Err(Error::backend(
                     "acquiring",
                     format!(
@@ -842,7 +842,7 @@ impl RedisBackend {
         if acquired && sent.elapsed() > left {
             if int_at("acquiring", &r, 3)? == 1 {
                 let t = token("acquiring", int_at("acquiring", &r, 1)?)?;
-                if let Err(e) = self.release(sid, name, t) {
+                if let Err(e) = self.release_term(sid, name, t) {
                     log::warn!("releasing the late term {t} of {name:?} failed: {e}");
                 }
             }
@@ -867,6 +867,39 @@ impl RedisBackend {
         let mut v = a.to_vec();
         v[2] = Reply::Int(node_left.min(left.as_millis() as i64));
         Ok(Reply::Array(v))
+    }
+
+    /// Releases a term on its node, without the routed session check (also the undo of a
+    /// late or unacknowledged grant, whose session may be gone).
+    fn release_term(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
+        let index = self.keys.leases_index(session);
+        let r = self.eval(
+            Role::Other,
+            &scripts().release,
+            &self.with_session(self.keys.lease(name.as_str()), &index, session),
+            &[session.to_string(), token.to_string(), name.to_string()],
+        )?;
+        let freed = r.as_int() == Some(1);
+        if freed && self.routed {
+            self.unindex(&index, name.as_str())?;
+        }
+        Ok(freed)
+    }
+
+    /// Leaves a group on its node, without the routed session check (also the undo of a
+    /// late join).
+    fn leave_group(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
+        let index = self.keys.groups_index(session);
+        let r = self.eval(
+            Role::Other,
+            &scripts().leave,
+            &self.with_session(self.keys.group(group.as_str()), &index, session),
+            &[session.to_string(), group.to_string()],
+        )?;
+        if self.routed {
+            self.unindex(&index, group.as_str())?;
+        }
+        Ok(r.as_int() == Some(1))
     }
 }
 
@@ -1120,18 +1153,7 @@ impl LeaseBackend for RedisBackend {
         if !self.live_before_routed_change(session)? {
             return Ok(false);
         }
-        let index = self.keys.leases_index(session);
-        let r = self.eval(
-            Role::Other,
-            &scripts().release,
-            &self.with_session(self.keys.lease(name.as_str()), &index, session),
-            &[session.to_string(), token.to_string(), name.to_string()],
-        )?;
-        let freed = r.as_int() == Some(1);
-        if freed && self.routed {
-            self.unindex(&index, name.as_str())?;
-        }
-        Ok(freed)
+        self.release_term(session, name, token)
     }
 
     fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
@@ -1200,7 +1222,7 @@ impl LeaseBackend for RedisBackend {
         if sent.elapsed() > left {
             // Leave only a membership this call created: one from an earlier join stays.
             if created {
-                if let Err(e) = self.leave(session, group) {
+                if let Err(e) = self.leave_group(session, group) {
                     log::warn!("leaving {group:?} after a late join failed: {e}");
                 }
             }
@@ -1216,17 +1238,7 @@ impl LeaseBackend for RedisBackend {
         if !self.live_before_routed_change(session)? {
             return Ok(false);
         }
-        let index = self.keys.groups_index(session);
-        let r = self.eval(
-            Role::Other,
-            &scripts().leave,
-            &self.with_session(self.keys.group(group.as_str()), &index, session),
-            &[session.to_string(), group.to_string()],
-        )?;
-        if self.routed {
-            self.unindex(&index, group.as_str())?;
-        }
-        Ok(r.as_int() == Some(1))
+        self.leave_group(session, group)
     }
 
     fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
