@@ -35,6 +35,12 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// A fencing token of zero (tokens start at 1).
+    #[error("invalid token {value}: tokens are greater than zero")]
+    InvalidToken {
+        /// The rejected value.
+        value: u64,
+    },
     /// A session id that is not 16 or 32 lowercase hex digits.
     #[error("invalid session id {id:?}: expected 16 or 32 lowercase hex digits")]
     InvalidSessionId {
@@ -149,6 +155,25 @@ impl Error {
     /// Whether this error means the session is gone for good.
     pub fn is_session_expired(&self) -> bool {
         matches!(self, Error::SessionExpired { .. })
+    }
+
+    /// Whether an operation ran out of time (the backend may or may not have applied it).
+    ///
+    /// ```
+    /// use simba_lease::Error;
+    /// use std::time::Duration;
+    /// let e = Error::Timeout { operation: "acquiring", after: Duration::from_secs(5) };
+    /// assert!(e.is_timeout() && e.is_transient());
+    /// ```
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// Whether trying the same call again later may succeed: a timeout or a backend
+    /// failure (connection, server). Bad input, a lost term, an expired or closed session
+    /// and configuration errors are not transient.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Timeout { .. } | Error::Backend { .. })
     }
 }
 

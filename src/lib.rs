@@ -69,6 +69,8 @@
 //! ([`LockGuard::token`], [`Term::token`]) to the protected resource and let it reject
 //! tokens lower than the highest it has seen.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
+#![warn(missing_debug_implementations)]
 
 pub mod backends;
 pub mod engine;

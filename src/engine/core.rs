@@ -196,6 +196,7 @@ pub struct Handover {
 }
 
 /// The state machine of one session.
+#[derive(Debug)]
 pub struct Core {
     t: Timing,
     session: SessionId,

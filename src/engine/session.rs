@@ -287,6 +287,15 @@ impl Drop for Session {
     }
 }
 
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("backend", &self.backend.kind())
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
 impl Inner {
     pub(crate) fn now(&self) -> Instant {
         self.clock.now()

@@ -36,6 +36,7 @@ impl Session {
 }
 
 /// A view of a group. Dropping it stops its watches; memberships are [`Membership`] guards.
+#[derive(Debug)]
 pub struct Group {
     inner: Arc<Inner>,
     name: GroupName,

@@ -41,6 +41,7 @@ impl Session {
 }
 
 /// Watches a lease's holder. Dropping it stops the watch.
+#[derive(Debug)]
 pub struct Observer {
     inner: Arc<Inner>,
     handle: HandleId,

@@ -43,6 +43,14 @@ pub struct Subscribers {
     next: std::sync::atomic::AtomicU64,
 }
 
+impl std::fmt::Debug for Subscribers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscribers")
+            .field("sinks", &self.inner.lock().len())
+            .finish()
+    }
+}
+
 impl Subscribers {
     /// Adds a sink; it stays registered until the subscription is dropped.
     pub fn add(&self, sink: NotifySink) -> Subscription {

@@ -34,6 +34,15 @@ pub struct Harness {
     pub patience: Duration,
 }
 
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness")
+            .field("lease", &self.lease)
+            .field("patience", &self.patience)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Harness {
     /// A harness with a 600 ms lease and 20 s of patience.
     pub fn new(factory: impl Fn() -> Arc<dyn LeaseBackend> + 'static) -> Self {

@@ -25,7 +25,7 @@ impl Token {
     pub fn new(value: u64) -> Result<Self> {
         NonZeroU64::new(value)
             .map(Token)
-            .ok_or_else(|| Error::config("token", "a token is greater than zero"))
+            .ok_or(Error::InvalidToken { value })
     }
 
     /// The value.

@@ -170,6 +170,7 @@ pub enum Role {
 }
 
 /// Receives pub/sub events from [`RedisScripting::listen`].
+#[derive(Debug)]
 pub enum PubSubEvent<'a> {
     /// The patterns are subscribed.
     Subscribed,
@@ -580,6 +581,7 @@ fn io_kind(e: &redis::RedisError) -> Option<std::io::ErrorKind> {
 
 /// One Redis server (a primary, with or without replicas): a pool of connections per
 /// [`Role`], so keep-alives never wait behind acquires.
+#[allow(missing_debug_implementations)] // the driver's client and pools print nothing useful
 pub struct StandaloneScripting {
     client: redis::Client,
     pools: Pools<redis::Connection>,
@@ -686,6 +688,7 @@ impl RedisScripting for StandaloneScripting {
 
 /// A Redis Cluster through the `redis` crate's blocking cluster client: commands are routed
 /// by the slot of their first key. Every call must keep to one slot.
+#[allow(missing_debug_implementations)] // the driver's clients and pools print nothing useful
 pub struct ClusterScripting {
     seeds: Vec<redis::Client>,
     pools: Pools<redis::cluster::ClusterConnection>,
