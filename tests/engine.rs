@@ -27,6 +27,8 @@ struct Gate {
     /// The next acquire / keep-alive panics (a faulty backend or driver).
     panic_acquire: AtomicBool,
     panic_keep_alive: AtomicBool,
+    /// Subscriptions made.
+    subscribes: AtomicUsize,
     /// The threads that ran releases, leaves and session closes.
     io_threads: Mutex<Vec<(&'static str, std::thread::ThreadId)>>,
 }
@@ -109,6 +111,13 @@ impl LeaseBackend for Gate {
     }
     fn purge_expired(&self) -> Result<usize> {
         self.inner.purge_expired()
+    }
+    fn subscribe(
+        &self,
+        sink: simba_lease::spi::NotifySink,
+    ) -> Result<Option<simba_lease::spi::Subscription>> {
+        self.subscribes.fetch_add(1, Ordering::SeqCst);
+        self.inner.subscribe(sink)
     }
 }
 
@@ -488,4 +497,52 @@ fn every_group_watch_gets_every_event_and_a_resigned_election_can_campaign_again
     e.campaign().unwrap();
     let t2 = e.wait_elected(PATIENCE).unwrap();
     assert!(t2.token > t1.token);
+}
+
+#[test]
+fn sessions_of_one_backend_share_one_subscription_and_a_waiter_is_woken_by_its_name() {
+    let gate = Arc::new(Gate::default());
+    let backend: Arc<dyn LeaseBackend> = gate.clone();
+    // A long retry interval: a waiter that is not woken by the notification polls only
+    // after 20 s.
+    let slow = Config::builder()
+        .lease(Duration::from_secs(120))
+        .renew_interval(Duration::from_secs(40))
+        .build()
+        .unwrap();
+    let sessions: Vec<Session> = (0..5)
+        .map(|_| Session::open(backend.clone(), slow.clone()).unwrap())
+        .collect();
+    assert_eq!(gate.subscribes.load(Ordering::SeqCst), 1, "one per backend");
+    let held = sessions[0].lock("routed").unwrap();
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            sessions[1]
+                .lock_timeout("routed", Duration::from_secs(10))
+                .map(|g| g.token())
+        });
+        until("the waiter waits", || {
+            gate.inner
+                .owner(&LeaseName::new("routed").unwrap())
+                .unwrap()
+                .is_some()
+        });
+        // Releases of other names in other sessions do not disturb it.
+        for i in 0..20 {
+            sessions[2]
+                .try_lock(format!("other-{i}"))
+                .unwrap()
+                .unwrap()
+                .unlock()
+                .unwrap();
+        }
+        held.unlock().unwrap();
+        let token = waiter
+            .join()
+            .unwrap()
+            .expect("woken by the release of its name");
+        assert_eq!(token.get(), 2);
+    });
+    let _late = Session::open(backend.clone(), slow).unwrap();
+    assert_eq!(gate.subscribes.load(Ordering::SeqCst), 1, "still one");
 }

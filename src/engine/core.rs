@@ -191,6 +191,7 @@ type LastOwner = Option<(SessionId, Token)>;
 #[derive(Debug, Default)]
 pub struct Handover {
     candidates: Vec<(HandleId, LeaseName, Option<Term>)>,
+    waiting: BTreeMap<LeaseName, (usize, u64)>,
     observers: Vec<(HandleId, LeaseName, Option<LastOwner>)>,
     groups: Vec<(HandleId, GroupName, Option<BTreeSet<Member>>)>,
 }
@@ -223,7 +224,9 @@ pub struct Core {
     lost_terms: BTreeMap<HandleId, Term>,
     observers: BTreeMap<HandleId, Watch<LeaseName, LastOwner>>,
     groups: BTreeMap<HandleId, Watch<GroupName, BTreeSet<Member>>>,
-    releases_seen: u64,
+    /// Names lock callers wait to see released: how many wait, and a count of the releases
+    /// of that name seen (a notification, or this session's own release finishing).
+    waiting: BTreeMap<LeaseName, (usize, u64)>,
     health: Health,
     rng: u64,
     out: Vec<Output>,
@@ -254,7 +257,7 @@ impl Core {
             lost_terms: BTreeMap::new(),
             observers: BTreeMap::new(),
             groups: BTreeMap::new(),
-            releases_seen: 0,
+            waiting: BTreeMap::new(),
             health: Health::default(),
             rng: seed | 1,
             out: Vec::new(),
@@ -293,9 +296,44 @@ impl Core {
         }
     }
 
-    /// Counts release notifications (lock waiters wait for it to change).
-    pub fn releases_seen(&self) -> u64 {
-        self.releases_seen
+    /// Registers a lock caller waiting for `name` to be released; returns the count of its
+    /// releases seen so far ([`Core::releases_of`] changes when one is seen).
+    pub fn wait_for_release(&mut self, name: &LeaseName) -> u64 {
+        let w = self.waiting.entry(name.clone()).or_insert((0, 0));
+        w.0 += 1;
+        w.1
+    }
+
+    /// A lock caller stopped waiting for `name`.
+    pub fn stop_waiting(&mut self, name: &LeaseName) {
+        if let Some(w) = self.waiting.get_mut(name) {
+            w.0 -= 1;
+            if w.0 == 0 {
+                self.waiting.remove(name);
+            }
+        }
+    }
+
+    /// The releases of `name` seen while someone waited for it.
+    pub fn releases_of(&self, name: &LeaseName) -> u64 {
+        self.waiting.get(name).map_or(0, |w| w.1)
+    }
+
+    fn seen_release(&mut self, name: &LeaseName) -> bool {
+        self.waiting.get_mut(name).map(|w| w.1 += 1).is_some()
+    }
+
+    /// Every name this session wants to hear about: candidates, observers and lock callers
+    /// waiting for a release (and, separately, watched groups). Notifications of other names
+    /// need not reach it.
+    pub fn interest(&self) -> (BTreeSet<LeaseName>, BTreeSet<GroupName>) {
+        let leases = (self.candidates.values().map(|c| &c.key))
+            .chain(self.observers.values().map(|w| &w.s.key))
+            .chain(self.waiting.keys())
+            .cloned()
+            .collect();
+        let groups = self.groups.values().map(|w| w.s.key.clone()).collect();
+        (leases, groups)
     }
 
     /// Takes the queued outputs.
@@ -530,10 +568,14 @@ impl Core {
         self.observers_due(name, now);
     }
 
-    fn observers_due(&mut self, name: &LeaseName, now: Instant) {
+    /// Wakes the observers of `name`; whether there were any.
+    fn observers_due(&mut self, name: &LeaseName, now: Instant) -> bool {
+        let mut hit = false;
         for w in self.observers.values_mut().filter(|w| &w.s.key == name) {
             w.s.wake(now);
+            hit = true;
         }
+        hit
     }
 
     /// Marks an acquire of `name` as in flight (a lock's, sent by the caller).
@@ -690,7 +732,7 @@ impl Core {
     /// it can no longer land later; a failed or timed-out release may still.
     pub fn on_released(&mut self, name: &LeaseName, definitive: bool) {
         if self.releasing.remove(name) {
-            self.releases_seen += 1;
+            self.seen_release(name);
         }
         if let Some(m) = self.released.get_mut(name) {
             m.state = match (m.state, definitive) {
@@ -926,27 +968,33 @@ impl Core {
         }
     }
 
-    /// A backend notification.
-    pub fn notify(&mut self, n: &Notification, now: Instant) {
+    /// A backend notification. Returns whether it concerned anything of this session (else
+    /// nothing changed and nobody needs waking).
+    pub fn notify(&mut self, n: &Notification, now: Instant) -> bool {
         match n {
             Notification::Released(name) => {
-                self.releases_seen += 1;
+                let mut hit = self.seen_release(name);
                 for c in self.candidates.values_mut().filter(|c| &c.key == name) {
                     c.wake(now);
+                    hit = true;
                 }
-                self.observers_due(name, now);
+                self.observers_due(name, now) || hit
             }
             Notification::Acquired(name) => self.observers_due(name, now),
             Notification::GroupChanged(g) => {
+                let mut hit = false;
                 for w in self.groups.values_mut().filter(|w| &w.s.key == g) {
                     w.s.wake(now);
+                    hit = true;
                 }
+                hit
             }
             Notification::Resync => {
-                self.releases_seen += 1;
+                self.waiting.values_mut().for_each(|w| w.1 += 1);
                 self.candidates.values_mut().for_each(|c| c.wake(now));
                 self.observers.values_mut().for_each(|w| w.s.wake(now));
                 self.groups.values_mut().for_each(|w| w.s.wake(now));
+                true
             }
         }
     }
@@ -954,6 +1002,7 @@ impl Core {
     /// Hands the registrations of this (expired) session over to the next one.
     pub fn handover(&mut self) -> Handover {
         Handover {
+            waiting: std::mem::take(&mut self.waiting),
             candidates: std::mem::take(&mut self.candidates)
                 .into_iter()
                 .map(|(h, c)| (h, c.key, self.lost_terms.remove(&h)))
@@ -972,6 +1021,7 @@ impl Core {
     /// Takes over the registrations of the expired session `old` (all due at once) and
     /// emits [`Event::SessionReopened`].
     pub fn take_over(&mut self, h: Handover, old: SessionId, now: Instant) {
+        self.waiting = h.waiting;
         for (handle, name, lost) in h.candidates {
             self.candidates.insert(handle, Scheduled::new(name, now));
             if let Some(term) = lost {

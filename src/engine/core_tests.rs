@@ -392,10 +392,10 @@ fn no_term_is_adopted_while_a_release_of_its_name_is_in_flight() {
     );
     assert!(matches!(r, Ok(Acquire::Held(_))), "{r:?}");
     assert!(!c.is_valid(&name("a"), Token::new(6).unwrap(), t0 + 3 * MS));
-    let seen = c.releases_seen();
+    let seen = c.wait_for_release(&name("a"));
     c.on_released(&name("a"), true);
     assert!(
-        c.releases_seen() > seen,
+        c.releases_of(&name("a")) > seen,
         "lock waiters are woken when the release finishes"
     );
     c.begin_acquire(&name("a"));
@@ -723,4 +723,33 @@ fn a_notification_during_a_running_read_or_attempt_runs_it_again_at_once() {
     assert!(!c
         .take_outputs()
         .contains(&Output::Run(Task::Owner(5, name("a")))));
+}
+
+#[test]
+fn a_notification_concerns_only_the_names_this_session_waits_for() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    assert!(
+        !c.notify(&Notification::Released(name("a")), t0),
+        "nobody waits"
+    );
+    let seen = c.wait_for_release(&name("a"));
+    c.add_observer(5, name("o"), t0);
+    c.add_candidate(1, name("e"), t0);
+    let (leases, groups) = c.interest();
+    assert_eq!(
+        leases.into_iter().collect::<Vec<_>>(),
+        [name("a"), name("e"), name("o")]
+    );
+    assert!(groups.is_empty());
+    assert!(!c.notify(&Notification::Released(name("b")), t0));
+    assert!(!c.notify(&Notification::Acquired(name("a")), t0));
+    assert_eq!(c.releases_of(&name("a")), seen, "another name's release");
+    assert!(c.notify(&Notification::Released(name("a")), t0));
+    assert!(c.releases_of(&name("a")) > seen);
+    assert!(c.notify(&Notification::Acquired(name("o")), t0));
+    assert!(c.notify(&Notification::Released(name("e")), t0));
+    c.stop_waiting(&name("a"));
+    assert!(!c.interest().0.contains(&name("a")));
+    assert!(c.notify(&Notification::Resync, t0));
 }

@@ -7,6 +7,7 @@ pub mod core;
 mod event;
 mod guarded;
 mod listeners;
+mod router;
 pub(crate) mod session;
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use super::core::{Core, HandleId, Health, Output, State, Task, Timing};
 use super::event::Event;
 use super::guarded::PanicGuard;
 use super::listeners::{Delivery, Listeners, SESSION};
+use super::router::{Interest, Router};
 use crate::error::{Error, Result};
-use crate::spi::{LeaseBackend, Notification, Subscription};
+use crate::spi::{LeaseBackend, Notification};
 use crate::types::{GroupName, LeaseName, SessionId, Token};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) joined: BTreeMap<GroupName, usize>,
     /// A reopen was queued and has not finished.
     reopening: bool,
+    /// What the router delivers to this session (the core's interest at the last dispatch).
+    interest: Interest,
     /// The keep-alive thread of the current backend session: each backend session gets its
     /// own, so a keep-alive hanging for an expired session never delays its successor's.
     keep_alive: Sender<KeepAliveJob>,
@@ -63,7 +66,9 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     event_thread: Mutex<Option<(ThreadId, JoinHandle<()>)>>,
-    subscription: Mutex<Option<Subscription>>,
+    /// Delivers the backend's notifications of the names this session is interested in.
+    router: Arc<Router>,
+    route: std::sync::atomic::AtomicU64,
 }
 
 /// A session on a backend: one keep-alive thread, and the elections, locks, observers and
@@ -105,6 +110,8 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Opens a session on `backend` (one backend call) and starts its threads.
     pub fn open(backend: Arc<dyn LeaseBackend>, config: Config) -> Result<Session> {
+        // One subscription per backend and process, shared by its sessions.
+        let router = Router::for_backend(&backend)?;
         // A panic in a backend call becomes an error; the session's threads live on.
         let backend: Arc<dyn LeaseBackend> = Arc::new(PanicGuard(backend));
         let clock = SystemClock;
@@ -138,6 +145,7 @@ impl Session {
                 reserved: BTreeMap::new(),
                 joined: BTreeMap::new(),
                 reopening: false,
+                interest: Interest::default(),
                 keep_alive: ka_tx,
             }),
             changed: Condvar::new(),
@@ -149,7 +157,8 @@ impl Session {
             closed: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             event_thread: Mutex::new(None),
-            subscription: Mutex::new(None),
+            router,
+            route: std::sync::atomic::AtomicU64::new(0),
         });
         let spawn = |what: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
@@ -167,15 +176,8 @@ impl Session {
             let i = inner.clone();
             let t3 = spawn("ticker", Box::new(move || i.ticker_loop(wake_rx)))?;
             inner.threads.lock().extend([t1, t2, t3]);
-            let weak = Arc::downgrade(&inner);
-            let sink = Arc::new(move |n: &Notification| {
-                if let Some(i) = weak.upgrade() {
-                    let now = i.clock.now();
-                    i.with_core(|c| c.notify(n, now));
-                }
-            });
-            let sub = inner.backend.subscribe(sink)?;
-            *inner.subscription.lock() = sub;
+            let key = inner.router.add(Arc::downgrade(&inner));
+            inner.route.store(key, Ordering::SeqCst);
             Ok(())
         })();
         let session = Session { inner };
@@ -301,6 +303,15 @@ impl Inner {
         self.clock.now()
     }
 
+    /// A backend notification routed to this session: wakes only what it concerns.
+    pub(crate) fn notified(&self, n: &Notification) {
+        let now = self.now();
+        let mut s = self.shared.lock();
+        if s.core.notify(n, now) {
+            self.dispatch(&mut s, true);
+        }
+    }
+
     /// The current backend session's id.
     pub(crate) fn id(&self) -> SessionId {
         self.shared.lock().core.session().clone()
@@ -361,6 +372,12 @@ impl Inner {
         {
             s.reopening = true;
             let _ = self.work_tx.send(Work::Reopen);
+        }
+        let interest = s.core.interest();
+        if interest != s.interest {
+            let key = self.route.load(Ordering::SeqCst);
+            self.router.update(key, &s.interest, &interest);
+            s.interest = interest;
         }
         if wake_ticker {
             let _ = self.wake_tx.send(());
@@ -594,7 +611,8 @@ impl Inner {
     }
 
     fn stop_threads(&self) {
-        self.subscription.lock().take();
+        let had = std::mem::take(&mut self.shared.lock().interest);
+        self.router.remove(self.route.load(Ordering::SeqCst), &had);
         let _ = self.shared.lock().keep_alive.send(None);
         let _ = self.work_tx.send(Work::Stop);
         let _ = self.wake_tx.send(());

@@ -113,6 +113,9 @@ impl Session {
     ) -> Result<Option<(SessionId, Term)>> {
         let inner = &self.inner;
         let retry = inner.config.retry_interval();
+        // A blocking caller waits for a release of this name only: other names' releases
+        // neither wake it nor reach this session.
+        let _waiting = (!once).then(|| WaitingForRelease::new(inner, name));
         loop {
             let (id, seen) = {
                 let mut s = inner.lock_shared();
@@ -131,7 +134,7 @@ impl Session {
                     }
                 }
                 s.core.begin_acquire(name);
-                (s.core.session().clone(), s.core.releases_seen())
+                (s.core.session().clone(), s.core.releases_of(name))
             };
             let sent = inner.now();
             let reply = inner.backend.acquire(&id, name);
@@ -161,7 +164,7 @@ impl Session {
                 next = next.min(u);
             }
             let mut s = inner.lock_shared();
-            while s.core.releases_seen() == seen && s.core.check_live().is_ok() {
+            while s.core.releases_of(name) == seen && s.core.check_live().is_ok() {
                 if !inner.wait(&mut s, Some(next)) {
                     break;
                 }
@@ -170,6 +173,25 @@ impl Session {
                 return Ok(None);
             }
         }
+    }
+}
+
+/// Registers a lock caller waiting for a release of `name` while it lives.
+struct WaitingForRelease<'a> {
+    inner: &'a Inner,
+    name: &'a LeaseName,
+}
+
+impl<'a> WaitingForRelease<'a> {
+    fn new(inner: &'a Inner, name: &'a LeaseName) -> Self {
+        inner.with_core(|c| c.wait_for_release(name));
+        WaitingForRelease { inner, name }
+    }
+}
+
+impl Drop for WaitingForRelease<'_> {
+    fn drop(&mut self) {
+        self.inner.with_core(|c| c.stop_waiting(self.name));
     }
 }
 

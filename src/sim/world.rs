@@ -992,6 +992,8 @@ impl World<'_> {
         for l in cl.locks.iter_mut() {
             l.phase = LockPhase::Idle;
             l.seen = None;
+            // The simulated lock callers wait for releases of their names all along.
+            core.wait_for_release(&l.name);
         }
         for name in &cl.observes {
             let h = cl.next_handle;
@@ -1118,13 +1120,13 @@ impl World<'_> {
             let l = &mut cl.locks[i];
             match l.phase {
                 LockPhase::Idle => {
-                    let notified = l.seen.is_some_and(|s| s != core.releases_seen());
+                    let notified = l.seen.is_some_and(|s| s != core.releases_of(&l.name));
                     if t >= l.next || notified {
                         let h = cl.next_handle;
                         cl.next_handle += 1;
                         l.handle = h;
                         l.phase = LockPhase::Acquiring;
-                        l.seen = Some(core.releases_seen());
+                        l.seen = Some(core.releases_of(&l.name));
                         core.begin_acquire(&l.name);
                         let name = l.name.clone();
                         self.send(c, Op::Lock(h, name), Chan::Caller);
