@@ -227,6 +227,8 @@ pub struct Core {
     /// Names lock callers wait to see released: how many wait, and a count of the releases
     /// of that name seen (a notification, or this session's own release finishing).
     waiting: BTreeMap<LeaseName, (usize, u64)>,
+    /// The [`Core::interest`] may have changed since the last [`Core::interest_changed`].
+    interest_dirty: bool,
     health: Health,
     rng: u64,
     out: Vec<Output>,
@@ -258,6 +260,7 @@ impl Core {
             observers: BTreeMap::new(),
             groups: BTreeMap::new(),
             waiting: BTreeMap::new(),
+            interest_dirty: true,
             health: Health::default(),
             rng: seed | 1,
             out: Vec::new(),
@@ -301,6 +304,7 @@ impl Core {
     pub fn wait_for_release(&mut self, name: &LeaseName) -> u64 {
         let w = self.waiting.entry(name.clone()).or_insert((0, 0));
         w.0 += 1;
+        self.interest_dirty |= w.0 == 1;
         w.1
     }
 
@@ -310,6 +314,7 @@ impl Core {
             w.0 -= 1;
             if w.0 == 0 {
                 self.waiting.remove(name);
+                self.interest_dirty = true;
             }
         }
     }
@@ -321,6 +326,11 @@ impl Core {
 
     fn seen_release(&mut self, name: &LeaseName) -> bool {
         self.waiting.get_mut(name).map(|w| w.1 += 1).is_some()
+    }
+
+    /// Whether [`Core::interest`] may have changed since the last call (which resets it).
+    pub fn interest_changed(&mut self) -> bool {
+        std::mem::take(&mut self.interest_dirty)
     }
 
     /// Every name this session wants to hear about: candidates, observers and lock callers
@@ -797,6 +807,7 @@ impl Core {
     /// Registers an election candidate for `name`; it attempts at once, or once the
     /// cool-down after this session's own voluntary release of `name` has passed.
     pub fn add_candidate(&mut self, handle: HandleId, name: LeaseName, now: Instant) {
+        self.interest_dirty = true;
         self.candidates.insert(handle, Scheduled::new(name, now));
     }
 
@@ -810,6 +821,7 @@ impl Core {
         let Some(c) = self.candidates.remove(&handle) else {
             return Ok(None);
         };
+        self.interest_dirty = true;
         match self.leases.get(&c.key) {
             Some(held) if held.holder == Holder::Election(handle) => {}
             _ => return lost.map_or(Ok(None), |t| Err(lease_lost(&t))),
@@ -889,17 +901,20 @@ impl Core {
     /// Registers an observer of `name`; it reads the owner at once.
     pub fn add_observer(&mut self, handle: HandleId, name: LeaseName, now: Instant) {
         let s = Scheduled::new(name, now);
+        self.interest_dirty = true;
         self.observers.insert(handle, Watch { s, last: None });
     }
 
     /// Registers a watcher of `group`; it reads the members at once.
     pub fn add_group_watch(&mut self, handle: HandleId, group: GroupName, now: Instant) {
         let s = Scheduled::new(group, now);
+        self.interest_dirty = true;
         self.groups.insert(handle, Watch { s, last: None });
     }
 
     /// Removes an observer or group watcher.
     pub fn remove_watch(&mut self, handle: HandleId) {
+        self.interest_dirty = true;
         self.observers.remove(&handle);
         self.groups.remove(&handle);
     }
@@ -1001,6 +1016,7 @@ impl Core {
 
     /// Hands the registrations of this (expired) session over to the next one.
     pub fn handover(&mut self) -> Handover {
+        self.interest_dirty = true;
         Handover {
             waiting: std::mem::take(&mut self.waiting),
             candidates: std::mem::take(&mut self.candidates)
@@ -1022,6 +1038,7 @@ impl Core {
     /// emits [`Event::SessionReopened`].
     pub fn take_over(&mut self, h: Handover, old: SessionId, now: Instant) {
         self.waiting = h.waiting;
+        self.interest_dirty = true;
         for (handle, name, lost) in h.candidates {
             self.candidates.insert(handle, Scheduled::new(name, now));
             if let Some(term) = lost {
@@ -1066,6 +1083,7 @@ impl Core {
             }
         }
         self.candidates.clear();
+        self.interest_dirty = true;
         self.lost_terms.clear();
         self.observers.clear();
         self.groups.clear();

@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     reopening: bool,
     /// What the router delivers to this session (the core's interest at the last dispatch).
     interest: Interest,
+    /// When the ticker wakes next on its own (`None`: only when woken).
+    ticker_at: Option<Instant>,
     /// The keep-alive thread of the current backend session: each backend session gets its
     /// own, so a keep-alive hanging for an expired session never delays its successor's.
     keep_alive: Sender<KeepAliveJob>,
@@ -146,6 +148,7 @@ impl Session {
                 joined: BTreeMap::new(),
                 reopening: false,
                 interest: Interest::default(),
+                ticker_at: None,
                 keep_alive: ka_tx,
             }),
             changed: Condvar::new(),
@@ -166,6 +169,8 @@ impl Session {
                 .spawn(f)
                 .map_err(|e| Error::backend("spawning a session thread", e))
         };
+        let key = inner.router.add(Arc::downgrade(&inner));
+        inner.route.store(key, Ordering::SeqCst);
         let result = (|| {
             let i = inner.clone();
             let ev = spawn("events", Box::new(move || i.listeners.run(events_rx)))?;
@@ -176,8 +181,6 @@ impl Session {
             let i = inner.clone();
             let t3 = spawn("ticker", Box::new(move || i.ticker_loop(wake_rx)))?;
             inner.threads.lock().extend([t1, t2, t3]);
-            let key = inner.router.add(Arc::downgrade(&inner));
-            inner.route.store(key, Ordering::SeqCst);
             Ok(())
         })();
         let session = Session { inner };
@@ -373,14 +376,21 @@ impl Inner {
             s.reopening = true;
             let _ = self.work_tx.send(Work::Reopen);
         }
-        let interest = s.core.interest();
-        if interest != s.interest {
+        if s.core.interest_changed() {
+            let interest = s.core.interest();
             let key = self.route.load(Ordering::SeqCst);
-            self.router.update(key, &s.interest, &interest);
-            s.interest = interest;
+            if interest != s.interest {
+                self.router.update(key, &s.interest, &interest);
+                s.interest = interest;
+            }
         }
+        // The ticker only needs waking when there is something to do before it wakes anyway.
         if wake_ticker {
-            let _ = self.wake_tx.send(());
+            let next = s.core.next_wake();
+            if next.is_some_and(|t| s.ticker_at.is_none_or(|at| t < at)) {
+                s.ticker_at = next;
+                let _ = self.wake_tx.send(());
+            }
         }
         self.changed.notify_all();
     }
@@ -465,7 +475,8 @@ impl Inner {
                 let mut s = self.shared.lock();
                 s.core.tick(self.now());
                 self.dispatch(&mut s, false);
-                s.core.next_wake()
+                s.ticker_at = s.core.next_wake();
+                s.ticker_at
             };
             if self.closed.load(Ordering::SeqCst) {
                 break;

@@ -114,8 +114,9 @@ impl Session {
         let inner = &self.inner;
         let retry = inner.config.retry_interval();
         // A blocking caller waits for a release of this name only: other names' releases
-        // neither wake it nor reach this session.
-        let _waiting = (!once).then(|| WaitingForRelease::new(inner, name));
+        // neither wake it nor reach this session. Registered once the name is found held
+        // (then tried again at once, so a release in between is not missed).
+        let mut waiting: Option<WaitingForRelease> = None;
         loop {
             let (id, seen) = {
                 let mut s = inner.lock_shared();
@@ -149,6 +150,10 @@ impl Session {
             match r {
                 Ok(Acquire::Acquired(term)) => return Ok(Some((id, term))),
                 Ok(Acquire::Held(_)) if once => return Ok(None),
+                Ok(Acquire::Held(_)) if waiting.is_none() => {
+                    waiting = Some(WaitingForRelease::new(inner, name));
+                    continue;
+                }
                 Ok(Acquire::Held(_)) => {}
                 Err(e @ Error::SessionExpired { .. }) if !once => {
                     // Try again on the reopened session, if there will be one.
