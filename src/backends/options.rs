@@ -22,7 +22,7 @@
 //! name, on every backend; a value is quoted in the reason only up to 64 characters.
 
 #![cfg_attr(
-    not(any(
+    not(all(
         feature = "postgres",
         feature = "mysql",
         feature = "redis",
