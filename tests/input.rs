@@ -293,7 +293,7 @@ fn check_no_password(r: simba_lease::Result<std::sync::Arc<dyn simba_lease::spi:
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_urls_never_panic(s in "\\PC{0,80}") {

@@ -172,7 +172,7 @@ impl BackendUrl {
     }
 
     /// The hosts, parsed.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "redis", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn host_ports(&self) -> &[options::HostPort] {
         &self.host_ports
     }

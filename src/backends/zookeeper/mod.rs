@@ -1210,7 +1210,8 @@ pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBacke
     if u.hosts.is_empty() {
         return Err(u.invalid("no ZooKeeper host given"));
     }
-    let mut b = ZooKeeperBackend::builder(u.hosts.join(","));
+    let hosts: Vec<String> = u.host_ports().iter().map(|h| h.with_port(2181)).collect();
+    let mut b = ZooKeeperBackend::builder(hosts.join(","));
     if !u.path.is_empty() && u.path != "/" {
         b = b.root(u.path.clone());
     }
