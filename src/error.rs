@@ -47,7 +47,9 @@ pub enum Error {
         /// The rejected id.
         id: String,
     },
-    /// A configuration value out of range; names the setting and the value.
+    /// A configuration value out of range, or a bad URL option on any backend (unknown,
+    /// unparsable or out of bounds: see [`backends::options`](crate::backends::options));
+    /// names the setting or option and quotes at most 64 characters of the value.
     #[error("invalid configuration `{setting}`: {reason}")]
     InvalidConfig {
         /// The setting (snake_case, as in [`Config`](crate::Config) and URL options).
@@ -55,10 +57,12 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
-    /// A backend URL that cannot be used.
+    /// A backend URL that cannot be used (scheme, hosts, percent-encoding, path); a bad
+    /// `?option=value` is [`Error::InvalidConfig`] instead.
     #[error("invalid backend URL {url:?}: {reason}")]
     InvalidUrl {
-        /// The URL (credentials removed).
+        /// The URL with its password masked (`user:***@host`); neither field ever contains
+        /// the password.
         url: String,
         /// What is wrong with it.
         reason: String,

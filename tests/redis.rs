@@ -517,7 +517,7 @@ fn url_options_are_checked() {
         .err()
         .unwrap();
     assert!(
-        matches!(e, Error::InvalidUrl { .. }) && e.to_string().contains("pool"),
+        matches!(&e, Error::InvalidConfig { setting, .. } if setting == "pool"),
         "{e}"
     );
     let e = simba_lease::connect("rediss://127.0.0.1:6379")

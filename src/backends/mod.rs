@@ -1,6 +1,7 @@
 //! Backends: the in-memory one here, the others behind their Cargo features.
 
 mod memory;
+pub mod options;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

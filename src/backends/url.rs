@@ -2,6 +2,7 @@
 //! `redis+cluster://`, `zookeeper://host:port,host:port/root`.
 
 use super::memory::MemoryBackend;
+use super::options;
 use crate::error::{Error, Result};
 use crate::spi::LeaseBackend;
 use parking_lot::Mutex;
@@ -36,6 +37,7 @@ pub struct BackendUrl {
     /// Query parameters, in order.
     pub params: Vec<(String, String)>,
     redacted: String,
+    host_ports: Vec<options::HostPort>,
 }
 
 impl std::fmt::Debug for BackendUrl {
@@ -44,7 +46,34 @@ impl std::fmt::Debug for BackendUrl {
     }
 }
 
-fn decode(s: &str, url: &str) -> Result<String> {
+/// `raw` with everything that may be a password masked, for messages: the text between
+/// `scheme://` (or the start, without one) and the last `@` keeps only its user part, as
+/// `user:***@`. Works on any string, also one that is not a valid URL.
+pub(crate) fn redact(raw: &str) -> String {
+    let Some(at) = raw.rfind('@') else {
+        return raw.to_owned();
+    };
+    let start = match raw.find("://") {
+        Some(i) if i < at => i + 3,
+        _ => 0,
+    };
+    let userinfo = &raw[start..at];
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{}{user}:***{}", &raw[..start], &raw[at..]),
+        None => raw.to_owned(),
+    }
+}
+
+/// Percent-decodes `s`; `what` names it in the error, which never quotes a secret.
+fn decode(s: &str, what: &str, secret: bool, url: &str) -> Result<String> {
+    let bad = |why: &str| Error::InvalidUrl {
+        url: url.to_owned(),
+        reason: if secret {
+            format!("the {what} {why}")
+        } else {
+            format!("the {what} {} {why}", options::quote(s))
+        },
+    };
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -52,12 +81,10 @@ fn decode(s: &str, url: &str) -> Result<String> {
         if b[i] == b'%' {
             let hex = s
                 .get(i + 1..i + 3)
+                .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
                 .and_then(|h| u8::from_str_radix(h, 16).ok());
             let Some(v) = hex else {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: format!("bad percent-encoding in {s:?}"),
-                });
+                return Err(bad("has a bad percent-encoding"));
             };
             out.push(v);
             i += 3;
@@ -66,18 +93,20 @@ fn decode(s: &str, url: &str) -> Result<String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| Error::InvalidUrl {
-        url: url.to_owned(),
-        reason: format!("{s:?} does not decode to UTF-8"),
-    })
+    String::from_utf8(out).map_err(|_| bad("does not decode to UTF-8"))
 }
 
 impl BackendUrl {
-    /// Parses `url`; errors name what is wrong.
+    /// Parses `url`; errors name what is wrong and never contain the password.
+    ///
+    /// Everything before the last `@` is the user and password, so a password may hold `/`,
+    /// `?` or `@` as they are; an `@` in the path or a query value must be written `%40`.
+    /// Hosts are `host`, `host:port`, `[v6]` or `[v6]:port`.
     pub fn parse(url: &str) -> Result<Self> {
+        let redacted = redact(url);
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(Error::InvalidUrl {
-                url: url.to_owned(),
+                url: redacted,
                 reason: "expected `scheme://…`".into(),
             });
         };
@@ -87,27 +116,26 @@ impl BackendUrl {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
         if !valid_scheme {
             return Err(Error::InvalidUrl {
-                url: url.to_owned(),
-                reason: format!("bad scheme {scheme:?}"),
+                url: redacted,
+                reason: "bad scheme: expected letters, digits, `+`, `-` or `.` before `://`".into(),
             });
         }
+        let (userinfo, rest) = match rest.rsplit_once('@') {
+            Some((u, r)) => (Some(u), r),
+            None => (None, rest),
+        };
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = match rest.find('/') {
+        let (hostlist, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        let (userinfo, hostlist) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let redacted = match userinfo {
-            Some(u) => url.replacen(u, &format!("{}:***", u.split(':').next().unwrap_or("")), 1),
-            None => url.to_owned(),
-        };
         let (user, password) = match userinfo {
             Some(u) => match u.split_once(':') {
-                Some((a, p)) => (Some(decode(a, &redacted)?), Some(decode(p, &redacted)?)),
-                None => (Some(decode(u, &redacted)?), None),
+                Some((a, p)) => (
+                    Some(decode(a, "user", false, &redacted)?),
+                    Some(decode(p, "password", true, &redacted)?),
+                ),
+                None => (Some(decode(u, "user", false, &redacted)?), None),
             },
             None => (None, None),
         };
@@ -116,30 +144,37 @@ impl BackendUrl {
             .filter(|h| !h.is_empty())
             .map(str::to_owned)
             .collect();
+        let mut host_ports = Vec::with_capacity(hosts.len());
         for h in &hosts {
-            if let Some((_, port)) = h.rsplit_once(':').filter(|_| !h.ends_with(']')) {
-                if port.parse::<u16>().is_err() {
-                    return Err(Error::InvalidUrl {
-                        url: redacted,
-                        reason: format!("bad port {port:?} in host {h:?}"),
-                    });
-                }
-            }
+            host_ports.push(options::host_port(h).map_err(|reason| Error::InvalidUrl {
+                url: redacted.clone(),
+                reason,
+            })?);
         }
         let mut params = Vec::new();
         for kv in query.split('&').filter(|kv| !kv.is_empty()) {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            params.push((decode(k, &redacted)?, decode(v, &redacted)?));
+            params.push((
+                decode(k, "option name", false, &redacted)?,
+                decode(v, "option value", false, &redacted)?,
+            ));
         }
         Ok(BackendUrl {
             scheme: scheme.to_ascii_lowercase(),
             user,
             password,
             hosts,
-            path: decode(path, &redacted)?,
+            path: decode(path, "path", false, &redacted)?,
             params,
             redacted,
+            host_ports,
         })
+    }
+
+    /// The hosts, parsed.
+    #[cfg_attr(not(any(feature = "redis", feature = "zookeeper")), allow(dead_code))]
+    pub(crate) fn host_ports(&self) -> &[options::HostPort] {
+        &self.host_ports
     }
 
     /// The last value of query parameter `key`.
@@ -156,21 +191,26 @@ impl BackendUrl {
         &self.redacted
     }
 
-    /// Fails with [`Error::InvalidUrl`] naming the first parameter not in `known`.
+    /// Fails with [`Error::InvalidConfig`] naming the first option not in `known` (the
+    /// error of every bad URL option, see `backends::options`).
     pub fn check_params(&self, known: &[&str]) -> Result<()> {
         match self
             .params
             .iter()
             .find(|(k, _)| !known.contains(&k.as_str()))
         {
-            Some((k, _)) => Err(self.invalid(format!(
-                "unknown option {k:?} (known: {})",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            ))),
+            Some((k, _)) => Err(Error::config(
+                options::cut(k),
+                format!(
+                    "unknown URL option {} (known: {})",
+                    options::quote(k),
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )),
             None => Ok(()),
         }
     }
@@ -227,6 +267,12 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 ///   tables are not created: call `install_schema` or apply `sql/init-simba-*.sql`.
 /// * A URL whose backend's Cargo feature is off fails with [`Error::FeatureDisabled`]
 ///   naming the feature.
+/// * Every backend parses its options with one parser ([`options`](super::options)):
+///   durations `250ms`, `5s`, `2m`, `1h` or bare milliseconds (timeouts at most one hour),
+///   bounded integers, booleans `true`/`false`; hosts `host[:port]` or `[v6][:port]`. An
+///   unknown or bad option fails with [`Error::InvalidConfig`] naming it; a URL that cannot
+///   be parsed fails with [`Error::InvalidUrl`]. No error or `Debug` output contains the
+///   password.
 /// * `zookeeper://[user:password@]host:port[,host:port…][/root][?options]` (also `zk://`):
 ///   root defaults to `/simba`; `user:password` adds `digest` auth and makes nodes
 ///   creator-only; options `connection_timeout`, `request_timeout` (e.g. `5s`, `500ms`) and
@@ -286,6 +332,53 @@ mod tests {
         assert_eq!(u.user.as_deref(), Some("bob"));
         assert_eq!(u.password.as_deref(), Some("s@cret"));
         assert!(!format!("{u:?}").contains("cret"));
+    }
+
+    #[test]
+    fn redaction_masks_everything_before_the_last_at() {
+        for (raw, shown) in [
+            ("u:pw@h:1", "u:***@h:1"),
+            ("redis://u:pw@h:1/0", "redis://u:***@h:1/0"),
+            ("redis://:pw@h", "redis://:***@h"),
+            ("redis://u:p/w?x@y@h/0?a=1", "redis://u:***@h/0?a=1"),
+            ("u:pw@host://x", "u:***@host://x"),
+            ("redis://u@h", "redis://u@h"),
+            ("redis://h/0", "redis://h/0"),
+        ] {
+            assert_eq!(redact(raw), shown, "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_password_may_hold_slashes_question_marks_and_ats() {
+        let u = BackendUrl::parse("redis://bob:p/w?x@y@h:1/0?prefix=a").unwrap();
+        assert_eq!(u.password.as_deref(), Some("p/w?x@y"));
+        assert_eq!(u.hosts, ["h:1"]);
+        assert_eq!(u.path, "/0");
+        assert_eq!(u.param("prefix"), Some("a"));
+        assert_eq!(u.redacted(), "redis://bob:***@h:1/0?prefix=a");
+    }
+
+    #[test]
+    fn url_errors_never_show_the_password() {
+        for url in [
+            "localhost:5432",
+            "bob:s3cr3t-PW@localhost:5432",
+            "re dis://bob:s3cr3t-PW@h",
+            "redis://bob:s3cr3t-PW%zz@h",
+            "redis://bob:s3cr3t-PW%ff@h",
+            "redis://bob:s3cr3t-PW@h:99999",
+            "redis://bob:s3cr3t-PW/x@h:99999",
+            "etcd://bob:s3cr3t-PW@h",
+        ] {
+            let e = BackendUrl::parse(url)
+                .map(drop)
+                .and_then(|_| connect(url).map(drop))
+                .unwrap_err();
+            assert!(matches!(e, Error::InvalidUrl { .. }), "{url}: {e:?}");
+            let text = format!("{e} {e:?}");
+            assert!(!text.contains("s3cr3t"), "{url}: {text}");
+        }
     }
 
     #[test]

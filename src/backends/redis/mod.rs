@@ -44,8 +44,12 @@
 //! | `route_by_slot` | `false`, `true` on `redis+cluster://` | keep every script call to one hash slot (required on a cluster) |
 //! | `pool_size` | `4` | idle connections kept per role (keep-alives have their own) |
 //!
-//! Durations are written `250ms`, `5s`, `1m` or plain milliseconds. `rediss://` (TLS) is
-//! refused: this build of the `redis` crate has no TLS support.
+//! Durations are written `250ms`, `5s`, `1m`, `1h` or plain milliseconds; timeouts are at most
+//! one hour. `pool_size` and `wait_replicas` are at most 1000; booleans are `true`/`false`
+//! (also `1`/`0`, `yes`/`no`). Hosts are `host[:port]` (default port 6379) or `[v6][:port]`.
+//! A bad option fails with [`Error::InvalidConfig`] naming it (see
+//! [`backends::options`](crate::backends::options)). `rediss://` (TLS) is refused: this build
+//! of the `redis` crate has no TLS support.
 //!
 //! ```no_run
 //! use simba_lease::{connect, Config, Session};
@@ -116,6 +120,7 @@ pub use scripting::{
     ScriptCall, StandaloneScripting,
 };
 
+use super::options;
 use super::url::BackendUrl;
 use crate::error::{Error, Result};
 use crate::spi::{
@@ -130,7 +135,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The largest `pool_size` and `wait_replicas` accepted in a URL.
+const MAX_COUNT: usize = 1000;
+
 /// Settings of a [`RedisBackend`]; the URL options of the same names.
+///
+/// Timeouts must be more than zero and at most one hour
+/// ([`MAX_TIMEOUT`](crate::backends::options::MAX_TIMEOUT)), or the backend is refused with
+/// [`Error::InvalidConfig`] naming the setting.
 ///
 /// `purge_expired` drops group members whose expiry passed (members are also dropped lazily
 /// whenever a group is read; sessions expire on their own through their TTL). On a cluster it
@@ -186,15 +198,8 @@ impl RedisConfig {
                 format!("{p:?}: 1–64 characters of [A-Za-z0-9._:-]"),
             ));
         }
-        if self.query_timeout.is_zero() {
-            return Err(Error::config("query_timeout", "must be greater than zero"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(Error::config(
-                "connect_timeout",
-                "must be greater than zero",
-            ));
-        }
+        options::check_timeout("query_timeout", self.query_timeout)?;
+        options::check_timeout("connect_timeout", self.connect_timeout)?;
         if clustered && self.wait_replicas > 0 {
             return Err(Error::config(
                 "wait_replicas",
@@ -214,26 +219,6 @@ impl RedisConfig {
             ));
         }
         Ok(())
-    }
-}
-
-/// Parses `250ms`, `5s`, `1m` or plain milliseconds.
-fn parse_duration(setting: &str, v: &str) -> Result<Duration> {
-    let (num, unit) = match v.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => v.split_at(i),
-        None => (v, "ms"),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| Error::config(setting, format!("{v:?} is not a duration (e.g. 500ms, 5s)")))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(Error::config(
-            setting,
-            format!("{v:?}: unit must be ms, s or m"),
-        )),
     }
 }
 
@@ -546,32 +531,19 @@ impl RedisBackend {
             cfg.prefix = p.to_owned();
         }
         if let Some(v) = u.param("wait_replicas") {
-            cfg.wait_replicas = v
-                .parse()
-                .map_err(|_| Error::config("wait_replicas", format!("{v:?} is not a count")))?;
+            cfg.wait_replicas = options::integer("wait_replicas", v, 0, MAX_COUNT as u32)?;
         }
         if let Some(v) = u.param("pool_size") {
-            cfg.pool_size = v
-                .parse()
-                .map_err(|_| Error::config("pool_size", format!("{v:?} is not a count")))?;
+            cfg.pool_size = options::integer("pool_size", v, 0, MAX_COUNT)?;
         }
         if let Some(v) = u.param("query_timeout") {
-            cfg.query_timeout = parse_duration("query_timeout", v)?;
+            cfg.query_timeout = options::timeout("query_timeout", v)?;
         }
         if let Some(v) = u.param("connect_timeout") {
-            cfg.connect_timeout = parse_duration("connect_timeout", v)?;
+            cfg.connect_timeout = options::timeout("connect_timeout", v)?;
         }
         if let Some(v) = u.param("route_by_slot") {
-            cfg.route_by_slot = match v {
-                "true" | "1" | "yes" => true,
-                "false" | "0" | "no" => false,
-                _ => {
-                    return Err(Error::config(
-                        "route_by_slot",
-                        format!("{v:?} is not a boolean"),
-                    ))
-                }
-            };
+            cfg.route_by_slot = options::boolean("route_by_slot", v)?;
         }
         let auth = match (&u.user, &u.password) {
             (Some(user), Some(pw)) => format!("{}:{}@", encode(user), encode(pw)),
@@ -579,12 +551,8 @@ impl RedisBackend {
             (Some(user), None) => format!("{}@", encode(user)),
             (None, None) => String::new(),
         };
-        let url = |h: &str| {
-            let h = if h.contains(':') {
-                h.to_owned()
-            } else {
-                format!("{h}:6379")
-            };
+        let url = |h: &options::HostPort| {
+            let h = h.with_port(6379);
             format!("redis://{auth}{h}{}", if clustered { "" } else { &u.path })
         };
         if clustered {
@@ -592,10 +560,10 @@ impl RedisBackend {
             if !u.path.is_empty() && u.path != "/" && u.path != "/0" {
                 return Err(u.invalid("a Redis Cluster has only database 0"));
             }
-            let urls: Vec<String> = u.hosts.iter().map(|h| url(h)).collect();
+            let urls: Vec<String> = u.host_ports().iter().map(url).collect();
             Self::cluster(&urls, cfg)
         } else {
-            Self::standalone(&url(&u.hosts[0]), cfg)
+            Self::standalone(&url(&u.host_ports()[0]), cfg)
         }
     }
 
@@ -690,9 +658,12 @@ impl RedisBackend {
                 }
             }
         };
-        let bound = self.cfg.connect_timeout + self.cfg.query_timeout;
+        let bound = self
+            .cfg
+            .connect_timeout
+            .saturating_add(self.cfg.query_timeout);
         let mut started = state.started.lock();
-        let end = Instant::now() + bound;
+        let end = options::deadline(bound);
         while !*started {
             if state.cv.wait_until(&mut started, end).timed_out() {
                 log::warn!(
@@ -1306,23 +1277,6 @@ impl LeaseBackend for RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(
-            parse_duration("t", "250ms").unwrap(),
-            Duration::from_millis(250)
-        );
-        assert_eq!(parse_duration("t", "5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("t", "2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(
-            parse_duration("t", "1500").unwrap(),
-            Duration::from_millis(1500)
-        );
-        for bad in ["", "s", "5h", "-1s", "1.5s"] {
-            assert!(parse_duration("t", bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn slots_follow_hash_tags() {

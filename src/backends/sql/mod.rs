@@ -60,6 +60,8 @@ mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
 
+use crate::backends::options;
+use crate::backends::url::redact;
 use crate::backends::BackendUrl;
 use crate::error::{BoxError, Error, Result};
 use crate::spi::{Acquire, HeldLease, KeepAlive, LeaseBackend, SessionGrant};
@@ -186,7 +188,7 @@ pub(crate) fn with_conn<C: PoolConn, T>(
     timeout: Duration,
     mut f: impl FnMut(&mut C) -> DbResult<T>,
 ) -> DbResult<T> {
-    let deadline = Instant::now() + timeout;
+    let deadline = options::deadline(timeout);
     let mut attempt = 0u32;
     loop {
         let wait = deadline.saturating_duration_since(Instant::now());
@@ -392,8 +394,14 @@ impl std::fmt::Debug for SqlBackend {
 /// | `purge_interval` | at most one automatic purge of expired sessions per interval | `60s` |
 ///
 /// URLs: `postgres://user[:password]@host[:port]/database` (also `postgresql://`) and
-/// `mysql://user[:password]@host[:port]/database` (also `mariadb://`).
-#[derive(Debug)]
+/// `mysql://user[:password]@host[:port]/database` (also `mariadb://`); a host is
+/// `host[:port]` or `[v6][:port]`.
+///
+/// Durations are written `500ms`, `5s`, `2m`, `1h` or as bare milliseconds. `query_timeout`
+/// is at least 1 ms and at most one hour, `purge_interval` at most one week, `pool_size` from
+/// 1 to 1000, from the URL and the builder alike; anything else fails with
+/// [`Error::InvalidConfig`] naming the option (see [`options`](crate::backends::options)).
+/// `Debug` shows the URL with its password masked.
 pub struct SqlBackendBuilder {
     url: String,
     options: Options,
@@ -404,31 +412,39 @@ pub struct SqlBackendBuilder {
     mysql_opts: Option<::mysql::Opts>,
 }
 
-/// Parses `500ms`, `5s`, `2m` (or a bare number of milliseconds).
-pub(crate) fn parse_duration(setting: &str, v: &str) -> Result<Duration> {
-    let bad = || {
-        Error::config(
-            setting,
-            format!("{v:?} is not a duration like 500ms, 5s or 1m"),
-        )
-    };
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "" | "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" | "min" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
-        _ => return Err(bad()),
-    };
-    Ok(d)
+impl std::fmt::Debug for SqlBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("SqlBackendBuilder");
+        d.field("url", &redact(&self.url))
+            .field("options", &self.options)
+            .field("set", &self.set);
+        #[cfg(feature = "postgres")]
+        d.field("postgres_config", &self.pg_config.as_ref().map(|_| "…"));
+        #[cfg(feature = "mysql")]
+        d.field("mysql_opts", &self.mysql_opts.as_ref().map(|_| "…"));
+        d.finish()
+    }
 }
+
+/// The largest `pool_size`.
+const MAX_POOL_SIZE: usize = 1000;
 
 fn validate(o: &Options) -> Result<()> {
     if o.query_timeout < Duration::from_millis(1) {
         return Err(Error::config("query_timeout", "must be at least 1ms"));
     }
-    if o.pool_size == 0 || o.pool_size > 1000 {
+    options::check_timeout("query_timeout", o.query_timeout)?;
+    if o.purge_interval > options::MAX_INTERVAL {
+        return Err(Error::config(
+            "purge_interval",
+            format!(
+                "{:?} is longer than the {:?} maximum",
+                o.purge_interval,
+                options::MAX_INTERVAL
+            ),
+        ));
+    }
+    if o.pool_size == 0 || o.pool_size > MAX_POOL_SIZE {
         return Err(Error::config("pool_size", "must be between 1 and 1000"));
     }
     if o.table_prefix.len() > 32
@@ -508,15 +524,13 @@ impl SqlBackendBuilder {
         ])?;
         let mut options = Options::default();
         if let Some(v) = url.param("query_timeout") {
-            options.query_timeout = parse_duration("query_timeout", v)?;
+            options.query_timeout = options::timeout("query_timeout", v)?;
         }
         if let Some(v) = url.param("purge_interval") {
-            options.purge_interval = parse_duration("purge_interval", v)?;
+            options.purge_interval = options::duration("purge_interval", v, options::MAX_INTERVAL)?;
         }
         if let Some(v) = url.param("pool_size") {
-            options.pool_size = v
-                .parse()
-                .map_err(|_| Error::config("pool_size", format!("{v:?} is not a number")))?;
+            options.pool_size = options::integer("pool_size", v, 1, MAX_POOL_SIZE)?;
         }
         if let Some(v) = url.param("table_prefix") {
             options.table_prefix = v.to_owned();
@@ -795,7 +809,7 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        let deadline = Instant::now() + self.options.query_timeout;
+        let deadline = options::deadline(self.options.query_timeout);
         let mut attempt = 0u32;
         loop {
             let row = self
@@ -917,26 +931,17 @@ mod tests {
 
     #[test]
     fn durations_and_options_are_validated() {
-        assert_eq!(
-            parse_duration("x", "500ms").unwrap(),
-            Duration::from_millis(500)
-        );
-        assert_eq!(parse_duration("x", "5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("x", "2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(
-            parse_duration("x", "250").unwrap(),
-            Duration::from_millis(250)
-        );
-        let e = parse_duration("query_timeout", "5 s")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("query_timeout"), "{e}");
         let bad = Options {
             table_prefix: "x; drop table".into(),
             ..Options::default()
         };
         assert!(validate(&bad).is_err());
         assert!(validate(&Options::default()).is_ok());
+        let huge = Options {
+            query_timeout: Duration::MAX,
+            ..Options::default()
+        };
+        assert!(validate(&huge).is_err());
     }
 
     #[test]

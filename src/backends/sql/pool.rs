@@ -67,7 +67,7 @@ impl<C: PoolConn> Pool<C> {
 
     /// A connection, waiting at most `timeout` for one to be free (opening one counts too).
     pub(crate) fn get(&self, timeout: Duration) -> Result<Pooled<'_, C>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::backends::options::deadline(timeout);
         let mut st = self.state.lock();
         loop {
             while let Some((mut c, since)) = st.idle.pop() {

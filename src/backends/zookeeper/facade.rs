@@ -27,7 +27,7 @@ impl Wake for Unpark {
 /// giving up here never reorders requests; a request whose reply is given up on may still be
 /// executed by the server (the backend's possibly-owned tracking covers that for creates).
 pub(super) fn block_on_for<F: Future>(fut: F, limit: Duration) -> Option<F::Output> {
-    let deadline = Instant::now() + limit;
+    let deadline = crate::backends::options::deadline(limit);
     let mut fut = std::pin::pin!(fut);
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);

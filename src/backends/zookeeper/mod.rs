@@ -57,6 +57,7 @@
 
 mod facade;
 
+use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, SessionGrant,
@@ -202,6 +203,11 @@ impl std::fmt::Debug for AclPolicy {
 }
 
 /// Options of a [`ZooKeeperBackend`]; start with [`ZooKeeperBackend::builder`].
+///
+/// Timeouts must be more than zero and at most one hour
+/// ([`MAX_TIMEOUT`](crate::backends::options::MAX_TIMEOUT)): [`build`](Self::build) fails with
+/// [`Error::InvalidConfig`] naming the setting otherwise. `Debug` shows the auth schemes, never
+/// their credentials.
 #[derive(Clone)]
 pub struct ZooKeeperBuilder {
     connect: String,
@@ -301,9 +307,7 @@ impl ZooKeeperBuilder {
             ("request_timeout", self.request_timeout),
             ("reader_session_timeout", self.reader_session_timeout),
         ] {
-            if d.is_zero() {
-                return Err(Error::config(what, "must be greater than zero"));
-            }
+            options::check_timeout(what, d)?;
         }
         let acl = self.acl.clone().unwrap_or_else(|| {
             if self.auth.is_empty() {
@@ -583,14 +587,14 @@ impl Inner {
 
     /// Closes `s` and forgets it.
     fn expire(&self, s: &ZkSession) {
-        s.shutdown_until(Instant::now() + self.cfg.request_timeout, false);
+        s.shutdown_until(options::deadline(self.cfg.request_timeout), false);
         self.sessions.lock().remove(&s.id);
     }
 
     /// Closes and forgets `s` if it is still gone (expired, or its lease ran out without a
     /// keep-alive) once it holds the lifecycle lock; returns whether it did.
     fn expire_if_gone(&self, s: &ZkSession) -> bool {
-        let end = Instant::now() + self.cfg.request_timeout;
+        let end = options::deadline(self.cfg.request_timeout);
         if s.shutdown_until(end, true) {
             self.sessions.lock().remove(&s.id);
             true
@@ -751,7 +755,7 @@ impl Drop for ZooKeeperBackend {
         let sessions: Vec<_> = self.inner.sessions.lock().drain().map(|(_, s)| s).collect();
         // Close all at once, then wait for the confirmations under one deadline.
         sessions.iter().for_each(|s| s.begin_close());
-        let end = Instant::now() + self.inner.cfg.request_timeout;
+        let end = options::deadline(self.inner.cfg.request_timeout);
         for s in sessions {
             s.shutdown_until(end, false);
         }
@@ -1200,28 +1204,14 @@ fn watch_loop(
     }
 }
 
-fn parse_duration(u: &crate::backends::BackendUrl, key: &str, v: &str) -> Result<Duration> {
-    let (num, unit) = v
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((v, "ms"), |i| (&v[..i], &v[i..]));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| u.invalid(format!("{key}={v:?}: expected e.g. 5s or 500ms")))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(u.invalid(format!("{key}={v:?}: unit must be ms, s or m"))),
-    }
-}
-
 /// Builds a backend from `zookeeper://[user:password@]h1:2181,h2:2181[/root][?options]`.
 pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBackend> {
     u.check_params(&["connection_timeout", "request_timeout", "acl"])?;
     if u.hosts.is_empty() {
         return Err(u.invalid("no ZooKeeper host given"));
     }
-    let mut b = ZooKeeperBackend::builder(u.hosts.join(","));
+    let hosts: Vec<String> = u.host_ports().iter().map(|h| h.with_port(2181)).collect();
+    let mut b = ZooKeeperBackend::builder(hosts.join(","));
     if !u.path.is_empty() && u.path != "/" {
         b = b.root(u.path.clone());
     }
@@ -1229,16 +1219,21 @@ pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBacke
         b = b.digest(user, u.password.as_deref().unwrap_or(""));
     }
     if let Some(v) = u.param("connection_timeout") {
-        b = b.connection_timeout(parse_duration(u, "connection_timeout", v)?);
+        b = b.connection_timeout(options::timeout("connection_timeout", v)?);
     }
     if let Some(v) = u.param("request_timeout") {
-        b = b.request_timeout(parse_duration(u, "request_timeout", v)?);
+        b = b.request_timeout(options::timeout("request_timeout", v)?);
     }
     match u.param("acl") {
         None => {}
         Some("open") => b = b.acl(AclPolicy::open()),
         Some("creator") => b = b.acl(AclPolicy::creator_all()),
-        Some(other) => return Err(u.invalid(format!("acl={other:?}: expected open or creator"))),
+        Some(other) => {
+            return Err(Error::config(
+                "acl",
+                format!("{}: expected open or creator", options::quote(other)),
+            ))
+        }
     }
     b.build()
 }
