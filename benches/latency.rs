@@ -50,7 +50,9 @@ fn main() {
     let (mut lock, mut unlock) = (vec![], vec![]);
     for _ in 0..iters {
         let g = time(&mut lock, || session.lock(&name).unwrap());
-        time(&mut unlock, || drop(g));
+        // `unlock()` releases before returning (a drop would release in the background,
+        // and the next `lock` would wait for that release).
+        time(&mut unlock, || g.unlock().unwrap());
     }
     // Take-over: a second session blocks in `lock`; measured from the holder's release
     // returning to the waiter's lock returning.
@@ -65,7 +67,7 @@ fn main() {
             });
             std::thread::sleep(Duration::from_millis(5));
             let released = {
-                drop(g);
+                g.unlock().unwrap();
                 Instant::now()
             };
             let (got, g2) = w.join().unwrap();

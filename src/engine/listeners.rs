@@ -1,4 +1,5 @@
-//! Event delivery: per-handle channels and callbacks, served in order by one event thread.
+//! Event delivery: per-handle channels and callbacks, served in order on the session's event
+//! queue.
 
 use super::core::HandleId;
 use super::event::Event;
@@ -16,14 +17,6 @@ type Callback = Arc<Mutex<Box<dyn FnMut(&Event) + Send>>>;
 enum Listener {
     Channel(Sender<Event>),
     Callback(Callback),
-}
-
-/// What the event thread receives.
-pub(crate) enum Delivery {
-    Event(Option<HandleId>, Event),
-    /// Forget a handle's listeners once the events queued before have been delivered.
-    Remove(HandleId),
-    Stop,
 }
 
 /// Listeners by handle.
@@ -65,7 +58,7 @@ impl Listeners {
     }
 
     /// Delivers one event to the session's listeners and to `handle`'s, outside the map's lock.
-    fn deliver(&self, handle: Option<HandleId>, event: &Event) {
+    pub(crate) fn deliver(&self, handle: Option<HandleId>, event: &Event) {
         let targets: Vec<(HandleId, Listener)> = {
             let map = self.map.lock();
             let ids = std::iter::once(SESSION).chain(handle.filter(|h| *h != SESSION));
@@ -100,20 +93,6 @@ impl Listeners {
             for (id, tx) in dead {
                 if let Some(v) = map.get_mut(&id) {
                     v.retain(|l| !matches!(l, Listener::Channel(t) if t.same_channel(&tx)));
-                }
-            }
-        }
-    }
-
-    /// The event thread's loop: delivers until [`Delivery::Stop`] or disconnection.
-    pub(crate) fn run(&self, rx: Receiver<Delivery>) {
-        for d in rx {
-            match d {
-                Delivery::Event(h, e) => self.deliver(h, &e),
-                Delivery::Remove(h) => self.remove(h),
-                Delivery::Stop => {
-                    self.clear();
-                    break;
                 }
             }
         }

@@ -5,6 +5,7 @@ mod clock;
 mod config;
 pub mod core;
 mod event;
+mod executor;
 mod guarded;
 mod listeners;
 mod router;

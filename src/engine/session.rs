@@ -1,11 +1,13 @@
-//! `Session`: the threads around the core (keep-alive, work, ticker, events).
+//! `Session`: the threads around the core: its own keep-alive thread, and the process's
+//! shared work and event pools and timer ([`super::executor`]).
 
 use super::clock::{Clock, SystemClock};
 use super::config::Config;
 use super::core::{Core, HandleId, Health, Output, State, Task, Timing};
 use super::event::Event;
+use super::executor::{Pool, Serial, Tick, Timer};
 use super::guarded::PanicGuard;
-use super::listeners::{Delivery, Listeners, SESSION};
+use super::listeners::{Listeners, SESSION};
 use super::router::{Interest, Router};
 use crate::error::{Error, Result};
 use crate::spi::{LeaseBackend, Notification};
@@ -15,20 +17,19 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::{JoinHandle, ThreadId};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The state of a session, as [`Session::state`] reports it.
 pub use super::core::State as SessionState;
 
-/// Work for the session's work thread.
+/// Work for the session's work queue.
 enum Work {
     Run(SessionId, Task),
     Release(SessionId, LeaseName, Token),
     Leave(SessionId, GroupName),
     CloseBackend(SessionId),
     Reopen,
-    Stop,
 }
 
 /// What the core and the local lock table share under one mutex.
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
 type KeepAliveJob = Option<(SessionId, Instant)>;
 
 pub(crate) struct Inner {
+    /// This session's state itself, for the jobs it queues.
+    me: std::sync::Weak<Inner>,
     pub(crate) backend: Arc<dyn LeaseBackend>,
     clock: SystemClock,
     pub(crate) config: Config,
@@ -61,13 +64,16 @@ pub(crate) struct Inner {
     shared: Mutex<Shared>,
     changed: Condvar,
     pub(crate) listeners: Listeners,
-    wake_tx: Sender<()>,
-    work_tx: Sender<Work>,
-    events_tx: Sender<Delivery>,
+    /// Backend work, run in order on the shared work pool.
+    work: Arc<Serial>,
+    /// Event delivery, in order on the shared event pool.
+    events: Arc<Serial>,
+    /// This session's key in the process's [`Timer`].
+    timer: AtomicU64,
     next_handle: AtomicU64,
     closed: AtomicBool,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-    event_thread: Mutex<Option<(ThreadId, JoinHandle<()>)>>,
+    /// Stopped like a crashed process (TCK): queued work is dropped.
+    crashed: AtomicBool,
     /// Delivers the backend's notifications of the names this session is interested in.
     router: Arc<Router>,
     route: std::sync::atomic::AtomicU64,
@@ -132,12 +138,9 @@ impl Session {
             grant.remaining,
             crate::rand::u64(),
         );
-        let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
         let (ka_tx, ka_rx) = crossbeam_channel::unbounded();
-        let (work_tx, work_rx) = crossbeam_channel::unbounded();
-        let (events_tx, events_rx) = crossbeam_channel::unbounded();
-        let short = grant.id.as_str()[..8.min(grant.id.as_str().len())].to_owned();
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|me| Inner {
+            me: me.clone(),
             backend,
             clock,
             config,
@@ -153,38 +156,25 @@ impl Session {
             }),
             changed: Condvar::new(),
             listeners: Listeners::default(),
-            wake_tx,
-            work_tx,
-            events_tx,
+            work: Pool::work().serial(),
+            events: Pool::events().serial(),
+            timer: AtomicU64::new(0),
             next_handle: AtomicU64::new(SESSION + 1),
             closed: AtomicBool::new(false),
-            threads: Mutex::new(Vec::new()),
-            event_thread: Mutex::new(None),
+            crashed: AtomicBool::new(false),
             router,
             route: std::sync::atomic::AtomicU64::new(0),
         });
-        let spawn = |what: &str, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(format!("simba-{what}-{short}"))
-                .spawn(f)
-                .map_err(|e| Error::backend("spawning a session thread", e))
-        };
         let key = inner.router.add(Arc::downgrade(&inner));
         inner.route.store(key, Ordering::SeqCst);
-        let result = (|| {
-            let i = inner.clone();
-            let ev = spawn("events", Box::new(move || i.listeners.run(events_rx)))?;
-            *inner.event_thread.lock() = Some((ev.thread().id(), ev));
-            let t1 = inner.spawn_keep_alive(&inner.id(), ka_rx)?;
-            let i = inner.clone();
-            let t2 = spawn("work", Box::new(move || i.work_loop(work_rx)))?;
-            let i = inner.clone();
-            let t3 = spawn("ticker", Box::new(move || i.ticker_loop(wake_rx)))?;
-            inner.threads.lock().extend([t1, t2, t3]);
-            Ok(())
-        })();
+        let result = inner.spawn_keep_alive(&inner.id(), ka_rx);
+        // The timer ticks it at once, then whenever something is due.
+        let target: std::sync::Weak<dyn Tick> = Arc::downgrade(&(inner.clone() as Arc<dyn Tick>));
+        inner
+            .timer
+            .store(Timer::global().add(target), Ordering::SeqCst);
         let session = Session { inner };
-        result.map(|()| session)
+        result.map(|_| session)
     }
 
     /// Builds the backend from `url` (see [`connect`](crate::connect)) and opens a session.
@@ -278,6 +268,7 @@ impl Session {
     #[cfg(feature = "tck")]
     #[doc(hidden)]
     pub fn crash(self) {
+        self.inner.crashed.store(true, Ordering::SeqCst);
         self.inner.closed.store(true, Ordering::SeqCst);
         self.inner.stop_threads();
     }
@@ -289,6 +280,20 @@ impl Drop for Session {
     /// `Drop`); call `close()` to wait for it and see its result.
     fn drop(&mut self) {
         let _ = self.inner.close_with(false);
+    }
+}
+
+impl Tick for Inner {
+    /// Advances the core: keep-alives to send, tasks due, deadlines passed.
+    fn tick(&self) -> Option<Instant> {
+        let mut s = self.shared.lock();
+        s.core.tick(self.now());
+        self.dispatch(&mut s, false);
+        s.ticker_at = s.core.next_wake();
+        if self.closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        s.ticker_at
     }
 }
 
@@ -359,14 +364,15 @@ impl Inner {
         let now = self.now();
         let id = s.core.session().clone();
         for o in s.core.take_outputs() {
-            let work = |w| self.work_tx.send(w).map_err(drop);
-            let _ = match o {
-                Output::KeepAlive => s.keep_alive.send(Some((id.clone(), now))).map_err(drop),
-                Output::Run(t) => work(Work::Run(id.clone(), t)),
-                Output::Release(n, t) => work(Work::Release(id.clone(), n, t)),
-                Output::CloseBackend => work(Work::CloseBackend(id.clone())),
-                Output::Emit(h, e) => self.events_tx.send(Delivery::Event(h, e)).map_err(drop),
-            };
+            match o {
+                Output::KeepAlive => {
+                    let _ = s.keep_alive.send(Some((id.clone(), now)));
+                }
+                Output::Run(t) => self.queue(Work::Run(id.clone(), t)),
+                Output::Release(n, t) => self.queue(Work::Release(id.clone(), n, t)),
+                Output::CloseBackend => self.queue(Work::CloseBackend(id.clone())),
+                Output::Emit(h, e) => self.deliver(h, e),
+            }
         }
         if s.core.state() == State::Expired
             && self.config.reopen_on_expiry()
@@ -374,7 +380,7 @@ impl Inner {
             && !self.closed.load(Ordering::SeqCst)
         {
             s.reopening = true;
-            let _ = self.work_tx.send(Work::Reopen);
+            self.queue(Work::Reopen);
         }
         if s.core.interest_changed() {
             let interest = s.core.interest();
@@ -389,7 +395,7 @@ impl Inner {
             let next = s.core.next_wake();
             if next.is_some_and(|t| s.ticker_at.is_none_or(|at| t < at)) {
                 s.ticker_at = next;
-                let _ = self.wake_tx.send(());
+                Timer::global().set(self.timer.load(Ordering::SeqCst), next);
             }
         }
         self.changed.notify_all();
@@ -422,10 +428,12 @@ impl Inner {
 
     /// Forgets a dropped handle's listeners after the events already queued for it.
     pub(crate) fn drop_listeners(&self, handle: HandleId) {
-        if self.closed.load(Ordering::SeqCst)
-            || self.events_tx.send(Delivery::Remove(handle)).is_err()
-        {
+        // Nothing queued for delivery: no event for this handle is pending either.
+        if self.closed.load(Ordering::SeqCst) || self.events.is_idle() {
             self.listeners.remove(handle);
+        } else {
+            let i = self.clone_arc();
+            self.events.push(move || i.listeners.remove(handle));
         }
     }
 
@@ -442,16 +450,12 @@ impl Inner {
     /// Queues the release of a term of session `id` on the work thread (for `Drop`, which
     /// never does network I/O on the caller's thread).
     pub(crate) fn release_later(&self, id: &SessionId, name: &LeaseName, token: Token) {
-        let work = Work::Release(id.clone(), name.clone(), token);
-        if self.work_tx.send(work).is_err() {
-            // The session is closed: closing freed the term already.
-            self.with_session(id, |c| c.on_released(name, true));
-        }
+        self.queue(Work::Release(id.clone(), name.clone(), token));
     }
 
     /// Queues leaving `group` as session `id` on the work thread (for `Drop`).
     pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
-        let _ = self.work_tx.send(Work::Leave(id.clone(), group.clone()));
+        self.queue(Work::Leave(id.clone(), group.clone()));
     }
 
     /// Releases a term of session `id` on the backend from the calling thread.
@@ -464,33 +468,6 @@ impl Inner {
         let r = self.backend.release(id, name, token);
         self.with_session(id, |c| c.on_released(name, r.is_ok()));
         r
-    }
-
-    fn ticker_loop(self: Arc<Self>, wake: Receiver<()>) {
-        loop {
-            // Wake-ups queued so far are all served by the tick below; one arriving after
-            // this point stays queued and makes the wait return at once.
-            while wake.try_recv().is_ok() {}
-            let next = {
-                let mut s = self.shared.lock();
-                s.core.tick(self.now());
-                self.dispatch(&mut s, false);
-                s.ticker_at = s.core.next_wake();
-                s.ticker_at
-            };
-            if self.closed.load(Ordering::SeqCst) {
-                break;
-            }
-            let r = match next {
-                Some(at) => wake
-                    .recv_timeout(at.saturating_duration_since(self.now()))
-                    .map_err(|e| e.is_disconnected()),
-                None => wake.recv().map_err(|_| true),
-            };
-            if r == Err(true) {
-                break;
-            }
-        }
     }
 
     /// Starts a keep-alive thread serving `rx`.
@@ -580,8 +557,30 @@ impl Inner {
         }
     }
 
-    fn work_loop(self: Arc<Self>, rx: Receiver<Work>) {
-        for w in rx {
+    /// Queues backend work on this session's serial work queue.
+    fn queue(&self, w: Work) {
+        if let Some(i) = self.me.upgrade() {
+            self.work.push(move || i.run_work(w));
+        }
+    }
+
+    /// Queues an event for delivery, in order.
+    fn deliver(&self, handle: Option<HandleId>, e: Event) {
+        if let Some(i) = self.me.upgrade() {
+            self.events.push(move || i.listeners.deliver(handle, &e));
+        }
+    }
+
+    /// An `Arc` of this session's state (for jobs); it lives while the caller holds `&self`.
+    fn clone_arc(&self) -> Arc<Inner> {
+        self.me.upgrade().expect("the caller holds the session")
+    }
+
+    fn run_work(self: Arc<Self>, w: Work) {
+        if self.crashed.load(Ordering::SeqCst) {
+            return;
+        }
+        {
             match w {
                 Work::Run(id, Task::Attempt(h, name)) => {
                     let sent = self.now();
@@ -616,7 +615,6 @@ impl Inner {
                     }
                 }
                 Work::Reopen => self.reopen(),
-                Work::Stop => break,
             }
         }
     }
@@ -624,29 +622,19 @@ impl Inner {
     fn stop_threads(&self) {
         let had = std::mem::take(&mut self.shared.lock().interest);
         self.router.remove(self.route.load(Ordering::SeqCst), &had);
+        Timer::global().remove(self.timer.load(Ordering::SeqCst));
+        // The keep-alive thread may be stuck in a backend call: it exits after it returns.
         let _ = self.shared.lock().keep_alive.send(None);
-        let _ = self.work_tx.send(Work::Stop);
-        let _ = self.wake_tx.send(());
-        // The I/O threads may be stuck in a backend call: they exit after it returns.
-        let threads = std::mem::take(&mut *self.threads.lock());
-        for t in threads {
-            let is_ticker = t
-                .thread()
-                .name()
-                .is_some_and(|n| n.starts_with("simba-ticker"));
-            if is_ticker && t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
-            }
-        }
-        let _ = self.events_tx.send(Delivery::Stop);
-        // Every receiver disconnects once the final events are delivered: the event thread
-        // clears the listeners when it reaches Stop (it may be the caller, inside a callback).
-        match self.event_thread.lock().take() {
-            Some((id, t)) if id != std::thread::current().id() => {
-                let _ = t.join();
-            }
-            Some(_) => {}
-            None => self.listeners.clear(),
+        // Every receiver disconnects once the final events are delivered: the last job
+        // clears the listeners. Waited for, unless called from a callback of this session.
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let i = self.clone_arc();
+        self.events.push(move || {
+            i.listeners.clear();
+            let _ = done_tx.send(());
+        });
+        if !self.events.is_current() {
+            let _ = done_rx.recv();
         }
         self.changed.notify_all();
     }
@@ -670,7 +658,7 @@ impl Inner {
         let result = match (was_live, wait) {
             (true, true) => self.backend.close_session(&id),
             (true, false) => {
-                let _ = self.work_tx.send(Work::CloseBackend(id));
+                self.queue(Work::CloseBackend(id));
                 Ok(())
             }
             (false, _) => Ok(()),
