@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use simba_lease::backends::SqlBackend;
-use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, SessionGrant};
+use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription};
 use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, SessionId, Token};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,6 +94,9 @@ impl LeaseBackend for Isolated {
     }
     fn purge_expired(&self) -> Result<usize> {
         self.0.purge_expired()
+    }
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        self.0.subscribe(sink)
     }
 }
 
