@@ -376,6 +376,12 @@ pub struct ServerVersion {
 /// * The `postgres` crate runs a private current-thread tokio runtime per connection: call
 ///   this backend from plain threads (or `spawn_blocking`), not from inside an async task.
 /// * TLS is not built in: connect over loopback, a private network or a local proxy.
+/// * PostgreSQL pushes releases, new terms and membership changes (`pg_notify` in the
+///   statement that makes the change, one channel per table prefix) to one dedicated
+///   listening connection per backend, opened by the first [`LeaseBackend::subscribe`]
+///   (see [`SqlBackend::listener_name`]); a failed connection is reported as
+///   [`Notification::Resync`](crate::spi::Notification::Resync) and reopened with backoff.
+///   MySQL/MariaDB have no equivalent: `subscribe` returns `None` and the engine polls.
 pub struct SqlBackend {
     dialect: Dialect,
     driver: Arc<dyn Driver>,
