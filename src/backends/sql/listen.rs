@@ -14,7 +14,7 @@
 //! and stops (on its own, without being joined) once the backend is dropped.
 
 use super::Tables;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::spi::{Notification, NotifySink, Subscribers, Subscription};
 use crate::types::{GroupName, LeaseName};
 use ::postgres::fallible_iterator::FallibleIterator;
@@ -125,7 +125,11 @@ impl Listener {
                 Some(st) => st.clone(),
                 None => {
                     let st = Arc::new(State::default());
-                    self.spawn(st.clone())?;
+                    if let Err(e) = self.spawn(st.clone()) {
+                        // The engine polls anyway; the next subscription tries again.
+                        log::warn!("no PostgreSQL listener thread ({e}); candidates poll");
+                        return Ok(Some(sub));
+                    }
                     *guard = Some(st.clone());
                     st
                 }
@@ -145,7 +149,7 @@ impl Listener {
         Ok(Some(sub))
     }
 
-    fn spawn(&self, st: Arc<State>) -> Result<()> {
+    fn spawn(&self, st: Arc<State>) -> std::io::Result<()> {
         let config = self.config.clone();
         let channel = self.channel.clone();
         let subs = self.subscribers.clone();
@@ -154,7 +158,6 @@ impl Listener {
             .name(format!("simba-pg-listen-{}", self.channel))
             .spawn(move || run(&config, &channel, timeout, &subs, &st))
             .map(drop)
-            .map_err(|e| Error::backend("starting the PostgreSQL listener thread", e))
     }
 }
 
