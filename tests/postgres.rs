@@ -4,9 +4,11 @@
 mod sql_common;
 
 use simba_lease::backends::SqlBackend;
-use simba_lease::spi::LeaseBackend;
+use simba_lease::spi::{Acquire, LeaseBackend, Notification, Subscription};
+use simba_lease::{GroupName, LeaseName, Metadata, SessionId, Term};
 use sql_common::{isolated, Db, Isolated, TakeOver};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 struct Postgres;
 
@@ -128,4 +130,230 @@ impl TakeOver for PgTakeOver {
             .get::<_, i64>(0)
             > 0
     }
+}
+
+/// Notifications a subscriber received, in order.
+struct Inbox {
+    rx: crossbeam_channel::Receiver<Notification>,
+    _sub: Subscription,
+}
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+impl Inbox {
+    fn subscribe(b: &dyn LeaseBackend) -> Inbox {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let sub = b
+            .subscribe(Arc::new(move |n: &Notification| {
+                let _ = tx.send(n.clone());
+            }))
+            .expect("subscribe")
+            .expect("PostgreSQL pushes notifications");
+        Inbox { rx, _sub: sub }
+    }
+
+    /// Everything received up to and including the first `n`, waiting at most `PATIENCE`.
+    fn until(&self, n: &Notification) -> Vec<Notification> {
+        let end = Instant::now() + PATIENCE;
+        let mut seen = Vec::new();
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(got) => {
+                    let done = got == *n;
+                    seen.push(got);
+                    if done {
+                        return seen;
+                    }
+                }
+                Err(_) => panic!("no {n:?} within {PATIENCE:?}; received {seen:?}"),
+            }
+        }
+    }
+}
+
+fn name(s: &str) -> LeaseName {
+    LeaseName::new(s).unwrap()
+}
+
+fn group(s: &str) -> GroupName {
+    GroupName::new(s).unwrap()
+}
+
+fn term(b: &dyn LeaseBackend, s: &SessionId, n: &LeaseName) -> Term {
+    match b.acquire(s, n).unwrap() {
+        Acquire::Acquired(t) => t,
+        Acquire::Held(o) => panic!("{n} held by {o:?}"),
+    }
+}
+
+/// Commits are notified in commit order, so a marker (a join of a group of its own) after a
+/// change that must not notify proves it did not.
+#[test]
+fn changes_are_notified_once_committed() {
+    let b = isolated(&Postgres::url());
+    let inbox = Inbox::subscribe(&*b);
+    let lease = Duration::from_secs(60);
+    let (s1, s2) = (
+        b.open_session(lease, &Metadata::default()).unwrap().id,
+        b.open_session(lease, &Metadata::default()).unwrap().id,
+    );
+    let (job, g) = (name("job"), group("workers"));
+    let mut markers = 0;
+    let mut marker = || {
+        markers += 1;
+        let m = group(&format!("marker-{markers}"));
+        b.join(&s1, &m).unwrap();
+        Notification::GroupChanged(m)
+    };
+
+    // A new term is notified; a re-acquire by the holder is not.
+    let t1 = term(&*b, &s1, &job);
+    assert_eq!(term(&*b, &s1, &job).token, t1.token);
+    let m = marker();
+    let seen = inbox.until(&m);
+    assert_eq!(
+        seen,
+        vec![Notification::Acquired(job.clone()), m],
+        "one Acquired for the new term, none for the re-acquire"
+    );
+
+    // A release is notified; a release with a wrong token, or by another session, is not.
+    assert!(!b.release(&s2, &job, t1.token).unwrap());
+    assert!(b.release(&s1, &job, t1.token).unwrap());
+    let m = marker();
+    assert_eq!(
+        inbox.until(&m),
+        vec![Notification::Released(job.clone()), m]
+    );
+
+    // Closing a holder's session frees its lease and its memberships: both are notified.
+    let t2 = term(&*b, &s2, &job);
+    assert!(t2.token > t1.token);
+    b.join(&s2, &g).unwrap();
+    b.join(&s2, &g).unwrap(); // already a member: nothing changes
+    let m = marker();
+    assert_eq!(
+        inbox.until(&m),
+        vec![
+            Notification::Acquired(job.clone()),
+            Notification::GroupChanged(g.clone()),
+            m
+        ]
+    );
+    b.close_session(&s2).unwrap();
+    let m = marker();
+    let seen = inbox.until(&m);
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(
+        seen.contains(&Notification::Released(job.clone())),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&Notification::GroupChanged(g.clone())),
+        "{seen:?}"
+    );
+
+    // Join and leave are notified; a leave of a group the session is not in is not.
+    b.join(&s1, &g).unwrap();
+    assert!(b.leave(&s1, &g).unwrap());
+    assert!(!b.leave(&s1, &g).unwrap());
+    let m = marker();
+    assert_eq!(
+        inbox.until(&m),
+        vec![
+            Notification::GroupChanged(g.clone()),
+            Notification::GroupChanged(g.clone()),
+            m
+        ]
+    );
+    b.close_session(&s1).unwrap();
+}
+
+/// A purge of an expired session notifies its groups and the leases it still pointed at.
+#[test]
+fn purge_notifies_groups_and_leases_of_expired_sessions() {
+    let b = isolated(&Postgres::url());
+    let inbox = Inbox::subscribe(&*b);
+    let s = b
+        .open_session(Duration::from_millis(300), &Metadata::default())
+        .unwrap()
+        .id;
+    let (job, g) = (name("job"), group("workers"));
+    term(&*b, &s, &job);
+    b.join(&s, &g).unwrap();
+    inbox.until(&Notification::GroupChanged(g.clone()));
+    sql_common::until(PATIENCE, "the session expired", || {
+        b.members(&g).unwrap().is_empty()
+    });
+    assert_eq!(b.purge_expired().unwrap(), 1);
+    let seen = inbox.until(&Notification::GroupChanged(g.clone()));
+    let end = inbox.until(&Notification::Released(job.clone()));
+    assert!(seen.len() + end.len() == 2, "{seen:?} {end:?}");
+}
+
+/// Terminating the listening connection publishes `Resync`; the listener connects and listens
+/// again (another `Resync`, since changes in between were not notified) and later changes are
+/// notified again.
+#[test]
+fn listener_reconnects_after_its_connection_is_terminated() {
+    let b = isolated(&Postgres::url());
+    let inbox = Inbox::subscribe(&*b);
+    let app = b.0.listener_name().expect("a listening connection");
+    let listeners = || -> Vec<i32> {
+        raw()
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let before = listeners();
+    assert_eq!(before.len(), 1, "one listening connection: {before:?}");
+    assert_eq!(Postgres::kill(vec![before[0] as u64]), 1);
+    inbox.until(&Notification::Resync);
+    inbox.until(&Notification::Resync);
+    let after = listeners();
+    assert_eq!(after.len(), 1, "listening again: {after:?}");
+    assert_ne!(after, before);
+    let s = b
+        .open_session(Duration::from_secs(60), &Metadata::default())
+        .unwrap()
+        .id;
+    let job = name("job");
+    let t = term(&*b, &s, &job);
+    assert!(b.release(&s, &job, t.token).unwrap());
+    let seen = inbox.until(&Notification::Released(job.clone()));
+    assert_eq!(
+        seen,
+        vec![
+            Notification::Acquired(job),
+            Notification::Released(name("job"))
+        ]
+    );
+    b.close_session(&s).unwrap();
+}
+
+/// Dropping the backend stops its listener (the thread closes the connection on its own).
+#[test]
+fn dropping_the_backend_closes_the_listening_connection() {
+    let b = isolated(&Postgres::url());
+    let inbox = Inbox::subscribe(&*b);
+    let app = b.0.listener_name().expect("a listening connection");
+    let count = || -> i64 {
+        raw()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(count(), 1);
+    drop(b);
+    sql_common::until(PATIENCE, "the listening connection closed", || count() == 0);
+    drop(inbox);
 }

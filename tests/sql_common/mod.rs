@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use simba_lease::backends::SqlBackend;
-use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, SessionGrant};
+use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription};
 use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, SessionId, Token};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,6 +94,9 @@ impl LeaseBackend for Isolated {
     }
     fn purge_expired(&self) -> Result<usize> {
         self.0.purge_expired()
+    }
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        self.0.subscribe(sink)
     }
 }
 
@@ -743,6 +746,24 @@ pub fn open_session_remaining_is_measured(b: Arc<dyn LeaseBackend>) {
     );
 }
 
+/// PostgreSQL subscribes (with a listening connection); MySQL/MariaDB has no notifications
+/// (`None`: the engine polls) and no listener.
+pub fn notifications_by_dialect(b: Arc<Isolated>) {
+    let sub = b
+        .subscribe(Arc::new(|_: &simba_lease::spi::Notification| {}))
+        .unwrap();
+    match b.0.dialect() {
+        simba_lease::backends::Dialect::Postgres => {
+            assert!(sub.is_some(), "PostgreSQL pushes");
+            assert!(b.0.listener_name().is_some());
+        }
+        _ => {
+            assert!(sub.is_none(), "MySQL/MariaDB is polled");
+            assert!(b.0.listener_name().is_none());
+        }
+    }
+}
+
 /// What a take-over does, held open by a test: lock the holder's session row (shared), then
 /// give the lease to another session, then commit.
 pub trait TakeOver {
@@ -885,6 +906,12 @@ macro_rules! sql_suite {
         fn open_session_returns_the_measured_remaining() {
             let b = sql_common::isolated(&<$db as sql_common::Db>::url());
             sql_common::open_session_remaining_is_measured(b);
+        }
+
+        #[test]
+        fn notifications_are_pushed_by_postgres_only() {
+            let b = sql_common::isolated(&<$db as sql_common::Db>::url());
+            sql_common::notifications_by_dialect(b);
         }
 
         #[test]

@@ -54,6 +54,8 @@
 //! connection is dropped (the server may still finish the statement). On both, the engine's
 //! local deadline ends the call's relevance anyway.
 
+#[cfg(feature = "postgres")]
+mod listen;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pool;
@@ -64,7 +66,9 @@ use crate::backends::options;
 use crate::backends::url::redact;
 use crate::backends::BackendUrl;
 use crate::error::{BoxError, Error, Result};
-use crate::spi::{Acquire, HeldLease, KeepAlive, LeaseBackend, SessionGrant};
+use crate::spi::{
+    Acquire, HeldLease, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription,
+};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -305,6 +309,15 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn server(&self) -> Option<ServerVersion> {
         None
     }
+    /// Registers a notification sink; `None` where the dialect has no notifications.
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        let _ = sink;
+        Ok(None)
+    }
+    /// The `application_name` of the listening connection, where there is one.
+    fn listener_name(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The kind of database server behind a [`SqlBackend`].
@@ -365,6 +378,12 @@ pub struct ServerVersion {
 /// * The `postgres` crate runs a private current-thread tokio runtime per connection: call
 ///   this backend from plain threads (or `spawn_blocking`), not from inside an async task.
 /// * TLS is not built in: connect over loopback, a private network or a local proxy.
+/// * PostgreSQL pushes releases, new terms and membership changes (`pg_notify` in the
+///   statement that makes the change, one channel per table prefix) to one dedicated
+///   listening connection per backend, opened by the first [`LeaseBackend::subscribe`]
+///   (see [`SqlBackend::listener_name`]); a failed connection is reported as
+///   [`Notification::Resync`](crate::spi::Notification::Resync) and reopened with backoff.
+///   MySQL/MariaDB have no equivalent: `subscribe` returns `None` and the engine polls.
 pub struct SqlBackend {
     dialect: Dialect,
     driver: Arc<dyn Driver>,
@@ -687,6 +706,12 @@ impl SqlBackend {
         self.driver.server()
     }
 
+    /// The `application_name` of the connection that listens for notifications
+    /// (`simba-listen/{table_prefix}`), on PostgreSQL; `None` on MySQL, which is polled.
+    pub fn listener_name(&self) -> Option<String> {
+        self.driver.listener_name()
+    }
+
     /// Server-side ids of the idle pooled connections (PostgreSQL backend pids, MySQL
     /// connection ids), to find them in `pg_stat_activity` or `SHOW PROCESSLIST`.
     pub fn connection_ids(&self) -> Vec<u64> {
@@ -917,6 +942,12 @@ impl LeaseBackend for SqlBackend {
         self.driver
             .ping()
             .map_err(|e| self.err("pinging the database", e))
+    }
+
+    /// PostgreSQL: releases, new terms and membership changes through `LISTEN/NOTIFY` on one
+    /// dedicated connection. MySQL/MariaDB: `None` (no equivalent; the engine polls).
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        self.driver.subscribe(sink)
     }
 }
 

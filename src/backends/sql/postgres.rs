@@ -12,6 +12,7 @@ use super::{
 };
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
+use crate::spi::{NotifySink, Subscription};
 use ::postgres::error::SqlState;
 use ::postgres::types::Type;
 use ::postgres::{Client, Config, NoTls, Statement};
@@ -78,6 +79,9 @@ fn classify(e: ::postgres::Error) -> DbError {
 
 fn sql(t: &Tables) -> [String; 10] {
     let (s, l, m) = (&t.session, &t.lease, &t.member);
+    // Every change publishes on the prefix's channel with `pg_notify` inside its own
+    // statement, so a notification is sent exactly when the change commits (see `listen`).
+    let ch = super::listen::channel_literal(t);
     [
         // open: the remaining µs measured by the same statement
         format!(
@@ -101,18 +105,24 @@ fn sql(t: &Tables) -> [String; 10] {
                     held.name::text, held.token \
              FROM (SELECT 1) one LEFT JOIN held ON true"
         ),
-        // remove: the session row first (lock order session -> lease, as in acquire)
+        // remove: the session row first (lock order session -> lease, as in acquire); notifies
+        // every freed lease and every group left
         format!(
             "WITH gone AS (DELETE FROM {s} WHERE session_id = $1 RETURNING 1), \
              freed AS (UPDATE {l} SET session_id = '' \
-                       WHERE session_id = $1 AND (SELECT count(*) FROM gone) >= 0 RETURNING 1), \
+                       WHERE session_id = $1 AND (SELECT count(*) FROM gone) >= 0 RETURNING name), \
              left_ AS (DELETE FROM {m} WHERE session_id = $1 AND (SELECT count(*) FROM gone) >= 0 \
-                       RETURNING 1) \
-             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM freed), (SELECT count(*) FROM left_)"
+                       RETURNING group_name), \
+             note AS MATERIALIZED (SELECT pg_notify({ch}, 'r:' || name) FROM freed \
+                       UNION ALL SELECT pg_notify({ch}, 'g:' || group_name) FROM left_) \
+             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM freed), (SELECT count(*) FROM left_), \
+                    (SELECT count(*) FROM note)"
         ),
         // acquire: one upsert. Locks the acquirer's session row, then the holder's session row
         // (FOR SHARE, whether or not it is live), then the lease row (ON CONFLICT); the update
-        // only applies if the row still has the holder that was checked.
+        // only applies if the row still has the holder that was checked. A new term (a row
+        // from `up`) notifies `a:`; a re-acquire by the holder updates nothing and notifies
+        // nothing.
         format!(
             "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
              me AS MATERIALIZED (SELECT expires_at FROM {s} \
@@ -127,16 +137,19 @@ fn sql(t: &Tables) -> [String; 10] {
                     ON CONFLICT (name) DO UPDATE SET session_id = EXCLUDED.session_id, token = x.token + 1 \
                     WHERE x.session_id <> EXCLUDED.session_id \
                       AND x.session_id = (SELECT session_id FROM cur) \
-                    RETURNING x.token) \
+                    RETURNING x.token), \
+             note AS MATERIALIZED (SELECT pg_notify({ch}, 'a:' || $2) FROM up) \
              SELECT (SELECT expires_at FROM me) * 1000 - (SELECT us FROM now), \
                     (SELECT token FROM up), \
                     (SELECT session_id::text FROM cur), (SELECT token FROM cur), \
-                    (SELECT expires_at FROM holder) * 1000 - (SELECT us FROM now)"
+                    (SELECT expires_at FROM holder) * 1000 - (SELECT us FROM now), \
+                    (SELECT count(*) FROM note)"
         ),
         // release: only by a live session (an expired one holds nothing, so changes nothing)
         format!(
             "UPDATE {l} SET session_id = '' WHERE name = $1 AND session_id = $2 AND token = $3 \
-             AND EXISTS (SELECT 1 FROM {s} WHERE session_id = $2 AND expires_at > {NOW})"
+             AND EXISTS (SELECT 1 FROM {s} WHERE session_id = $2 AND expires_at > {NOW}) \
+             RETURNING pg_notify({ch}, 'r:' || name)"
         ),
         // owner
         format!(
@@ -149,13 +162,15 @@ fn sql(t: &Tables) -> [String; 10] {
             "WITH me AS MATERIALIZED (SELECT session_id FROM {s} \
                     WHERE session_id = $1 AND expires_at > {NOW} FOR SHARE), \
              ins AS (INSERT INTO {m} (group_name, session_id) SELECT $2, session_id FROM me \
-                     ON CONFLICT DO NOTHING RETURNING 1) \
-             SELECT EXISTS (SELECT 1 FROM me), (SELECT count(*) FROM ins)"
+                     ON CONFLICT DO NOTHING RETURNING group_name), \
+             note AS MATERIALIZED (SELECT pg_notify({ch}, 'g:' || group_name) FROM ins) \
+             SELECT EXISTS (SELECT 1 FROM me), (SELECT count(*) FROM ins), (SELECT count(*) FROM note)"
         ),
         // leave: only by a live session, like release
         format!(
             "DELETE FROM {m} WHERE group_name = $1 AND session_id = $2 \
-             AND EXISTS (SELECT 1 FROM {s} WHERE session_id = $2 AND expires_at > {NOW})"
+             AND EXISTS (SELECT 1 FROM {s} WHERE session_id = $2 AND expires_at > {NOW}) \
+             RETURNING pg_notify({ch}, 'g:' || group_name)"
         ),
         // members
         format!(
@@ -163,14 +178,19 @@ fn sql(t: &Tables) -> [String; 10] {
              JOIN {s} s ON s.session_id = m.session_id \
              WHERE m.group_name = $1 AND s.expires_at > {NOW} ORDER BY m.session_id"
         ),
-        // purge: along idx_session_expires, skipping rows a concurrent statement holds
+        // purge: along idx_session_expires, skipping rows a concurrent statement holds;
+        // notifies the groups left and the leases the purged sessions still pointed at
         format!(
             "WITH dead AS (SELECT session_id FROM {s} WHERE expires_at <= {NOW} \
                            ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED), \
              gone AS (DELETE FROM {s} WHERE session_id IN (SELECT session_id FROM dead) \
                       RETURNING session_id), \
-             left_ AS (DELETE FROM {m} WHERE session_id IN (SELECT session_id FROM gone) RETURNING 1) \
-             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM left_)"
+             left_ AS (DELETE FROM {m} WHERE session_id IN (SELECT session_id FROM gone) \
+                       RETURNING group_name), \
+             note AS MATERIALIZED (SELECT pg_notify({ch}, 'g:' || group_name) FROM left_ \
+                       UNION ALL SELECT pg_notify({ch}, 'r:' || name) FROM {l} \
+                       WHERE session_id IN (SELECT session_id FROM gone)) \
+             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM left_), (SELECT count(*) FROM note)"
         ),
     ]
 }
@@ -197,6 +217,8 @@ pub(crate) struct PgDriver {
     pool: Pool<PgConn>,
     tables: Tables,
     timeout: Duration,
+    /// The `LISTEN` connection's thread, started by the first subscription.
+    listener: super::listen::Listener,
 }
 
 impl PgDriver {
@@ -254,6 +276,7 @@ impl PgDriver {
         if config.get_application_name().is_none() {
             config.application_name(&format!("simba-lease/{}", tables.prefix));
         }
+        let listener = super::listen::Listener::new(&config, &tables, options.query_timeout);
         let connect = move || -> Result<PgConn> {
             let mut client = config
                 .connect(NoTls)
@@ -273,6 +296,7 @@ impl PgDriver {
             pool,
             tables,
             timeout: options.query_timeout,
+            listener,
         };
         // Check the server answers now, so a bad URL fails at build time.
         drop(driver.pool.get(options.query_timeout)?);
@@ -424,5 +448,13 @@ impl Driver for PgDriver {
         let mut ids = Vec::new();
         self.pool.for_each_idle(|c| ids.push(u64::from(c.pid)));
         ids
+    }
+
+    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
+        self.listener.subscribe(sink)
+    }
+
+    fn listener_name(&self) -> Option<String> {
+        Some(self.listener.name().to_owned())
     }
 }
