@@ -160,6 +160,7 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        crate::backends::options::check_lease(lease)?;
         let now = self.clock.now();
         let id = SessionId::random();
         let mut notes = Vec::new();
@@ -183,6 +184,7 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        crate::backends::options::check_lease(lease)?;
         let now = self.clock.now();
         let mut notes = Vec::new();
         let mut guard = self.tables.lock();

@@ -247,6 +247,22 @@ pub(crate) fn deadline(limit: Duration) -> Instant {
         .unwrap_or(now)
 }
 
+/// Checks a lease handed to a backend (the engine's [`Config`](crate::Config) already
+/// bounds it; direct callers of the SPI get the same rule): more than zero and at most
+/// [`Config::MAX_LEASE`](crate::Config::MAX_LEASE), so no deadline arithmetic can overflow.
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease.is_zero() || lease > crate::Config::MAX_LEASE {
+        return Err(Error::config(
+            "lease",
+            format!(
+                "{lease:?} is out of range: more than zero and at most {:?}",
+                crate::Config::MAX_LEASE
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -402,3 +402,31 @@ pub fn release_and_leave_on_an_expired_or_closed_session_return_false(h: &Harnes
     assert!(take_over(h, &*b, &s3, &n2).token > t2.token);
     b.close_session(&s3).unwrap();
 }
+
+/// A lease of zero or beyond [`Config::MAX_LEASE`](crate::Config::MAX_LEASE) is rejected
+/// with `InvalidConfig` naming `lease` (never a panic or an overflowing deadline), on open
+/// and on keep-alive.
+pub fn out_of_range_leases_are_rejected(h: &Harness) {
+    let b = h.backend();
+    let huge = crate::Config::MAX_LEASE + Duration::from_secs(1);
+    for lease in [Duration::ZERO, huge, Duration::MAX] {
+        let r = b.open_session(lease, &Metadata::default());
+        assert!(
+            matches!(&r, Err(Error::InvalidConfig { setting, .. }) if setting == "lease"),
+            "open_session({lease:?}): {r:?}"
+        );
+    }
+    let s = h.open(&*b, h.long_lease());
+    for lease in [Duration::ZERO, huge, Duration::MAX] {
+        let r = b.keep_alive(&s, lease);
+        assert!(
+            matches!(&r, Err(Error::InvalidConfig { setting, .. }) if setting == "lease"),
+            "keep_alive({lease:?}): {r:?}"
+        );
+    }
+    assert!(
+        b.keep_alive(&s, h.long_lease()).is_ok(),
+        "the session lives on"
+    );
+    b.close_session(&s).unwrap();
+}

@@ -161,6 +161,7 @@ macro_rules! tck_suite {
             lock_and_election_wait_for_the_reopened_session,
             observer_sees_short_terms_where_the_backend_pushes,
             a_resigning_leader_lets_another_session_take_the_next_term,
+            out_of_range_leases_are_rejected,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

@@ -880,6 +880,7 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        crate::backends::options::check_lease(lease)?;
         let id = SessionId::random();
         let r = self.eval(
             Role::Other,
@@ -897,6 +898,7 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        crate::backends::options::check_lease(lease)?;
         const OP: &str = "keeping a session alive";
         let lease_ms = lease_ms(lease);
         let index = [

@@ -782,6 +782,7 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        crate::backends::options::check_lease(lease)?;
         if self.dialect == Dialect::Postgres && metadata.as_str().contains('\0') {
             return Err(Error::config(
                 "metadata",
@@ -801,6 +802,7 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        crate::backends::options::check_lease(lease)?;
         let reply = self
             .driver
             .keep_alive(session.as_str(), ms(lease))

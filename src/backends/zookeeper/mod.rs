@@ -768,6 +768,7 @@ impl LeaseBackend for ZooKeeperBackend {
     }
 
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        crate::backends::options::check_lease(lease)?;
         let inner = &self.inner;
         let sent = Instant::now();
         let client = inner.cfg.connect(lease)?;
@@ -810,6 +811,7 @@ impl LeaseBackend for ZooKeeperBackend {
     }
 
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
+        crate::backends::options::check_lease(lease)?;
         const OP: &str = "keep-alive";
         let inner = &self.inner;
         let s = inner.live(session)?;
