@@ -244,13 +244,7 @@ pub fn lock_waiter_takes_over_after_release(h: &Harness) {
 /// is never revived (with `reopen_on_expiry(false)`).
 pub fn session_expiry_is_reported_in_order(h: &Harness) {
     let b = h.backend();
-    let config = Config::builder()
-        .lease(h.lease)
-        .renew_interval(h.lease / 5)
-        .reopen_on_expiry(false)
-        .build()
-        .unwrap();
-    let s = Session::open(b.clone(), config).unwrap();
+    let s = Session::open(b.clone(), h.terminal_config()).unwrap();
     let events = s.events();
     let name = lease_name("expiry");
     let guard = s.lock(&name).unwrap();
@@ -411,13 +405,7 @@ pub fn group_watch_reports_changes(h: &Harness) {
 /// with [`Error::LeaseLost`], and each loss is reported exactly once.
 pub fn unlock_or_resign_of_a_lost_term_says_so_and_reports_it_once(h: &Harness) {
     let b = h.backend();
-    let config = Config::builder()
-        .lease(h.lease)
-        .renew_interval(h.lease / 5)
-        .reopen_on_expiry(false)
-        .build()
-        .unwrap();
-    let s = Session::open(b.clone(), config).unwrap();
+    let s = Session::open(b.clone(), h.terminal_config()).unwrap();
     let events = s.events();
     let guard = s.lock(lease_name("lost-l")).unwrap();
     let lock_token = guard.token();

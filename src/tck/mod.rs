@@ -73,6 +73,16 @@ impl Harness {
             .expect("valid TCK config")
     }
 
+    /// [`Harness::config`] with expiry terminal (`reopen_on_expiry(false)`).
+    pub fn terminal_config(&self) -> Config {
+        Config::builder()
+            .lease(self.lease)
+            .renew_interval(self.lease / 5)
+            .reopen_on_expiry(false)
+            .build()
+            .expect("valid TCK config")
+    }
+
     /// A long lease for sessions that must outlive the case.
     pub fn long_lease(&self) -> Duration {
         self.patience * 3
