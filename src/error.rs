@@ -1,5 +1,6 @@
 //! The one error type of the crate.
 
+use crate::types::{LeaseName, SessionId, Token};
 use std::time::Duration;
 
 /// A boxed driver error kept as the source of [`Error::Backend`].
@@ -79,34 +80,34 @@ pub enum Error {
     #[error("session {session} expired")]
     SessionExpired {
         /// The expired session's id.
-        session: String,
+        session: SessionId,
     },
     /// A term is no longer held (lost, resigned or released); its token must not be used.
-    #[error("lease {name:?} (token {token}) is no longer held")]
+    #[error("lease {name} (token {token}) is no longer held")]
     LeaseLost {
         /// The lease name.
-        name: String,
+        name: LeaseName,
         /// The lost term's token.
-        token: u64,
+        token: Token,
     },
     /// This candidate does not lead the election now.
-    #[error("not the leader of {name:?}")]
+    #[error("not the leader of {name}")]
     NotLeader {
         /// The election.
-        name: String,
+        name: LeaseName,
     },
     /// The election handle resigned: it no longer campaigns (until
     /// [`Election::campaign`](crate::Election::campaign)).
-    #[error("not a candidate in {name:?} (resigned)")]
+    #[error("not a candidate in {name} (resigned)")]
     NotCandidate {
         /// The election.
-        name: String,
+        name: LeaseName,
     },
     /// The lease is held by this session through another handle (locks are not reentrant).
-    #[error("lease {name:?} is already in use by this session")]
+    #[error("lease {name} is already in use by this session")]
     AlreadyHeld {
         /// The lease name.
-        name: String,
+        name: LeaseName,
     },
     /// An operation did not finish within its time limit.
     #[error("timed out after {after:?} while {operation}")]

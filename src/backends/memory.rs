@@ -89,7 +89,7 @@ impl Tables {
 
     fn expired(&self, id: &SessionId) -> Error {
         Error::SessionExpired {
-            session: id.to_string(),
+            session: id.clone(),
         }
     }
 }

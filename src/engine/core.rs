@@ -356,7 +356,7 @@ impl Core {
         match self.state {
             State::Valid | State::Jeopardy => Ok(()),
             State::Expired => Err(Error::SessionExpired {
-                session: self.session.to_string(),
+                session: self.session.clone(),
             }),
             State::Closed => Err(Error::Closed),
         }
@@ -1097,7 +1097,7 @@ impl Core {
 /// The error for a term that is no longer held.
 pub(crate) fn lease_lost(term: &Term) -> Error {
     Error::LeaseLost {
-        name: term.name.to_string(),
-        token: term.token.get(),
+        name: term.name.clone(),
+        token: term.token,
     }
 }

@@ -231,7 +231,7 @@ fn a_backend_reported_expiry_is_terminal_without_closing_again() {
     c.tick(t0 + 300 * MS);
     c.take_outputs();
     let expired = Error::SessionExpired {
-        session: "x".into(),
+        session: c.session().clone(),
     };
     c.on_keep_alive(t0 + 300 * MS, t0 + 301 * MS, Err(expired));
     assert_eq!(c.state(), State::Expired);
@@ -535,7 +535,7 @@ fn unlock_of_a_valid_term_releases_it() {
     assert!(events(&c.take_outputs()).is_empty());
     // The backend found it gone: reported once as Missing.
     let e = c.lost_on_unlock(9, t.clone());
-    assert!(matches!(e, Error::LeaseLost { token: 4, .. }));
+    assert!(matches!(e, Error::LeaseLost { token, .. } if token.get() == 4));
     let out = c.take_outputs();
     assert!(matches!(
         events(&out)[..],

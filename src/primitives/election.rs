@@ -70,9 +70,7 @@ fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
         // While an expired session is reopened the candidate joins the new one.
         inner.check_waitable(&s)?;
         if s.reserved.contains_key(name) {
-            return Err(Error::AlreadyHeld {
-                name: name.to_string(),
-            });
+            return Err(Error::AlreadyHeld { name: name.clone() });
         }
         s.reserved.insert(name.clone(), h);
     }
@@ -114,7 +112,7 @@ impl Election {
     /// `let term = election.check()?;` before acting as the leader.
     pub fn check(&self) -> Result<Term> {
         self.term().ok_or_else(|| Error::NotLeader {
-            name: self.name.to_string(),
+            name: self.name.clone(),
         })
     }
 
@@ -137,7 +135,7 @@ impl Election {
             }
             if !s.core.is_candidate(self.handle) {
                 return Err(Error::NotCandidate {
-                    name: self.name.to_string(),
+                    name: self.name.clone(),
                 });
             }
             if !self.inner.wait(&mut s, until) {

@@ -144,7 +144,7 @@ impl Session {
                 .with_session(&id, |c| c.on_lock_acquire(h, name, sent, now, reply))
                 .unwrap_or_else(|| {
                     Err(Error::SessionExpired {
-                        session: id.to_string(),
+                        session: id.clone(),
                     })
                 });
             match r {
@@ -247,8 +247,8 @@ impl LockGuard {
             Ok(self.term.token)
         } else {
             Err(Error::LeaseLost {
-                name: self.term.name.to_string(),
-                token: self.term.token.get(),
+                name: self.term.name.clone(),
+                token: self.term.token,
             })
         }
     }

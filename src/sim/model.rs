@@ -126,7 +126,7 @@ impl Model {
 
     fn expired(id: &SessionId) -> Error {
         Error::SessionExpired {
-            session: id.to_string(),
+            session: id.clone(),
         }
     }
 

@@ -632,7 +632,7 @@ impl RedisBackend {
 
     fn expired(&self, sid: &SessionId) -> Error {
         Error::SessionExpired {
-            session: sid.to_string(),
+            session: sid.clone(),
         }
     }
 

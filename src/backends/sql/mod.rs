@@ -736,7 +736,7 @@ impl SqlBackend {
 
     fn expired(session: &SessionId) -> Error {
         Error::SessionExpired {
-            session: session.to_string(),
+            session: session.clone(),
         }
     }
 

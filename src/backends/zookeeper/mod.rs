@@ -468,7 +468,7 @@ impl ZkSession {
 
     fn expired(&self) -> Error {
         Error::SessionExpired {
-            session: self.id.to_string(),
+            session: self.id.clone(),
         }
     }
 
@@ -581,7 +581,7 @@ struct Inner {
 impl Inner {
     fn expired(id: &SessionId) -> Error {
         Error::SessionExpired {
-            session: id.to_string(),
+            session: id.clone(),
         }
     }
 
