@@ -27,6 +27,8 @@ struct Gate {
     /// The next acquire / keep-alive panics (a faulty backend or driver).
     panic_acquire: AtomicBool,
     panic_keep_alive: AtomicBool,
+    /// Opens fail with a configuration error (as a server granting less than the lease).
+    refuse_opens: AtomicBool,
     /// Subscriptions made.
     subscribes: AtomicUsize,
     /// The threads that ran releases, leaves and session closes.
@@ -60,6 +62,12 @@ impl LeaseBackend for Gate {
         "gate"
     }
     fn open_session(&self, lease: Duration, m: &Metadata) -> Result<SessionGrant> {
+        if self.refuse_opens.load(Ordering::SeqCst) {
+            return Err(Error::config(
+                "lease",
+                "the server grants less than the lease",
+            ));
+        }
         self.inner.open_session(lease, m)
     }
     fn keep_alive(&self, s: &SessionId, lease: Duration) -> Result<KeepAlive> {
@@ -545,4 +553,26 @@ fn sessions_of_one_backend_share_one_subscription_and_a_waiter_is_woken_by_its_n
     });
     let _late = Session::open(backend.clone(), slow).unwrap();
     assert_eq!(gate.subscribes.load(Ordering::SeqCst), 1, "still one");
+}
+
+#[test]
+fn a_reopen_that_cannot_succeed_makes_expiry_terminal() {
+    let gate = Arc::new(Gate::default());
+    let session = Session::open(gate.clone(), config()).unwrap();
+    gate.refuse_opens.store(true, Ordering::SeqCst);
+    gate.inner.close_session(&session.id()).unwrap(); // expired behind the engine's back
+    until("the engine saw the expiry", || {
+        session.state() == SessionState::Expired
+    });
+    let start = Instant::now();
+    let r = session.wait_valid(PATIENCE);
+    assert!(matches!(r, Err(Error::SessionExpired { .. })), "{r:?}");
+    assert!(
+        start.elapsed() < PATIENCE,
+        "failed at once, not after the timeout"
+    );
+    assert!(matches!(
+        session.lock_timeout("x", PATIENCE),
+        Err(Error::SessionExpired { .. })
+    ));
 }

@@ -74,6 +74,8 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     /// Stopped like a crashed process (TCK): queued work is dropped.
     crashed: AtomicBool,
+    /// A reopen after expiry failed with an error retrying cannot fix: expiry is terminal.
+    reopen_failed: AtomicBool,
     /// Delivers the backend's notifications of the names this session is interested in.
     router: Arc<Router>,
     route: std::sync::atomic::AtomicU64,
@@ -162,6 +164,7 @@ impl Session {
             next_handle: AtomicU64::new(SESSION + 1),
             closed: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
+            reopen_failed: AtomicBool::new(false),
             router,
             route: std::sync::atomic::AtomicU64::new(0),
         });
@@ -378,6 +381,7 @@ impl Inner {
             && self.config.reopen_on_expiry()
             && !s.reopening
             && !self.closed.load(Ordering::SeqCst)
+            && !self.reopen_failed.load(Ordering::SeqCst)
         {
             s.reopening = true;
             self.queue(Work::Reopen);
@@ -418,7 +422,9 @@ impl Inner {
     pub(crate) fn check_waitable(&self, s: &Shared) -> Result<()> {
         match s.core.check_live() {
             Err(Error::SessionExpired { .. })
-                if self.config.reopen_on_expiry() && !self.closed.load(Ordering::SeqCst) =>
+                if self.config.reopen_on_expiry()
+                    && !self.closed.load(Ordering::SeqCst)
+                    && !self.reopen_failed.load(Ordering::SeqCst) =>
             {
                 Ok(())
             }
@@ -547,6 +553,15 @@ impl Inner {
                             let _ = self.backend.leave(&id, &g);
                         }
                     }
+                    return;
+                }
+                Err(e) if !e.is_transient() => {
+                    // Retrying cannot help (e.g. the server now grants less than the lease):
+                    // expiry becomes terminal, and waiters get `SessionExpired` at once.
+                    log::error!("reopening an expired session failed for good: {e}");
+                    self.shared.lock().reopening = false;
+                    self.reopen_failed.store(true, Ordering::SeqCst);
+                    self.changed.notify_all();
                     return;
                 }
                 Err(e) => {
