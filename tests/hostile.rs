@@ -811,3 +811,132 @@ mod pg {
         );
     }
 }
+
+#[cfg(feature = "mysql")]
+mod my {
+    use super::*;
+    use ::mysql::prelude::Queryable;
+    use simba_lease::backends::SqlBackend;
+    use simba_lease::spi::LeaseBackend;
+    use simba_lease::{GroupName, LeaseName, Metadata, SessionId};
+
+    fn url() -> String {
+        std::env::var("SIMBA_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://simba:simba@127.0.0.1:3306/test".to_owned())
+    }
+
+    fn raw() -> ::mysql::Conn {
+        ::mysql::Conn::new(::mysql::Opts::from_url(&url()).unwrap()).unwrap()
+    }
+
+    /// A backend on its own tables, dropped at the end.
+    struct Tables(SqlBackend);
+
+    impl Drop for Tables {
+        fn drop(&mut self) {
+            let _ = self.0.drop_tables();
+        }
+    }
+
+    fn tables() -> (Tables, String) {
+        let p = format!("th{}_", &SessionId::random().as_str()[..10]);
+        let b = SqlBackend::builder(url()).table_prefix(&p).build().unwrap();
+        b.install_schema().unwrap();
+        (Tables(b), p)
+    }
+
+    /// Non-UTF-8 metadata (the column altered to bytes behind the backend's back): reading
+    /// the members is a typed error naming the operation.
+    #[test]
+    fn non_utf8_metadata_is_a_typed_error() {
+        let (b, p) = tables();
+        let mut c = raw();
+        c.query_drop(format!(
+            "ALTER TABLE {p}simba_session MODIFY metadata VARBINARY(1024) NOT NULL DEFAULT ''"
+        ))
+        .unwrap();
+        let s =
+            b.0.open_session(Duration::from_secs(30), &Metadata::default())
+                .unwrap()
+                .id;
+        let group = GroupName::new("workers").unwrap();
+        b.0.join(&s, &group).unwrap();
+        c.query_drop(format!("UPDATE {p}simba_session SET metadata = X'FFFE'"))
+            .unwrap();
+        fails("members", || b.0.members(&group));
+        let err = b.0.members(&group).unwrap_err();
+        assert!(
+            matches!(&err, simba_lease::Error::Backend { operation, .. } if operation.contains("member")),
+            "{err:?}"
+        );
+    }
+
+    /// A token that is not a number (the column altered to text): owner, keep-alive and
+    /// acquire fail with typed errors instead of reporting no owner or dropping the lease.
+    #[test]
+    fn a_token_of_another_type_is_a_typed_error() {
+        let (b, p) = tables();
+        let lease = Duration::from_secs(30);
+        let s = b.0.open_session(lease, &Metadata::default()).unwrap().id;
+        let name = LeaseName::new("job").unwrap();
+        b.0.acquire(&s, &name).unwrap();
+        let mut c = raw();
+        c.query_drop(format!(
+            "ALTER TABLE {p}simba_lease MODIFY token VARCHAR(20) NOT NULL"
+        ))
+        .unwrap();
+        c.query_drop(format!("UPDATE {p}simba_lease SET token = 'abc'"))
+            .unwrap();
+        fails("owner", || b.0.owner(&name));
+        fails("keep_alive", || b.0.keep_alive(&s, lease));
+        fails("acquire", || b.0.acquire(&s, &name));
+    }
+
+    /// An expired session whose id is not UTF-8 (the column altered to bytes): the purge
+    /// fails with a typed error.
+    #[test]
+    fn a_non_utf8_session_id_is_a_typed_error() {
+        let (b, p) = tables();
+        let mut c = raw();
+        c.query_drop(format!(
+            "ALTER TABLE {p}simba_session MODIFY session_id VARBINARY(32) NOT NULL"
+        ))
+        .unwrap();
+        c.query_drop(format!(
+            "INSERT INTO {p}simba_session (session_id, expires_at, metadata) VALUES (X'FFFE', 1, '')"
+        ))
+        .unwrap();
+        fails("purge_expired", || b.0.purge_expired());
+    }
+
+    fn on(server: &Server) -> simba_lease::Result<SqlBackend> {
+        SqlBackend::builder(format!("mysql://hostile@{}/db", server.addr))
+            .query_timeout(Duration::from_millis(300))
+            .pool_size(2)
+            .build()
+    }
+
+    #[test]
+    fn garbage_at_once_fails_the_connection() {
+        let server = blunt(b"HTTP/1.1 400 Bad Request\r\n\r\n", true);
+        fails("build", || on(&server));
+    }
+
+    #[test]
+    fn a_huge_packet_fails_the_connection() {
+        let server = blunt(b"\xff\xff\xff\x00\x0a8.0.36\x00", false);
+        fails("build", || on(&server));
+    }
+
+    #[test]
+    fn a_closed_connection_fails_the_connection() {
+        let server = blunt(b"", true);
+        fails("build", || on(&server));
+    }
+
+    #[test]
+    fn silence_fails_the_connection() {
+        let server = blunt(b"", false);
+        fails("build", || on(&server));
+    }
+}
