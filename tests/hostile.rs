@@ -8,6 +8,9 @@
 //! with tables altered behind the backend's back, so that the server itself sends values of
 //! unexpected types.
 
+#[cfg(feature = "zookeeper")]
+mod zk;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -938,5 +941,34 @@ mod my {
     fn silence_fails_the_connection() {
         let server = blunt(b"", false);
         fails("build", || on(&server));
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+mod zookeeper {
+    use super::zk::{self, raw, Isolated};
+    use super::*;
+    use simba_lease::spi::LeaseBackend;
+    use simba_lease::{LeaseName, Metadata};
+
+    /// A persistent node at a lease's path (created by another client; it never goes away)
+    /// is not reported as a holder with a made-up session and remaining time: owner and
+    /// acquire fail with a typed error.
+    #[test]
+    fn a_persistent_lease_node_is_a_typed_error() {
+        let hosts = zk::hosts();
+        let b = Isolated::new(&hosts, None, |b| b);
+        let s = b
+            .open_session(Duration::from_secs(10), &Metadata::default())
+            .unwrap()
+            .id;
+        // Creates `{root}/leases`.
+        b.acquire(&s, &LeaseName::new("other").unwrap()).unwrap();
+        let mut r = raw::Raw::connect(&hosts);
+        assert_eq!(r.create(&format!("{}/leases/squat", b.root()), b"", 0), 0);
+        let name = LeaseName::new("squat").unwrap();
+        fails("owner", || b.owner(&name));
+        fails("acquire", || b.acquire(&s, &name));
+        b.close_session(&s).unwrap();
     }
 }
