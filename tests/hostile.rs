@@ -11,7 +11,7 @@
 #[cfg(feature = "zookeeper")]
 mod zk;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 /// The bound every call must return within: a few times the configured timeouts (300 ms
 /// each), generous on a loaded machine; a hang or a retry loop still exceeds it.
+#[allow(dead_code)]
 const BOUND: Duration = Duration::from_secs(8);
 
 /// Waits until `cond` holds (polling), panicking after `patience`.
@@ -33,7 +34,9 @@ fn until(patience: Duration, what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// A loopback TCP server on an ephemeral port; each connection is served on its own thread
-/// by `serve`. Dropping it closes every connection.
+/// by `serve`. Dropping it closes every connection. (Like the other helpers here, it serves
+/// the feature-gated modules, so with some features off parts go unused.)
+#[allow(dead_code)]
 struct Server {
     addr: String,
     stop: Arc<AtomicBool>,
@@ -98,6 +101,7 @@ impl Drop for Server {
 }
 
 /// Asserts that `f` fails within [`BOUND`], printing what it returned otherwise.
+#[allow(dead_code)]
 fn fails<T: std::fmt::Debug>(what: &str, f: impl FnOnce() -> simba_lease::Result<T>) {
     let start = Instant::now();
     let r = f();
@@ -115,6 +119,7 @@ mod redis {
     use simba_lease::backends::redis::{RedisBackend, Role};
     use simba_lease::spi::{LeaseBackend, Notification, NotifySink};
     use simba_lease::{GroupName, LeaseName, Metadata, SessionId, Token};
+    use std::io::{BufRead, BufReader};
 
     /// A command as the client sent it: its arguments.
     type Cmd = Vec<Vec<u8>>;
@@ -600,6 +605,7 @@ mod pg {
     use simba_lease::backends::SqlBackend;
     use simba_lease::spi::LeaseBackend;
     use simba_lease::{GroupName, LeaseName, Metadata, SessionId};
+    use std::io::BufReader;
 
     fn url() -> String {
         std::env::var("SIMBA_POSTGRES_URL")
