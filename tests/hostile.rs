@@ -224,7 +224,7 @@ mod redis {
                 let name = upper(&cmd[0]);
                 let sub = cmd.get(1).map(|a| upper(a)).unwrap_or_default();
                 let out: Answer = match (name.as_str(), sub.as_str()) {
-                    ("CLIENT", _) | ("SELECT", _) | ("AUTH", _) => {
+                    ("CLIENT", _) | ("SELECT", _) | ("AUTH", _) | ("HELLO", _) => {
                         Answer::Send(b"+OK\r\n".to_vec())
                     }
                     ("PING", _) => Answer::Send(b"+PONG\r\n".to_vec()),
@@ -232,10 +232,7 @@ mod redis {
                         let mut out = Vec::new();
                         for p in &cmd[1..] {
                             subscribed += 1;
-                            out.extend_from_slice(b"*3\r\n$10\r\npsubscribe\r\n");
-                            out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
-                            out.extend_from_slice(p);
-                            out.extend_from_slice(format!("\r\n:{subscribed}\r\n").as_bytes());
+                            out.extend(confirmation(p, subscribed));
                         }
                         if w.write_all(&out).is_err() {
                             return subscribed > 0;
@@ -484,12 +481,24 @@ mod redis {
 
     /// A valid `pmessage` of `released` on the lease channel of `name`.
     fn released(name: &str) -> Vec<u8> {
-        array(&[
+        push(&[
             bulk(b"pmessage"),
             bulk(format!("{PREFIX}:lease:*").as_bytes()),
             bulk(format!("{PREFIX}:lease:{{{name}}}").as_bytes()),
             bulk(b"released"),
         ])
+    }
+
+    /// A RESP3 push (the notification connection speaks RESP3).
+    fn push(items: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = array(items);
+        out[0] = b'>';
+        out
+    }
+
+    /// The confirmation of the subscription to pattern `p`, the `n`th.
+    fn confirmation(p: &[u8], n: i64) -> Vec<u8> {
+        push(&[bulk(b"psubscribe"), bulk(p), int(n)])
     }
 
     fn collect(
@@ -536,6 +545,15 @@ mod redis {
                 bulk(b"released"),
             ]));
             out.extend(array(&[bulk(b"pmessage"), bulk(b"x")]));
+            out.extend(push(&[bulk(b"pmessage"), bulk(b"x")]));
+            out.extend(push(&[bulk(b"psubscribe"), int(1), int(2)]));
+            out.extend(push(&[
+                bulk(b"pmessage"),
+                bulk(b"x"),
+                bulk(b"\xff\xfe"),
+                bulk(b"released"),
+            ]));
+            out.extend(b"-ERR not now\r\n");
             out.extend(released("after-garbage"));
             (out, false)
         });
@@ -560,7 +578,7 @@ mod redis {
     #[test]
     fn notifier_survives_a_drop_mid_message() {
         let plan: PubSubPlan = Arc::new(|n| match n {
-            0 => (b"*4\r\n$8\r\npmessage\r\n$3\r\npa".to_vec(), true),
+            0 => (b">4\r\n$8\r\npmessage\r\n$3\r\npa".to_vec(), true),
             _ => (released("after-drop"), false),
         });
         let server = hostile(|_| Answer::Send(b"-ERR no\r\n".to_vec()), plan);
@@ -572,6 +590,52 @@ mod redis {
             || got(&seen, "after-drop"),
         );
         assert!(seen.lock().unwrap().contains(&Notification::Resync));
+    }
+
+    /// A notification connection that streams values that are no messages, without a pause:
+    /// the notifier still notices that the backend was dropped and closes its connection.
+    #[test]
+    fn notifier_stops_under_a_stream_of_garbage() {
+        let server = Server::start(move |_, s| {
+            let mut w = s.try_clone().unwrap();
+            let mut r = BufReader::new(s);
+            while let Some(cmd) = read_cmd(&mut r) {
+                let out = match upper(&cmd[0]).as_str() {
+                    "PING" => b"+PONG\r\n".to_vec(),
+                    "PSUBSCRIBE" => {
+                        let mut out = Vec::new();
+                        for (i, p) in cmd[1..].iter().enumerate() {
+                            out.extend(confirmation(p, i as i64 + 1));
+                        }
+                        if w.write_all(&out).is_err() {
+                            return true;
+                        }
+                        // Values that are no messages, every 20 ms, until the peer goes.
+                        loop {
+                            if w.write_all(b":1\r\n>2\r\n+what\r\n:1\r\n").is_err() {
+                                return true;
+                            }
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                    _ => b"+OK\r\n".to_vec(),
+                };
+                if w.write_all(&out).is_err() {
+                    return false;
+                }
+            }
+            false
+        });
+        let b = backend(&server, false);
+        // `subscribe` returns once the first subscription attempt finished.
+        let (_seen, sub) = collect(&b);
+        drop(sub);
+        drop(b);
+        until(
+            Duration::from_secs(10),
+            "the notifier closes its connection",
+            || server.closed_subscribers.load(Ordering::SeqCst) > 0,
+        );
     }
 }
 

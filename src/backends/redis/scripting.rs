@@ -591,6 +591,13 @@ impl<C: ScriptConnection> Pools<C> {
 
 /// Listens on one plain connection (used by both implementations: classic pub/sub messages
 /// reach every node of a cluster).
+///
+/// The connection speaks RESP3 (Redis 6 or later), where messages are pushes, and is read one
+/// value at a time: whatever a server sends, `on_event` is called after every value (a value
+/// that is no message counts as [`PubSubEvent::Idle`]), so a stream of other values never
+/// keeps the listener from noticing it should stop. The connection is simply dropped at the
+/// end (no unsubscribe round trip). (The `redis` crate's `PubSub` reads until a message comes,
+/// and, with RESP2 replies, a read timeout makes the next reply be skipped.)
 fn listen_on(
     client: &redis::Client,
     opts: &ConnectOptions,
@@ -600,37 +607,61 @@ fn listen_on(
     on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
 ) -> Result<()> {
     let err = map_err("listening for notifications", opts.connect_timeout);
-    let mut con = connect(client, opts).map_err(&err)?;
+    let info = client.get_connection_info().clone();
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let client = redis::Client::open(info.set_redis_settings(resp3)).map_err(&err)?;
+    let mut con = connect(&client, opts).map_err(&err)?;
     redis::cmd("CLIENT")
         .arg("SETNAME")
         .arg(name)
         .query::<()>(&mut con)
         .map_err(&err)?;
-    let mut ps = con.as_pubsub();
+    let mut subscribe = redis::cmd("PSUBSCRIBE");
     for p in patterns {
-        ps.psubscribe(p).map_err(&err)?;
+        subscribe.arg(p);
     }
-    ps.set_read_timeout(Some(idle)).map_err(&err)?;
+    con.send_packed_command(&subscribe.get_packed_command())
+        .map_err(&err)?;
+    // One confirmation per pattern, all within the query timeout.
+    let deadline = Instant::now() + opts.query_timeout;
+    let mut confirmed = 0;
+    while confirmed < patterns.len() {
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                operation: "subscribing to notifications",
+                after: opts.query_timeout,
+            });
+        }
+        match con.recv_response().and_then(redis::Value::extract_error) {
+            Ok(redis::Value::Push {
+                kind: redis::PushKind::PSubscribe,
+                ..
+            }) => confirmed += 1,
+            Ok(_) => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    con.set_read_timeout(Some(idle)).map_err(&err)?;
     if !on_event(PubSubEvent::Subscribed) {
         return Ok(());
     }
     loop {
-        match ps.get_message() {
-            Ok(msg) => {
-                let ev = PubSubEvent::Message {
+        let go_on = match con.recv_response() {
+            Ok(v) => match redis::Msg::from_owned_value(v) {
+                Some(msg) => on_event(PubSubEvent::Message {
                     channel: msg.get_channel_name(),
                     payload: msg.get_payload_bytes(),
-                };
-                if !on_event(ev) {
-                    return Ok(());
-                }
-            }
-            Err(e) if read_again(&e) => {
-                if !on_event(PubSubEvent::Idle) {
-                    return Ok(());
-                }
-            }
+                }),
+                None => on_event(PubSubEvent::Idle),
+            },
+            Err(e) if read_again(&e) => on_event(PubSubEvent::Idle),
             Err(e) => return Err(err(e)),
+        };
+        if !go_on {
+            return Ok(());
         }
     }
 }
