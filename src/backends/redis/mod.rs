@@ -23,7 +23,8 @@
 //! token stays) and publishes `released` on the lease key's channel; the script that grants a
 //! new term publishes `acquired` there (a re-acquire by the holder publishes nothing); joins
 //! and leaves publish on the group key's channel. One pub/sub connection per backend (on its
-//! own thread) turns those into [`Notification`]s; when it drops, subscribers get
+//! own thread, speaking RESP3, so Redis 6 or later) turns those into [`Notification`]s and
+//! skips anything else the server sends; when it drops, subscribers get
 //! [`Notification::Resync`] and it resubscribes with backoff (a read interrupted by a stop
 //! and continue of the process is simply read again). Every time decision uses Redis `TIME`
 //! inside the scripts; remaining times are rounded down to whole ms (never more than the
@@ -396,7 +397,46 @@ fn slot_left(remaining: Duration, elapsed: Duration) -> Option<u64> {
 }
 
 fn bad_reply(op: &'static str, r: &Reply) -> Error {
-    Error::backend(op, format!("unexpected reply from Redis: {r:?}"))
+    let mut shown = String::new();
+    show(r, &mut shown);
+    Error::backend(
+        op,
+        scripting::shorten(format!("unexpected reply from Redis: {shown}")),
+    )
+}
+
+/// `r` for a message: strings quoted (lossy UTF-8), arrays in brackets; stops growing past a
+/// few hundred bytes.
+fn show(r: &Reply, out: &mut String) {
+    if out.len() > 300 {
+        return;
+    }
+    match r {
+        Reply::Nil => out.push_str("nil"),
+        Reply::Int(i) => out.push_str(&i.to_string()),
+        Reply::Data(d) => {
+            let head = &d[..d.len().min(100)];
+            out.push_str(&format!("{:?}", String::from_utf8_lossy(head)));
+        }
+        Reply::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                show(x, out);
+            }
+            out.push(']');
+        }
+    }
+}
+
+/// The elements of `r`, which must be an array of `len` elements.
+fn array_of<'a>(op: &'static str, r: &'a Reply, len: usize) -> Result<&'a [Reply]> {
+    match r {
+        Reply::Array(a) if a.len() == len => Ok(a),
+        _ => Err(bad_reply(op, r)),
+    }
 }
 
 fn int_at(op: &'static str, r: &Reply, i: usize) -> Result<i64> {
@@ -406,20 +446,75 @@ fn int_at(op: &'static str, r: &Reply, i: usize) -> Result<i64> {
         .ok_or_else(|| bad_reply(op, r))
 }
 
+/// Whether `r` is the `{-1}` of a script that found its session gone.
+fn gone(r: &Reply) -> bool {
+    matches!(r.as_array(), Some([x]) if x.as_int() == Some(-1))
+}
+
+/// An integer reply that must be 0 or 1.
+fn flag(op: &'static str, r: &Reply) -> Result<bool> {
+    match r.as_int() {
+        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        _ => Err(bad_reply(op, r)),
+    }
+}
+
 fn token(op: &'static str, v: i64) -> Result<Token> {
-    Token::new(v.max(0) as u64).map_err(|_| Error::backend(op, format!("token {v} from Redis")))
+    u64::try_from(v)
+        .ok()
+        .and_then(|v| Token::new(v).ok())
+        .ok_or_else(|| Error::backend(op, format!("token {v} from Redis")))
+}
+
+/// A remaining time in ms from a reply: never negative.
+fn millis(op: &'static str, r: &Reply, v: i64) -> Result<Duration> {
+    u64::try_from(v)
+        .map(Duration::from_millis)
+        .map_err(|_| bad_reply(op, r))
 }
 
 /// The token (element 1) and the remaining time (element 2) of a reply about a term.
 fn term_at(op: &'static str, r: &Reply) -> Result<(Token, Duration)> {
     let token = token(op, int_at(op, r, 1)?)?;
-    let remaining = Duration::from_millis(int_at(op, r, 2)?.max(0) as u64);
+    let remaining = millis(op, r, int_at(op, r, 2)?)?;
     Ok((token, remaining))
+}
+
+/// The remaining time a keep-alive script answers first: the lease it set, more than 0 and
+/// never more than `lease_ms` (the lease asked for).
+fn renewed(op: &'static str, r: &Reply, lease_ms: u64) -> Result<Duration> {
+    int_at(op, r, 0)
+        .ok()
+        .and_then(|v| u64::try_from(v).ok())
+        .filter(|v| (1..=lease_ms).contains(v))
+        .map(Duration::from_millis)
+        .ok_or_else(|| bad_reply(op, r))
+}
+
+/// A session id in a reply.
+fn session_in(op: &'static str, r: &Reply, s: &str) -> Result<SessionId> {
+    SessionId::parse(s).map_err(|_| bad_reply(op, r))
+}
+
+/// A lease name in a reply.
+fn lease_in(op: &'static str, r: &Reply, s: &str) -> Result<LeaseName> {
+    LeaseName::new(s).map_err(|_| bad_reply(op, r))
+}
+
+/// A group name in a reply.
+fn group_in(op: &'static str, r: &Reply, s: &str) -> Result<GroupName> {
+    GroupName::new(s).map_err(|_| bad_reply(op, r))
+}
+
+/// Session metadata in a reply.
+fn metadata_in(op: &'static str, r: &Reply, s: &str) -> Result<Metadata> {
+    Metadata::new(s).map_err(|_| bad_reply(op, r))
 }
 
 /// The owner of the term of a reply about a term: session `holder`.
 fn owner_at(op: &'static str, r: &Reply, holder: &str) -> Result<Owner> {
-    let session = SessionId::parse(holder)?;
+    let session = session_in(op, r, holder)?;
     let (token, remaining) = term_at(op, r)?;
     Ok(Owner {
         session,
@@ -438,6 +533,67 @@ fn strings(op: &'static str, r: &Reply) -> Result<Vec<String>> {
                 .ok_or_else(|| bad_reply(op, r))
         })
         .collect()
+}
+
+/// What an acquire script answered (`lease_acquire` in `lua/common.lua`, or `{-1}`).
+#[derive(Debug)]
+enum Acquired {
+    /// The acquirer's session is gone.
+    Expired,
+    /// The acquirer holds the lease; `new` for a new term.
+    Term {
+        token: Token,
+        remaining: Duration,
+        new: bool,
+    },
+    /// Another session holds it.
+    Held(Owner),
+}
+
+/// Decodes an acquire reply for session `sid`: `{-1}`, `{1, token, remaining, new}` or
+/// `{0, token, remaining, holder}` with a positive token, a remaining time of at least 0 and
+/// a holder other than `sid`; anything else is an error.
+fn acquired(op: &'static str, r: &Reply, sid: &SessionId) -> Result<Acquired> {
+    if gone(r) {
+        return Ok(Acquired::Expired);
+    }
+    let a = array_of(op, r, 4)?;
+    match a[0].as_int() {
+        Some(1) => {
+            let (token, remaining) = term_at(op, r)?;
+            let new = flag(op, &a[3]).map_err(|_| bad_reply(op, r))?;
+            Ok(Acquired::Term {
+                token,
+                remaining,
+                new,
+            })
+        }
+        Some(0) => {
+            let holder = a[3].as_str().ok_or_else(|| bad_reply(op, r))?;
+            let owner = owner_at(op, r, holder)?;
+            if owner.session == *sid {
+                return Err(bad_reply(op, r));
+            }
+            Ok(Acquired::Held(owner))
+        }
+        _ => Err(bad_reply(op, r)),
+    }
+}
+
+/// Decodes the session call of a routed acquire or join (`acquire_session.lua`): `None`
+/// when the session is gone, else its remaining ms and its lease ms, both positive.
+fn session_call(op: &'static str, r: &Reply) -> Result<Option<(u64, u64)>> {
+    if gone(r) {
+        return Ok(None);
+    }
+    let a = array_of(op, r, 2)?;
+    let positive = |x: &Reply| {
+        x.as_int()
+            .and_then(|v| u64::try_from(v).ok())
+            .filter(|v| *v > 0)
+            .ok_or_else(|| bad_reply(op, r))
+    };
+    Ok(Some((positive(&a[0])?, positive(&a[1])?)))
 }
 
 /// Groups lease and group keys by their hash slot.
@@ -581,9 +737,13 @@ impl RedisBackend {
     /// benchmark compares operations with.
     pub fn ping_script(&self) -> Result<()> {
         let key = self.keys.lease("ping");
-        self.scripting
-            .eval(Role::Other, &scripts().ping, &[key], &[])
-            .map(drop)
+        let r = self
+            .scripting
+            .eval(Role::Other, &scripts().ping, &[key], &[])?;
+        match r.as_int() {
+            Some(1) => Ok(()),
+            _ => Err(bad_reply("pinging", &r)),
+        }
     }
 
     fn eval(&self, role: Role, s: &LuaScript, keys: &[String], args: &[String]) -> Result<Reply> {
@@ -620,7 +780,11 @@ impl RedisBackend {
         }
         let key = self.keys.session(sid);
         let r = self.scripting.command(Role::Other, &["PTTL", &key])?;
-        Ok(r.as_int().is_some_and(|ms| ms > 0))
+        match r.as_int() {
+            // -2: no such key, -1: no expiry (not a session hash of this backend)
+            Some(ms) if ms >= -2 => Ok(ms > 0),
+            _ => Err(bad_reply("reading a session's time to live", &r)),
+        }
     }
 
     /// Removes `member` from a session's `index` set (routed: the scripts of a slot cannot).
@@ -742,7 +906,8 @@ impl RedisBackend {
         }
     }
 
-    fn acquire_one_node(&self, sid: &SessionId, name: &LeaseName) -> Result<Reply> {
+    fn acquire_one_node(&self, sid: &SessionId, name: &LeaseName) -> Result<Acquired> {
+        const OP: &str = "acquiring";
         let keys = [
             self.keys.session(sid),
             self.keys.leases_index(sid),
@@ -751,24 +916,21 @@ impl RedisBackend {
         let args = [sid.to_string(), name.to_string()];
         let s = &scripts().acquire;
         if self.cfg.wait_replicas == 0 {
-            return self.eval(Role::Other, s, &keys, &args);
+            return acquired(OP, &self.eval(Role::Other, s, &keys, &args)?, sid);
         }
-        let new_term = |r: &Reply| {
-            let a = r.as_array().unwrap_or(&[]);
-            a.first().and_then(Reply::as_int) == Some(1)
-                && a.get(3).and_then(Reply::as_int) == Some(1)
-        };
+        let new_term =
+            |r: &Reply| matches!(acquired(OP, r, sid), Ok(Acquired::Term { new: true, .. }));
         let n = self.cfg.wait_replicas;
         let wait = self.cfg.query_timeout * 2 / 3;
         let (r, acked) = self
             .scripting
             .eval_then_wait(s, &keys, &args, &new_term, n, wait)?;
-        match acked {
-            Some(acked) if acked < n => {
-                let t = token("acquiring", int_at("acquiring", &r, 1)?)?;
-                let released = self.release_term(sid, name, t);
+        let r = acquired(OP, &r, sid)?;
+        match (acked, &r) {
+            (Some(acked), Acquired::Term { token: t, .. }) if acked < n => {
+                let released = self.release_term(sid, name, *t);
                 Err(Error::backend(
-                    "acquiring",
+                    OP,
                     format!(
                         "only {acked} of {n} replicas acknowledged the new term of {name:?} (token {t}) within {wait:?}; \
                          the term was released{}",
@@ -783,7 +945,8 @@ impl RedisBackend {
         }
     }
 
-    fn acquire_routed(&self, sid: &SessionId, name: &LeaseName) -> Result<Reply> {
+    fn acquire_routed(&self, sid: &SessionId, name: &LeaseName) -> Result<Acquired> {
+        const OP: &str = "acquiring";
         let lease_key = self.keys.lease(name.as_str());
         let sent = Instant::now();
         let r = self.eval(
@@ -792,11 +955,10 @@ impl RedisBackend {
             &[self.keys.session(sid), self.keys.leases_index(sid)],
             &[name.to_string()],
         )?;
-        if int_at("acquiring", &r, 0)? < 0 {
-            return Ok(r);
-        }
-        let left = Duration::from_millis(int_at("acquiring", &r, 0)? as u64);
-        let lease = int_at("acquiring", &r, 1)?;
+        let Some((left, lease)) = session_call(OP, &r)? else {
+            return Ok(Acquired::Expired);
+        };
+        let left = Duration::from_millis(left);
         if sent.elapsed() >= left {
             return Err(Error::Timeout {
                 operation: "acquiring (the session's time ran out before the lease call)",
@@ -809,35 +971,46 @@ impl RedisBackend {
             std::slice::from_ref(&lease_key),
             &[sid.to_string(), lease.to_string()],
         )?;
-        let acquired = int_at("acquiring", &r, 0)? == 1;
-        if acquired && sent.elapsed() > left {
-            if int_at("acquiring", &r, 3)? == 1 {
-                let t = token("acquiring", int_at("acquiring", &r, 1)?)?;
-                if let Err(e) = self.release_term(sid, name, t) {
-                    log::warn!("releasing the late term {t} of {name:?} failed: {e}");
+        // The lease node answers about the lease only: a "gone" reply is not one of its.
+        let r = match acquired(OP, &r, sid)? {
+            Acquired::Expired => return Err(bad_reply(OP, &r)),
+            other => other,
+        };
+        match r {
+            Acquired::Term { token, new, .. } if sent.elapsed() > left => {
+                if new {
+                    if let Err(e) = self.release_term(sid, name, token) {
+                        log::warn!("releasing the late term {token} of {name:?} failed: {e}");
+                    }
                 }
+                Err(Error::Timeout {
+                    operation: "acquiring (the lease call answered after the session's time)",
+                    after: left,
+                })
             }
-            return Err(Error::Timeout {
-                operation: "acquiring (the lease call answered after the session's time)",
-                after: left,
-            });
+            Acquired::Term {
+                token,
+                remaining,
+                new,
+            } => {
+                // A term of the name now: whatever a keep-alive found before is history.
+                if let Some(m) = self.stale.lock().get_mut(sid) {
+                    m.remove(name.as_str());
+                }
+                // The term is adopted with the session's remaining time (a full lease covers
+                // a new term), or with what the lease node has left of a term the session
+                // already held, whichever is less.
+                Ok(Acquired::Term {
+                    token,
+                    remaining: remaining.min(left),
+                    new,
+                })
+            }
+            held => {
+                self.unindex(&self.keys.leases_index(sid), name.as_str())?;
+                Ok(held)
+            }
         }
-        if !acquired {
-            self.unindex(&self.keys.leases_index(sid), name.as_str())?;
-            return Ok(r);
-        }
-        // A term of the name now: whatever a keep-alive found before is history.
-        if let Some(m) = self.stale.lock().get_mut(sid) {
-            m.remove(name.as_str());
-        }
-        // The term is adopted with the session's remaining time (a full lease covers a new
-        // term), or with what the lease node has left of a term the session already held,
-        // whichever is less.
-        let node_left = int_at("acquiring", &r, 2)?.max(0);
-        let a = r.as_array().unwrap_or(&[]);
-        let mut v = a.to_vec();
-        v[2] = Reply::Int(node_left.min(left.as_millis() as i64));
-        Ok(Reply::Array(v))
     }
 
     /// Releases a term on its node, without the routed session check (also the undo of a
@@ -850,7 +1023,7 @@ impl RedisBackend {
             &self.with_session(self.keys.lease(name.as_str()), &index, session),
             &[session.to_string(), token.to_string(), name.to_string()],
         )?;
-        let freed = r.as_int() == Some(1);
+        let freed = flag("releasing", &r)?;
         if freed && self.routed {
             self.unindex(&index, name.as_str())?;
         }
@@ -867,10 +1040,11 @@ impl RedisBackend {
             &self.with_session(self.keys.group(group.as_str()), &index, session),
             &[session.to_string(), group.to_string()],
         )?;
+        let was = flag("leaving a group", &r)?;
         if self.routed {
             self.unindex(&index, group.as_str())?;
         }
-        Ok(r.as_int() == Some(1))
+        Ok(was)
     }
 }
 
@@ -888,12 +1062,15 @@ impl LeaseBackend for RedisBackend {
             &[self.keys.session(&id)],
             &[metadata.as_str().to_owned(), lease_ms(lease).to_string()],
         )?;
+        // The script answers the lease it set: more than 0 and never more than asked for.
         let left = r
             .as_int()
+            .and_then(|v| u64::try_from(v).ok())
+            .filter(|v| (1..=lease_ms(lease)).contains(v))
             .ok_or_else(|| bad_reply("opening a session", &r))?;
         Ok(SessionGrant {
             id,
-            remaining: Duration::from_millis(left.max(0) as u64),
+            remaining: Duration::from_millis(left),
         })
     }
 
@@ -918,22 +1095,21 @@ impl LeaseBackend for RedisBackend {
                     self.keys.group_prefix(),
                 ],
             )?;
-            let left = int_at(OP, &r, 0)?;
-            if left < 0 {
+            if gone(&r) {
                 return Err(self.expired(session));
             }
-            let remaining = Duration::from_millis(left as u64);
-            let a = r.as_array().unwrap_or(&[]);
-            let leases = a[1..]
-                .chunks(2)
+            let remaining = renewed(OP, &r, lease_ms)?;
+            let rest = match r.as_array() {
+                Some([_, rest @ ..]) if rest.len() % 2 == 0 => rest,
+                _ => return Err(bad_reply(OP, &r)),
+            };
+            let leases = rest
+                .chunks_exact(2)
                 .map(|c| {
                     let name = c[0].as_str().ok_or_else(|| bad_reply(OP, &r))?;
-                    let t = c
-                        .get(1)
-                        .and_then(Reply::as_int)
-                        .ok_or_else(|| bad_reply(OP, &r))?;
+                    let t = c[1].as_int().ok_or_else(|| bad_reply(OP, &r))?;
                     Ok(HeldLease {
-                        name: LeaseName::new(name)?,
+                        name: lease_in(OP, &r, name)?,
                         token: token(OP, t)?,
                         remaining,
                     })
@@ -961,10 +1137,19 @@ impl LeaseBackend for RedisBackend {
             &args,
         )?;
         let answered = Instant::now();
-        let left = int_at(OP, &r, 0)?;
-        if left < 0 {
+        if gone(&r) {
             self.stale.lock().remove(session);
             return Err(self.expired(session));
+        }
+        let a = array_of(OP, &r, 3)?;
+        let remaining = renewed(OP, &r, lease_ms)?;
+        let names = strings(OP, &a[1])?;
+        let groups = strings(OP, &a[2])?;
+        for n in &names {
+            lease_in(OP, &r, n)?;
+        }
+        for g in &groups {
+            group_in(OP, &r, g)?;
         }
         if !dropped.is_empty() {
             if let Some(m) = self.stale.lock().get_mut(session) {
@@ -973,10 +1158,6 @@ impl LeaseBackend for RedisBackend {
                 }
             }
         }
-        let remaining = Duration::from_millis(left as u64);
-        let a = r.as_array().unwrap_or(&[]);
-        let names = strings(OP, a.get(1).unwrap_or(&Reply::Nil))?;
-        let groups = strings(OP, a.get(2).unwrap_or(&Reply::Nil))?;
         let lease_keys: Vec<String> = names.iter().map(|n| self.keys.lease(n)).collect();
         let group_keys: Vec<String> = groups.iter().map(|g| self.keys.group(g)).collect();
         // One script per slot, all slots pipelined per node; each carries what the session
@@ -1027,15 +1208,22 @@ impl LeaseBackend for RedisBackend {
         let mut stale = self.stale.lock();
         for ((lk, _), r) in slots.iter().zip(replies) {
             let Some(r) = r else { continue };
-            for (i, key) in lk.iter().enumerate() {
-                let t = int_at(OP, &r, i)?;
-                let name = &key[lease_prefix_len + 1..key.len() - 1];
+            // One token (0: not held) per lease key of the slot.
+            let tokens = array_of(OP, &r, lk.len())?;
+            for (key, t) in lk.iter().zip(tokens) {
+                let t = t
+                    .as_int()
+                    .filter(|t| *t >= 0)
+                    .ok_or_else(|| bad_reply(OP, &r))?;
+                let name = key
+                    .get(lease_prefix_len + 1..key.len().saturating_sub(1))
+                    .unwrap_or_default();
                 if t > 0 {
                     if let Some(m) = stale.get_mut(session) {
                         m.remove(name);
                     }
                     leases.push(HeldLease {
-                        name: LeaseName::new(name)?,
+                        name: lease_in(OP, &r, name)?,
                         token: token(OP, t)?,
                         remaining: left,
                     });
@@ -1059,8 +1247,9 @@ impl LeaseBackend for RedisBackend {
             self.keys.leases_index(session),
             self.keys.groups_index(session),
         ];
+        const OP: &str = "closing a session";
         if !self.routed {
-            self.eval(
+            let r = self.eval(
                 Role::Other,
                 &scripts().close,
                 &index,
@@ -1070,14 +1259,22 @@ impl LeaseBackend for RedisBackend {
                     self.keys.group_prefix(),
                 ],
             )?;
-            return Ok(());
+            return match r.as_int() {
+                Some(1) => Ok(()),
+                _ => Err(bad_reply(OP, &r)),
+            };
         }
-        const OP: &str = "closing a session";
         self.stale.lock().remove(session);
         let r = self.eval(Role::Other, &scripts().close_session, &index, &[])?;
-        let a = r.as_array().ok_or_else(|| bad_reply(OP, &r))?;
-        let names = strings(OP, a.first().unwrap_or(&Reply::Nil))?;
-        let groups = strings(OP, a.get(1).unwrap_or(&Reply::Nil))?;
+        let a = array_of(OP, &r, 2)?;
+        let names = strings(OP, &a[0])?;
+        let groups = strings(OP, &a[1])?;
+        for n in &names {
+            lease_in(OP, &r, n)?;
+        }
+        for g in &groups {
+            group_in(OP, &r, g)?;
+        }
         let lease_keys: Vec<String> = names.iter().map(|n| self.keys.lease(n)).collect();
         let group_keys: Vec<String> = groups.iter().map(|g| self.keys.group(g)).collect();
         let calls: Vec<ScriptCall<'_>> = by_slot(&lease_keys, &group_keys)
@@ -1095,30 +1292,21 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        const OP: &str = "acquiring";
         let r = if self.routed {
             self.acquire_routed(session, name)?
         } else {
             self.acquire_one_node(session, name)?
         };
-        match int_at(OP, &r, 0)? {
-            1 => {
-                let (token, remaining) = term_at(OP, &r)?;
-                Ok(Acquire::Acquired(Term {
-                    name: name.clone(),
-                    token,
-                    remaining,
-                }))
-            }
-            0 => {
-                let holder = r
-                    .as_array()
-                    .and_then(|a| a.get(3))
-                    .and_then(Reply::as_str)
-                    .ok_or_else(|| bad_reply(OP, &r))?;
-                Ok(Acquire::Held(owner_at(OP, &r, holder)?))
-            }
-            _ => Err(self.expired(session)),
+        match r {
+            Acquired::Term {
+                token, remaining, ..
+            } => Ok(Acquire::Acquired(Term {
+                name: name.clone(),
+                token,
+                remaining,
+            })),
+            Acquired::Held(owner) => Ok(Acquire::Held(owner)),
+            Acquired::Expired => Err(self.expired(session)),
         }
     }
 
@@ -1137,12 +1325,14 @@ impl LeaseBackend for RedisBackend {
             &[self.keys.lease(name.as_str())],
             &[],
         )?;
-        let a = r.as_array().ok_or_else(|| bad_reply(OP, &r))?;
-        if a.is_empty() {
-            return Ok(None);
+        match r.as_array() {
+            Some([]) => Ok(None),
+            Some([holder, _, _]) => {
+                let holder = holder.as_str().ok_or_else(|| bad_reply(OP, &r))?;
+                Ok(Some(owner_at(OP, &r, holder)?))
+            }
+            _ => Err(bad_reply(OP, &r)),
         }
-        let holder = a[0].as_str().ok_or_else(|| bad_reply(OP, &r))?;
-        Ok(Some(owner_at(OP, &r, holder)?))
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
@@ -1159,9 +1349,12 @@ impl LeaseBackend for RedisBackend {
                 ],
                 &[session.to_string(), group.to_string()],
             )?;
-            return match int_at(OP, &r, 0)? {
-                1 => Ok(()),
-                _ => Err(self.expired(session)),
+            if gone(&r) {
+                return Err(self.expired(session));
+            }
+            return match array_of(OP, &r, 1)?[0].as_int() {
+                Some(1) => Ok(()),
+                _ => Err(bad_reply(OP, &r)),
             };
         }
         let sent = Instant::now();
@@ -1171,27 +1364,25 @@ impl LeaseBackend for RedisBackend {
             &[self.keys.session(session), self.keys.groups_index(session)],
             &[group.to_string()],
         )?;
-        let left = int_at(OP, &r, 0)?;
-        if left < 0 {
+        let Some((left, lease)) = session_call(OP, &r)? else {
             return Err(self.expired(session));
-        }
-        let left = Duration::from_millis(left as u64);
+        };
+        let left = Duration::from_millis(left);
         if sent.elapsed() >= left {
             return Err(Error::Timeout {
                 operation: "joining (the session's time ran out before the group call)",
                 after: left,
             });
         }
-        let lease = int_at(OP, &r, 1)?;
-        let created = self
-            .eval(
+        let created = flag(
+            OP,
+            &self.eval(
                 Role::Other,
                 &scripts().join_group,
                 std::slice::from_ref(&gkey),
                 &[session.to_string(), lease.to_string()],
-            )?
-            .as_int()
-            == Some(1);
+            )?,
+        )?;
         if sent.elapsed() > left {
             // Leave only a membership this call created: one from an earlier join stays.
             if created {
@@ -1228,27 +1419,39 @@ impl LeaseBackend for RedisBackend {
         let items = strings(OP, &r)?;
         let mut out = Vec::new();
         if !self.routed {
-            for c in items.chunks(2) {
+            if items.len() % 2 != 0 {
+                return Err(bad_reply(OP, &r));
+            }
+            for c in items.chunks_exact(2) {
                 out.push(Member {
-                    session: SessionId::parse(&c[0])?,
-                    metadata: Metadata::new(c.get(1).cloned().unwrap_or_default())?,
+                    session: session_in(OP, &r, &c[0])?,
+                    metadata: metadata_in(OP, &r, &c[1])?,
                 });
             }
             return Ok(out);
         }
-        for id in items {
-            let sid = SessionId::parse(&id)?;
+        let ids = items
+            .iter()
+            .map(|id| session_in(OP, &r, id))
+            .collect::<Result<Vec<_>>>()?;
+        for sid in ids {
             let m = self.eval(
                 Role::Other,
                 &scripts().session_metadata,
                 &[self.keys.session(&sid)],
                 &[],
             )?;
-            if let Some(m) = m.as_str() {
-                out.push(Member {
-                    session: sid,
-                    metadata: Metadata::new(m)?,
-                });
+            // Nil: the session ended meanwhile.
+            match &m {
+                Reply::Nil => {}
+                Reply::Data(_) => {
+                    let text = m.as_str().ok_or_else(|| bad_reply(OP, &m))?;
+                    out.push(Member {
+                        session: sid,
+                        metadata: metadata_in(OP, &m, text)?,
+                    });
+                }
+                _ => return Err(bad_reply(OP, &m)),
             }
         }
         Ok(out)

@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A Lua script of the backend: its name (for messages) and full source.
 #[derive(Clone)]
@@ -88,26 +88,55 @@ impl Reply {
         }
     }
 
-    fn from_value(v: redis::Value) -> Reply {
+    /// The reply of `v`; a server error anywhere in it (e.g. inside an array) is an error,
+    /// and so is a kind of value no script returns (a push, a big number).
+    fn from_value(v: redis::Value) -> redis::RedisResult<Reply> {
         use redis::Value as V;
-        match v {
+        Ok(match v.extract_error()? {
             V::Nil => Reply::Nil,
             V::Int(i) => Reply::Int(i),
             V::BulkString(b) => Reply::Data(b),
             V::SimpleString(s) => Reply::Data(s.into_bytes()),
             V::Okay => Reply::Data(b"OK".to_vec()),
             V::Boolean(b) => Reply::Int(b as i64),
-            V::Double(d) => Reply::Int(d as i64),
             V::VerbatimString { text, .. } => Reply::Data(text.into_bytes()),
-            V::Array(a) | V::Set(a) => Reply::Array(a.into_iter().map(Reply::from_value).collect()),
-            V::Map(m) => Reply::Array(
-                m.into_iter()
-                    .flat_map(|(k, v)| [Reply::from_value(k), Reply::from_value(v)])
-                    .collect(),
+            V::Array(a) | V::Set(a) => Reply::Array(
+                a.into_iter()
+                    .map(Reply::from_value)
+                    .collect::<redis::RedisResult<_>>()?,
             ),
-            other => Reply::Data(format!("{other:?}").into_bytes()),
-        }
+            V::Map(m) => {
+                let mut out = Vec::with_capacity(m.len().saturating_mul(2));
+                for (k, v) in m {
+                    out.push(Reply::from_value(k)?);
+                    out.push(Reply::from_value(v)?);
+                }
+                Reply::Array(out)
+            }
+            V::Attribute { data, .. } => Reply::from_value(*data)?,
+            other => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "unexpected kind of reply from Redis",
+                    shorten(format!("{other:?}")),
+                )));
+            }
+        })
     }
+}
+
+/// `s` cut to at most 200 bytes (on a character boundary), for messages about replies.
+pub(crate) fn shorten(mut s: String) -> String {
+    const MAX: usize = 200;
+    if s.len() > MAX {
+        let mut end = MAX;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
 }
 
 /// One script call of a batch ([`RedisScripting::eval_many`]).
@@ -149,9 +178,26 @@ fn load_all(
     let mut done: Vec<&str> = Vec::new();
     for c in calls {
         if !done.contains(&c.script.sha1()) {
-            c.script.compiled.load(con)?;
+            load(con, c.script)?;
             done.push(c.script.sha1());
         }
+    }
+    Ok(())
+}
+
+/// `SCRIPT LOAD`; a server answering another SHA1 than the script's is an error (the `redis`
+/// crate's own `Script::load` asserts instead, a panic in debug builds).
+fn load(con: &mut dyn redis::ConnectionLike, script: &LuaScript) -> redis::RedisResult<()> {
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(script.source())
+        .query(con)?;
+    if sha != script.sha1() {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "SCRIPT LOAD answered another SHA1",
+            shorten(format!("{sha:?} for {} ({})", script.name, script.sha1())),
+        )));
     }
     Ok(())
 }
@@ -340,12 +386,19 @@ fn invoke(
     }
 }
 
-fn plain(args: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
+/// The command `args` (name first); an empty one is a client error, not a panic.
+fn plain(args: &[&str]) -> redis::RedisResult<redis::Cmd> {
+    let Some((name, rest)) = args.split_first() else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "empty Redis command",
+        )));
+    };
+    let mut cmd = redis::cmd(name);
+    for a in rest {
         cmd.arg(*a);
     }
-    cmd
+    Ok(cmd)
 }
 
 /// A connection to one server with the read and write timeouts of `opts`.
@@ -356,16 +409,37 @@ fn connect(client: &redis::Client, opts: &ConnectOptions) -> redis::RedisResult<
     Ok(con)
 }
 
+/// How many query timeouts a whole [`RedisScripting::scan`] may take: a server that never
+/// returns the cursor to 0 must not keep the caller forever.
+const SCAN_BUDGET: u32 = 4;
+
+/// The bound of one whole scan.
+fn scan_budget(opts: &ConnectOptions) -> Duration {
+    opts.query_timeout.saturating_mul(SCAN_BUDGET)
+}
+
+/// The error of a scan that did not finish by its deadline.
+fn scan_timeout(opts: &ConnectOptions) -> Error {
+    Error::Timeout {
+        operation: "scanning keys (the cursor did not come back)",
+        after: scan_budget(opts),
+    }
+}
+
 /// `SCAN`s one node for `pattern` into `out` until the cursor comes back or `out` holds
-/// `limit` keys.
+/// `limit` keys (then `true`), or `deadline` passed (then `false`).
 fn scan_node(
     con: &mut dyn redis::ConnectionLike,
     pattern: &str,
     limit: usize,
     out: &mut Vec<String>,
-) -> redis::RedisResult<()> {
+    deadline: Instant,
+) -> redis::RedisResult<bool> {
     let mut cursor = 0u64;
     loop {
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
@@ -376,7 +450,7 @@ fn scan_node(
         out.extend(keys);
         cursor = next;
         if cursor == 0 || out.len() >= limit {
-            return Ok(());
+            return Ok(true);
         }
     }
 }
@@ -484,7 +558,16 @@ impl<C: ScriptConnection> Pools<C> {
                 }
                 r => r,
             })
-            .map(|v| v.into_iter().map(Reply::from_value).collect())
+            .and_then(|v| {
+                if v.len() != calls.len() {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::UnexpectedReturnType,
+                        "wrong number of replies from Redis",
+                        format!("{} for {} scripts", v.len(), calls.len()),
+                    )));
+                }
+                v.into_iter().map(Reply::from_value).collect()
+            })
             .map_err(map_err("running scripts", self.opts.query_timeout))
     }
 
@@ -496,21 +579,26 @@ impl<C: ScriptConnection> Pools<C> {
         args: &[String],
     ) -> Result<Reply> {
         self.pool(role)
-            .with(|c| invoke(c, script, keys, args))
-            .map(Reply::from_value)
+            .with(|c| Reply::from_value(invoke(c, script, keys, args)?))
             .map_err(map_err(script.name, self.opts.query_timeout))
     }
 
     fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
         self.pool(role)
-            .with(|c| plain(args).query::<redis::Value>(c))
-            .map(Reply::from_value)
+            .with(|c| Reply::from_value(plain(args)?.query::<redis::Value>(c)?))
             .map_err(map_err("running a Redis command", self.opts.query_timeout))
     }
 }
 
 /// Listens on one plain connection (used by both implementations: classic pub/sub messages
 /// reach every node of a cluster).
+///
+/// The connection speaks RESP3 (Redis 6 or later), where messages are pushes, and is read one
+/// value at a time: whatever a server sends, `on_event` is called after every value (a value
+/// that is no message counts as [`PubSubEvent::Idle`]), so a stream of other values never
+/// keeps the listener from noticing it should stop. The connection is simply dropped at the
+/// end (no unsubscribe round trip). (The `redis` crate's `PubSub` reads until a message comes,
+/// and, with RESP2 replies, a read timeout makes the next reply be skipped.)
 fn listen_on(
     client: &redis::Client,
     opts: &ConnectOptions,
@@ -520,37 +608,61 @@ fn listen_on(
     on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
 ) -> Result<()> {
     let err = map_err("listening for notifications", opts.connect_timeout);
-    let mut con = connect(client, opts).map_err(&err)?;
+    let info = client.get_connection_info().clone();
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let client = redis::Client::open(info.set_redis_settings(resp3)).map_err(&err)?;
+    let mut con = connect(&client, opts).map_err(&err)?;
     redis::cmd("CLIENT")
         .arg("SETNAME")
         .arg(name)
         .query::<()>(&mut con)
         .map_err(&err)?;
-    let mut ps = con.as_pubsub();
+    let mut subscribe = redis::cmd("PSUBSCRIBE");
     for p in patterns {
-        ps.psubscribe(p).map_err(&err)?;
+        subscribe.arg(p);
     }
-    ps.set_read_timeout(Some(idle)).map_err(&err)?;
+    con.send_packed_command(&subscribe.get_packed_command())
+        .map_err(&err)?;
+    // One confirmation per pattern, all within the query timeout.
+    let deadline = Instant::now() + opts.query_timeout;
+    let mut confirmed = 0;
+    while confirmed < patterns.len() {
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                operation: "subscribing to notifications",
+                after: opts.query_timeout,
+            });
+        }
+        match con.recv_response().and_then(redis::Value::extract_error) {
+            Ok(redis::Value::Push {
+                kind: redis::PushKind::PSubscribe,
+                ..
+            }) => confirmed += 1,
+            Ok(_) => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    con.set_read_timeout(Some(idle)).map_err(&err)?;
     if !on_event(PubSubEvent::Subscribed) {
         return Ok(());
     }
     loop {
-        match ps.get_message() {
-            Ok(msg) => {
-                let ev = PubSubEvent::Message {
+        let go_on = match con.recv_response() {
+            Ok(v) => match redis::Msg::from_owned_value(v) {
+                Some(msg) => on_event(PubSubEvent::Message {
                     channel: msg.get_channel_name(),
                     payload: msg.get_payload_bytes(),
-                };
-                if !on_event(ev) {
-                    return Ok(());
-                }
-            }
-            Err(e) if read_again(&e) => {
-                if !on_event(PubSubEvent::Idle) {
-                    return Ok(());
-                }
-            }
+                }),
+                None => on_event(PubSubEvent::Idle),
+            },
+            Err(e) if read_again(&e) => on_event(PubSubEvent::Idle),
             Err(e) => return Err(err(e)),
+        };
+        if !go_on {
+            return Ok(());
         }
     }
 }
@@ -632,25 +744,31 @@ impl RedisScripting for StandaloneScripting {
     ) -> Result<(Reply, Option<u32>)> {
         let mut reply = None;
         let r = self.pools.other.with(|c| {
-            let r = Reply::from_value(invoke(c, script, keys, args)?);
+            let r = Reply::from_value(invoke(c, script, keys, args)?)?;
             reply = Some(r.clone());
             if !wait_if(&r) {
                 return Ok((r, None));
             }
             let acked: i64 = redis::cmd("WAIT")
                 .arg(replicas)
-                .arg(timeout.as_millis().max(1) as u64)
+                .arg(
+                    u64::try_from(timeout.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                )
                 .query(c)?;
-            Ok((r, Some(acked.max(0) as u32)))
+            // A negative count is nonsense: counted as no acknowledgement (the term is then
+            // released); more than u32::MAX is at least all of them.
+            Ok((r, Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))))
         });
-        match r {
-            Ok(r) => Ok(r),
+        match (r, reply) {
+            (Ok(r), _) => Ok(r),
             // The script ran but WAIT failed: no replica acknowledged in time.
-            Err(e) if reply.as_ref().is_some_and(wait_if) => {
+            (Err(e), Some(reply)) if wait_if(&reply) => {
                 log::warn!("WAIT after {} failed: {e}", script.name);
-                Ok((reply.expect("checked"), Some(0)))
+                Ok((reply, Some(0)))
             }
-            Err(e) => Err(map_err(script.name, self.pools.opts.query_timeout)(e)),
+            (Err(e), _) => Err(map_err(script.name, self.pools.opts.query_timeout)(e)),
         }
     }
 
@@ -660,10 +778,15 @@ impl RedisScripting for StandaloneScripting {
 
     fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        self.pools
+        let deadline = Instant::now() + scan_budget(&self.pools.opts);
+        let done = self
+            .pools
             .other
-            .with(|c| scan_node(c, pattern, limit, &mut out))
+            .with(|c| scan_node(c, pattern, limit, &mut out, deadline))
             .map_err(map_err("scanning keys", self.pools.opts.query_timeout))?;
+        if !done {
+            return Err(scan_timeout(&self.pools.opts));
+        }
         out.truncate(limit);
         Ok(out)
     }
@@ -762,6 +885,7 @@ impl RedisScripting for ClusterScripting {
     /// Scans every primary (found with `CLUSTER SLOTS` through the first seed that answers).
     fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
         let opts = &self.pools.opts;
+        let deadline = Instant::now() + scan_budget(opts);
         let err = map_err("scanning keys", opts.query_timeout);
         let mut masters: Vec<redis::Client> = Vec::new();
         let mut last = None;
@@ -784,7 +908,10 @@ impl RedisScripting for ClusterScripting {
                             }
                             _ => continue,
                         };
-                        let Some(redis::Value::Int(port)) = node.get(1) else {
+                        let Some(&redis::Value::Int(port)) = node.get(1) else {
+                            continue;
+                        };
+                        let Ok(port) = u16::try_from(port) else {
                             continue;
                         };
                         let host = if host.is_empty() {
@@ -795,14 +922,14 @@ impl RedisScripting for ClusterScripting {
                         } else {
                             host
                         };
-                        if seen.contains(&(host.clone(), *port)) {
+                        if seen.contains(&(host.clone(), port)) {
                             continue;
                         }
-                        seen.push((host.clone(), *port));
+                        seen.push((host.clone(), port));
                         let info = seed
                             .get_connection_info()
                             .clone()
-                            .set_addr(redis::ConnectionAddr::Tcp(host, *port as u16));
+                            .set_addr(redis::ConnectionAddr::Tcp(host, port));
                         masters.push(redis::Client::open(info).map_err(&err)?);
                     }
                     break;
@@ -818,7 +945,12 @@ impl RedisScripting for ClusterScripting {
         let mut out = Vec::new();
         for m in &masters {
             let mut con = connect(m, opts).map_err(&err)?;
-            scan_node(&mut con, pattern, limit, &mut out).map_err(&err)?;
+            if !scan_node(&mut con, pattern, limit, &mut out, deadline).map_err(&err)? {
+                return Err(scan_timeout(opts));
+            }
+            if out.len() >= limit {
+                break;
+            }
         }
         out.truncate(limit);
         Ok(out)

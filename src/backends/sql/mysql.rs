@@ -33,7 +33,7 @@ use super::{
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
 use ::mysql::prelude::Queryable;
-use ::mysql::{Conn, Opts, OptsBuilder, Value};
+use ::mysql::{Conn, Opts, OptsBuilder, Row, Value};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -84,13 +84,12 @@ pub(crate) fn supported(v: &ServerVersion) -> bool {
 
 /// The server of a new connection, refused when unsupported.
 fn detect(conn: &mut Conn) -> Result<ServerVersion> {
-    let row: Option<(Value, Value)> = conn
+    let row: Option<Row> = conn
         .query_first("SELECT VERSION(), @@version_comment")
         .map_err(|e| Error::backend("connecting to MySQL", e))?;
-    let (version, comment) = match &row {
-        Some((v, c)) => (text(v).unwrap_or_default(), text(c).unwrap_or_default()),
-        None => Default::default(),
-    };
+    let row = row.map(cells).unwrap_or_default();
+    let version = text(cell(&row, 0)).unwrap_or_default();
+    let comment = text(cell(&row, 1)).unwrap_or_default();
     match parse_server(&version, &comment) {
         Some(v) if supported(&v) => Ok(v),
         _ => Err(Error::UnsupportedServer {
@@ -330,14 +329,149 @@ impl MyDriver {
         Ok(driver)
     }
 
-    fn run<T>(
-        &self,
-        mut f: impl FnMut(&mut Conn) -> std::result::Result<T, ::mysql::Error>,
-    ) -> DbResult<T> {
-        with_conn(&self.pool, self.timeout, |c| {
-            f(&mut c.conn).map_err(classify)
-        })
+    /// Runs `f` on a pooled connection; `f` classifies driver errors with `classify` (`?`
+    /// does) and decodes rows with the functions below, never with the crate's typed
+    /// conversions (which panic on an unexpected value).
+    fn run<T>(&self, mut f: impl FnMut(&mut Conn) -> DbResult<T>) -> DbResult<T> {
+        with_conn(&self.pool, self.timeout, |c| f(&mut c.conn))
     }
+}
+
+impl From<::mysql::Error> for DbError {
+    fn from(e: ::mysql::Error) -> Self {
+        classify(e)
+    }
+}
+
+/// The values of a row (a taken value reads as NULL).
+fn cells(row: Row) -> Vec<Value> {
+    row.unwrap_raw()
+        .into_iter()
+        .map(|v| v.unwrap_or(Value::NULL))
+        .collect()
+}
+
+/// Column `i` of `row`; NULL when the row is shorter.
+fn cell(row: &[Value], i: usize) -> &Value {
+    row.get(i).unwrap_or(&Value::NULL)
+}
+
+/// An unexpected value (a wrong type, NULL where none can be, a missing row) for `what`.
+fn bad(what: &str, row: &[Value]) -> DbError {
+    let mut shown = format!("{row:?}");
+    if shown.len() > 200 {
+        let mut end = 200;
+        while !shown.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.truncate(end);
+        shown.push('…');
+    }
+    DbError::new(
+        Kind::Other,
+        format!("unexpected value from MySQL for {what}: {shown}"),
+    )
+}
+
+/// Column `i` as an integer, NULL as `None`; any other value is an error.
+fn opt_int(what: &str, row: &[Value], i: usize) -> DbResult<Option<i64>> {
+    match cell(row, i) {
+        Value::NULL => Ok(None),
+        v => int(v).map(Some).ok_or_else(|| bad(what, row)),
+    }
+}
+
+/// Column `i` as UTF-8 text, NULL as `None`; any other value is an error.
+fn opt_text(what: &str, row: &[Value], i: usize) -> DbResult<Option<String>> {
+    match cell(row, i) {
+        Value::NULL => Ok(None),
+        v => text(v).map(Some).ok_or_else(|| bad(what, row)),
+    }
+}
+
+/// Column `i` as an integer, required.
+fn req_int(what: &str, row: &[Value], i: usize) -> DbResult<i64> {
+    opt_int(what, row, i)?.ok_or_else(|| bad(what, row))
+}
+
+/// Column `i` as UTF-8 text, required.
+fn req_text(what: &str, row: &[Value], i: usize) -> DbResult<String> {
+    opt_text(what, row, i)?.ok_or_else(|| bad(what, row))
+}
+
+/// Whether `GET_LOCK` granted the lock: 1; 0 (timed out), NULL (an error) or anything
+/// else means not.
+fn lock_granted(row: Option<&[Value]>) -> bool {
+    row.and_then(|r| int(cell(r, 0))) == Some(1)
+}
+
+/// The remaining µs of a session just opened (`open_read`).
+fn opened(row: Option<Vec<Value>>) -> DbResult<i64> {
+    let row = row.ok_or_else(|| bad("the new session (no row)", &[]))?;
+    req_int("the new session's remaining time", &row, 0)
+}
+
+/// A keep-alive's read (`ka_read`): no row when the session is gone, else its remaining µs
+/// (not positive: expired) on every row, with a held lease's name and token (NULL, NULL
+/// when it holds none).
+fn renewed(rows: &[Vec<Value>]) -> DbResult<Option<Renewed>> {
+    const WHAT: &str = "a keep-alive";
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let remaining = req_int(WHAT, first, 0)?;
+    if remaining <= 0 {
+        return Ok(None);
+    }
+    let mut leases = Vec::new();
+    for r in rows {
+        match (opt_text(WHAT, r, 1)?, opt_int(WHAT, r, 2)?) {
+            (Some(name), Some(token)) => leases.push((name, token)),
+            (None, None) => {}
+            _ => return Err(bad(WHAT, r)),
+        }
+    }
+    Ok(Some((remaining, leases)))
+}
+
+/// The report read after an acquire's upsert (`acquire_report`): always one row, NULLs
+/// where the session or the lease row is missing.
+fn acq_report(row: Option<Vec<Value>>) -> DbResult<AcqReport> {
+    const WHAT: &str = "an acquire";
+    let row = row.ok_or_else(|| bad(WHAT, &[]))?;
+    Ok(AcqReport {
+        my_remaining: opt_int(WHAT, &row, 0)?,
+        new_token: None,
+        holder: opt_text(WHAT, &row, 1)?,
+        token: opt_int(WHAT, &row, 2)?,
+        holder_remaining: opt_int(WHAT, &row, 3)?,
+    })
+}
+
+/// A live holder (`owner`): session, token, remaining µs, all required.
+fn holder(row: Option<Vec<Value>>) -> DbResult<Option<(String, i64, i64)>> {
+    const WHAT: &str = "a lease owner";
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    Ok(Some((
+        req_text(WHAT, &row, 0)?,
+        req_int(WHAT, &row, 1)?,
+        req_int(WHAT, &row, 2)?,
+    )))
+}
+
+/// `join_check`: whether the session is live (a count of 1).
+fn live(row: Option<Vec<Value>>) -> DbResult<bool> {
+    const WHAT: &str = "a session check";
+    let row = row.ok_or_else(|| bad(WHAT, &[]))?;
+    Ok(req_int(WHAT, &row, 0)? == 1)
+}
+
+/// A member row: session id and metadata, both required text.
+fn member(row: &[Value]) -> DbResult<(String, String)> {
+    const WHAT: &str = "a group member";
+    Ok((req_text(WHAT, row, 0)?, req_text(WHAT, row, 1)?))
 }
 
 fn int(v: &Value) -> Option<i64> {
@@ -364,12 +498,13 @@ impl Driver for MyDriver {
         let secs = self.timeout.as_secs().max(1);
         self.run(|c| {
             // DDL commits implicitly: serialize concurrent installers with a named lock.
-            let got: Option<i64> = c.exec_first("SELECT GET_LOCK('simba_install', ?)", (secs,))?;
+            let got: Option<Row> = c.exec_first("SELECT GET_LOCK('simba_install', ?)", (secs,))?;
+            let got = lock_granted(got.map(cells).as_deref());
             let r = script.iter().try_for_each(|s| c.query_drop(s));
-            if got == Some(1) {
+            if got {
                 c.query_drop("DO RELEASE_LOCK('simba_install')")?;
             }
-            r
+            Ok(r?)
         })
     }
 
@@ -379,7 +514,7 @@ impl Driver for MyDriver {
             "DROP TABLE IF EXISTS {}, {}, {}",
             t.member, t.lease, t.session
         );
-        self.run(|c| c.query_drop(&sql))
+        self.run(|c| Ok(c.query_drop(&sql)?))
     }
 
     fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64> {
@@ -387,8 +522,8 @@ impl Driver for MyDriver {
         // than the insert, so it can only be smaller than what the insert granted.
         self.run(|c| {
             c.exec_drop(&self.sql.open, (id, lease_ms, metadata))?;
-            let rem: Option<Value> = c.exec_first(&self.sql.open_read, (id,))?;
-            Ok(rem.as_ref().and_then(int).unwrap_or(0))
+            let rem: Option<Row> = c.exec_first(&self.sql.open_read, (id,))?;
+            opened(rem.map(cells))
         })
     }
 
@@ -399,18 +534,9 @@ impl Driver for MyDriver {
             // session row is seen. (No rows changed can also mean a renewal to the same value
             // within one millisecond: the read decides.)
             c.exec_drop(&self.sql.ka_update, (lease_ms, id))?;
-            let rows: Vec<(Value, Value, Value)> = c.exec(&self.sql.ka_read, (id,))?;
-            let Some(remaining) = rows.first().and_then(|r| int(&r.0)) else {
-                return Ok(None);
-            };
-            if remaining <= 0 {
-                return Ok(None);
-            }
-            let leases = rows
-                .iter()
-                .filter_map(|r| Some((text(&r.1)?, int(&r.2)?)))
-                .collect();
-            Ok(Some((remaining, leases)))
+            let rows: Vec<Row> = c.exec(&self.sql.ka_read, (id,))?;
+            let rows: Vec<Vec<Value>> = rows.into_iter().map(cells).collect();
+            renewed(&rows)
         })
     }
 
@@ -420,7 +546,7 @@ impl Driver for MyDriver {
         self.run(|c| {
             c.exec_drop(&self.sql.rm_session, (id,))?;
             c.exec_drop(&self.sql.rm_leases, (id,))?;
-            c.exec_drop(&self.sql.rm_members, (id,))
+            Ok(c.exec_drop(&self.sql.rm_members, (id,))?)
         })
     }
 
@@ -432,20 +558,8 @@ impl Driver for MyDriver {
             // or the acquirer released it itself. The affected-row count is not used: it is
             // 1 for both an insert and an unchanged row under `CLIENT_FOUND_ROWS`.
             c.exec_drop(&self.sql.acquire, (name, id))?;
-            let report: Option<(Value, Value, Value, Value)> =
-                c.exec_first(&self.sql.acquire_report, (id, name))?;
-            let (my_remaining, holder, token, holder_remaining) = match &report {
-                Some((a, b, t, d)) => (int(a), text(b), int(t), int(d)),
-                None => (None, None, None, None),
-            };
-            Ok(AcqReport {
-                my_remaining,
-                new_token: None,
-                holder,
-                token,
-                holder_remaining,
-            }
-            .outcome(id))
+            let report: Option<Row> = c.exec_first(&self.sql.acquire_report, (id, name))?;
+            Ok(acq_report(report.map(cells))?.outcome(id))
         })
     }
 
@@ -460,8 +574,8 @@ impl Driver for MyDriver {
 
     fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>> {
         self.run(|c| {
-            let r: Option<(Value, Value, Value)> = c.exec_first(&self.sql.owner, (name,))?;
-            Ok(r.and_then(|(s, t, rem)| Some((text(&s)?, int(&t)?, int(&rem)?))))
+            let r: Option<Row> = c.exec_first(&self.sql.owner, (name,))?;
+            holder(r.map(cells))
         })
     }
 
@@ -473,8 +587,8 @@ impl Driver for MyDriver {
             if c.affected_rows() == 1 {
                 return Ok(true);
             }
-            let live: Option<i64> = c.exec_first(&self.sql.join_check, (id,))?;
-            Ok(live == Some(1))
+            let r: Option<Row> = c.exec_first(&self.sql.join_check, (id,))?;
+            live(r.map(cells))
         })
     }
 
@@ -486,13 +600,20 @@ impl Driver for MyDriver {
     }
 
     fn members(&self, group: &str) -> DbResult<Vec<(String, String)>> {
-        self.run(|c| c.exec(&self.sql.members, (group,)))
+        self.run(|c| {
+            let rows: Vec<Row> = c.exec(&self.sql.members, (group,))?;
+            rows.into_iter().map(|r| member(&cells(r))).collect()
+        })
     }
 
     fn purge(&self, limit: usize) -> DbResult<usize> {
         let s = &self.tables.session;
         self.run(|c| {
-            let ids: Vec<String> = c.exec(&self.sql.purge_find, (limit as u64,))?;
+            let rows: Vec<Row> = c.exec(&self.sql.purge_find, (limit as u64,))?;
+            let ids = rows
+                .into_iter()
+                .map(|r| req_text("an expired session", &cells(r), 0))
+                .collect::<DbResult<Vec<String>>>()?;
             if ids.is_empty() {
                 return Ok(0);
             }
@@ -511,7 +632,7 @@ impl Driver for MyDriver {
 
     fn ping(&self) -> DbResult<()> {
         // A prepared statement (the crate caches it per connection): one round trip.
-        self.run(|c| c.exec_drop("SELECT 1", ()))
+        self.run(|c| Ok(c.exec_drop("SELECT 1", ())?))
     }
 
     fn connection_ids(&self) -> Vec<u64> {
@@ -602,6 +723,68 @@ mod tests {
         }
         assert_eq!(parse_server("", ""), None);
         assert_eq!(parse_server("MariaDB", ""), None);
+    }
+
+    #[test]
+    fn unexpected_values_are_errors_not_panics() {
+        use Value::{Bytes, Int, NULL};
+        let b = |s: &[u8]| Bytes(s.to_vec());
+        // GET_LOCK: 1 only; NULL (an error on the server), 0, garbage or no row: not granted.
+        assert!(lock_granted(Some(&[Int(1)])));
+        assert!(lock_granted(Some(&[b(b"1")])));
+        for row in [&[NULL][..], &[Int(0)], &[b(b"\xff")], &[]] {
+            assert!(!lock_granted(Some(row)), "{row:?}");
+        }
+        assert!(!lock_granted(None));
+        // A new session's remaining time: required.
+        assert_eq!(opened(Some(vec![Int(5)])).unwrap(), 5);
+        for row in [
+            None,
+            Some(vec![NULL]),
+            Some(vec![b(b"\xff\xfe")]),
+            Some(vec![]),
+        ] {
+            assert!(opened(row.clone()).is_err(), "{row:?}");
+        }
+        // Keep-alive rows.
+        assert_eq!(renewed(&[]).unwrap(), None);
+        assert_eq!(renewed(&[vec![Int(-3), NULL, NULL]]).unwrap(), None);
+        assert_eq!(
+            renewed(&[vec![Int(10), NULL, NULL]]).unwrap(),
+            Some((10, vec![]))
+        );
+        assert_eq!(
+            renewed(&[vec![Int(10), b(b"job"), Int(3)]]).unwrap(),
+            Some((10, vec![("job".to_owned(), 3)]))
+        );
+        for rows in [
+            vec![vec![NULL, NULL, NULL]],
+            vec![vec![b(b"ten"), NULL, NULL]],
+            vec![vec![Int(10), b(b"\xff\xfe"), Int(3)]],
+            vec![vec![Int(10), b(b"job"), NULL]],
+            vec![vec![Int(10), NULL, Int(3)]],
+            vec![vec![Int(10), b(b"job"), b(b"three")]],
+        ] {
+            assert!(renewed(&rows).is_err(), "{rows:?}");
+        }
+        // The acquire report: one row, NULLs allowed, wrong types not.
+        assert!(acq_report(Some(vec![NULL, NULL, NULL, NULL])).is_ok());
+        assert!(acq_report(None).is_err());
+        assert!(acq_report(Some(vec![Int(1), b(b"\xff"), Int(2), NULL])).is_err());
+        assert!(acq_report(Some(vec![Int(1), b(b"s"), b(b"x"), NULL])).is_err());
+        // Owner, session check, members.
+        assert_eq!(holder(None).unwrap(), None);
+        assert!(holder(Some(vec![b(b"s"), NULL, Int(1)])).is_err());
+        assert!(holder(Some(vec![b(b"s"), Int(1)])).is_err());
+        assert!(live(Some(vec![NULL])).is_err());
+        assert!(live(None).is_err());
+        assert!(live(Some(vec![Int(1)])).unwrap());
+        assert!(member(&[b(b"s"), b(b"\xff")]).is_err());
+        assert!(member(&[b(b"s"), NULL]).is_err());
+        assert_eq!(
+            member(&[b(b"s"), b(b"m")]).unwrap(),
+            ("s".to_owned(), "m".to_owned())
+        );
     }
 
     #[test]

@@ -14,8 +14,9 @@ use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
 use crate::spi::{NotifySink, Subscription};
 use ::postgres::error::SqlState;
+use ::postgres::types::FromSql;
 use ::postgres::types::Type;
-use ::postgres::{Client, Config, NoTls, Statement};
+use ::postgres::{Client, Config, NoTls, Row, Statement};
 use std::time::Duration;
 
 const NOW: &str = "(floor(extract(epoch FROM statement_timestamp()) * 1000)::int8)";
@@ -75,6 +76,18 @@ fn classify(e: ::postgres::Error) -> DbError {
         None => Kind::Connection,
     };
     DbError::new(kind, e)
+}
+
+/// Column `i` of `row` as a `T`; a value of another type (or NULL where `T` does not allow
+/// it), as a server or a table altered behind the backend's back could send, is an error of
+/// kind [`Kind::Other`], never a panic.
+fn col<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> DbResult<T> {
+    row.try_get(i).map_err(|e| DbError::new(Kind::Other, e))
+}
+
+/// A count from the database as a `usize`; a negative one is an error.
+fn count(n: i64) -> DbResult<usize> {
+    usize::try_from(n).map_err(|_| DbError::new(Kind::Other, format!("count {n} from PostgreSQL")))
 }
 
 fn sql(t: &Tables) -> [String; 10] {
@@ -283,8 +296,14 @@ impl PgDriver {
                 .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
             let pid = client
                 .query_one("SELECT pg_backend_pid()", &[])
-                .map_err(|e| Error::backend("connecting to PostgreSQL", e))?
-                .get::<_, i32>(0) as u32;
+                .and_then(|r| r.try_get::<_, i32>(0))
+                .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
+            let pid = u32::try_from(pid).map_err(|_| {
+                Error::backend(
+                    "connecting to PostgreSQL",
+                    format!("backend pid {pid} from PostgreSQL"),
+                )
+            })?;
             Ok(PgConn {
                 client,
                 stmts: None,
@@ -303,17 +322,17 @@ impl PgDriver {
         Ok(driver)
     }
 
-    /// Runs `f` with the prepared statements.
-    fn run<T>(
-        &self,
-        mut f: impl FnMut(&mut Client, &Stmts) -> std::result::Result<T, ::postgres::Error>,
-    ) -> DbResult<T> {
+    /// Runs `f` with the prepared statements; `f` classifies driver errors with `classify`
+    /// (`?` does) and decodes values with [`col`].
+    fn run<T>(&self, mut f: impl FnMut(&mut Client, &Stmts) -> DbResult<T>) -> DbResult<T> {
         with_conn(&self.pool, self.timeout, |c| {
-            if c.stmts.is_none() {
-                c.stmts = Some(prepare(&mut c.client, &self.tables).map_err(classify)?);
-            }
-            let stmts = c.stmts.as_ref().expect("prepared above");
-            f(&mut c.client, stmts).map_err(classify)
+            let stmts = match c.stmts.take() {
+                Some(s) => s,
+                None => prepare(&mut c.client, &self.tables).map_err(classify)?,
+            };
+            let r = f(&mut c.client, &stmts);
+            c.stmts = Some(stmts);
+            r
         })
     }
 
@@ -360,41 +379,49 @@ impl Driver for PgDriver {
 
     fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64> {
         self.run(|c, st| {
-            c.query_one(&st.open, &[&id, &lease_ms, &metadata])?
-                .try_get::<_, i64>(0)
+            let r = c
+                .query_one(&st.open, &[&id, &lease_ms, &metadata])
+                .map_err(classify)?;
+            col(&r, 0)
         })
     }
 
     fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>> {
         self.run(|c, st| {
-            let rows = c.query(&st.keep_alive, &[&id, &lease_ms])?;
+            let rows = c
+                .query(&st.keep_alive, &[&id, &lease_ms])
+                .map_err(classify)?;
             let Some(first) = rows.first() else {
                 return Ok(None);
             };
-            let Some(remaining) = first.get::<_, Option<i64>>(0) else {
+            let Some(remaining) = col::<Option<i64>>(first, 0)? else {
                 return Ok(None);
             };
-            let leases = rows
-                .iter()
-                .filter_map(|r| Some((r.get::<_, Option<String>>(1)?, r.get::<_, Option<i64>>(2)?)))
-                .collect();
+            let mut leases = Vec::new();
+            for r in &rows {
+                if let (Some(name), Some(token)) =
+                    (col::<Option<String>>(r, 1)?, col::<Option<i64>>(r, 2)?)
+                {
+                    leases.push((name, token));
+                }
+            }
             Ok(Some((remaining, leases)))
         })
     }
 
     fn remove_session(&self, id: &str) -> DbResult<()> {
-        self.run(|c, st| c.query_one(&st.remove, &[&id]).map(|_| ()))
+        self.run(|c, st| c.query_one(&st.remove, &[&id]).map(drop).map_err(classify))
     }
 
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow> {
         self.run(|c, st| {
-            let r = c.query_one(&st.acquire, &[&id, &name])?;
+            let r = c.query_one(&st.acquire, &[&id, &name]).map_err(classify)?;
             Ok(AcqReport {
-                my_remaining: r.get(0),
-                new_token: r.get(1),
-                holder: r.get(2),
-                token: r.get(3),
-                holder_remaining: r.get(4),
+                my_remaining: col(&r, 0)?,
+                new_token: col(&r, 1)?,
+                holder: col(&r, 2)?,
+                token: col(&r, 3)?,
+                holder_remaining: col(&r, 4)?,
             }
             .outcome(id))
         })
@@ -404,44 +431,51 @@ impl Driver for PgDriver {
         self.run(|c, st| {
             c.execute(&st.release, &[&name, &id, &token])
                 .map(|n| n == 1)
+                .map_err(classify)
         })
     }
 
     fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>> {
         self.run(|c, st| {
-            let r = c.query_opt(&st.owner, &[&name])?;
-            Ok(r.map(|r| (r.get::<_, String>(0), r.get(1), r.get(2))))
+            let Some(r) = c.query_opt(&st.owner, &[&name]).map_err(classify)? else {
+                return Ok(None);
+            };
+            Ok(Some((col(&r, 0)?, col(&r, 1)?, col(&r, 2)?)))
         })
     }
 
     fn join(&self, id: &str, group: &str) -> DbResult<bool> {
         self.run(|c, st| {
-            let r = c.query_one(&st.join, &[&id, &group])?;
-            Ok(r.get::<_, bool>(0))
+            let r = c.query_one(&st.join, &[&id, &group]).map_err(classify)?;
+            col(&r, 0)
         })
     }
 
     fn leave(&self, id: &str, group: &str) -> DbResult<bool> {
-        self.run(|c, st| c.execute(&st.leave, &[&group, &id]).map(|n| n > 0))
+        self.run(|c, st| {
+            c.execute(&st.leave, &[&group, &id])
+                .map(|n| n > 0)
+                .map_err(classify)
+        })
     }
 
     fn members(&self, group: &str) -> DbResult<Vec<(String, String)>> {
         self.run(|c, st| {
-            let rows = c.query(&st.members, &[&group])?;
-            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            let rows = c.query(&st.members, &[&group]).map_err(classify)?;
+            rows.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
         })
     }
 
     fn purge(&self, limit: usize) -> DbResult<usize> {
-        let limit = limit as i64;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(|c, st| {
-            let r = c.query_one(&st.purge, &[&limit])?;
-            Ok(r.get::<_, i64>(0) as usize)
+            let r = c.query_one(&st.purge, &[&limit]).map_err(classify)?;
+            count(col(&r, 0)?)
         })
     }
 
     fn ping(&self) -> DbResult<()> {
-        self.run(|c, st| c.query_one(&st.ping, &[]).map(drop))
+        self.run(|c, st| c.query_one(&st.ping, &[]).map(drop).map_err(classify))
     }
 
     fn connection_ids(&self) -> Vec<u64> {

@@ -653,6 +653,14 @@ impl Inner {
     }
 
     fn owner_of(&self, stat: &zk::Stat) -> Result<Owner> {
+        // A persistent node (no ephemeral owner) was not created by a session of this
+        // backend: it never goes away by itself, so it is no holder with a remaining time.
+        if stat.ephemeral_owner == 0 {
+            return Err(Error::backend(
+                "reading a lease node",
+                "the lease node is not ephemeral (created outside simba-lease); delete it",
+            ));
+        }
         let remaining = match self.local_session_by_raw(stat.ephemeral_owner) {
             Some(s) => s.remaining_at(Instant::now()),
             None => self
@@ -685,9 +693,18 @@ impl Inner {
     }
 }
 
+/// The token of a lease node: its czxid, which is positive (a zxid of 0 or below is no
+/// creation a server could have made).
 fn token(stat: &zk::Stat) -> Result<Token> {
-    Token::new(stat.czxid as u64)
-        .map_err(|_| Error::backend("reading a lease node", "lease node with czxid 0"))
+    u64::try_from(stat.czxid)
+        .ok()
+        .and_then(|z| Token::new(z).ok())
+        .ok_or_else(|| {
+            Error::backend(
+                "reading a lease node",
+                format!("lease node with czxid {}", stat.czxid),
+            )
+        })
 }
 
 type ReadFuture<'a> = Pin<
@@ -1238,4 +1255,36 @@ pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBacke
         }
     }
     b.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(czxid: i64) -> zk::Stat {
+        zk::Stat {
+            czxid,
+            mzxid: czxid,
+            pzxid: czxid,
+            ctime: 0,
+            mtime: 0,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 1,
+            data_length: 0,
+            num_children: 0,
+        }
+    }
+
+    #[test]
+    fn tokens_are_positive_czxids() {
+        assert_eq!(token(&stat(7)).unwrap().get(), 7);
+        for bad in [0, -1, i64::MIN] {
+            assert!(
+                matches!(token(&stat(bad)), Err(Error::Backend { .. })),
+                "{bad}"
+            );
+        }
+    }
 }
