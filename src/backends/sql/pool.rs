@@ -15,6 +15,7 @@
 use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex};
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A connection idle for longer than this is checked with a round trip before use.
@@ -39,10 +40,10 @@ pub(crate) struct Pool<C: PoolConn> {
     freed: Condvar,
     size: usize,
     validate_after: Duration,
-    connect: Box<dyn Fn() -> Result<C> + Send + Sync>,
+    connect: Arc<dyn Fn() -> Result<C> + Send + Sync>,
 }
 
-impl<C: PoolConn> Pool<C> {
+impl<C: PoolConn + Send + 'static> Pool<C> {
     pub(crate) fn new(
         size: usize,
         connect: impl Fn() -> Result<C> + Send + Sync + 'static,
@@ -55,7 +56,7 @@ impl<C: PoolConn> Pool<C> {
             freed: Condvar::new(),
             size: size.max(1),
             validate_after: VALIDATE_AFTER,
-            connect: Box::new(connect),
+            connect: Arc::new(connect),
         }
     }
 
@@ -95,7 +96,8 @@ impl<C: PoolConn> Pool<C> {
             if st.open < self.size {
                 st.open += 1;
                 drop(st);
-                return match (self.connect)() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                return match self.connect_within(left) {
                     Ok(c) => Ok(Pooled {
                         pool: self,
                         conn: Some(c),
@@ -115,6 +117,27 @@ impl<C: PoolConn> Pool<C> {
                 });
             }
         }
+    }
+
+    /// Opens a connection on a thread of its own, waiting at most `limit`: a driver bounds
+    /// only the TCP connect, so a server that accepts and then stays silent (or sends
+    /// nonsense lengths) would hold the caller forever. After `limit` the attempt goes on in
+    /// the background and its connection, if any, is dropped.
+    fn connect_within(&self, limit: Duration) -> Result<C> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let connect = self.connect.clone();
+        std::thread::Builder::new()
+            .name("simba-sql-connect".into())
+            .spawn(move || {
+                let _ = tx.send(connect());
+            })
+            .map_err(|e| Error::backend("starting a connection thread", e))?;
+        rx.recv_timeout(limit).unwrap_or_else(|_| {
+            Err(Error::Timeout {
+                operation: "connecting to the database",
+                after: limit,
+            })
+        })
     }
 
     /// Closes every idle connection (after a connection-level failure).
