@@ -116,6 +116,9 @@ pub enum Error {
         operation: &'static str,
         /// The limit that ran out.
         after: Duration,
+        /// The driver's error, when the driver reported the timeout.
+        #[source]
+        source: Option<BoxError>,
     },
     /// The session or handle was closed.
     #[error("closed")]
@@ -130,7 +133,7 @@ pub enum Error {
         required: &'static str,
     },
     /// The backend failed; the driver's error is the source.
-    #[error("backend error while {operation}: {source}")]
+    #[error("backend error while {operation}")]
     Backend {
         /// What was being done.
         operation: &'static str,
@@ -157,6 +160,20 @@ impl Error {
         }
     }
 
+    /// Displays this error with every source behind it (`a: b: c`), for logs: the
+    /// `Display` of [`Error::Backend`] names only the operation, its source holds the
+    /// driver's words.
+    ///
+    /// ```
+    /// use simba_lease::Error;
+    /// let e = Error::backend("acquiring", "connection refused");
+    /// assert_eq!(e.to_string(), "backend error while acquiring");
+    /// assert_eq!(e.report().to_string(), "backend error while acquiring: connection refused");
+    /// ```
+    pub fn report(&self) -> Report<'_> {
+        Report(self)
+    }
+
     /// Whether this error means the session is gone for good.
     pub fn is_session_expired(&self) -> bool {
         matches!(self, Error::SessionExpired { .. })
@@ -167,7 +184,7 @@ impl Error {
     /// ```
     /// use simba_lease::Error;
     /// use std::time::Duration;
-    /// let e = Error::Timeout { operation: "acquiring", after: Duration::from_secs(5) };
+    /// let e = Error::Timeout { operation: "acquiring", after: Duration::from_secs(5), source: None };
     /// assert!(e.is_timeout() && e.is_transient());
     /// ```
     pub fn is_timeout(&self) -> bool {
@@ -179,6 +196,22 @@ impl Error {
     /// and configuration errors are not transient.
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Timeout { .. } | Error::Backend { .. })
+    }
+}
+
+/// An error with its sources, see [`Error::report`].
+#[derive(Debug)]
+pub struct Report<'a>(&'a Error);
+
+impl std::fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = std::error::Error::source(self.0);
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
     }
 }
 

@@ -89,7 +89,7 @@ pub use engine::{
     Clock, Config, ConfigBuilder, Event, Health, LossReason, ManualClock, Session, SessionState,
     SystemClock,
 };
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, Report, Result};
 pub use primitives::{Election, Group, LockGuard, Membership, Observer};
 pub use types::{
     GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token, MAX_NAME_LEN,

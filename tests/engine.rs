@@ -421,7 +421,7 @@ fn a_panicking_backend_call_is_an_error_and_the_session_lives_on() {
     gate.panic_acquire.store(true, Ordering::SeqCst);
     let r = session.try_lock("boom");
     assert!(matches!(&r, Err(Error::Backend { .. })), "{r:?}");
-    assert!(r.unwrap_err().to_string().contains("panicked"));
+    assert!(r.unwrap_err().report().to_string().contains("panicked"));
     // A panic on the work thread (a candidate's attempt) and on the keep-alive thread.
     gate.panic_acquire.store(true, Ordering::SeqCst);
     gate.panic_keep_alive.store(true, Ordering::SeqCst);

@@ -352,7 +352,7 @@ fn replica_paused_acquisitions_fail_clearly_and_leave_no_lease() {
             let err = b
                 .acquire(&s, &name)
                 .expect_err("no replica acknowledged the term");
-            let msg = err.to_string();
+            let msg = err.report().to_string();
             assert!(matches!(err, Error::Backend { .. }), "{err:?}");
             assert!(msg.contains("replicas acknowledged"), "{msg}");
             assert_eq!(
@@ -507,7 +507,7 @@ fn redis_errors_surface_with_the_server_message() {
     b.command(&["SET", &b.lease_key(&name), "not a hash"]);
     let err = b.acquire(&s, &name).unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
-    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert!(err.report().to_string().contains("WRONGTYPE"), "{err:?}");
     b.close_session(&s).unwrap();
 }
 

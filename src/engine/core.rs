@@ -539,7 +539,11 @@ impl Core {
             Err(Error::SessionExpired { .. }) => self.expire(now, false),
             Err(e) => {
                 self.health.failures += 1;
-                log::warn!("keep-alive of session {} failed: {e}", self.session);
+                log::warn!(
+                    "keep-alive of session {} failed: {}",
+                    self.session,
+                    e.report()
+                );
                 self.enter_jeopardy();
                 self.next_keep_alive = now + self.t.renew / 4;
             }
@@ -894,7 +898,7 @@ impl Core {
                     self.expire(now, false);
                 }
             }
-            Err(e) => log::warn!("candidate for {name} failed to acquire: {e}"),
+            Err(e) => log::warn!("candidate for {name} failed to acquire: {}", e.report()),
         }
     }
 
@@ -940,7 +944,11 @@ impl Core {
                     self.emit(Some(handle), Event::LeaderChanged { name, owner });
                 }
             }
-            Err(e) => log::warn!("observer of {} failed to read the owner: {e}", w.s.key),
+            Err(e) => log::warn!(
+                "observer of {} failed to read the owner: {}",
+                w.s.key,
+                e.report()
+            ),
         }
     }
 
@@ -979,7 +987,11 @@ impl Core {
                     );
                 }
             }
-            Err(e) => log::warn!("watcher of group {} failed to read members: {e}", w.s.key),
+            Err(e) => log::warn!(
+                "watcher of group {} failed to read members: {}",
+                w.s.key,
+                e.report()
+            ),
         }
     }
 

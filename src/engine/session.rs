@@ -253,6 +253,7 @@ impl Session {
                 return Err(Error::Timeout {
                     operation: "waiting for the session to be valid",
                     after: timeout,
+                    source: None,
                 });
             }
         }
@@ -546,7 +547,7 @@ impl Inner {
                     log::info!("session {old} expired; reopened as {id}");
                     for g in groups {
                         if let Err(e) = self.backend.join(&id, &g) {
-                            log::warn!("re-joining {g} as {id} failed: {e}");
+                            log::warn!("re-joining {g} as {id} failed: {}", e.report());
                         }
                         // Left meanwhile (its leave may have reached the backend first).
                         if !self.shared.lock().joined.contains_key(&g) {
@@ -558,14 +559,20 @@ impl Inner {
                 Err(e) if !e.is_transient() => {
                     // Retrying cannot help (e.g. the server now grants less than the lease):
                     // expiry becomes terminal, and waiters get `SessionExpired` at once.
-                    log::error!("reopening an expired session failed for good: {e}");
+                    log::error!(
+                        "reopening an expired session failed for good: {}",
+                        e.report()
+                    );
                     self.shared.lock().reopening = false;
                     self.reopen_failed.store(true, Ordering::SeqCst);
                     self.changed.notify_all();
                     return;
                 }
                 Err(e) => {
-                    log::warn!("reopening an expired session failed, retrying: {e}");
+                    log::warn!(
+                        "reopening an expired session failed, retrying: {}",
+                        e.report()
+                    );
                     std::thread::sleep(retry + crate::rand::jitter(retry / 2));
                 }
             }
@@ -616,17 +623,17 @@ impl Inner {
                 }
                 Work::Release(id, name, token) => {
                     if let Err(e) = self.release_now(&id, &name, token) {
-                        log::warn!("releasing {name} (token {token}) failed: {e}");
+                        log::warn!("releasing {name} (token {token}) failed: {}", e.report());
                     }
                 }
                 Work::Leave(id, group) => {
                     if let Err(e) = self.backend.leave(&id, &group) {
-                        log::warn!("leaving {group} failed: {e}");
+                        log::warn!("leaving {group} failed: {}", e.report());
                     }
                 }
                 Work::CloseBackend(id) => {
                     if let Err(e) = self.backend.close_session(&id) {
-                        log::warn!("closing session {id} failed: {e}");
+                        log::warn!("closing session {id} failed: {}", e.report());
                     }
                 }
                 Work::Reopen => self.reopen(),

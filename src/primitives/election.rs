@@ -142,6 +142,7 @@ impl Election {
                 return Err(Error::Timeout {
                     operation: "waiting to be elected",
                     after: timeout,
+                    source: None,
                 });
             }
         }
@@ -217,8 +218,8 @@ impl Drop for Election {
     fn drop(&mut self) {
         match self.withdraw(false) {
             Ok(()) => {}
-            Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a candidate: {e}"),
-            Err(e) => log::warn!("resigning from {} failed: {e}", self.name),
+            Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a candidate: {}", e.report()),
+            Err(e) => log::warn!("resigning from {} failed: {}", self.name, e.report()),
         }
         self.inner.drop_listeners(self.handle);
     }

@@ -181,7 +181,7 @@ impl Drop for Membership {
     /// Leaves; the backend call runs on the session's work thread.
     fn drop(&mut self) {
         if let Err(e) = self.leave_once(false) {
-            log::warn!("leaving {} failed: {e}", self.name);
+            log::warn!("leaving {} failed: {}", self.name, e.report());
         }
     }
 }

@@ -55,6 +55,7 @@ impl Session {
             None => Err(Error::Timeout {
                 operation: "waiting for a lock",
                 after: timeout,
+                source: None,
             }),
         }
     }
@@ -162,7 +163,7 @@ impl Session {
                 }
                 Err(e @ (Error::SessionExpired { .. } | Error::Closed)) => return Err(e),
                 Err(e) if once => return Err(e),
-                Err(e) => log::warn!("acquiring lock {name} failed, retrying: {e}"),
+                Err(e) => log::warn!("acquiring lock {name} failed, retrying: {}", e.report()),
             }
             let mut next = inner.now() + retry + crate::rand::jitter(retry / 2);
             if let Some(u) = until {
@@ -303,8 +304,8 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         match self.release(false) {
             Ok(()) => {}
-            Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a lost lock: {e}"),
-            Err(e) => log::warn!("releasing lock {} failed: {e}", self.term.name),
+            Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a lost lock: {}", e.report()),
+            Err(e) => log::warn!("releasing lock {} failed: {}", self.term.name, e.report()),
         }
     }
 }

@@ -619,6 +619,7 @@ impl World<'_> {
                     Err(Error::Timeout {
                         operation: "a simulated call",
                         after,
+                        source: None,
                     }),
                 )
             }

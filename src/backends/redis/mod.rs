@@ -963,6 +963,7 @@ impl RedisBackend {
             return Err(Error::Timeout {
                 operation: "acquiring (the session's time ran out before the lease call)",
                 after: left,
+                source: None,
             });
         }
         let r = self.eval(
@@ -980,12 +981,16 @@ impl RedisBackend {
             Acquired::Term { token, new, .. } if sent.elapsed() > left => {
                 if new {
                     if let Err(e) = self.release_term(sid, name, token) {
-                        log::warn!("releasing the late term {token} of {name:?} failed: {e}");
+                        log::warn!(
+                            "releasing the late term {token} of {name:?} failed: {}",
+                            e.report()
+                        );
                     }
                 }
                 Err(Error::Timeout {
                     operation: "acquiring (the lease call answered after the session's time)",
                     after: left,
+                    source: None,
                 })
             }
             Acquired::Term {
@@ -1188,7 +1193,10 @@ impl LeaseBackend for RedisBackend {
             Ok(r) => r.into_iter().map(Some).collect(),
             Err(e) => {
                 // One node failing must not cost the leases on the others: slot by slot.
-                log::warn!("batched keep-alive of session {session} failed ({e}); slot by slot");
+                log::warn!(
+                    "batched keep-alive of session {session} failed ({}); slot by slot",
+                    e.report()
+                );
                 calls
                     .iter()
                     .map(|c| {
@@ -1197,7 +1205,10 @@ impl LeaseBackend for RedisBackend {
                         args[1] = left.to_string();
                         self.eval(Role::KeepAlive, c.script, &c.keys, &args)
                             .map_err(|e| {
-                                log::warn!("keep-alive of a slot of session {session} failed: {e}")
+                                log::warn!(
+                                    "keep-alive of a slot of session {session} failed: {}",
+                                    e.report()
+                                )
                             })
                             .ok()
                     })
@@ -1372,6 +1383,7 @@ impl LeaseBackend for RedisBackend {
             return Err(Error::Timeout {
                 operation: "joining (the session's time ran out before the group call)",
                 after: left,
+                source: None,
             });
         }
         let created = flag(
@@ -1387,12 +1399,13 @@ impl LeaseBackend for RedisBackend {
             // Leave only a membership this call created: one from an earlier join stays.
             if created {
                 if let Err(e) = self.leave_group(session, group) {
-                    log::warn!("leaving {group:?} after a late join failed: {e}");
+                    log::warn!("leaving {group:?} after a late join failed: {}", e.report());
                 }
             }
             return Err(Error::Timeout {
                 operation: "joining (the group call answered after the session's time)",
                 after: left,
+                source: None,
             });
         }
         Ok(())

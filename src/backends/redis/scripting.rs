@@ -320,6 +320,7 @@ pub(crate) fn map_err(
             Error::Timeout {
                 operation,
                 after: timeout,
+                source: Some(Box::new(e)),
             }
         } else {
             Error::backend(operation, e)
@@ -423,6 +424,7 @@ fn scan_timeout(opts: &ConnectOptions) -> Error {
     Error::Timeout {
         operation: "scanning keys (the cursor did not come back)",
         after: scan_budget(opts),
+        source: None,
     }
 }
 
@@ -634,6 +636,7 @@ fn listen_on(
             return Err(Error::Timeout {
                 operation: "subscribing to notifications",
                 after: opts.query_timeout,
+                source: None,
             });
         }
         match con.recv_response().and_then(redis::Value::extract_error) {

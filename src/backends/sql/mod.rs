@@ -722,9 +722,10 @@ impl SqlBackend {
         match e.kind {
             Kind::Timeout => match e.source.downcast::<Error>() {
                 Ok(inner) => *inner,
-                Err(_) => Error::Timeout {
+                Err(source) => Error::Timeout {
                     operation,
                     after: self.options.query_timeout,
+                    source: Some(source),
                 },
             },
             _ => match e.source.downcast::<Error>() {
@@ -872,6 +873,7 @@ impl LeaseBackend for SqlBackend {
                 AcqRow::Raced => Err(Error::Timeout {
                     operation: "acquiring a lease under contention",
                     after: self.options.query_timeout,
+                    source: None,
                 }),
             };
         }

@@ -114,6 +114,7 @@ impl<C: PoolConn + Send + 'static> Pool<C> {
                 return Err(Error::Timeout {
                     operation: "waiting for a pooled connection",
                     after: timeout,
+                    source: None,
                 });
             }
         }
@@ -136,6 +137,7 @@ impl<C: PoolConn + Send + 'static> Pool<C> {
             Err(Error::Timeout {
                 operation: "connecting to the database",
                 after: limit,
+                source: None,
             })
         })
     }

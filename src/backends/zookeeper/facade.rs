@@ -52,6 +52,7 @@ pub(super) fn call<T>(
     block_on_for(fut, limit).ok_or(Error::Timeout {
         operation,
         after: limit,
+        source: None,
     })
 }
 

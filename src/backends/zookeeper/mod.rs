@@ -1184,7 +1184,7 @@ fn watch_loop(
                                 break;
                             }
                             Err(e) => {
-                                log::warn!("reconnecting the ZooKeeper reader: {e}");
+                                log::warn!("reconnecting the ZooKeeper reader: {}", e.report());
                                 std::thread::sleep(Duration::from_millis(200));
                             }
                         }
