@@ -31,6 +31,8 @@ thread_local! {
 
 /// An elastic pool of threads serving [`Serial`] queues.
 pub(crate) struct Pool {
+    /// The pool itself, for the threads it starts.
+    me: Weak<Pool>,
     name: &'static str,
     state: Mutex<PoolState>,
     ready: Condvar,
@@ -47,7 +49,8 @@ struct PoolState {
 
 impl Pool {
     fn new(name: &'static str) -> Arc<Pool> {
-        let pool = Arc::new(Pool {
+        let pool = Arc::new_cyclic(|me| Pool {
+            me: me.clone(),
             name,
             state: Mutex::new(PoolState::default()),
             ready: Condvar::new(),
@@ -59,8 +62,10 @@ impl Pool {
         pool
     }
 
-    fn spawn(self: &Arc<Self>, st: &mut PoolState) {
-        let pool = self.clone();
+    fn spawn(&self, st: &mut PoolState) {
+        let Some(pool) = self.me.upgrade() else {
+            return;
+        };
         match std::thread::Builder::new()
             .name(self.name.into())
             .spawn(move || pool.worker())
@@ -137,16 +142,8 @@ impl Tick for Pool {
         if waiting == 0 {
             return None;
         }
-        drop(st);
-        // `spawn` needs the pool's `Arc`: the registry holds it.
-        let pool = [Pool::work(), Pool::events()]
-            .into_iter()
-            .find(|p| std::ptr::eq(Arc::as_ptr(p), self));
-        if let Some(pool) = pool {
-            st = self.state.lock();
-            for _ in 0..waiting {
-                pool.spawn(&mut st);
-            }
+        for _ in 0..waiting {
+            self.spawn(&mut st);
         }
         None
     }

@@ -17,7 +17,6 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The state of a session, as [`Session::state`] reports it.
@@ -177,7 +176,7 @@ impl Session {
             .timer
             .store(Timer::global().add(target), Ordering::SeqCst);
         let session = Session { inner };
-        result.map(|_| session)
+        result.map(|()| session)
     }
 
     /// Builds the backend from `url` (see [`connect`](crate::connect)) and opens a session.
@@ -482,7 +481,7 @@ impl Inner {
         self: &Arc<Self>,
         id: &SessionId,
         rx: Receiver<KeepAliveJob>,
-    ) -> Result<JoinHandle<()>> {
+    ) -> Result<()> {
         let i = self.clone();
         std::thread::Builder::new()
             .name(format!(
@@ -490,6 +489,7 @@ impl Inner {
                 &id.as_str()[..8.min(id.as_str().len())]
             ))
             .spawn(move || i.keep_alive_loop(rx))
+            .map(drop)
             .map_err(|e| Error::backend("spawning a session thread", e))
     }
 
