@@ -305,6 +305,92 @@ ensure_mysql() {
     || die "user simba cannot reach database test on 127.0.0.1:3306"
   export SIMBA_MYSQL_URL=${SIMBA_MYSQL_URL:-mysql://simba:simba@127.0.0.1:3306/test}
 }
+# ---- Redis over TLS (issue 12) --------------------------------------------------------------
+# A throwaway CA under $SIMBA_CI_DIR/redis-tls signs: a server certificate for 127.0.0.1 and
+# localhost, a client certificate, an expired server certificate and one for another host name.
+# Three servers listen on TLS only (no plaintext port): the good certificate (with an ACL user
+# `simba` whose password is `simba-secret`), the expired one and the wrong-host one. Exports
+# SIMBA_REDIS_TLS_URL, SIMBA_REDIS_TLS_EXPIRED_URL, SIMBA_REDIS_TLS_WRONG_HOST_URL (all
+# rediss://127.0.0.1:PORT) and SIMBA_REDIS_TLS_DIR (ca.pem, client.pem, client.key, other-ca.pem).
+REDIS_TLS_PORT=${REDIS_TLS_PORT:-6390}
+REDIS_TLS_EXPIRED_PORT=${REDIS_TLS_EXPIRED_PORT:-6391}
+REDIS_TLS_WRONG_HOST_PORT=${REDIS_TLS_WRONG_HOST_PORT:-6392}
+
+redis_tls_ping() {
+  local d=$SIMBA_CI_DIR/redis-tls
+  redis-cli --tls --cacert "$d/ca.pem" --cert "$d/client.pem" --key "$d/client.key" \
+    -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG
+}
+
+# redis_tls_listening <port>: answers a TLS handshake whatever its certificate (expired ones).
+redis_tls_listening() {
+  local d=$SIMBA_CI_DIR/redis-tls
+  redis-cli --tls --insecure --cert "$d/client.pem" --key "$d/client.key" \
+    -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG
+}
+
+# tls_cert <name> <days> <subjectAltName>: <name>.pem/<name>.key signed by the CA.
+tls_cert() {
+  local d=$SIMBA_CI_DIR/redis-tls name=$1 days=$2 san=$3
+  openssl req -newkey rsa:2048 -nodes -keyout "$d/$name.key" -out "$d/$name.csr" \
+    -subj "/CN=simba-ci-$name" >/dev/null 2>&1 || die "openssl req for $name failed"
+  printf 'subjectAltName=%s\n' "$san" >"$d/$name.ext"
+  openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+    -days "$days" -extfile "$d/$name.ext" -out "$d/$name.pem" >/dev/null 2>&1 \
+    || die "openssl x509 for $name failed"
+}
+
+ensure_redis_tls_certs() {
+  local d=$SIMBA_CI_DIR/redis-tls
+  [ -f "$d/done" ] && return 0
+  command -v openssl >/dev/null || apt_install openssl
+  rm -rf "$d"; mkdir -p "$d"
+  log "making a throwaway CA and certificates in $d"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/ca.key" -out "$d/ca.pem" -days 3650 \
+    -subj /CN=simba-ci-ca >/dev/null 2>&1 || die "openssl: the CA failed"
+  # Another CA, which signed none of the servers' certificates.
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/other-ca.key" -out "$d/other-ca.pem" \
+    -days 3650 -subj /CN=simba-ci-other-ca >/dev/null 2>&1 || die "openssl: the other CA failed"
+  tls_cert server 3650 "IP:127.0.0.1,DNS:localhost"
+  tls_cert client 3650 "DNS:simba-client"
+  # notAfter one day before notBefore: expired from the start.
+  tls_cert expired -1 "IP:127.0.0.1,DNS:localhost"
+  tls_cert wrong-host 3650 "DNS:wrong-host.invalid"
+  touch "$d/done"
+}
+
+# start_redis_tls <port> <cert name> <extra args...>: a TLS-only server (no plaintext port).
+start_redis_tls() {
+  local port=$1 name=$2; shift 2
+  local d=$SIMBA_CI_DIR/redis-tls dir="$SIMBA_CI_DIR/redis-tls-$port"
+  mkdir -p "$dir"
+  tcp_open "$port" && die "port $port is taken by something that is not our TLS Redis"
+  log "starting redis-server with TLS on 127.0.0.1:$port ($name certificate)"
+  redis-server --port 0 --tls-port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
+    --tls-cert-file "$d/$name.pem" --tls-key-file "$d/$name.key" --tls-ca-cert-file "$d/ca.pem" \
+    --tls-auth-clients optional \
+    --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" "$@" \
+    || die "redis-server with TLS on port $port did not start (see $dir/redis.log)"
+  wait_until 20 "redis with TLS on port $port" redis_tls_listening "$port"
+}
+
+ensure_redis_tls() {
+  need_redis
+  command -v redis-cli >/dev/null && redis-cli --help 2>&1 | grep -q -- --tls \
+    || die "redis-cli has no TLS support"
+  ensure_redis_tls_certs
+  redis_tls_ping "$REDIS_TLS_PORT" || start_redis_tls "$REDIS_TLS_PORT" server \
+    --user default on nopass '~*' '&*' '+@all' \
+    --user simba on '>simba-secret' '~*' '&*' '+@all'
+  redis_tls_ping "$REDIS_TLS_PORT" || die "redis with TLS on port $REDIS_TLS_PORT does not answer"
+  redis_tls_listening "$REDIS_TLS_EXPIRED_PORT" || start_redis_tls "$REDIS_TLS_EXPIRED_PORT" expired
+  redis_tls_listening "$REDIS_TLS_WRONG_HOST_PORT" || start_redis_tls "$REDIS_TLS_WRONG_HOST_PORT" wrong-host
+  export SIMBA_REDIS_TLS_DIR=$SIMBA_CI_DIR/redis-tls
+  export SIMBA_REDIS_TLS_URL=rediss://127.0.0.1:$REDIS_TLS_PORT
+  export SIMBA_REDIS_TLS_EXPIRED_URL=rediss://127.0.0.1:$REDIS_TLS_EXPIRED_PORT
+  export SIMBA_REDIS_TLS_WRONG_HOST_URL=rediss://127.0.0.1:$REDIS_TLS_WRONG_HOST_PORT
+}
+
 
 # The backends' issues add their servers here.
 ensure_all() {
@@ -313,6 +399,7 @@ ensure_all() {
   ensure_redis
   ensure_redis_replica
   ensure_redis_cluster
+  ensure_redis_tls
   ensure_postgres
   ensure_mysql
 }

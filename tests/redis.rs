@@ -5,7 +5,9 @@
 //! Servers (started by `.ci/servers.sh`): `SIMBA_REDIS_URL` (default `redis://127.0.0.1:6379`),
 //! `SIMBA_REDIS_PRIMARY_URL` (`redis://127.0.0.1:6380`, replica `SIMBA_REDIS_REPLICA_URL`
 //! `redis://127.0.0.1:6381`) and `SIMBA_REDIS_CLUSTER_URL`
-//! (`redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002`).
+//! (`redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002`); with the `tls` feature,
+//! `SIMBA_REDIS_TLS_URL` (`rediss://127.0.0.1:6390`), `SIMBA_REDIS_TLS_EXPIRED_URL` (6391),
+//! `SIMBA_REDIS_TLS_WRONG_HOST_URL` (6392) and `SIMBA_REDIS_TLS_DIR` (the CA and certificates).
 //!
 //! Every backend gets a random key prefix and deletes its keys when dropped.
 //!
@@ -520,10 +522,16 @@ fn url_options_are_checked() {
         matches!(&e, Error::InvalidConfig { setting, .. } if setting == "pool"),
         "{e}"
     );
-    let e = simba_lease::connect("rediss://127.0.0.1:6379")
+    // A plaintext server: without the `tls` feature the URL is refused, with it the handshake
+    // fails (never a plaintext fallback).
+    let e = simba_lease::connect("rediss://127.0.0.1:6379?connect_timeout=2s")
         .err()
         .unwrap();
-    assert!(e.to_string().contains("TLS"), "{e}");
+    if cfg!(feature = "tls") {
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+    } else {
+        assert!(e.to_string().contains("TLS"), "{e}");
+    }
     for (url, opts, expected) in [
         (cluster_url(), "wait_replicas=1", "wait_replicas"),
         (cluster_url(), "route_by_slot=false", "route_by_slot"),
@@ -1281,4 +1289,172 @@ fn notifications_survive_stop_and_continue() {
     }
     b.close_session(&s).unwrap();
     drop(child);
+}
+
+/// TLS (`rediss://`, issue 12) against the servers of `ensure_redis_tls`.
+#[cfg(feature = "tls")]
+mod tls {
+    use super::*;
+
+    pub(super) fn url() -> String {
+        env_url("SIMBA_REDIS_TLS_URL", "rediss://127.0.0.1:6390")
+    }
+
+    pub(super) fn file(name: &str) -> String {
+        let dir = std::env::var("SIMBA_REDIS_TLS_DIR").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/target/ci/redis-tls").to_owned()
+        });
+        format!("{dir}/{name}")
+    }
+
+    /// `url` with `ca` set to the CI's CA.
+    pub(super) fn trusted(url: &str) -> String {
+        with_options(url, &format!("ca={}&connect_timeout=3s", file("ca.pem")))
+    }
+
+    fn backend_error(url: &str) -> Error {
+        match RedisBackend::connect(url) {
+            Ok(b) => match b.ping() {
+                Ok(()) => panic!("{url}: connected"),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// `connect` fails with a `Backend` error whose chain names `reason` (rustls's words).
+    fn assert_handshake_fails(url: &str, reason: &str) {
+        let e = backend_error(url);
+        assert!(matches!(e, Error::Backend { .. }), "{url}: {e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains(reason), "{url}: {report}");
+    }
+
+    mod tck {
+        simba_lease::tck_suite!(|| std::sync::Arc::new(super::super::Isolated::new(
+            &super::trusted(&super::url()),
+            ""
+        )));
+    }
+
+    #[test]
+    fn tls_with_the_ca_answers_over_tls_only() {
+        let b = RedisBackend::connect(&trusted(&url())).unwrap();
+        b.ping().unwrap();
+        // The server has no plaintext port: the connection really is TLS.
+        let plain = url().replacen("rediss://", "redis://", 1);
+        let e = simba_lease::connect(&format!("{plain}?connect_timeout=2s"))
+            .err()
+            .unwrap();
+        assert!(
+            matches!(e, Error::Backend { .. } | Error::Timeout { .. }),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn tls_without_the_ca_fails() {
+        // The platform's roots do not hold the CI's throwaway CA.
+        assert_handshake_fails(&with_options(&url(), "connect_timeout=3s"), "UnknownIssuer");
+    }
+
+    #[test]
+    fn tls_with_another_ca_fails() {
+        assert_handshake_fails(
+            &with_options(
+                &url(),
+                &format!("ca={}&connect_timeout=3s", file("other-ca.pem")),
+            ),
+            "UnknownIssuer",
+        );
+    }
+
+    #[test]
+    fn tls_certificate_for_another_host_fails() {
+        let url = env_url("SIMBA_REDIS_TLS_WRONG_HOST_URL", "rediss://127.0.0.1:6392");
+        assert_handshake_fails(&trusted(&url), "not valid for name");
+    }
+
+    #[test]
+    fn tls_expired_certificate_fails() {
+        let url = env_url("SIMBA_REDIS_TLS_EXPIRED_URL", "rediss://127.0.0.1:6391");
+        assert_handshake_fails(&trusted(&url), "Expired");
+    }
+
+    #[test]
+    fn tls_acl_user_and_password() {
+        let u = url().replacen("rediss://", "rediss://simba:simba-secret@", 1);
+        let b = RedisBackend::connect(&trusted(&u)).unwrap();
+        let who = b
+            .scripting()
+            .command(Role::Other, &["ACL", "WHOAMI"])
+            .unwrap();
+        assert_eq!(who.as_str(), Some("simba"), "{who:?}");
+        assert!(!format!("{b:?}").contains("simba-secret"), "{b:?}");
+
+        let pw = "Wr0ng-Pa55word";
+        let u = url().replacen("rediss://", &format!("rediss://simba:{pw}@"), 1);
+        let e = backend_error(&trusted(&u));
+        for text in [e.to_string(), format!("{e:?}"), e.report().to_string()] {
+            assert!(!text.contains(pw), "{text}");
+        }
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn tls_client_certificate() {
+        let u = with_options(
+            &trusted(&url()),
+            &format!("cert={}&key={}", file("client.pem"), file("client.key")),
+        );
+        RedisBackend::connect(&u).unwrap().ping().unwrap();
+        let e = simba_lease::connect(&with_options(
+            &trusted(&url()),
+            &format!("cert={}", file("client.pem")),
+        ))
+        .err()
+        .unwrap();
+        assert!(
+            matches!(&e, Error::InvalidConfig { setting, .. } if setting == "key"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn tls_files_are_checked() {
+        let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        for (opts, setting) in [
+            ("ca=/nonexistent/ca.pem".to_owned(), "ca"),
+            (format!("ca={not_pem}"), "ca"),
+            (format!("ca={}", file("client.key")), "ca"),
+            (format!("cert={}&key={not_pem}", file("client.pem")), "key"),
+        ] {
+            let e = simba_lease::connect(&with_options(&url(), &opts))
+                .err()
+                .unwrap();
+            assert!(
+                matches!(&e, Error::InvalidConfig { setting: s, .. } if s == setting),
+                "{opts}: {e:?}"
+            );
+        }
+        // TLS options on a plaintext URL: refused, never ignored.
+        let e = simba_lease::connect(&with_options(
+            &standalone_url(),
+            &format!("ca={}", file("ca.pem")),
+        ))
+        .err()
+        .unwrap();
+        assert!(
+            matches!(&e, Error::InvalidConfig { setting, .. } if setting == "ca"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn tls_cluster_is_refused() {
+        let e = simba_lease::connect("rediss+cluster://127.0.0.1:7000")
+            .err()
+            .unwrap();
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
+    }
 }

@@ -49,8 +49,16 @@
 //! one hour. `pool_size` and `wait_replicas` are at most 1000; booleans are `true`/`false`
 //! (also `1`/`0`, `yes`/`no`). Hosts are `host[:port]` (default port 6379) or `[v6][:port]`.
 //! A bad option fails with [`Error::InvalidConfig`] naming it (see
-//! [`backends::options`](crate::backends::options)). `rediss://` (TLS) is refused: this build
-//! of the `redis` crate has no TLS support.
+//! [`backends::options`](crate::backends::options)).
+//!
+//! TLS (feature `tls`, rustls): `rediss://[user[:password]@]host:port[/db]` (one server; the
+//! host name or IP address must match the server's certificate). Options: `ca` (PEM file of
+//! the CA certificates to trust; default: the platform's roots), `cert` and `key` (PEM files
+//! of a client certificate and its key, both or neither). A file that cannot be read or holds
+//! no certificate/key fails with [`Error::InvalidConfig`] naming the option; a failed handshake
+//! (unknown CA, wrong host name, expired certificate) fails `connect` with [`Error::Backend`].
+//! These options on a `redis://` URL are refused (never a plaintext fallback), and
+//! `rediss+cluster://` is refused for now. Without the feature, `rediss://` is refused.
 //!
 //! ```no_run
 //! use simba_lease::{connect, Config, Session};
@@ -117,8 +125,8 @@ mod scripting;
 mod scripts;
 
 pub use scripting::{
-    ClusterScripting, ConnectOptions, LuaScript, PubSubEvent, RedisScripting, Reply, Role,
-    ScriptCall, StandaloneScripting,
+    ClusterScripting, ConnectOptions, LuaScript, PubSubEvent, RedisScripting, RedisTls, Reply,
+    Role, ScriptCall, StandaloneScripting,
 };
 
 use super::options;
@@ -162,6 +170,8 @@ pub struct RedisConfig {
     pub route_by_slot: bool,
     /// Idle connections kept per role (default 4).
     pub pool_size: usize,
+    /// TLS material of a `rediss://` URL (feature `tls`; default: none).
+    pub tls: RedisTls,
 }
 
 impl Default for RedisConfig {
@@ -173,6 +183,7 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(5),
             route_by_slot: false,
             pool_size: 4,
+            tls: RedisTls::default(),
         }
     }
 }
@@ -183,6 +194,7 @@ impl RedisConfig {
             query_timeout: self.query_timeout,
             connect_timeout: self.connect_timeout,
             pool_size: self.pool_size,
+            tls: self.tls.clone(),
         }
     }
 
@@ -661,15 +673,22 @@ impl RedisBackend {
             "connect_timeout",
             "route_by_slot",
             "pool_size",
+            "ca",
+            "cert",
+            "key",
         ];
         u.check_params(KNOWN)?;
-        let clustered = match u.scheme.as_str() {
-            "redis" => false,
-            "redis+cluster" => true,
+        let (clustered, tls) = match u.scheme.as_str() {
+            "redis" => (false, false),
+            "redis+cluster" => (true, false),
+            "rediss" if cfg!(feature = "tls") => (false, true),
+            "rediss+cluster" if cfg!(feature = "tls") => {
+                return Err(
+                    u.invalid("TLS to a Redis Cluster (rediss+cluster://) is not supported yet")
+                )
+            }
             "rediss" | "rediss+cluster" => {
-                return Err(u.invalid(
-                    "TLS (rediss://) is not supported: this build of the redis crate has no TLS feature",
-                ))
+                return Err(u.invalid("TLS (rediss://) needs the `tls` feature of simba-lease"))
             }
             other => return Err(u.invalid(format!("not a Redis URL scheme: {other:?}"))),
         };
@@ -701,6 +720,15 @@ impl RedisBackend {
         if let Some(v) = u.param("route_by_slot") {
             cfg.route_by_slot = options::boolean("route_by_slot", v)?;
         }
+        if tls {
+            cfg.tls = tls_files(u)?;
+        } else if let Some(o) = ["ca", "cert", "key"]
+            .into_iter()
+            .find(|o| u.param(o).is_some())
+        {
+            return Err(Error::config(o, "TLS options need a rediss:// URL"));
+        }
+        let scheme = if tls { "rediss" } else { "redis" };
         let auth = match (&u.user, &u.password) {
             (Some(user), Some(pw)) => format!("{}:{}@", encode(user), encode(pw)),
             (None, Some(pw)) => format!(":{}@", encode(pw)),
@@ -709,7 +737,10 @@ impl RedisBackend {
         };
         let url = |h: &options::HostPort| {
             let h = h.with_port(6379);
-            format!("redis://{auth}{h}{}", if clustered { "" } else { &u.path })
+            format!(
+                "{scheme}://{auth}{h}{}",
+                if clustered { "" } else { &u.path }
+            )
         };
         if clustered {
             cfg.validate(true)?;
@@ -1490,6 +1521,56 @@ impl LeaseBackend for RedisBackend {
         self.start_notifier();
         Ok(Some(sub))
     }
+}
+
+/// Reads the PEM files named by the `ca`, `cert` and `key` options of a `rediss://` URL.
+fn tls_files(u: &BackendUrl) -> Result<RedisTls> {
+    let read = |option: &str| -> Result<Option<Vec<u8>>> {
+        let Some(path) = u.param(option) else {
+            return Ok(None);
+        };
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::config(option, format!("cannot read {path:?}: {e}")))?;
+        if pem_check(option, &bytes) {
+            Ok(Some(bytes))
+        } else {
+            let what = if option == "key" {
+                "private key"
+            } else {
+                "certificate"
+            };
+            Err(Error::config(
+                option,
+                format!("{path:?} holds no PEM {what}"),
+            ))
+        }
+    };
+    let ca = read("ca")?;
+    let client = match (read("cert")?, read("key")?) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) => return Err(Error::config("key", "`cert` needs `key`")),
+        (None, Some(_)) => return Err(Error::config("cert", "`key` needs `cert`")),
+    };
+    Ok(RedisTls { ca, client })
+}
+
+/// Whether `bytes` hold at least one PEM certificate (`ca`, `cert`) or a private key (`key`).
+#[cfg(feature = "tls")]
+fn pem_check(option: &str, bytes: &[u8]) -> bool {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    if option == "key" {
+        PrivateKeyDer::from_pem_slice(bytes).is_ok()
+    } else {
+        let mut certs = CertificateDer::pem_slice_iter(bytes);
+        matches!(certs.next(), Some(Ok(_))) && certs.all(|c| c.is_ok())
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn pem_check(_option: &str, _bytes: &[u8]) -> bool {
+    false
 }
 
 #[cfg(test)]

@@ -299,6 +299,8 @@ pub struct ConnectOptions {
     pub connect_timeout: Duration,
     /// Idle connections kept per role.
     pub pool_size: usize,
+    /// TLS material of a `rediss://` URL (feature `tls`).
+    pub tls: RedisTls,
 }
 
 impl Default for ConnectOptions {
@@ -307,8 +309,78 @@ impl Default for ConnectOptions {
             query_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             pool_size: 4,
+            tls: RedisTls::default(),
         }
     }
+}
+
+/// TLS material for `rediss://` URLs, in PEM (read from the URL's `ca`, `cert` and `key`
+/// files). Empty, a `rediss://` URL trusts the platform's root certificates and sends no
+/// client certificate. Its `Debug` never prints the contents.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// The CA certificates to trust instead of the platform's.
+    pub ca: Option<Vec<u8>>,
+    /// A client certificate (chain) and its private key.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl RedisTls {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.client.is_none()
+    }
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca.is_some())
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+/// Makes rustls's `ring` provider the process default unless one is installed already (the
+/// redis crate builds its TLS configuration with the default provider).
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another thread installing one is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// A client for `url` (`redis://` or `rediss://`) with the TLS material `tls`.
+fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client> {
+    const OP: &str = "parsing the Redis URL";
+    #[cfg(feature = "tls")]
+    install_crypto_provider();
+    if tls.is_empty() {
+        return redis::Client::open(url).map_err(|e| Error::backend(OP, e));
+    }
+    #[cfg(feature = "tls")]
+    {
+        let certs = redis::TlsCertificates {
+            client_tls: tls
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: tls.ca.clone(),
+        };
+        redis::Client::build_with_tls(url, certs).map_err(|e| {
+            let setting = if tls.client.is_some() { "cert" } else { "ca" };
+            Error::config(setting, format!("the TLS certificates were refused: {e}"))
+        })
+    }
+    #[cfg(not(feature = "tls"))]
+    Err(Error::config(
+        "ca",
+        "TLS certificates need the `tls` feature of simba-lease",
+    ))
 }
 
 pub(crate) fn map_err(
@@ -706,8 +778,7 @@ impl StandaloneScripting {
     /// Connects to `url` (`redis://[user:password@]host:port[/db]`); the first connection is
     /// opened now so a bad address fails here.
     pub fn new(url: &str, opts: ConnectOptions) -> Result<Self> {
-        let client =
-            redis::Client::open(url).map_err(|e| Error::backend("parsing the Redis URL", e))?;
+        let client = open_client(url, &opts.tls)?;
         let open = || -> Factory<redis::Connection> {
             let (client, opts) = (client.clone(), opts.clone());
             Box::new(move || connect(&client, &opts))
