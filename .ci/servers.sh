@@ -391,6 +391,45 @@ ensure_redis_tls() {
   export SIMBA_REDIS_TLS_WRONG_HOST_URL=rediss://127.0.0.1:$REDIS_TLS_WRONG_HOST_PORT
 }
 
+# A 3-master Redis Cluster over TLS only (client and bus), with the good certificate. Exports
+# SIMBA_REDIS_TLS_CLUSTER_URL (rediss+cluster://127.0.0.1:7100,...).
+REDIS_TLS_CLUSTER_PORTS=${SIMBA_REDIS_TLS_CLUSTER_PORTS:-"7100 7101 7102"}
+
+redis_tls_cli() {
+  local d=$SIMBA_CI_DIR/redis-tls
+  redis-cli --tls --cacert "$d/ca.pem" --cert "$d/client.pem" --key "$d/client.key" "$@"
+}
+
+tls_cluster_ok() {
+  local p n; n=$(echo $REDIS_TLS_CLUSTER_PORTS | wc -w)
+  for p in $REDIS_TLS_CLUSTER_PORTS; do
+    redis_tls_cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok || return 1
+    redis_tls_cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q "cluster_known_nodes:$n" || return 1
+  done
+}
+
+ensure_redis_tls_cluster() {
+  ensure_redis_tls_certs
+  local p addrs=()
+  for p in $REDIS_TLS_CLUSTER_PORTS; do addrs+=("127.0.0.1:$p"); done
+  if ! tls_cluster_ok; then
+    for p in $REDIS_TLS_CLUSTER_PORTS; do
+      redis_tls_ping "$p" || start_redis_tls "$p" server --tls-cluster yes --cluster-enabled yes \
+        --cluster-config-file nodes.conf --cluster-node-timeout 2000
+      redis_tls_cli -h 127.0.0.1 -p "$p" info cluster | grep -q cluster_enabled:1 ||
+        die "port $p answers but is not a cluster node"
+    done
+    local slots; slots=$(redis_tls_cli -h 127.0.0.1 -p "${REDIS_TLS_CLUSTER_PORTS%% *}" cluster info | sed -n 's/^cluster_slots_assigned:\([0-9]*\).*/\1/p')
+    if [ "${slots:-0}" = 0 ]; then
+      log "creating the TLS cluster ${addrs[*]}"
+      redis_tls_cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$SIMBA_CI_DIR/redis-tls-cluster-create.log" 2>&1 ||
+        die "redis-cli --cluster create failed (see $SIMBA_CI_DIR/redis-tls-cluster-create.log)"
+    fi
+    wait_until 60 "cluster_state:ok on ${addrs[*]} (a stale cluster? stop the nodes and delete $SIMBA_CI_DIR/redis-tls-<port>)" tls_cluster_ok
+  fi
+  export SIMBA_REDIS_TLS_CLUSTER_URL=rediss+cluster://$(IFS=,; echo "${addrs[*]}")
+}
+
 
 # The backends' issues add their servers here.
 ensure_all() {
@@ -400,6 +439,7 @@ ensure_all() {
   ensure_redis_replica
   ensure_redis_cluster
   ensure_redis_tls
+  ensure_redis_tls_cluster
   ensure_postgres
   ensure_mysql
 }

@@ -7,7 +7,8 @@
 //! `redis://127.0.0.1:6381`) and `SIMBA_REDIS_CLUSTER_URL`
 //! (`redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002`); with the `tls` feature,
 //! `SIMBA_REDIS_TLS_URL` (`rediss://127.0.0.1:6390`), `SIMBA_REDIS_TLS_EXPIRED_URL` (6391),
-//! `SIMBA_REDIS_TLS_WRONG_HOST_URL` (6392) and `SIMBA_REDIS_TLS_DIR` (the CA and certificates).
+//! `SIMBA_REDIS_TLS_WRONG_HOST_URL` (6392), `SIMBA_REDIS_TLS_CLUSTER_URL`
+//! (`rediss+cluster://127.0.0.1:7100,...`) and `SIMBA_REDIS_TLS_DIR` (the CA and certificates).
 //!
 //! Every backend gets a random key prefix and deletes its keys when dropped.
 //!
@@ -1454,11 +1455,47 @@ mod tls {
         );
     }
 
+    pub(super) fn cluster_url() -> String {
+        env_url(
+            "SIMBA_REDIS_TLS_CLUSTER_URL",
+            "rediss+cluster://127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102",
+        )
+    }
+
+    mod cluster_tck {
+        simba_lease::tck_suite!(|| std::sync::Arc::new(super::super::Isolated::new(
+            &super::trusted(&super::cluster_url()),
+            ""
+        )));
+    }
+
+    /// The scan reaches every master over TLS (the seed's TLS settings carry over).
     #[test]
-    fn tls_cluster_is_refused() {
-        let e = simba_lease::connect("rediss+cluster://127.0.0.1:7000")
-            .err()
+    fn tls_cluster_scan_reaches_every_master() {
+        let b = Isolated::new(&trusted(&cluster_url()), "");
+        let keys: Vec<String> = (0..30).map(|i| format!("{}:scan:{i}", b.prefix)).collect();
+        for k in &keys {
+            b.command(&["SET", k, "1"]);
+        }
+        let mut found = b
+            .inner
+            .scripting()
+            .scan(&format!("{}:scan:*", b.prefix), 1000)
             .unwrap();
-        assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
+        found.sort();
+        let mut expected = keys.clone();
+        expected.sort();
+        assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn tls_cluster_with_another_ca_fails() {
+        let e = backend_error(&with_options(
+            &cluster_url(),
+            &format!("ca={}&connect_timeout=3s", file("other-ca.pem")),
+        ));
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains("UnknownIssuer"), "{report}");
     }
 }

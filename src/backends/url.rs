@@ -258,8 +258,8 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 ///   `name` (shared while any handle to it lives).
 /// * `redis://host:6379[/db]` and `redis+cluster://h1:7000,h2:7001` (feature `redis`): see
 ///   `backends::redis` for the options (`prefix`, `wait_replicas`,
-///   `query_timeout`, `connect_timeout`, `route_by_slot`, `pool_size`); `rediss://` (TLS)
-///   is refused because this build has no TLS.
+///   `query_timeout`, `connect_timeout`, `route_by_slot`, `pool_size`); `rediss://` and
+///   `rediss+cluster://` (TLS, feature `tls`; options `ca`, `cert`, `key`).
 /// * `postgres://user[:password]@host[:port]/db` (also `postgresql://`) and
 ///   `mysql://user[:password]@host[:port]/db` (also `mariadb://`) — a
 ///   `SqlBackend` (features `postgres`, `mysql`); options `query_timeout`, `pool_size`,

@@ -51,14 +51,15 @@
 //! A bad option fails with [`Error::InvalidConfig`] naming it (see
 //! [`backends::options`](crate::backends::options)).
 //!
-//! TLS (feature `tls`, rustls): `rediss://[user[:password]@]host:port[/db]` (one server; the
-//! host name or IP address must match the server's certificate). Options: `ca` (PEM file of
+//! TLS (feature `tls`, rustls): `rediss://[user[:password]@]host:port[/db]` (one server) or
+//! `rediss+cluster://h1:7000,h2:7001` (a Redis Cluster; every node with the same settings); the
+//! host name or IP address must match the server's certificate. Options: `ca` (PEM file of
 //! the CA certificates to trust; default: the platform's roots), `cert` and `key` (PEM files
 //! of a client certificate and its key, both or neither). A file that cannot be read or holds
 //! no certificate/key fails with [`Error::InvalidConfig`] naming the option; a failed handshake
 //! (unknown CA, wrong host name, expired certificate) fails `connect` with [`Error::Backend`].
-//! These options on a `redis://` URL are refused (never a plaintext fallback), and
-//! `rediss+cluster://` is refused for now. Without the feature, `rediss://` is refused.
+//! These options on a `redis://` URL are refused (never a plaintext fallback). Without the
+//! feature, `rediss://` is refused.
 //!
 //! ```no_run
 //! use simba_lease::{connect, Config, Session};
@@ -659,7 +660,8 @@ impl RedisBackend {
         Self::new(Arc::new(s), cfg)
     }
 
-    /// A backend from a `redis://` or `redis+cluster://` URL (see the module documentation).
+    /// A backend from a `redis://`, `redis+cluster://`, `rediss://` or `rediss+cluster://` URL
+    /// (see the module documentation).
     pub fn connect(url: &str) -> Result<Self> {
         Self::from_url(&BackendUrl::parse(url)?)
     }
@@ -682,11 +684,7 @@ impl RedisBackend {
             "redis" => (false, false),
             "redis+cluster" => (true, false),
             "rediss" if cfg!(feature = "tls") => (false, true),
-            "rediss+cluster" if cfg!(feature = "tls") => {
-                return Err(
-                    u.invalid("TLS to a Redis Cluster (rediss+cluster://) is not supported yet")
-                )
-            }
+            "rediss+cluster" if cfg!(feature = "tls") => (true, true),
             "rediss" | "rediss+cluster" => {
                 return Err(u.invalid("TLS (rediss://) needs the `tls` feature of simba-lease"))
             }

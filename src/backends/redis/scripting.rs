@@ -351,6 +351,28 @@ fn install_crypto_provider() {
     }
 }
 
+/// The redis crate's form of `tls`.
+#[cfg(feature = "tls")]
+fn tls_certificates(tls: &RedisTls) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.ca.clone(),
+    }
+}
+
+/// The certificates of `tls` were refused by the driver.
+#[cfg(feature = "tls")]
+fn tls_refused(tls: &RedisTls, e: redis::RedisError) -> Error {
+    let setting = if tls.client.is_some() { "cert" } else { "ca" };
+    Error::config(setting, format!("the TLS certificates were refused: {e}"))
+}
+
 /// A client for `url` (`redis://` or `rediss://`) with the TLS material `tls`.
 fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client> {
     const OP: &str = "parsing the Redis URL";
@@ -361,20 +383,7 @@ fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client> {
     }
     #[cfg(feature = "tls")]
     {
-        let certs = redis::TlsCertificates {
-            client_tls: tls
-                .client
-                .as_ref()
-                .map(|(cert, key)| redis::ClientTlsConfig {
-                    client_cert: cert.clone(),
-                    client_key: key.clone(),
-                }),
-            root_cert: tls.ca.clone(),
-        };
-        redis::Client::build_with_tls(url, certs).map_err(|e| {
-            let setting = if tls.client.is_some() { "cert" } else { "ca" };
-            Error::config(setting, format!("the TLS certificates were refused: {e}"))
-        })
+        redis::Client::build_with_tls(url, tls_certificates(tls)).map_err(|e| tls_refused(tls, e))
     }
     #[cfg(not(feature = "tls"))]
     Err(Error::config(
@@ -896,12 +905,27 @@ impl ClusterScripting {
     pub fn new(urls: &[String], opts: ConnectOptions) -> Result<Self> {
         const OP: &str = "connecting to the Redis Cluster";
         let err = |e| Error::backend(OP, e);
-        let client = redis::cluster::ClusterClient::builder(urls.to_vec())
+        let builder = redis::cluster::ClusterClient::builder(urls.to_vec())
             .connection_timeout(opts.connect_timeout)
             .response_timeout(opts.query_timeout)
-            .retries(2)
-            .build()
-            .map_err(err)?;
+            .retries(2);
+        #[cfg(feature = "tls")]
+        let builder = if opts.tls.is_empty() {
+            builder
+        } else {
+            install_crypto_provider();
+            builder.certs(tls_certificates(&opts.tls))
+        };
+        #[cfg(feature = "tls")]
+        let client = builder.build().map_err(|e| {
+            if opts.tls.is_empty() {
+                err(e)
+            } else {
+                tls_refused(&opts.tls, e)
+            }
+        })?;
+        #[cfg(not(feature = "tls"))]
+        let client = builder.build().map_err(err)?;
         let client = Arc::new(client);
         let open = || -> Factory<redis::cluster::ClusterConnection> {
             let client = client.clone();
@@ -909,9 +933,8 @@ impl ClusterScripting {
         };
         let seeds = urls
             .iter()
-            .map(|u| redis::Client::open(u.as_str()))
-            .collect::<redis::RedisResult<Vec<_>>>()
-            .map_err(err)?;
+            .map(|u| open_client(u, &opts.tls))
+            .collect::<Result<Vec<_>>>()?;
         let pools = Pools::connect(opts, open, OP)?;
         Ok(ClusterScripting { seeds, pools })
     }
@@ -990,7 +1013,8 @@ impl RedisScripting for ClusterScripting {
                         };
                         let host = if host.is_empty() {
                             match seed.get_connection_info().addr() {
-                                redis::ConnectionAddr::Tcp(h, _) => h.clone(),
+                                redis::ConnectionAddr::Tcp(h, _)
+                                | redis::ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
                                 _ => continue,
                             }
                         } else {
@@ -1000,10 +1024,21 @@ impl RedisScripting for ClusterScripting {
                             continue;
                         }
                         seen.push((host.clone(), port));
-                        let info = seed
-                            .get_connection_info()
-                            .clone()
-                            .set_addr(redis::ConnectionAddr::Tcp(host, port));
+                        // The seed's TLS settings (CA, client certificate) for every node.
+                        let addr = match seed.get_connection_info().addr().clone() {
+                            redis::ConnectionAddr::TcpTls {
+                                insecure,
+                                tls_params,
+                                ..
+                            } => redis::ConnectionAddr::TcpTls {
+                                host,
+                                port,
+                                insecure,
+                                tls_params,
+                            },
+                            _ => redis::ConnectionAddr::Tcp(host, port),
+                        };
+                        let info = seed.get_connection_info().clone().set_addr(addr);
                         masters.push(redis::Client::open(info).map_err(&err)?);
                     }
                     break;
