@@ -308,13 +308,15 @@ ensure_mysql() {
 # ---- Redis over TLS (issue 12) --------------------------------------------------------------
 # A throwaway CA under $SIMBA_CI_DIR/redis-tls signs: a server certificate for 127.0.0.1 and
 # localhost, a client certificate, an expired server certificate and one for another host name.
-# Three servers listen on TLS only (no plaintext port): the good certificate (with an ACL user
-# `simba` whose password is `simba-secret`), the expired one and the wrong-host one. Exports
-# SIMBA_REDIS_TLS_URL, SIMBA_REDIS_TLS_EXPIRED_URL, SIMBA_REDIS_TLS_WRONG_HOST_URL (all
+# Four servers listen on TLS only (no plaintext port): the good certificate (with an ACL user
+# `simba` whose password is `simba-secret`), the expired one, the wrong-host one, and the good
+# one requiring a client certificate. Exports SIMBA_REDIS_TLS_URL, SIMBA_REDIS_TLS_EXPIRED_URL,
+# SIMBA_REDIS_TLS_WRONG_HOST_URL, SIMBA_REDIS_TLS_CLIENT_AUTH_URL (all
 # rediss://127.0.0.1:PORT) and SIMBA_REDIS_TLS_DIR (ca.pem, client.pem, client.key, other-ca.pem).
 REDIS_TLS_PORT=${REDIS_TLS_PORT:-6390}
 REDIS_TLS_EXPIRED_PORT=${REDIS_TLS_EXPIRED_PORT:-6391}
 REDIS_TLS_WRONG_HOST_PORT=${REDIS_TLS_WRONG_HOST_PORT:-6392}
+REDIS_TLS_CLIENT_AUTH_PORT=${REDIS_TLS_CLIENT_AUTH_PORT:-6393}
 
 redis_tls_ping() {
   local d=$SIMBA_CI_DIR/redis-tls
@@ -385,10 +387,14 @@ ensure_redis_tls() {
   redis_tls_ping "$REDIS_TLS_PORT" || die "redis with TLS on port $REDIS_TLS_PORT does not answer"
   redis_tls_listening "$REDIS_TLS_EXPIRED_PORT" || start_redis_tls "$REDIS_TLS_EXPIRED_PORT" expired
   redis_tls_listening "$REDIS_TLS_WRONG_HOST_PORT" || start_redis_tls "$REDIS_TLS_WRONG_HOST_PORT" wrong-host
+  # Later arguments win: this one requires a client certificate signed by the CA.
+  redis_tls_ping "$REDIS_TLS_CLIENT_AUTH_PORT" ||
+    start_redis_tls "$REDIS_TLS_CLIENT_AUTH_PORT" server --tls-auth-clients yes
   export SIMBA_REDIS_TLS_DIR=$SIMBA_CI_DIR/redis-tls
   export SIMBA_REDIS_TLS_URL=rediss://127.0.0.1:$REDIS_TLS_PORT
   export SIMBA_REDIS_TLS_EXPIRED_URL=rediss://127.0.0.1:$REDIS_TLS_EXPIRED_PORT
   export SIMBA_REDIS_TLS_WRONG_HOST_URL=rediss://127.0.0.1:$REDIS_TLS_WRONG_HOST_PORT
+  export SIMBA_REDIS_TLS_CLIENT_AUTH_URL=rediss://127.0.0.1:$REDIS_TLS_CLIENT_AUTH_PORT
 }
 
 # A 3-master Redis Cluster over TLS only (client and bus), with the good certificate. Exports

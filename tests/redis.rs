@@ -7,7 +7,8 @@
 //! `redis://127.0.0.1:6381`) and `SIMBA_REDIS_CLUSTER_URL`
 //! (`redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002`); with the `tls` feature,
 //! `SIMBA_REDIS_TLS_URL` (`rediss://127.0.0.1:6390`), `SIMBA_REDIS_TLS_EXPIRED_URL` (6391),
-//! `SIMBA_REDIS_TLS_WRONG_HOST_URL` (6392), `SIMBA_REDIS_TLS_CLUSTER_URL`
+//! `SIMBA_REDIS_TLS_WRONG_HOST_URL` (6392), `SIMBA_REDIS_TLS_CLIENT_AUTH_URL` (6393, requires a
+//! client certificate), `SIMBA_REDIS_TLS_CLUSTER_URL`
 //! (`rediss+cluster://127.0.0.1:7100,...`) and `SIMBA_REDIS_TLS_DIR` (the CA and certificates).
 //!
 //! Every backend gets a random key prefix and deletes its keys when dropped.
@@ -1408,11 +1409,17 @@ mod tls {
 
     #[test]
     fn tls_client_certificate() {
+        // This server requires a client certificate signed by the CA.
+        let auth_url = env_url("SIMBA_REDIS_TLS_CLIENT_AUTH_URL", "rediss://127.0.0.1:6393");
         let u = with_options(
-            &trusted(&url()),
+            &trusted(&auth_url),
             &format!("cert={}&key={}", file("client.pem"), file("client.key")),
         );
         RedisBackend::connect(&u).unwrap().ping().unwrap();
+        let e = backend_error(&trusted(&auth_url));
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains("CertificateRequired"), "{report}");
         let e = simba_lease::connect(&with_options(
             &trusted(&url()),
             &format!("cert={}", file("client.pem")),
