@@ -269,6 +269,13 @@ pub(crate) struct MyDriver {
     server: Arc<OnceLock<ServerVersion>>,
 }
 
+/// The driver's host (an IPv6 address without its brackets) and port (3306 by default) of
+/// one URL host entry; a bad port is an error, never a silent default.
+fn host_and_port(entry: &str) -> std::result::Result<(String, u16), String> {
+    let hp = crate::backends::options::host_port(entry)?;
+    Ok((hp.host, hp.port.unwrap_or(3306)))
+}
+
 impl MyDriver {
     pub(crate) fn new(
         url: &BackendUrl,
@@ -281,12 +288,7 @@ impl MyDriver {
             None => {
                 let mut b = OptsBuilder::new();
                 if let Some(h) = url.hosts.first() {
-                    let (host, port) = match h.rsplit_once(':') {
-                        Some((host, port)) if !h.ends_with(']') => {
-                            (host.to_owned(), port.parse::<u16>().unwrap_or(3306))
-                        }
-                        _ => (h.clone(), 3306),
-                    };
+                    let (host, port) = host_and_port(h).map_err(|reason| url.invalid(reason))?;
                     b = b.ip_or_hostname(Some(host)).tcp_port(port);
                 }
                 if url.hosts.len() > 1 {
@@ -803,5 +805,23 @@ mod tests {
         let tiny = limits(Flavor::MySql, Duration::from_micros(10));
         assert!(tiny.contains("max_execution_time = 1,"), "{tiny}");
         assert!(tiny.contains("innodb_lock_wait_timeout = 1,"), "{tiny}");
+    }
+
+    #[test]
+    fn url_hosts_give_the_driver_a_bare_address_and_a_checked_port() {
+        assert_eq!(super::host_and_port("db").unwrap(), ("db".into(), 3306));
+        assert_eq!(
+            super::host_and_port("db:3307").unwrap(),
+            ("db".into(), 3307)
+        );
+        assert_eq!(super::host_and_port("[::1]").unwrap(), ("::1".into(), 3306));
+        assert_eq!(
+            super::host_and_port("[::1]:3307").unwrap(),
+            ("::1".into(), 3307)
+        );
+        assert!(
+            super::host_and_port("db:33o6").is_err(),
+            "no silent default port"
+        );
     }
 }
