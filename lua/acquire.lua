@@ -1,11 +1,13 @@
--- acquire (one node): KEYS session, leases index, lease; ARGV sid, name.
--- {-1} when the session is gone; else lease_acquire's reply. A new term lasts as long as
--- its session.
+-- acquire (one node): KEYS session, leases index, lease; ARGV sid, name, session key prefix.
+-- {-1} when the session is gone; else lease_acquire's reply. A new term is bound to its
+-- session (it lives exactly as long) and counts as a change of the session's leases.
 local left = session_left(KEYS[1])
 if not left then return {-1} end
-local r = lease_acquire(KEYS[3], ARGV[1], left, clock())
+local now, up = clock()
+local r = lease_acquire(KEYS[3], ARGV[1], left, now, up, ARGV[3], true)
 if r[1] == 1 then
   redis.call('SADD', KEYS[2], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], left * 2)
+  if r[4] == 1 then redis.call('HINCRBY', KEYS[1], 'v', 1) end
 end
 return r

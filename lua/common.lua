@@ -35,28 +35,56 @@ local function index_ttl(ikey, ms)
   end
 end
 
+-- A term or membership bound to its session (one node) carries this mark as its expiry: it
+-- is live exactly while its holder's session hash is, so a keep-alive renews it by renewing
+-- the session alone. Earlier versions of this library read the mark as a far-future expiry
+-- and never take such a term over.
+local BOUND = 9000000000000000
+
+-- What a term or membership with expiry `expires` of session `sid` has left in ms (now, up:
+-- clock()), or nil once it ran out. `sprefix` is the session key prefix (a bound term lives
+-- as long as `sprefix{sid}`).
+local function left_of(expires, sid, now, up, sprefix)
+  if expires >= BOUND then
+    local p = redis.call('PTTL', sprefix .. '{' .. sid .. '}')
+    -- PTTL counts from the whole ms begun; never report more than is left.
+    local left = p - (up - now)
+    if p <= 0 or left < 0 then return nil end
+    return left
+  end
+  if expires <= now then return nil end
+  return expires - up
+end
+
 -- Takes `key` for `sid` for `ms` when free or its holder's term ran out (now, up: clock()).
 -- {1, token, remaining, new(1|0)} when held by sid; {0, token, remaining, holder} otherwise.
 -- A new term is published as 'acquired' on the key's channel (a re-acquire is not).
-local function lease_acquire(key, sid, ms, now, up)
+-- With `bind`, a new term is bound to sid's session (one node); otherwise it ends at up + ms.
+local function lease_acquire(key, sid, ms, now, up, sprefix, bind)
   local h = redis.call('HMGET', key, 'session', 'token', 'expires')
   local holder, token, expires = h[1], tonumber(h[2] or '0'), tonumber(h[3] or '0')
-  if holder and holder ~= '' and expires > now then
-    if holder == sid then return {1, token, math.min(expires - up, ms), 0} end
-    return {0, token, expires - up, holder}
+  if holder and holder ~= '' then
+    local left = left_of(expires, holder, now, up, sprefix)
+    if left then
+      if holder == sid then return {1, token, math.min(left, ms), 0} end
+      return {0, token, left, holder}
+    end
   end
   token = redis.call('HINCRBY', key, 'token', 1)
-  redis.call('HSET', key, 'session', sid, 'expires', fmt(up + ms))
+  local ends = up + ms
+  if bind then ends = BOUND end
+  redis.call('HSET', key, 'session', sid, 'expires', fmt(ends))
   redis.call('PUBLISH', key, 'acquired')
   return {1, token, ms, 1}
 end
 
 -- Extends `key` to at least up + ms if sid holds it (now, up: clock()); its token, or false.
-local function lease_extend(key, sid, ms, now, up)
+-- A bound term needs no extension.
+local function lease_extend(key, sid, ms, now, up, sprefix)
   local h = redis.call('HMGET', key, 'session', 'token', 'expires')
   local expires = tonumber(h[3] or '0')
-  if h[1] ~= sid or expires <= now then return false end
-  if up + ms > expires then
+  if h[1] ~= sid or not left_of(expires, sid, now, up, sprefix) then return false end
+  if expires < BOUND and up + ms > expires then
     redis.call('HSET', key, 'expires', fmt(up + ms))
   end
   return tonumber(h[2])

@@ -5,7 +5,7 @@ local sid, ms, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now, up = clock()
 local out = {}
 for i = 1, n do
-  out[i] = lease_extend(KEYS[i], sid, ms, now, up) or 0
+  out[i] = lease_extend(KEYS[i], sid, ms, now, up, nil) or 0
 end
 for i = n + 1, #KEYS do
   member_extend(KEYS[i], sid, ms, up)

@@ -1,6 +1,8 @@
--- owner: KEYS lease. {session, token, remaining ms} of a live holder, or {}.
+-- owner: KEYS lease; ARGV session key prefix. {session, token, remaining ms} of a live
+-- holder, or {}.
 local h = redis.call('HMGET', KEYS[1], 'session', 'token', 'expires')
+if not h[1] or h[1] == '' then return {} end
 local now, up = clock()
-local expires = tonumber(h[3] or '0')
-if not h[1] or h[1] == '' or expires <= now then return {} end
-return {h[1], tonumber(h[2]), expires - up}
+local left = left_of(tonumber(h[3] or '0'), h[1], now, up, ARGV[1])
+if not left then return {} end
+return {h[1], tonumber(h[2]), left}

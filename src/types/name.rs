@@ -30,8 +30,10 @@ fn validate(name: &str) -> Result<()> {
 macro_rules! name_type {
     ($(#[$doc:meta])* $ty:ident) => {
         $(#[$doc])*
+        // Shared text: names are cloned on every keep-alive and notification, so a clone
+        // is a reference count, not an allocation.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $ty(String);
+        pub struct $ty(std::sync::Arc<str>);
 
         impl $ty {
             /// Validates `name`: 1–128 characters of `[A-Za-z0-9._:-]`, not `.` or `..`.
@@ -39,7 +41,7 @@ macro_rules! name_type {
             pub fn new(name: impl Into<String>) -> Result<Self> {
                 let name = name.into();
                 validate(&name)?;
-                Ok(Self(name))
+                Ok(Self(name.into()))
             }
 
             /// The name as a string.

@@ -5,8 +5,8 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms) |
-//! | `{prefix}:session:{sid}` | hash with `PX` = lease | `metadata`, `lease` |
+//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms, or the mark `9000000000000000`: bound to the session) |
+//! | `{prefix}:session:{sid}` | hash with `PX` = lease | `metadata`, `lease`, `v` (version of its set of leases) |
 //! | `{prefix}:session:{sid}:leases` | set, same slot | leases of the session |
 //! | `{prefix}:session:{sid}:groups` | set, same slot | groups the session joined |
 //! | `{prefix}:group:{group}` | sorted set | member session ids scored by expiry |
@@ -15,11 +15,20 @@
 //! share a slot. Names cannot contain braces, spaces or glob characters (the name rules reject
 //! them before any I/O). `prefix` defaults to `simba`.
 //!
-//! A new term lasts as long as its session; a keep-alive extends every lease the session
-//! holds through its lease index and lists them. A lease is held while its `session` field
-//! names the session and its own `expires` is ahead: deleting (or evicting) a session hash
-//! ends the session at once but its terms only at their expiry, so no lease ever changes hands
-//! before its holder's local deadline. Release clears only the `session` field (the
+//! On one server a new term is *bound* to its session: its `expires` holds a mark instead of
+//! a time, and it is held exactly while its `session` field names a live session hash (the
+//! same for memberships, scored with the mark). A keep-alive then renews the session hash
+//! alone, whatever the session holds: acquire and release bump the session's version `v`,
+//! and the keep-alive lists the leases only when `v` differs from the version of the last
+//! list this backend kept (a sample of two indexed leases per renewal also catches a lease
+//! hash rewritten or deleted behind the library's back). Deleting (or evicting) a session
+//! hash therefore ends its terms at once, while the holder learns it at its next keep-alive:
+//! run with `maxmemory-policy noeviction` (see the operating notes). Routed by slot (a
+//! cluster), a term lasts one session lease on the lease node's clock and every keep-alive
+//! extends it there, so that cost grows with the leases held; clients with and without
+//! `route_by_slot` on one server and prefix read each other's terms correctly. Earlier
+//! versions of this library read the mark as a far-future expiry: they never take a bound
+//! term over, but take over a dead one only after an upgrade. Release clears only the `session` field (the
 //! token stays) and publishes `released` on the lease key's channel; the script that grants a
 //! new term publishes `acquired` there (a re-acquire by the holder publishes nothing); joins
 //! and leaves publish on the group key's channel. One pub/sub connection per backend (on its
@@ -91,7 +100,7 @@
 //! | operation | one server | cluster (`route_by_slot`) |
 //! |---|---|---|
 //! | open, owner | 1 | 1 |
-//! | keep-alive | 1 (every lease and membership in the same script) | 1 + one batch: a script per slot, pipelined to every node at once |
+//! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per slot, pipelined to every node at once; cost grows with the leases held |
 //! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
 //! | release, leave | 1 | 3 (a PTTL of the session first: an expired session changes nothing) |
 //! | join | 1 | 2 |
@@ -105,7 +114,7 @@
 //! **Memory eviction.** Lease hashes never expire, and their `token` field is the only thing
 //! that keeps tokens increasing. Under an `allkeys-*` `maxmemory-policy` Redis may evict a
 //! lease hash when memory runs short, and that lease's next term starts again at token 1;
-//! `volatile-*` policies may evict session hashes, ending sessions early. Run the Redis that
+//! `volatile-*` policies may evict session hashes, ending sessions (and, on one server, their terms) before their holders learn it. Run the Redis that
 //! holds these keys with `maxmemory-policy noeviction` (the Redis default): a full instance
 //! then refuses writes, calls fail and terms end at their deadlines, but no token goes back.
 //! A separate logical database does not help, the policy is per instance.
@@ -375,6 +384,16 @@ pub struct RedisBackend {
     /// By slot: indexed names a keep-alive found not held, since when (dropped from the
     /// index once that lasted a lease).
     stale: Mutex<HashMap<SessionId, HashMap<String, Instant>>>,
+    /// One node: per session, the version of its leases the last full keep-alive reply
+    /// listed, and that list (a keep-alive answering "same version" reuses it).
+    known: Mutex<HashMap<SessionId, KnownLeases>>,
+}
+
+/// The leases of a session at one version of its lease set (one node).
+#[derive(Debug)]
+struct KnownLeases {
+    version: i64,
+    leases: Vec<(LeaseName, Token)>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -638,6 +657,7 @@ impl RedisBackend {
             subscribers: Arc::new(Subscribers::default()),
             notifier: Mutex::new(None),
             stale: Mutex::new(HashMap::new()),
+            known: Mutex::new(HashMap::new()),
         })
     }
 
@@ -942,7 +962,11 @@ impl RedisBackend {
             self.keys.leases_index(sid),
             self.keys.lease(name.as_str()),
         ];
-        let args = [sid.to_string(), name.to_string()];
+        let args = [
+            sid.to_string(),
+            name.to_string(),
+            self.keys.session_prefix(),
+        ];
         let s = &scripts().acquire;
         if self.cfg.wait_replicas == 0 {
             return acquired(OP, &self.eval(Role::Other, s, &keys, &args)?, sid);
@@ -999,7 +1023,11 @@ impl RedisBackend {
             Role::Other,
             &scripts().acquire_lease,
             std::slice::from_ref(&lease_key),
-            &[sid.to_string(), lease.to_string()],
+            &[
+                sid.to_string(),
+                lease.to_string(),
+                self.keys.session_prefix(),
+            ],
         )?;
         // The lease node answers about the lease only: a "gone" reply is not one of its.
         let r = match acquired(OP, &r, sid)? {
@@ -1047,6 +1075,88 @@ impl RedisBackend {
         }
     }
 
+    /// One node: renews the session, which renews every term and membership bound to it,
+    /// in one script whose cost does not depend on what the session holds. The reply lists
+    /// the leases only when their version changed since the list this backend kept.
+    fn keep_alive_one_node(
+        &self,
+        session: &SessionId,
+        lease_ms: u64,
+        index: &[String; 3],
+    ) -> Result<KeepAlive> {
+        const OP: &str = "keeping a session alive";
+        let known = self.known.lock().get(session).map(|k| k.version);
+        let r = self.eval(
+            Role::KeepAlive,
+            &scripts().keep_alive,
+            index,
+            &[
+                session.to_string(),
+                lease_ms.to_string(),
+                self.keys.lease_prefix(),
+                self.keys.group_prefix(),
+                self.keys.session_prefix(),
+                known.map(|v| v.to_string()).unwrap_or_default(),
+            ],
+        )?;
+        if gone(&r) {
+            self.known.lock().remove(session);
+            return Err(self.expired(session));
+        }
+        let remaining = renewed(OP, &r, lease_ms)?;
+        let (version, listed, rest) = match r.as_array() {
+            Some([_, v, listed, rest @ ..]) if rest.len() % 2 == 0 => (
+                v.as_int().filter(|v| *v >= 0),
+                listed.as_int().filter(|l| *l == 0 || *l == 1),
+                rest,
+            ),
+            _ => return Err(bad_reply(OP, &r)),
+        };
+        let (Some(version), Some(listed)) = (version, listed) else {
+            return Err(bad_reply(OP, &r));
+        };
+        let held = |leases: &[(LeaseName, Token)]| KeepAlive {
+            remaining,
+            leases: leases
+                .iter()
+                .map(|(name, token)| HeldLease {
+                    name: name.clone(),
+                    token: *token,
+                    remaining,
+                })
+                .collect(),
+        };
+        if listed == 0 {
+            if !rest.is_empty() {
+                return Err(bad_reply(OP, &r));
+            }
+            let known = self.known.lock();
+            return match known.get(session) {
+                Some(k) if k.version == version => Ok(held(&k.leases)),
+                // "Unchanged" from a version this backend no longer keeps (a concurrent
+                // keep-alive replaced it): ask again for the full list.
+                _ => {
+                    drop(known);
+                    self.known.lock().remove(session);
+                    self.keep_alive_one_node(session, lease_ms, index)
+                }
+            };
+        }
+        let leases = rest
+            .chunks_exact(2)
+            .map(|c| {
+                let name = c[0].as_str().ok_or_else(|| bad_reply(OP, &r))?;
+                let t = c[1].as_int().ok_or_else(|| bad_reply(OP, &r))?;
+                Ok((lease_in(OP, &r, name)?, token(OP, t)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let reply = held(&leases);
+        self.known
+            .lock()
+            .insert(session.clone(), KnownLeases { version, leases });
+        Ok(reply)
+    }
+
     /// Releases a term on its node, without the routed session check (also the undo of a
     /// late or unacknowledged grant, whose session may be gone).
     fn release_term(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
@@ -1055,7 +1165,12 @@ impl RedisBackend {
             Role::Other,
             &scripts().release,
             &self.with_session(self.keys.lease(name.as_str()), &index, session),
-            &[session.to_string(), token.to_string(), name.to_string()],
+            &[
+                session.to_string(),
+                token.to_string(),
+                name.to_string(),
+                self.keys.session_prefix(),
+            ],
         )?;
         let freed = flag("releasing", &r)?;
         if freed && self.routed {
@@ -1118,38 +1233,7 @@ impl LeaseBackend for RedisBackend {
             self.keys.groups_index(session),
         ];
         if !self.routed {
-            let r = self.eval(
-                Role::KeepAlive,
-                &scripts().keep_alive,
-                &index,
-                &[
-                    session.to_string(),
-                    lease_ms.to_string(),
-                    self.keys.lease_prefix(),
-                    self.keys.group_prefix(),
-                ],
-            )?;
-            if gone(&r) {
-                return Err(self.expired(session));
-            }
-            let remaining = renewed(OP, &r, lease_ms)?;
-            let rest = match r.as_array() {
-                Some([_, rest @ ..]) if rest.len() % 2 == 0 => rest,
-                _ => return Err(bad_reply(OP, &r)),
-            };
-            let leases = rest
-                .chunks_exact(2)
-                .map(|c| {
-                    let name = c[0].as_str().ok_or_else(|| bad_reply(OP, &r))?;
-                    let t = c[1].as_int().ok_or_else(|| bad_reply(OP, &r))?;
-                    Ok(HeldLease {
-                        name: lease_in(OP, &r, name)?,
-                        token: token(OP, t)?,
-                        remaining,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            return Ok(KeepAlive { remaining, leases });
+            return self.keep_alive_one_node(session, lease_ms, &index);
         }
         let mut args = vec![lease_ms.to_string()];
         let dropped: Vec<String> = self
@@ -1289,6 +1373,7 @@ impl LeaseBackend for RedisBackend {
         ];
         const OP: &str = "closing a session";
         if !self.routed {
+            self.known.lock().remove(session);
             let r = self.eval(
                 Role::Other,
                 &scripts().close,
@@ -1363,7 +1448,7 @@ impl LeaseBackend for RedisBackend {
             Role::Other,
             &scripts().owner,
             &[self.keys.lease(name.as_str())],
-            &[],
+            &[self.keys.session_prefix()],
         )?;
         match r.as_array() {
             Some([]) => Ok(None),
@@ -1503,7 +1588,12 @@ impl LeaseBackend for RedisBackend {
         let pattern = format!("{}*", self.keys.group_prefix());
         let mut removed = HashSet::new();
         for key in self.scripting.scan(&pattern, 10_000)? {
-            let r = self.eval(Role::Other, &scripts().purge_group, &[key], &[])?;
+            let r = self.eval(
+                Role::Other,
+                &scripts().purge_group,
+                &[key],
+                &[self.keys.session_prefix()],
+            )?;
             removed.extend(strings("purging", &r)?);
         }
         Ok(removed.len())
