@@ -61,6 +61,7 @@ mod mysql;
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod tls;
 
 use crate::backends::options;
 use crate::backends::url::redact;
@@ -535,12 +536,15 @@ impl SqlBackendBuilder {
     /// Connects (one connection, to check the server) and returns the backend.
     pub fn build(self) -> Result<SqlBackend> {
         let url = BackendUrl::parse(&self.url)?;
-        url.check_params(&[
+        let mut known = vec![
             "query_timeout",
             "pool_size",
             "table_prefix",
             "purge_interval",
-        ])?;
+        ];
+        known.extend(tls::OPTIONS);
+        url.check_params(&known)?;
+        let tls = tls::SqlTls::from_url(&url)?;
         let mut options = Options::default();
         if let Some(v) = url.param("query_timeout") {
             options.query_timeout = options::timeout("query_timeout", v)?;
@@ -571,6 +575,7 @@ impl SqlBackendBuilder {
                 Arc::new(postgres::PgDriver::new(
                     &url,
                     self.pg_config,
+                    &tls,
                     &options,
                     tables,
                 )?),
@@ -581,6 +586,7 @@ impl SqlBackendBuilder {
                 Arc::new(mysql::MyDriver::new(
                     &url,
                     self.mysql_opts,
+                    &tls,
                     &options,
                     tables,
                 )?),
