@@ -364,6 +364,14 @@ mod tls {
             &format!("sslmode=verify-full&sslrootcert={}", file("ca.pem")),
         ));
         assert_connects(&with(&url(), &format!("ca={}", file("ca.pem"))));
+        // The builder's methods of the same names win over the URL's options.
+        let b = simba_lease::backends::SqlBackend::builder(with(&url(), "sslmode=disable"))
+            .sslmode("verify-full")
+            .ca(file("ca.pem"))
+            .pool_size(1)
+            .build()
+            .unwrap_or_else(|e| panic!("{}", e.report()));
+        assert!(!format!("{b:?}").contains("simba-secret"));
     }
 
     #[test]

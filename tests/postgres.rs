@@ -365,6 +365,9 @@ mod tls {
     use super::sql_common::tls::{
         assert_connects, assert_fails, bad_options_are_named, env_url, file, trusted, with,
     };
+    use simba_lease::spi::{LeaseBackend, Notification};
+    use simba_lease::Metadata;
+    use std::time::Duration;
 
     fn url() -> String {
         env_url(
@@ -404,6 +407,29 @@ mod tls {
         ));
         // `ca` alone means verify-full.
         assert_connects(&with(&url(), &format!("ca={}", file("ca.pem"))));
+        // The builder's methods of the same names win over the URL's options.
+        let b = simba_lease::backends::SqlBackend::builder(with(&url(), "sslmode=disable"))
+            .sslmode("verify-full")
+            .ca(file("ca.pem"))
+            .pool_size(1)
+            .build()
+            .unwrap_or_else(|e| panic!("{}", e.report()));
+        assert!(!format!("{b:?}").contains("simba-secret"));
+    }
+
+    #[test]
+    fn notifications_arrive_over_tls() {
+        // The server refuses plaintext: a notification proves the LISTEN connection is TLS.
+        let b = super::isolated(&trusted(&url()));
+        let inbox = super::Inbox::subscribe(&*b);
+        let s = b
+            .open_session(Duration::from_secs(60), &Metadata::default())
+            .unwrap()
+            .id;
+        let job = super::name("job");
+        super::term(&*b, &s, &job);
+        inbox.until(&Notification::Acquired(job));
+        assert!(b.0.listener_name().is_some());
     }
 
     #[test]

@@ -317,7 +317,7 @@ impl MyDriver {
         tables: Tables,
     ) -> Result<Self> {
         // The URL's TLS options win; without them, `mysql_opts` keep their own `ssl_opts`.
-        let url_tls = opts.is_none() || tls.mode != SslMode::Disable;
+        let url_tls = opts.is_none() || tls.given;
         let base = match opts {
             Some(o) => OptsBuilder::from_opts(o),
             None => {

@@ -46,6 +46,20 @@ pub(crate) const OPTIONS: [&str; 7] = [
     "sslkey",
 ];
 
+/// The other name of a TLS option (`ca` ↔ `sslrootcert`, `cert` ↔ `sslcert`, `key` ↔
+/// `sslkey`); `sslmode` has none.
+pub(crate) fn alias(option: &str) -> &'static str {
+    match option {
+        "ca" => "sslrootcert",
+        "sslrootcert" => "ca",
+        "cert" => "sslcert",
+        "sslcert" => "cert",
+        "key" => "sslkey",
+        "sslkey" => "key",
+        _ => "sslmode",
+    }
+}
+
 /// How a connection uses TLS (libpq's `sslmode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) enum SslMode {
@@ -111,6 +125,8 @@ impl std::fmt::Debug for PemFile {
 /// The TLS settings of one SQL URL.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SqlTls {
+    /// Whether any TLS option was given (even `sslmode=disable`).
+    pub(crate) given: bool,
     pub(crate) mode: SslMode,
     pub(crate) ca: Option<PemFile>,
     /// Client certificate and key.
@@ -190,6 +206,7 @@ impl SqlTls {
         let cert = either(u, "cert", "sslcert")?;
         let key = either(u, "key", "sslkey")?;
         let files = [ca, cert, key];
+        let given = u.param("sslmode").is_some() || files.iter().any(Option::is_some);
         let mode = match u.param("sslmode") {
             Some(v) => SslMode::parse(v)?,
             None if files.iter().any(Option::is_some) => SslMode::VerifyFull,
@@ -202,7 +219,10 @@ impl SqlTls {
                     "a TLS option needs an sslmode other than disable",
                 ));
             }
-            return Ok(SqlTls::default());
+            return Ok(SqlTls {
+                given,
+                ..SqlTls::default()
+            });
         }
         if !cfg!(feature = "tls") {
             return Err(Error::config(
@@ -219,7 +239,12 @@ impl SqlTls {
             }
             (None, Some((ko, _))) => return Err(Error::config(ko, "a client key needs `cert`")),
         };
-        Ok(SqlTls { mode, ca, client })
+        Ok(SqlTls {
+            given,
+            mode,
+            ca,
+            client,
+        })
     }
 }
 
