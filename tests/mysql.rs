@@ -383,6 +383,26 @@ mod tls {
     }
 
     #[test]
+    fn only_prefer_falls_back_to_plaintext() {
+        use super::Db;
+        // The machine's MariaDB (`SIMBA_MYSQL_URL`) has no TLS (Debian's default: have_ssl
+        // DISABLED): `prefer` connects in plaintext, every other mode refuses.
+        let plain = super::MySql::url();
+        assert_connects(&with(&plain, "sslmode=prefer"));
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let e = super::sql_common::tls::connect_err(&with(
+                &plain,
+                &format!("sslmode={mode}&ca={}", file("ca.pem")),
+            ));
+            assert!(
+                e.report().to_string().contains("secure connection"),
+                "{mode}: {}",
+                e.report()
+            );
+        }
+    }
+
+    #[test]
     fn require_and_prefer_encrypt_without_a_ca() {
         assert_connects(&with(&url(), "sslmode=require"));
         assert_connects(&with(&url(), "sslmode=prefer"));

@@ -429,8 +429,9 @@ impl std::fmt::Debug for SqlBackend {
 /// unknown CA, an expired certificate or a host-name mismatch fails the build with
 /// [`Error::Backend`], whose [`report`](Error::report) names the cause (rustls's words). The
 /// PostgreSQL `LISTEN` connection uses the same settings as the pool. Passwords come from the
-/// URL (PostgreSQL negotiates SCRAM-SHA-256 or md5 as the server asks; no SCRAM channel
-/// binding) and never appear in an error or `Debug`. On MySQL/MariaDB the `mysql` crate adds
+/// URL (PostgreSQL: SCRAM-SHA-256, over TLS SCRAM-SHA-256-PLUS bound to the TLS session
+/// where the server offers it, or md5, as the server asks) and never appear in an error or
+/// `Debug`. On MySQL/MariaDB the `mysql` crate adds
 /// its Mozilla roots to `ca`, and connects over TCP only (never its unix socket), so TLS is
 /// never skipped.
 ///

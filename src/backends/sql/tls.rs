@@ -536,9 +536,84 @@ pub(crate) mod pg {
     }
 
     impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for RustlsStream<S> {
+        /// `tls-server-end-point` (RFC 5929) of the server's certificate, so SCRAM runs as
+        /// SCRAM-SHA-256-PLUS where the server offers it: the password exchange is then bound
+        /// to this TLS session. None for a certificate whose signature names no usable hash
+        /// (e.g. Ed25519, RSA-PSS): plain SCRAM-SHA-256 then.
         fn channel_binding(&self) -> ChannelBinding {
-            // No SCRAM channel binding: SCRAM-SHA-256 (not -PLUS) inside the TLS session.
-            ChannelBinding::none()
+            let (_, conn) = self.0.get_ref();
+            conn.peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| end_point(c.as_ref()))
+                .map_or_else(ChannelBinding::none, ChannelBinding::tls_server_end_point)
+        }
+    }
+
+    /// `tls-server-end-point` of a DER certificate: its hash with the hash of its signature
+    /// algorithm (MD5 and SHA-1 count as SHA-256).
+    pub(super) fn end_point(cert: &[u8]) -> Option<Vec<u8>> {
+        let alg = signature_hash(cert)?;
+        Some(ring::digest::digest(alg, cert).as_ref().to_vec())
+    }
+
+    /// One DER TLV: tag, contents, the bytes after it; `None` on anything malformed.
+    fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, rest) = b.split_first()?;
+        let (&first, rest) = rest.split_first()?;
+        let (len, rest) = if first < 0x80 {
+            (usize::from(first), rest)
+        } else {
+            let n = usize::from(first & 0x7f);
+            if n == 0 || n > 4 || rest.len() < n {
+                return None;
+            }
+            let len = rest[..n]
+                .iter()
+                .fold(0usize, |acc, &x| (acc << 8) | usize::from(x));
+            (len, &rest[n..])
+        };
+        if rest.len() < len {
+            return None;
+        }
+        Some((tag, &rest[..len], &rest[len..]))
+    }
+
+    /// The digest for the certificate's `signatureAlgorithm` (RFC 5929 section 4.1).
+    fn signature_hash(cert: &[u8]) -> Option<&'static ring::digest::Algorithm> {
+        const SEQUENCE: u8 = 0x30;
+        const OID: u8 = 0x06;
+        let (SEQUENCE, body, _) = tlv(cert)? else {
+            return None;
+        };
+        let (SEQUENCE, _tbs, rest) = tlv(body)? else {
+            return None;
+        };
+        let (SEQUENCE, alg, _) = tlv(rest)? else {
+            return None;
+        };
+        let (OID, oid, _) = tlv(alg)? else {
+            return None;
+        };
+        const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
+        const ECDSA_SHA1: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x01];
+        const ECDSA: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03];
+        use ring::digest::{SHA256, SHA384, SHA512};
+        match oid {
+            o if o == ECDSA_SHA1 => Some(&SHA256),
+            [p @ .., last] if p == RSA => match last {
+                // md5, sha1, sha256 WithRSAEncryption
+                0x04 | 0x05 | 0x0b => Some(&SHA256),
+                0x0c => Some(&SHA384),
+                0x0d => Some(&SHA512),
+                _ => None,
+            },
+            [p @ .., last] if p == ECDSA => match last {
+                0x02 => Some(&SHA256),
+                0x03 => Some(&SHA384),
+                0x04 => Some(&SHA512),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -555,6 +630,42 @@ mod tests {
         match r {
             Err(Error::InvalidConfig { setting, .. }) => setting,
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[cfg(all(feature = "tls", feature = "postgres"))]
+    #[test]
+    fn channel_binding_hash_follows_the_signature_algorithm() {
+        // Certificate ::= SEQUENCE { tbs SEQUENCE, signatureAlgorithm SEQUENCE { OID }, … }
+        let cert = |oid: &[u8]| {
+            let mut alg = vec![0x06, oid.len() as u8];
+            alg.extend_from_slice(oid);
+            let mut body = vec![0x30, 0x00, 0x30, alg.len() as u8];
+            body.extend(alg);
+            let mut c = vec![0x30, body.len() as u8];
+            c.extend(body);
+            c
+        };
+        let rsa = |last: u8| cert(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, last]);
+        let ecdsa = |last: u8| cert(&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, last]);
+        let len = |c: Vec<u8>| pg::end_point(&c).map(|h| h.len());
+        assert_eq!(len(rsa(0x0b)), Some(32));
+        assert_eq!(len(rsa(0x05)), Some(32));
+        assert_eq!(len(rsa(0x0c)), Some(48));
+        assert_eq!(len(rsa(0x0d)), Some(64));
+        assert_eq!(len(ecdsa(0x02)), Some(32));
+        assert_eq!(len(ecdsa(0x03)), Some(48));
+        // RSA-PSS (hash in the parameters) and Ed25519: no binding.
+        assert_eq!(len(rsa(0x0a)), None);
+        assert_eq!(len(cert(&[0x2b, 0x65, 0x70])), None);
+        // Malformed input: no binding, no panic.
+        for bad in [
+            &[][..],
+            &[0x30],
+            &[0x30, 0x85, 1, 2, 3, 4, 5],
+            &[0x30, 0x05, 0x30],
+        ] {
+            assert_eq!(pg::end_point(bad), None);
         }
     }
 
