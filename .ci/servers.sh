@@ -533,6 +533,7 @@ CONF
   wait_until 60 "the TLS PostgreSQL on port $port" pg_tls_up "$port"
   psql -h "$d" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 -q >/dev/null <<'SQL' \
     || die "creating the users of the TLS PostgreSQL on port $port failed"
+SET client_min_messages = warning;
 SELECT 'CREATE ROLE simba LOGIN' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'simba') \gexec
 SELECT 'CREATE ROLE simba_cert LOGIN' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'simba_cert') \gexec
 ALTER ROLE simba PASSWORD 'simba-secret';
