@@ -437,6 +437,171 @@ ensure_redis_tls_cluster() {
 }
 
 
+# ---- PostgreSQL and MariaDB over TLS (issue 12) ----------------------------------------------
+# Private servers with the certificates of the Redis TLS CA ($SIMBA_CI_DIR/redis-tls: server,
+# expired, wrong-host; client certificates signed by ca.pem). Each takes TLS only on TCP.
+#
+# PostgreSQL (the machine's binaries, run as the `postgres` user): 5442 with the good
+# certificate, 5443 with the expired one, 5444 with the wrong-host one. pg_hba: `hostssl` with
+# scram-sha-256 for user simba (password simba-secret, owner of database `test`), `hostssl`
+# with scram-sha-256 plus `clientcert=verify-ca` for user simba_cert (same password, member of
+# simba), `hostnossl … reject` for everything else.
+# MariaDB (mariadbd as root, its own datadir and socket): 3316 good, 3317 expired, 3318
+# wrong-host, all with require_secure_transport=ON; user simba/simba-secret REQUIRE SSL and
+# simba_cert/simba-secret REQUIRE X509, both with every right on database `test`.
+# Exports SIMBA_PG_TLS_URL, SIMBA_PG_TLS_EXPIRED_URL, SIMBA_PG_TLS_WRONG_HOST_URL (postgres://
+# simba:simba-secret@127.0.0.1:PORT/test), SIMBA_MYSQL_TLS_URL, SIMBA_MYSQL_TLS_EXPIRED_URL,
+# SIMBA_MYSQL_TLS_WRONG_HOST_URL (mysql://simba:simba-secret@127.0.0.1:PORT/test) and
+# SIMBA_SQL_TLS_DIR (the CA directory: ca.pem, other-ca.pem, client.pem, client.key).
+PG_TLS_PORT=${SIMBA_PG_TLS_PORT:-5442}
+PG_TLS_EXPIRED_PORT=${SIMBA_PG_TLS_EXPIRED_PORT:-5443}
+PG_TLS_WRONG_HOST_PORT=${SIMBA_PG_TLS_WRONG_HOST_PORT:-5444}
+MYSQL_TLS_PORT=${SIMBA_MYSQL_TLS_PORT:-3316}
+MYSQL_TLS_EXPIRED_PORT=${SIMBA_MYSQL_TLS_EXPIRED_PORT:-3317}
+MYSQL_TLS_WRONG_HOST_PORT=${SIMBA_MYSQL_TLS_WRONG_HOST_PORT:-3318}
+
+# make_traversable <dir>: lets the postgres user pass through <dir> and every parent of it.
+make_traversable() {
+  local p=$1
+  while [ "$p" != / ] && [ -n "$p" ]; do
+    if ! su postgres -s /bin/sh -c "test -x '$p'" 2>/dev/null; then
+      log "chmod o+x $p (the postgres user must reach its data directory)"
+      chmod o+x "$p" || die "chmod o+x $p failed"
+    fi
+    p=$(dirname "$p")
+  done
+}
+
+pg_tls_bin() {
+  local b
+  b=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  if [ -z "$b" ] || [ ! -x "$b/initdb" ]; then apt_install postgresql; fi
+  b=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [ -n "$b" ] && [ -x "$b/initdb" ] || die "no initdb under /usr/lib/postgresql/*/bin"
+  echo "$b"
+}
+
+# pg_tls_up <port>: our server answers on its unix socket (TCP takes TLS only).
+pg_tls_up() {
+  local d=$SIMBA_CI_DIR/pg-tls-$1
+  [ -S "$d/.s.PGSQL.$1" ] &&
+    psql -h "$d" -p "$1" -U postgres -d postgres -Atqc "select 1" 2>/dev/null | grep -q 1
+}
+
+# start_pg_tls <port> <cert name>: a TLS-only PostgreSQL with its files under pg-tls-<port>.
+start_pg_tls() {
+  local port=$1 name=$2 bin d c=$SIMBA_CI_DIR/redis-tls
+  d=$SIMBA_CI_DIR/pg-tls-$port
+  pg_tls_up "$port" && return 0
+  tcp_open "$port" && die "port $port is taken by something that is not our TLS PostgreSQL"
+  bin=$(pg_tls_bin) || exit 1
+  if [ ! -f "$d/data/PG_VERSION" ]; then
+    rm -rf "$d"; mkdir -p "$d"; chown postgres: "$d"; make_traversable "$d"
+    log "initdb for the TLS PostgreSQL on 127.0.0.1:$port ($name certificate)"
+    su postgres -s /bin/sh -c "'$bin/initdb' -D '$d/data' -U postgres -A trust -E UTF8 --no-sync" \
+      >"$d/initdb.log" 2>&1 || die "initdb failed (see $d/initdb.log)"
+    cat >>"$d/data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$d'
+ssl = on
+ssl_cert_file = '$d/server.pem'
+ssl_key_file = '$d/server.key'
+ssl_ca_file = '$d/ca.pem'
+password_encryption = scram-sha-256
+shared_buffers = 16MB
+max_connections = 60
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+CONF
+    cat >"$d/data/pg_hba.conf" <<CONF
+local     all  postgres                  trust
+hostssl   all  simba_cert  127.0.0.1/32  scram-sha-256 clientcert=verify-ca
+hostssl   all  simba       127.0.0.1/32  scram-sha-256
+hostnossl all  all         0.0.0.0/0     reject
+hostnossl all  all         ::/0          reject
+CONF
+    chown postgres: "$d/data/postgresql.conf" "$d/data/pg_hba.conf"
+  fi
+  # The certificates as they are now (the CA directory may have been made anew).
+  cp "$c/$name.pem" "$d/server.pem"; cp "$c/$name.key" "$d/server.key"; cp "$c/ca.pem" "$d/ca.pem"
+  chown postgres: "$d/server.pem" "$d/server.key" "$d/ca.pem"; chmod 600 "$d/server.key"
+  log "starting the TLS PostgreSQL on 127.0.0.1:$port ($name certificate)"
+  su postgres -s /bin/sh -c "'$bin/pg_ctl' -D '$d/data' -l '$d/server.log' -w -t 60 start" >/dev/null 2>&1 \
+    || die "the TLS PostgreSQL on port $port did not start (see $d/server.log)"
+  wait_until 60 "the TLS PostgreSQL on port $port" pg_tls_up "$port"
+  psql -h "$d" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 -q >/dev/null <<'SQL' \
+    || die "creating the users of the TLS PostgreSQL on port $port failed"
+SET client_min_messages = warning;
+SELECT 'CREATE ROLE simba LOGIN' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'simba') \gexec
+SELECT 'CREATE ROLE simba_cert LOGIN' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'simba_cert') \gexec
+ALTER ROLE simba PASSWORD 'simba-secret';
+ALTER ROLE simba_cert PASSWORD 'simba-secret';
+GRANT simba TO simba_cert;
+SELECT 'CREATE DATABASE test OWNER simba' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'test') \gexec
+SQL
+}
+
+ensure_postgres_tls() {
+  ensure_redis_tls_certs
+  start_pg_tls "$PG_TLS_PORT" server
+  start_pg_tls "$PG_TLS_EXPIRED_PORT" expired
+  start_pg_tls "$PG_TLS_WRONG_HOST_PORT" wrong-host
+  export SIMBA_SQL_TLS_DIR=$SIMBA_CI_DIR/redis-tls
+  export SIMBA_PG_TLS_URL=postgres://simba:simba-secret@127.0.0.1:$PG_TLS_PORT/test
+  export SIMBA_PG_TLS_EXPIRED_URL=postgres://simba:simba-secret@127.0.0.1:$PG_TLS_EXPIRED_PORT/test
+  export SIMBA_PG_TLS_WRONG_HOST_URL=postgres://simba:simba-secret@127.0.0.1:$PG_TLS_WRONG_HOST_PORT/test
+}
+
+# mariadb_tls_up <port>: our server answers on its own unix socket.
+mariadb_tls_up() {
+  mariadb --no-defaults --protocol=socket -S "$SIMBA_CI_DIR/mariadb-tls-$1/sock" -uroot \
+    -e "select 1" >/dev/null 2>&1
+}
+
+# start_mariadb_tls <port> <cert name>: a TLS-only MariaDB with its files under mariadb-tls-<port>.
+start_mariadb_tls() {
+  local port=$1 name=$2 d c=$SIMBA_CI_DIR/redis-tls
+  d=$SIMBA_CI_DIR/mariadb-tls-$port
+  mariadb_tls_up "$port" && return 0
+  tcp_open "$port" && die "port $port is taken by something that is not our TLS MariaDB"
+  command -v mariadb-install-db >/dev/null || apt_install mariadb-server
+  if [ ! -d "$d/data/mysql" ]; then
+    rm -rf "$d"; mkdir -p "$d"
+    log "mariadb-install-db for the TLS MariaDB on 127.0.0.1:$port ($name certificate)"
+    mariadb-install-db --no-defaults --datadir="$d/data" --user=root --skip-test-db \
+      >"$d/install.log" 2>&1 || die "mariadb-install-db failed (see $d/install.log)"
+  fi
+  cp "$c/$name.pem" "$d/server.pem"; cp "$c/$name.key" "$d/server.key"; cp "$c/ca.pem" "$d/ca.pem"
+  log "starting the TLS MariaDB on 127.0.0.1:$port ($name certificate)"
+  setsid mariadbd --no-defaults --user=root --datadir="$d/data" --port="$port" \
+    --bind-address=127.0.0.1 --socket="$d/sock" --pid-file="$d/pid" --log-error="$d/error.log" \
+    --ssl-ca="$d/ca.pem" --ssl-cert="$d/server.pem" --ssl-key="$d/server.key" \
+    --require-secure-transport=ON --skip-name-resolve --performance-schema=OFF \
+    --innodb-buffer-pool-size=16M --innodb-flush-log-at-trx-commit=0 \
+    --max-connections=100 </dev/null >>"$d/stdout.log" 2>&1 &
+  wait_until 60 "the TLS MariaDB on port $port (see $d/error.log)" mariadb_tls_up "$port"
+  wait_until 30 "the TLS MariaDB on 127.0.0.1:$port" tcp_open "$port"
+  mariadb --no-defaults --protocol=socket -S "$d/sock" -uroot -e "CREATE DATABASE IF NOT EXISTS test;
+    CREATE USER IF NOT EXISTS 'simba'@'127.0.0.1' IDENTIFIED BY 'simba-secret' REQUIRE SSL;
+    CREATE USER IF NOT EXISTS 'simba_cert'@'127.0.0.1' IDENTIFIED BY 'simba-secret' REQUIRE X509;
+    GRANT ALL ON test.* TO 'simba'@'127.0.0.1';
+    GRANT ALL ON test.* TO 'simba_cert'@'127.0.0.1';" \
+    || die "creating the users of the TLS MariaDB on port $port failed"
+}
+
+ensure_mysql_tls() {
+  ensure_redis_tls_certs
+  start_mariadb_tls "$MYSQL_TLS_PORT" server
+  start_mariadb_tls "$MYSQL_TLS_EXPIRED_PORT" expired
+  start_mariadb_tls "$MYSQL_TLS_WRONG_HOST_PORT" wrong-host
+  export SIMBA_SQL_TLS_DIR=$SIMBA_CI_DIR/redis-tls
+  export SIMBA_MYSQL_TLS_URL=mysql://simba:simba-secret@127.0.0.1:$MYSQL_TLS_PORT/test
+  export SIMBA_MYSQL_TLS_EXPIRED_URL=mysql://simba:simba-secret@127.0.0.1:$MYSQL_TLS_EXPIRED_PORT/test
+  export SIMBA_MYSQL_TLS_WRONG_HOST_URL=mysql://simba:simba-secret@127.0.0.1:$MYSQL_TLS_WRONG_HOST_PORT/test
+}
+
 # The backends' issues add their servers here.
 ensure_all() {
   ensure_zookeeper
@@ -448,4 +613,6 @@ ensure_all() {
   ensure_redis_tls_cluster
   ensure_postgres
   ensure_mysql
+  ensure_postgres_tls
+  ensure_mysql_tls
 }

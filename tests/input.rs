@@ -201,6 +201,11 @@ fn urls_with_password() -> Vec<String> {
             format!("u:{PW}@{CLOSED}/db%zz"),
             format!("u:{PW}@{CLOSED}/a//b?request_timeout=100ms"),
             format!("{PW}:{PW}@{CLOSED}"),
+            // TLS options (issue 12): refused before I/O, or a handshake that cannot start.
+            format!("u:{PW}@{CLOSED}/db?sslmode=verify-full&ca=/nonexistent/ca.pem"),
+            format!("u:{PW}@{CLOSED}/db?sslmode=disable&sslcert=/x.pem"),
+            format!("u:{PW}@{CLOSED}/db?sslmode=verify"),
+            format!("u:{PW}@{CLOSED}/db?sslmode=require&query_timeout=100ms"),
         ] {
             let mut url = format!("{scheme}{sep}{tail}");
             // ZooKeeper retries a refused connection until its connection timeout.
@@ -278,6 +283,7 @@ fn option_cases() -> Vec<(String, &'static str)> {
         "pool_size",
         "table_prefix",
         "purge_interval",
+        "sslmode",
     ] {
         v.push((format!("postgres://u:{PW}@{CLOSED}/db?"), o));
         v.push((format!("mysql://u:{PW}@{CLOSED}/db?"), o));

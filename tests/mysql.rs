@@ -320,3 +320,164 @@ fn server_flavor_and_version_are_detected() {
         "{version} vs {server:?}"
     );
 }
+
+/// MySQL/MariaDB over TLS (issue 12): TLS-only servers from `.ci/servers.sh`
+/// (`require_secure_transport`; user simba/simba-secret REQUIRE SSL; simba_cert REQUIRE X509).
+#[cfg(feature = "tls")]
+mod tls {
+    use super::sql_common::tls::{
+        assert_connects, assert_fails, bad_options_are_named, env_url, file, trusted, with,
+    };
+
+    fn url() -> String {
+        env_url(
+            "SIMBA_MYSQL_TLS_URL",
+            "mysql://simba:simba-secret@127.0.0.1:3316/test",
+        )
+    }
+
+    fn expired() -> String {
+        env_url(
+            "SIMBA_MYSQL_TLS_EXPIRED_URL",
+            "mysql://simba:simba-secret@127.0.0.1:3317/test",
+        )
+    }
+
+    fn wrong_host() -> String {
+        env_url(
+            "SIMBA_MYSQL_TLS_WRONG_HOST_URL",
+            "mysql://simba:simba-secret@127.0.0.1:3318/test",
+        )
+    }
+
+    mod tck {
+        simba_lease::tck_suite!(|| super::super::sql_common::isolated(&super::trusted(
+            &super::url()
+        )));
+    }
+
+    #[test]
+    fn verify_full_with_the_ca_and_a_password() {
+        assert_connects(&trusted(&url()));
+        assert_connects(&with(
+            &url(),
+            &format!("sslmode=verify-full&sslrootcert={}", file("ca.pem")),
+        ));
+        assert_connects(&with(&url(), &format!("ca={}", file("ca.pem"))));
+        // The builder's methods of the same names win over the URL's options.
+        let b = simba_lease::backends::SqlBackend::builder(with(&url(), "sslmode=disable"))
+            .sslmode("verify-full")
+            .ca(file("ca.pem"))
+            .pool_size(1)
+            .build()
+            .unwrap_or_else(|e| panic!("{}", e.report()));
+        assert!(!format!("{b:?}").contains("simba-secret"));
+    }
+
+    #[test]
+    fn plaintext_to_a_tls_only_server_fails_clearly() {
+        // MariaDB checks the user's REQUIRE SSL before require_secure_transport.
+        for opts in ["", "sslmode=disable"] {
+            assert_fails(&with(&url(), opts), "Access denied");
+        }
+    }
+
+    #[test]
+    fn only_prefer_falls_back_to_plaintext() {
+        use super::Db;
+        // The machine's MariaDB (`SIMBA_MYSQL_URL`) has no TLS (Debian's default: have_ssl
+        // DISABLED): `prefer` connects in plaintext, every other mode refuses.
+        let plain = super::MySql::url();
+        assert_connects(&with(&plain, "sslmode=prefer"));
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let e = super::sql_common::tls::connect_err(&with(
+                &plain,
+                &format!("sslmode={mode}&ca={}", file("ca.pem")),
+            ));
+            assert!(
+                e.report().to_string().contains("secure connection"),
+                "{mode}: {}",
+                e.report()
+            );
+        }
+    }
+
+    #[test]
+    fn require_and_prefer_encrypt_without_a_ca() {
+        assert_connects(&with(&url(), "sslmode=require"));
+        assert_connects(&with(&url(), "sslmode=prefer"));
+        assert_connects(&with(&expired(), "sslmode=require"));
+        assert_fails(
+            &with(
+                &url(),
+                &format!("sslmode=require&ca={}", file("other-ca.pem")),
+            ),
+            "UnknownIssuer",
+        );
+    }
+
+    #[test]
+    fn with_another_ca_fails() {
+        // (Without `ca` the mysql crate trusts the Mozilla roots, which do not hold the CI's
+        // CA either.)
+        assert_fails(&with(&url(), "sslmode=verify-full"), "UnknownIssuer");
+        assert_fails(
+            &with(
+                &url(),
+                &format!("sslmode=verify-full&ca={}", file("other-ca.pem")),
+            ),
+            "UnknownIssuer",
+        );
+    }
+
+    #[test]
+    fn expired_certificate_fails() {
+        assert_fails(&trusted(&expired()), "Expired");
+        assert_fails(
+            &with(
+                &expired(),
+                &format!("sslmode=verify-ca&ca={}", file("ca.pem")),
+            ),
+            "Expired",
+        );
+    }
+
+    #[test]
+    fn host_name_mismatch_fails_verify_full_only() {
+        assert_fails(&trusted(&wrong_host()), "not valid for name");
+        assert_connects(&with(
+            &wrong_host(),
+            &format!("sslmode=verify-ca&ca={}", file("ca.pem")),
+        ));
+        assert_connects(&trusted(&url().replacen("127.0.0.1", "localhost", 1)));
+    }
+
+    #[test]
+    fn wrong_password_fails_clearly() {
+        let pw = "Wr0ng-Pa55word";
+        let u = url().replacen("simba-secret", pw, 1);
+        let e = super::sql_common::tls::connect_err(&trusted(&u));
+        assert!(matches!(e, simba_lease::Error::Backend { .. }), "{e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains("Access denied"), "{report}");
+        for text in [e.to_string(), format!("{e:?}"), report] {
+            assert!(!text.contains(pw), "{text}");
+        }
+    }
+
+    #[test]
+    fn client_certificate() {
+        // simba_cert is REQUIRE X509: a client certificate signed by the CA.
+        let u = url().replacen("simba:", "simba_cert:", 1);
+        assert_connects(&with(
+            &trusted(&u),
+            &format!("cert={}&key={}", file("client.pem"), file("client.key")),
+        ));
+        assert_fails(&trusted(&u), "Access denied");
+    }
+
+    #[test]
+    fn bad_tls_options_are_named() {
+        bad_options_are_named(&url());
+    }
+}

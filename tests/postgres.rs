@@ -357,3 +357,179 @@ fn dropping_the_backend_closes_the_listening_connection() {
     sql_common::until(PATIENCE, "the listening connection closed", || count() == 0);
     drop(inbox);
 }
+
+/// PostgreSQL over TLS (issue 12): TLS-only servers from `.ci/servers.sh` (scram-sha-256
+/// user simba/simba-secret; simba_cert also needs a client certificate).
+#[cfg(feature = "tls")]
+mod tls {
+    use super::sql_common::tls::{
+        assert_connects, assert_fails, bad_options_are_named, env_url, file, trusted, with,
+    };
+    use simba_lease::spi::{LeaseBackend, Notification};
+    use simba_lease::Metadata;
+    use std::time::Duration;
+
+    fn url() -> String {
+        env_url(
+            "SIMBA_PG_TLS_URL",
+            "postgres://simba:simba-secret@127.0.0.1:5442/test",
+        )
+    }
+
+    fn expired() -> String {
+        env_url(
+            "SIMBA_PG_TLS_EXPIRED_URL",
+            "postgres://simba:simba-secret@127.0.0.1:5443/test",
+        )
+    }
+
+    fn wrong_host() -> String {
+        env_url(
+            "SIMBA_PG_TLS_WRONG_HOST_URL",
+            "postgres://simba:simba-secret@127.0.0.1:5444/test",
+        )
+    }
+
+    mod tck {
+        // Also the notifications: the LISTEN connection uses the same TLS settings.
+        simba_lease::tck_suite!(|| super::super::sql_common::isolated(&super::trusted(
+            &super::url()
+        )));
+    }
+
+    #[test]
+    fn verify_full_with_the_ca_and_scram() {
+        assert_connects(&trusted(&url()));
+        // `sslrootcert` is the same option as `ca`.
+        assert_connects(&with(
+            &url(),
+            &format!("sslmode=verify-full&sslrootcert={}", file("ca.pem")),
+        ));
+        // `ca` alone means verify-full.
+        assert_connects(&with(&url(), &format!("ca={}", file("ca.pem"))));
+        // The builder's methods of the same names win over the URL's options.
+        let b = simba_lease::backends::SqlBackend::builder(with(&url(), "sslmode=disable"))
+            .sslmode("verify-full")
+            .ca(file("ca.pem"))
+            .pool_size(1)
+            .build()
+            .unwrap_or_else(|e| panic!("{}", e.report()));
+        assert!(!format!("{b:?}").contains("simba-secret"));
+    }
+
+    #[test]
+    fn notifications_arrive_over_tls() {
+        // The server refuses plaintext: a notification proves the LISTEN connection is TLS.
+        let b = super::isolated(&trusted(&url()));
+        let inbox = super::Inbox::subscribe(&*b);
+        let s = b
+            .open_session(Duration::from_secs(60), &Metadata::default())
+            .unwrap()
+            .id;
+        let job = super::name("job");
+        super::term(&*b, &s, &job);
+        inbox.until(&Notification::Acquired(job));
+        assert!(b.0.listener_name().is_some());
+    }
+
+    #[test]
+    fn plaintext_to_a_tls_only_server_fails_clearly() {
+        for opts in ["", "sslmode=disable"] {
+            assert_fails(&with(&url(), opts), "no encryption");
+        }
+    }
+
+    #[test]
+    fn require_and_prefer_encrypt_without_a_ca() {
+        // libpq's meaning: encrypted, the certificate not checked (even an expired one).
+        assert_connects(&with(&url(), "sslmode=require"));
+        assert_connects(&with(&url(), "sslmode=prefer"));
+        assert_connects(&with(&expired(), "sslmode=require"));
+        // With a CA, `require` checks the chain.
+        assert_fails(
+            &with(
+                &url(),
+                &format!("sslmode=require&ca={}", file("other-ca.pem")),
+            ),
+            "UnknownIssuer",
+        );
+    }
+
+    #[test]
+    fn without_the_ca_or_with_another_ca_fails() {
+        // The platform's roots do not hold the CI's throwaway CA.
+        assert_fails(&with(&url(), "sslmode=verify-full"), "UnknownIssuer");
+        assert_fails(&with(&url(), "sslmode=verify-ca"), "UnknownIssuer");
+        assert_fails(
+            &with(
+                &url(),
+                &format!("sslmode=verify-full&ca={}", file("other-ca.pem")),
+            ),
+            "UnknownIssuer",
+        );
+    }
+
+    #[test]
+    fn expired_certificate_fails() {
+        assert_fails(&trusted(&expired()), "Expired");
+        assert_fails(
+            &with(
+                &expired(),
+                &format!("sslmode=verify-ca&ca={}", file("ca.pem")),
+            ),
+            "Expired",
+        );
+    }
+
+    #[test]
+    fn host_name_mismatch_fails_verify_full_only() {
+        assert_fails(&trusted(&wrong_host()), "not valid for name");
+        // verify-ca checks the chain, not the name.
+        assert_connects(&with(
+            &wrong_host(),
+            &format!("sslmode=verify-ca&ca={}", file("ca.pem")),
+        ));
+        // The good certificate names 127.0.0.1 and localhost.
+        assert_connects(&trusted(&url().replacen("127.0.0.1", "localhost", 1)));
+    }
+
+    #[test]
+    fn wrong_password_fails_clearly() {
+        let pw = "Wr0ng-Pa55word";
+        let u = url().replacen("simba-secret", pw, 1);
+        let e = super::sql_common::tls::connect_err(&trusted(&u));
+        assert!(matches!(e, simba_lease::Error::Backend { .. }), "{e:?}");
+        let report = e.report().to_string();
+        assert!(
+            report.contains("password authentication failed"),
+            "{report}"
+        );
+        for text in [e.to_string(), format!("{e:?}"), report] {
+            assert!(!text.contains(pw), "{text}");
+        }
+    }
+
+    #[test]
+    fn client_certificate() {
+        // simba_cert must show a client certificate signed by the CA (clientcert=verify-ca).
+        let u = url().replacen("simba:", "simba_cert:", 1);
+        assert_connects(&with(
+            &trusted(&u),
+            &format!("cert={}&key={}", file("client.pem"), file("client.key")),
+        ));
+        assert_connects(&with(
+            &trusted(&u),
+            &format!(
+                "sslcert={}&sslkey={}",
+                file("client.pem"),
+                file("client.key")
+            ),
+        ));
+        assert_fails(&trusted(&u), "certificate");
+    }
+
+    #[test]
+    fn bad_tls_options_are_named() {
+        bad_options_are_named(&url());
+    }
+}

@@ -263,7 +263,9 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 /// * `postgres://user[:password]@host[:port]/db` (also `postgresql://`) and
 ///   `mysql://user[:password]@host[:port]/db` (also `mariadb://`) — a
 ///   `SqlBackend` (features `postgres`, `mysql`); options `query_timeout`, `pool_size`,
-///   `table_prefix`, `purge_interval` as query parameters (see `SqlBackendBuilder`). The
+///   `table_prefix`, `purge_interval` as query parameters, and for TLS (feature `tls`)
+///   `sslmode` (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`), `ca`
+///   (`sslrootcert`), `cert` (`sslcert`) and `key` (`sslkey`) (see `SqlBackendBuilder`). The
 ///   tables are not created: call `install_schema` or apply `sql/init-simba-*.sql`.
 /// * A URL whose backend's Cargo feature is off fails with [`Error::FeatureDisabled`]
 ///   naming the feature.

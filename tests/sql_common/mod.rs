@@ -922,3 +922,106 @@ macro_rules! sql_suite {
         }
     };
 }
+
+/// TLS tests shared by PostgreSQL and MySQL (issue 12): the servers `.ci/servers.sh` starts
+/// with the certificates of its throwaway CA (`SIMBA_SQL_TLS_DIR`).
+#[cfg(feature = "tls")]
+pub mod tls {
+    use simba_lease::backends::SqlBackend;
+    use simba_lease::Error;
+
+    /// The environment variable `var`, else `default`.
+    pub fn env_url(var: &str, default: &str) -> String {
+        std::env::var(var).unwrap_or_else(|_| default.to_owned())
+    }
+
+    /// A file of the CI's CA directory (`ca.pem`, `other-ca.pem`, `client.pem`, …).
+    pub fn file(name: &str) -> String {
+        let dir = std::env::var("SIMBA_SQL_TLS_DIR").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/target/ci/redis-tls").to_owned()
+        });
+        format!("{dir}/{name}")
+    }
+
+    /// `url` with the query options `opts` added.
+    pub fn with(url: &str, opts: &str) -> String {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}{opts}")
+    }
+
+    /// `url` with `sslmode=verify-full` and the CI's CA.
+    pub fn trusted(url: &str) -> String {
+        with(url, &format!("sslmode=verify-full&ca={}", file("ca.pem")))
+    }
+
+    /// Builds a backend for `url` (which opens a connection), which must fail; its error.
+    pub fn connect_err(url: &str) -> Error {
+        match SqlBackend::builder(url).pool_size(1).build() {
+            Ok(_) => panic!("{url}: connected"),
+            Err(e) => e,
+        }
+    }
+
+    /// Connecting fails with a `Backend` error whose report names `reason`, and no error
+    /// text shows the URL's password.
+    pub fn assert_fails(url: &str, reason: &str) {
+        let e = connect_err(url);
+        assert!(matches!(e, Error::Backend { .. }), "{url}: {e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains(reason), "{url}: {report}");
+        for text in [e.to_string(), format!("{e:?}"), report] {
+            assert!(!text.contains("simba-secret"), "{text}");
+        }
+    }
+
+    /// Connecting works (building a backend opens a connection).
+    pub fn assert_connects(url: &str) {
+        let b = SqlBackend::builder(url)
+            .pool_size(1)
+            .build()
+            .unwrap_or_else(|e| panic!("{url}: {}", e.report()));
+        assert!(!format!("{b:?}").contains("simba-secret"), "{b:?}");
+    }
+
+    /// A URL's TLS option with `sslmode=disable`, or naming a file that is not there or not
+    /// PEM, fails before any I/O with `InvalidConfig` naming the option.
+    pub fn bad_options_are_named(url: &str) {
+        let junk = file("ca.srl");
+        for (opts, option) in [
+            (format!("sslmode=disable&ca={}", file("ca.pem")), "ca"),
+            (
+                format!("sslmode=disable&sslrootcert={}", file("ca.pem")),
+                "sslrootcert",
+            ),
+            (
+                "sslmode=verify-full&ca=/nonexistent/ca.pem".to_owned(),
+                "ca",
+            ),
+            (
+                format!("sslmode=verify-full&sslrootcert={junk}"),
+                "sslrootcert",
+            ),
+            (
+                format!("ca={}&cert={}", file("ca.pem"), file("client.pem")),
+                "cert",
+            ),
+            (
+                format!(
+                    "ca={}&cert={}&key={junk}",
+                    file("ca.pem"),
+                    file("client.pem")
+                ),
+                "key",
+            ),
+            ("sslmode=verify".to_owned(), "sslmode"),
+        ] {
+            match SqlBackend::builder(with(url, &opts)).build() {
+                Err(Error::InvalidConfig { setting, reason }) => {
+                    assert_eq!(setting, option, "{opts}: {reason}");
+                    assert!(!reason.contains("simba-secret"), "{reason}");
+                }
+                other => panic!("{opts}: {:?}", other.map(drop)),
+            }
+        }
+    }
+}

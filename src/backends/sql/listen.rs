@@ -13,12 +13,13 @@
 //! notifications sent in between are lost. The thread checks the connection every few seconds
 //! and stops (on its own, without being joined) once the backend is dropped.
 
+use super::postgres::PgTls;
 use super::Tables;
 use crate::error::Result;
 use crate::spi::{Notification, NotifySink, Subscribers, Subscription};
 use crate::types::{GroupName, LeaseName};
 use ::postgres::fallible_iterator::FallibleIterator;
-use ::postgres::{Client, Config, NoTls};
+use ::postgres::{Client, Config};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -77,6 +78,8 @@ impl State {
 /// The backend's listener: its subscribers and, once subscribed, the thread's state.
 pub(crate) struct Listener {
     config: Config,
+    /// The pool's TLS settings: the listening connection is as protected as the others.
+    tls: PgTls,
     channel: String,
     name: String,
     timeout: Duration,
@@ -94,14 +97,15 @@ impl Drop for Listener {
 }
 
 impl Listener {
-    /// A listener connecting with `config` (the pool's, with its own `application_name`);
-    /// `timeout` bounds connecting and each check.
-    pub(crate) fn new(config: &Config, tables: &Tables, timeout: Duration) -> Self {
+    /// A listener connecting with `config` and `tls` (the pool's, with its own
+    /// `application_name`); `timeout` bounds connecting and each check.
+    pub(crate) fn new(config: &Config, tls: &PgTls, tables: &Tables, timeout: Duration) -> Self {
         let name = application_name(tables);
         let mut config = config.clone();
         config.application_name(&name);
         Listener {
             config,
+            tls: tls.clone(),
             channel: channel(tables),
             name,
             timeout,
@@ -151,22 +155,30 @@ impl Listener {
 
     fn spawn(&self, st: Arc<State>) -> std::io::Result<()> {
         let config = self.config.clone();
+        let tls = self.tls.clone();
         let channel = self.channel.clone();
         let subs = self.subscribers.clone();
         let timeout = self.timeout;
         std::thread::Builder::new()
             .name(format!("simba-pg-listen-{}", self.channel))
-            .spawn(move || run(&config, &channel, timeout, &subs, &st))
+            .spawn(move || run(&config, &tls, &channel, timeout, &subs, &st))
             .map(drop)
     }
 }
 
 /// The thread: listen, pump, and on failure resync, back off and listen again.
-fn run(config: &Config, channel: &str, timeout: Duration, subs: &Subscribers, st: &State) {
+fn run(
+    config: &Config,
+    tls: &PgTls,
+    channel: &str,
+    timeout: Duration,
+    subs: &Subscribers,
+    st: &State,
+) {
     let mut backoff = Duration::from_millis(100);
     let mut first = true;
     while !st.stopped() {
-        match listen(config, channel) {
+        match listen(config, tls, channel) {
             Ok(mut client) => {
                 if !first {
                     // Changes committed while nobody listened were not notified.
@@ -200,8 +212,12 @@ fn run(config: &Config, channel: &str, timeout: Duration, subs: &Subscribers, st
     }
 }
 
-fn listen(config: &Config, channel: &str) -> std::result::Result<Client, ::postgres::Error> {
-    let mut client = config.connect(NoTls)?;
+fn listen(
+    config: &Config,
+    tls: &PgTls,
+    channel: &str,
+) -> std::result::Result<Client, ::postgres::Error> {
+    let mut client = tls.connect(config)?;
     client.batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))?;
     Ok(client)
 }

@@ -61,6 +61,7 @@ mod mysql;
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod tls;
 
 use crate::backends::options;
 use crate::backends::url::redact;
@@ -377,7 +378,8 @@ pub struct ServerVersion {
 ///   with synchronous replication.
 /// * The `postgres` crate runs a private current-thread tokio runtime per connection: call
 ///   this backend from plain threads (or `spawn_blocking`), not from inside an async task.
-/// * TLS is not built in: connect over loopback, a private network or a local proxy.
+/// * TLS (feature `tls`, rustls): URL options `sslmode`, `ca`, `cert`, `key` (see
+///   [`SqlBackendBuilder`]); the default is plaintext.
 /// * PostgreSQL pushes releases, new terms and membership changes (`pg_notify` in the
 ///   statement that makes the change, one channel per table prefix) to one dedicated
 ///   listening connection per backend, opened by the first [`LeaseBackend::subscribe`]
@@ -411,6 +413,27 @@ impl std::fmt::Debug for SqlBackend {
 /// | `pool_size` | connections kept by the backend | `4` |
 /// | `table_prefix` | prefix of the three table names, `[A-Za-z0-9_]`, at most 32 characters | empty |
 /// | `purge_interval` | at most one automatic purge of expired sessions per interval | `60s` |
+/// | `sslmode` | `disable`, `prefer`, `require`, `verify-ca`, `verify-full` (feature `tls`) | `disable`; `verify-full` when `ca`, `cert` or `key` is given |
+/// | `ca` (or `sslrootcert`) | PEM file of the CA certificates to trust | the platform's roots (MySQL: the Mozilla roots) |
+/// | `cert`, `key` (or `sslcert`, `sslkey`) | PEM files of a client certificate and its key, both or neither | none |
+///
+/// TLS modes, with libpq's meanings on both dialects: `disable` is plaintext (also when the
+/// server offers TLS, as before TLS was built in); `prefer` uses TLS when the server offers
+/// it and is the only mode that falls back to plaintext; `require` insists on TLS and checks
+/// the certificate only when `ca` is given (then its chain, as `verify-ca`); `verify-ca`
+/// checks the chain and validity period but not the host name; `verify-full` also checks that
+/// the URL's host (name or IP address) is one the certificate names. A TLS option with
+/// `sslmode=disable`, or a file that cannot be read or holds no PEM certificate (`ca`,
+/// `cert`) or key (`key`), fails with [`Error::InvalidConfig`] naming the option; `sslmode`
+/// other than `disable` without the `tls` feature fails the same way naming `sslmode`. An
+/// unknown CA, an expired certificate or a host-name mismatch fails the build with
+/// [`Error::Backend`], whose [`report`](Error::report) names the cause (rustls's words). The
+/// PostgreSQL `LISTEN` connection uses the same settings as the pool. Passwords come from the
+/// URL (PostgreSQL: SCRAM-SHA-256, over TLS SCRAM-SHA-256-PLUS bound to the TLS session
+/// where the server offers it, or md5, as the server asks) and never appear in an error or
+/// `Debug`. On MySQL/MariaDB the `mysql` crate adds
+/// its Mozilla roots to `ca`, and connects over TCP only (never its unix socket), so TLS is
+/// never skipped.
 ///
 /// URLs: `postgres://user[:password]@host[:port]/database` (also `postgresql://`) and
 /// `mysql://user[:password]@host[:port]/database` (also `mariadb://`); a host is
@@ -425,6 +448,8 @@ pub struct SqlBackendBuilder {
     url: String,
     options: Options,
     set: Vec<&'static str>,
+    /// TLS options set by the builder's methods: (option, value), winning over the URL's.
+    tls_set: Vec<(&'static str, String)>,
     #[cfg(feature = "postgres")]
     pg_config: Option<::postgres::Config>,
     #[cfg(feature = "mysql")]
@@ -436,7 +461,8 @@ impl std::fmt::Debug for SqlBackendBuilder {
         let mut d = f.debug_struct("SqlBackendBuilder");
         d.field("url", &redact(&self.url))
             .field("options", &self.options)
-            .field("set", &self.set);
+            .field("set", &self.set)
+            .field("tls", &self.tls_set);
         #[cfg(feature = "postgres")]
         d.field("postgres_config", &self.pg_config.as_ref().map(|_| "…"));
         #[cfg(feature = "mysql")]
@@ -516,8 +542,36 @@ impl SqlBackendBuilder {
         self
     }
 
-    /// Starts from a `postgres::Config` of your own (host, credentials, TLS-free settings,
-    /// `options` such as a time zone); the URL's host and credentials are then ignored.
+    fn tls_option(mut self, option: &'static str, value: String) -> Self {
+        self.tls_set.push((option, value));
+        self
+    }
+
+    /// TLS mode, as the URL option `sslmode`: `disable`, `prefer`, `require`, `verify-ca` or
+    /// `verify-full` (feature `tls`; checked by [`build`](Self::build)).
+    pub fn sslmode(self, mode: impl Into<String>) -> Self {
+        self.tls_option("sslmode", mode.into())
+    }
+
+    /// PEM file of the CA certificates to trust, as the URL option `ca` (`sslrootcert`).
+    pub fn ca(self, path: impl AsRef<std::path::Path>) -> Self {
+        self.tls_option("ca", path.as_ref().to_string_lossy().into_owned())
+    }
+
+    /// PEM file of a client certificate, as the URL option `cert` (`sslcert`); needs
+    /// [`key`](Self::key).
+    pub fn cert(self, path: impl AsRef<std::path::Path>) -> Self {
+        self.tls_option("cert", path.as_ref().to_string_lossy().into_owned())
+    }
+
+    /// PEM file of the client certificate's private key, as the URL option `key` (`sslkey`).
+    pub fn key(self, path: impl AsRef<std::path::Path>) -> Self {
+        self.tls_option("key", path.as_ref().to_string_lossy().into_owned())
+    }
+
+    /// Starts from a `postgres::Config` of your own (host, credentials, `options` such as a
+    /// time zone); the URL's host and credentials are then ignored. TLS still comes from the
+    /// URL options (`sslmode`, `ca`, `cert`, `key`), whatever the config's `ssl_mode`.
     #[cfg(feature = "postgres")]
     pub fn postgres_config(mut self, config: ::postgres::Config) -> Self {
         self.pg_config = Some(config);
@@ -525,7 +579,8 @@ impl SqlBackendBuilder {
     }
 
     /// Starts from `mysql::Opts` of your own (credentials, `init` statements such as a time
-    /// zone); the URL's host and credentials are then ignored.
+    /// zone); the URL's host and credentials are then ignored. Their `ssl_opts` are kept
+    /// unless the URL (or the builder) sets `sslmode`, `ca`, `cert` or `key`.
     #[cfg(feature = "mysql")]
     pub fn mysql_opts(mut self, opts: impl Into<::mysql::Opts>) -> Self {
         self.mysql_opts = Some(opts.into());
@@ -534,13 +589,22 @@ impl SqlBackendBuilder {
 
     /// Connects (one connection, to check the server) and returns the backend.
     pub fn build(self) -> Result<SqlBackend> {
-        let url = BackendUrl::parse(&self.url)?;
-        url.check_params(&[
+        let mut url = BackendUrl::parse(&self.url)?;
+        let mut known = vec![
             "query_timeout",
             "pool_size",
             "table_prefix",
             "purge_interval",
-        ])?;
+        ];
+        known.extend(tls::OPTIONS);
+        url.check_params(&known)?;
+        for (option, value) in &self.tls_set {
+            // The builder's value replaces the URL's, under either name.
+            let alias = tls::alias(option);
+            url.params.retain(|(k, _)| k != option && k != alias);
+            url.params.push(((*option).to_owned(), value.clone()));
+        }
+        let tls = tls::SqlTls::from_url(&url)?;
         let mut options = Options::default();
         if let Some(v) = url.param("query_timeout") {
             options.query_timeout = options::timeout("query_timeout", v)?;
@@ -571,6 +635,7 @@ impl SqlBackendBuilder {
                 Arc::new(postgres::PgDriver::new(
                     &url,
                     self.pg_config,
+                    &tls,
                     &options,
                     tables,
                 )?),
@@ -581,6 +646,7 @@ impl SqlBackendBuilder {
                 Arc::new(mysql::MyDriver::new(
                     &url,
                     self.mysql_opts,
+                    &tls,
                     &options,
                     tables,
                 )?),
@@ -649,6 +715,7 @@ impl SqlBackend {
             url: url.into(),
             options: Options::default(),
             set: Vec::new(),
+            tls_set: Vec::new(),
             #[cfg(feature = "postgres")]
             pg_config: None,
             #[cfg(feature = "mysql")]

@@ -26,6 +26,7 @@
 //!   finish the statement). `GET_LOCK(name, seconds)` (schema installation) has its own
 //!   timeout.
 
+use super::tls::{SqlTls, SslMode};
 use super::{
     with_conn, AcqReport, AcqRow, DbError, DbResult, Driver, Flavor, Kind, Options, Pool, PoolConn,
     Renewed, ServerVersion, Tables,
@@ -276,13 +277,47 @@ fn host_and_port(entry: &str) -> std::result::Result<(String, u16), String> {
     Ok((hp.host, hp.port.unwrap_or(3306)))
 }
 
+/// The `mysql` crate's TLS settings for `tls`: `None` for `sslmode=disable`.
+#[cfg(feature = "tls")]
+fn ssl_opts(tls: &SqlTls) -> Option<::mysql::SslOpts> {
+    if tls.mode == SslMode::Disable {
+        return None;
+    }
+    let mut s = ::mysql::SslOpts::default();
+    if let Some(ca) = &tls.ca {
+        s = s.with_root_cert_path(Some(ca.path.clone()));
+    }
+    if let Some((cert, key)) = &tls.client {
+        s = s.with_client_identity(Some(::mysql::ClientIdentity::new(
+            cert.path.clone(),
+            key.path.clone(),
+        )));
+    }
+    if !tls.mode.verifies(tls.ca.is_some()) {
+        // `prefer`/`require` without `ca`: encrypted, the server not authenticated (libpq).
+        s = s.with_danger_accept_invalid_certs(true);
+    } else if tls.mode != SslMode::VerifyFull {
+        s = s.with_danger_skip_domain_validation(true);
+    }
+    Some(s)
+}
+
+/// Without the `tls` feature the URL parser accepts `sslmode=disable` only.
+#[cfg(not(feature = "tls"))]
+fn ssl_opts(_tls: &SqlTls) -> Option<::mysql::SslOpts> {
+    None
+}
+
 impl MyDriver {
     pub(crate) fn new(
         url: &BackendUrl,
         opts: Option<Opts>,
+        tls: &SqlTls,
         options: &Options,
         tables: Tables,
     ) -> Result<Self> {
+        // The URL's TLS options win; without them, `mysql_opts` keep their own `ssl_opts`.
+        let url_tls = opts.is_none() || tls.given;
         let base = match opts {
             Some(o) => OptsBuilder::from_opts(o),
             None => {
@@ -301,19 +336,37 @@ impl MyDriver {
             }
         };
         let t = options.query_timeout;
-        let opts: Opts = base
+        // Never the unix socket (`prefer_socket`), which would bypass TLS.
+        let base = base
             .prefer_socket(false)
             .tcp_connect_timeout(Some(t))
             // A backstop above the server-side timeout: a read that long means the server or
             // the network is gone; the connection is then dropped.
             .read_timeout(Some(t + Duration::from_secs(2)))
-            .write_timeout(Some(t + Duration::from_secs(2)))
-            .into();
+            .write_timeout(Some(t + Duration::from_secs(2)));
+        // `sslmode=prefer` falls back to these when the server offers no TLS.
+        let plain: Option<Opts> =
+            (tls.mode == SslMode::Prefer).then(|| base.clone().ssl_opts(None).into());
+        let opts: Opts = if url_tls {
+            base.ssl_opts(ssl_opts(tls)).into()
+        } else {
+            base.into()
+        };
         let server = Arc::new(OnceLock::new());
         let detected = server.clone();
         let connect = move || -> Result<MyConn> {
-            let mut conn =
-                Conn::new(opts.clone()).map_err(|e| Error::backend("connecting to MySQL", e))?;
+            #[cfg(feature = "tls")]
+            if opts.get_ssl_opts().is_some() {
+                super::tls::rustls_config::install_provider();
+            }
+            let conn = match (Conn::new(opts.clone()), &plain) {
+                (
+                    Err(::mysql::Error::DriverError(::mysql::DriverError::TlsNotSupported)),
+                    Some(plain),
+                ) => Conn::new(plain.clone()),
+                (r, _) => r,
+            };
+            let mut conn = conn.map_err(|e| Error::backend("connecting to MySQL", e))?;
             let version = detect(&mut conn)?;
             conn.query_drop(limits(version.flavor, t))
                 .map_err(|e| Error::backend("configuring a MySQL connection", e))?;

@@ -13,11 +13,60 @@ use super::{
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
 use crate::spi::{NotifySink, Subscription};
+use ::postgres::config::SslMode as PgSslMode;
 use ::postgres::error::SqlState;
 use ::postgres::types::FromSql;
 use ::postgres::types::Type;
 use ::postgres::{Client, Config, NoTls, Row, Statement};
 use std::time::Duration;
+
+use super::tls::{SqlTls, SslMode};
+
+/// How this backend's connections (the pool's and the listener's) use TLS: the URL's
+/// `sslmode`, `ca`, `cert` and `key` (see `backends::sql::tls`).
+#[derive(Clone)]
+pub(crate) struct PgTls {
+    /// The rustls configuration, unless `sslmode=disable`.
+    #[cfg(feature = "tls")]
+    rustls: Option<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+impl PgTls {
+    /// Builds the TLS settings and sets the matching `sslmode` on `config`.
+    pub(crate) fn new(tls: &SqlTls, config: &mut Config) -> Result<Self> {
+        config.ssl_mode(match tls.mode {
+            SslMode::Disable => PgSslMode::Disable,
+            SslMode::Prefer => PgSslMode::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
+        });
+        #[cfg(feature = "tls")]
+        {
+            let rustls = match tls.mode {
+                SslMode::Disable => None,
+                _ => Some(super::tls::rustls_config::client_config(tls)?),
+            };
+            Ok(PgTls { rustls })
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            // Without the feature the URL parser accepts `sslmode=disable` only.
+            let _ = tls;
+            Ok(PgTls {})
+        }
+    }
+
+    /// Opens one connection with these settings.
+    pub(crate) fn connect(
+        &self,
+        config: &Config,
+    ) -> std::result::Result<Client, ::postgres::Error> {
+        #[cfg(feature = "tls")]
+        if let Some(c) = &self.rustls {
+            return config.connect(super::tls::pg::MakeRustls(c.clone()));
+        }
+        config.connect(NoTls)
+    }
+}
 
 const NOW: &str = "(floor(extract(epoch FROM statement_timestamp()) * 1000)::int8)";
 /// The same instant in µs.
@@ -238,6 +287,7 @@ impl PgDriver {
     pub(crate) fn new(
         url: &BackendUrl,
         config: Option<Config>,
+        tls: &SqlTls,
         options: &Options,
         tables: Tables,
     ) -> Result<Self> {
@@ -289,10 +339,11 @@ impl PgDriver {
         if config.get_application_name().is_none() {
             config.application_name(&format!("simba-lease/{}", tables.prefix));
         }
-        let listener = super::listen::Listener::new(&config, &tables, options.query_timeout);
+        let tls = PgTls::new(tls, &mut config)?;
+        let listener = super::listen::Listener::new(&config, &tls, &tables, options.query_timeout);
         let connect = move || -> Result<PgConn> {
-            let mut client = config
-                .connect(NoTls)
+            let mut client = tls
+                .connect(&config)
                 .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
             let pid = client
                 .query_one("SELECT pg_backend_pid()", &[])
