@@ -206,6 +206,20 @@ ensure_redis() {
   export SIMBA_REDIS_URL=${SIMBA_REDIS_URL:-redis://127.0.0.1:$REDIS_PORT}
 }
 
+# ensure_redis_misconfigured: a server with the traps `simba doctor` must flag (an
+# `allkeys-lru` eviction policy, no AOF) on 6395. Exports SIMBA_REDIS_MISCONFIGURED_URL.
+REDIS_MISCONFIGURED_PORT=${SIMBA_REDIS_MISCONFIGURED_PORT:-6395}
+ensure_redis_misconfigured() {
+  need_redis
+  if redis_ping "$REDIS_MISCONFIGURED_PORT"; then
+    redis-cli -p "$REDIS_MISCONFIGURED_PORT" config get maxmemory-policy | grep -q allkeys-lru ||
+      die "port $REDIS_MISCONFIGURED_PORT answers but is not the allkeys-lru test server"
+  else
+    start_redis "$REDIS_MISCONFIGURED_PORT" --maxmemory 64mb --maxmemory-policy allkeys-lru
+  fi
+  export SIMBA_REDIS_MISCONFIGURED_URL=${SIMBA_REDIS_MISCONFIGURED_URL:-redis://127.0.0.1:$REDIS_MISCONFIGURED_PORT}
+}
+
 replica_linked() {
   redis-cli -p "$REDIS_REPLICA_PORT" info replication | grep -q master_link_status:up &&
     redis-cli -p "$REDIS_PRIMARY_PORT" info replication | grep -q connected_slaves:1
@@ -608,6 +622,7 @@ ensure_all() {
   ensure_zookeeper_ensemble
   ensure_redis
   ensure_redis_replica
+  ensure_redis_misconfigured
   ensure_redis_cluster
   ensure_redis_tls
   ensure_redis_tls_cluster

@@ -306,6 +306,9 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// A prepared `SELECT 1`.
     fn ping(&self) -> DbResult<()>;
     fn connection_ids(&self) -> Vec<u64>;
+    /// A server setting by name (PostgreSQL `current_setting`, MySQL a global variable);
+    /// `None` when the server has no such setting.
+    fn setting(&self, name: &str) -> DbResult<Option<String>>;
     /// The server detected on connect, where the dialect detects it.
     fn server(&self) -> Option<ServerVersion> {
         None
@@ -777,6 +780,23 @@ impl SqlBackend {
     /// (`simba-listen/{table_prefix}`), on PostgreSQL; `None` on MySQL, which is polled.
     pub fn listener_name(&self) -> Option<String> {
         self.driver.listener_name()
+    }
+
+    /// A server setting, e.g. `synchronous_commit` or `server_version_num` (PostgreSQL
+    /// `current_setting`) or `version_comment` or `rpl_semi_sync_master_enabled` (a MySQL
+    /// global variable); `None` when the server has no such setting. Names are
+    /// `[A-Za-z0-9_.]`, else [`Error::InvalidConfig`]. Used by `simba doctor`.
+    pub fn setting(&self, name: &str) -> Result<Option<String>> {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+        {
+            return Err(Error::config("setting", "a setting name is [A-Za-z0-9_.]"));
+        }
+        self.driver
+            .setting(name)
+            .map_err(|e| self.err("reading a server setting", e))
     }
 
     /// Server-side ids of the idle pooled connections (PostgreSQL backend pids, MySQL

@@ -700,6 +700,22 @@ impl Driver for MyDriver {
     fn server(&self) -> Option<ServerVersion> {
         self.server.get().cloned()
     }
+
+    fn setting(&self, name: &str) -> DbResult<Option<String>> {
+        // The caller checked the name ([A-Za-z0-9_.]); `SHOW` takes no placeholder on every
+        // server, and `_` is a LIKE wildcard only matching itself among such names.
+        let sql = format!("SHOW GLOBAL VARIABLES LIKE '{name}'");
+        self.run(|c| {
+            let row: Option<(String, Option<String>)> = c.query_first(&sql)?;
+            Ok(row.and_then(|(n, v)| {
+                if n.eq_ignore_ascii_case(name) {
+                    v
+                } else {
+                    None
+                }
+            }))
+        })
+    }
 }
 
 #[cfg(test)]

@@ -535,6 +535,13 @@ impl Driver for PgDriver {
         ids
     }
 
+    fn setting(&self, name: &str) -> DbResult<Option<String>> {
+        self.run_plain(|c| {
+            c.query_one("SELECT current_setting($1, true)", &[&name])
+                .and_then(|r| r.try_get::<_, Option<String>>(0))
+        })
+    }
+
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
         self.listener.subscribe(sink)
     }

@@ -1,0 +1,387 @@
+//! `simba doctor`: a preflight of the server behind a URL. Each check says what it found;
+//! a trap names its fix. Exit code 1 when a trap was found.
+
+use serde_json::json;
+use simba_lease::backends::redis::{RedisBackend, Reply, Role};
+use simba_lease::backends::SqlBackend;
+use simba_lease::spi::LeaseBackend;
+use simba_lease::{LeaseName, Result};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Backend URL.
+    url: String,
+    /// The session lease your services use (checked against the server's limits).
+    #[arg(long, default_value = "10s", value_parser = crate::duration)]
+    lease: Duration,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Level {
+    Ok,
+    Info,
+    /// The check could not run (no permission, command disabled).
+    Unknown,
+    Trap,
+}
+
+struct Finding {
+    level: Level,
+    check: &'static str,
+    text: String,
+}
+
+#[derive(Default)]
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn add(&mut self, level: Level, check: &'static str, text: impl Into<String>) {
+        self.0.push(Finding {
+            level,
+            check,
+            text: text.into(),
+        });
+    }
+}
+
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
+    let mut f = Findings::default();
+    let scheme = a.url.split("://").next().unwrap_or_default().to_owned();
+    match scheme.as_str() {
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis(&a, &mut f)?,
+        "postgres" | "postgresql" => sql(&a, &mut f, true)?,
+        "mysql" => sql(&a, &mut f, false)?,
+        "zookeeper" => zookeeper(&a, &mut f)?,
+        "memory" => f.add(Level::Info, "backend", "in-memory: nothing to check"),
+        other => f.add(
+            Level::Unknown,
+            "backend",
+            format!("no checks for `{other}://`"),
+        ),
+    }
+    let traps = f.0.iter().filter(|x| x.level == Level::Trap).count();
+    if a.json {
+        let items: Vec<_> = f
+            .0
+            .iter()
+            .map(|x| json!({"level": format!("{:?}", x.level).to_lowercase(), "check": x.check, "text": x.text}))
+            .collect();
+        println!(
+            "{}",
+            json!({"url": crate::bench::redacted(&a.url), "traps": traps, "findings": items})
+        );
+    } else {
+        println!("simba doctor {}", crate::bench::redacted(&a.url));
+        for x in &f.0 {
+            let tag = match x.level {
+                Level::Ok => "ok     ",
+                Level::Info => "info   ",
+                Level::Unknown => "unknown",
+                Level::Trap => "TRAP   ",
+            };
+            println!("{tag} {:<22} {}", x.check, x.text);
+        }
+        println!("{traps} trap(s) found");
+    }
+    Ok(if traps > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// The server clock against the local one: reported, leases never depend on it.
+fn clock(f: &mut Findings, server_ms: Option<i64>, sent_ms: i64) {
+    match server_ms {
+        Some(ms) => {
+            let local = (sent_ms + unix_ms()) / 2;
+            f.add(
+                Level::Info,
+                "clock",
+                format!(
+                    "server clock {:+} ms from this host (leases are measured by the server's clock alone)",
+                    ms - local
+                ),
+            );
+        }
+        None => f.add(Level::Unknown, "clock", "could not read the server's clock"),
+    }
+}
+
+fn text(r: &Reply) -> Option<String> {
+    r.as_str().map(str::to_owned)
+}
+
+/// `CONFIG GET name` → its value.
+fn config_get(b: &RedisBackend, name: &str) -> Option<String> {
+    let r = b
+        .scripting()
+        .command(Role::Other, &["CONFIG", "GET", name])
+        .ok()?;
+    match r.as_array() {
+        Some([_, v]) => text(v),
+        _ => None,
+    }
+}
+
+/// A field of `INFO section` (`key:value` lines).
+fn info_field(b: &RedisBackend, section: &str, key: &str) -> Option<String> {
+    let r = b
+        .scripting()
+        .command(Role::Other, &["INFO", section])
+        .ok()?;
+    let body = text(&r)?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(|v| v.trim().to_owned())
+}
+
+fn redis(a: &Args, f: &mut Findings) -> Result<()> {
+    let b = RedisBackend::connect(&a.url)?;
+    b.ping()?;
+    f.add(Level::Ok, "connect", "the server answers");
+    match config_get(&b, "maxmemory-policy") {
+        Some(p) if p == "noeviction" => f.add(Level::Ok, "maxmemory-policy", "noeviction"),
+        Some(p) => f.add(
+            Level::Trap,
+            "maxmemory-policy",
+            format!(
+                "`{p}`: Redis may evict lease hashes (tokens restart at 1) or sessions; fix: \
+                 `CONFIG SET maxmemory-policy noeviction` and the same in redis.conf"
+            ),
+        ),
+        None => f.add(Level::Unknown, "maxmemory-policy", "CONFIG GET refused"),
+    }
+    match config_get(&b, "appendonly") {
+        Some(v) if v == "yes" => {
+            let fsync = config_get(&b, "appendfsync").unwrap_or_default();
+            f.add(
+                Level::Ok,
+                "persistence",
+                format!("AOF on (appendfsync {fsync})"),
+            );
+        }
+        Some(_) => f.add(
+            Level::Trap,
+            "persistence",
+            "no AOF: a restart empties the instance and tokens start again at 1; fix: \
+             `appendonly yes` with `appendfsync everysec` (or `always`)",
+        ),
+        None => f.add(Level::Unknown, "persistence", "CONFIG GET refused"),
+    }
+    if b.scripting().clustered() {
+        let state = info_cluster(&b);
+        match state {
+            Some((s, slots)) if s == "ok" && slots == 16384 => {
+                f.add(Level::Ok, "cluster", "state ok, all 16384 slots assigned")
+            }
+            Some((s, slots)) => f.add(
+                Level::Trap,
+                "cluster",
+                format!(
+                    "state `{s}`, {slots} of 16384 slots assigned: operations on the others fail; \
+                     fix: assign every slot (`redis-cli --cluster fix`)"
+                ),
+            ),
+            None => f.add(Level::Unknown, "cluster", "CLUSTER INFO refused"),
+        }
+    } else {
+        let want = b.config().wait_replicas;
+        match info_field(&b, "replication", "connected_slaves").and_then(|v| v.parse::<u32>().ok())
+        {
+            Some(n) if n < want => f.add(
+                Level::Trap,
+                "replicas",
+                format!(
+                    "{n} connected replica(s), fewer than wait_replicas={want}: every new term \
+                     fails; fix: add replicas or lower wait_replicas"
+                ),
+            ),
+            Some(n) if want == 0 && n > 0 => f.add(
+                Level::Info,
+                "replicas",
+                format!(
+                    "{n} replica(s) but wait_replicas=0: a failover can hand out a token again; \
+                     set wait_replicas to narrow that window"
+                ),
+            ),
+            Some(n) => f.add(
+                Level::Ok,
+                "replicas",
+                format!("{n} connected, wait_replicas={want}"),
+            ),
+            None => f.add(Level::Unknown, "replicas", "INFO replication refused"),
+        }
+    }
+    let sent = unix_ms();
+    let server = b
+        .scripting()
+        .command(Role::Other, &["TIME"])
+        .ok()
+        .and_then(|r| match r.as_array() {
+            Some([s, us]) => {
+                let s: i64 = text(s)?.parse().ok().or_else(|| s.as_int())?;
+                let us: i64 = text(us)?.parse().ok().or_else(|| us.as_int())?;
+                Some(s * 1000 + us / 1000)
+            }
+            _ => None,
+        });
+    clock(f, server, sent);
+    Ok(())
+}
+
+fn info_cluster(b: &RedisBackend) -> Option<(String, u32)> {
+    let state = info_field_cluster(b, "cluster_state")?;
+    let slots = info_field_cluster(b, "cluster_slots_assigned")?
+        .parse()
+        .ok()?;
+    Some((state, slots))
+}
+
+fn info_field_cluster(b: &RedisBackend, key: &str) -> Option<String> {
+    let r = b
+        .scripting()
+        .command(Role::Other, &["CLUSTER", "INFO"])
+        .ok()?;
+    let body = text(&r)?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(|v| v.trim().to_owned())
+}
+
+fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
+    let b = if postgres {
+        SqlBackend::postgres(&a.url)?
+    } else {
+        SqlBackend::mysql(&a.url)?
+    };
+    match b.owner(&LeaseName::new("simba-doctor-probe")?) {
+        Ok(_) => f.add(Level::Ok, "schema", format!("tables `{}simba_*` answer", b.table_prefix())),
+        Err(e) => f.add(
+            Level::Trap,
+            "schema",
+            format!(
+                "the tables do not answer ({}); fix: `SqlBackend::install_schema()` or apply sql/init-simba-*.sql",
+                e.report()
+            ),
+        ),
+    }
+    if postgres {
+        postgres_checks(&b, f)?;
+    } else {
+        mysql_checks(&b, f)?;
+    }
+    Ok(())
+}
+
+fn postgres_checks(b: &SqlBackend, f: &mut Findings) -> Result<()> {
+    let num = b
+        .setting("server_version_num")?
+        .and_then(|v| v.parse::<u32>().ok());
+    let version = b.setting("server_version")?.unwrap_or_default();
+    match num {
+        Some(n) if n >= 140_000 => f.add(Level::Ok, "version", format!("PostgreSQL {version}")),
+        Some(_) => f.add(
+            Level::Trap,
+            "version",
+            format!("PostgreSQL {version} is older than 14; fix: upgrade"),
+        ),
+        None => f.add(Level::Unknown, "version", "server_version_num unreadable"),
+    }
+    let sync = b.setting("synchronous_commit")?.unwrap_or_default();
+    let standbys = b.setting("synchronous_standby_names")?.unwrap_or_default();
+    if standbys.trim().is_empty() {
+        f.add(
+            Level::Info,
+            "replication",
+            "no synchronous standby (synchronous_standby_names empty): a failover to an \
+             asynchronous standby can lose recent tokens; use synchronous replication where \
+             fencing must survive failovers",
+        );
+    } else if sync == "off" || sync == "local" {
+        f.add(
+            Level::Trap,
+            "replication",
+            format!(
+                "synchronous_commit={sync} with synchronous standbys `{standbys}`: commits do not \
+                 wait for them; fix: synchronous_commit=on (or remote_apply)"
+            ),
+        );
+    } else {
+        f.add(
+            Level::Ok,
+            "replication",
+            format!("synchronous standbys `{standbys}`, synchronous_commit={sync}"),
+        );
+    }
+    Ok(())
+}
+
+fn mysql_checks(b: &SqlBackend, f: &mut Findings) -> Result<()> {
+    match b.server() {
+        Some(s) => f.add(
+            Level::Ok,
+            "version",
+            format!("{:?} {} ({})", s.flavor, version(s.version), s.reported),
+        ),
+        None => f.add(Level::Unknown, "version", "not detected"),
+    }
+    let semi = b
+        .setting("rpl_semi_sync_master_enabled")?
+        .or(b.setting("rpl_semi_sync_source_enabled")?);
+    let binlog = b.setting("log_bin")?.unwrap_or_default();
+    match semi.as_deref() {
+        Some("ON") => f.add(Level::Ok, "replication", "semi-synchronous replication on"),
+        _ if binlog == "ON" => f.add(
+            Level::Info,
+            "replication",
+            "binary log on without semi-synchronous replication: a failover to an \
+             asynchronous replica can lose recent tokens",
+        ),
+        _ => f.add(Level::Info, "replication", "no binary log: a single server"),
+    }
+    Ok(())
+}
+
+fn version(v: (u32, u32, u32)) -> String {
+    format!("{}.{}.{}", v.0, v.1, v.2)
+}
+
+fn zookeeper(a: &Args, f: &mut Findings) -> Result<()> {
+    let b = simba_lease::connect(&a.url)?;
+    b.ping()?;
+    f.add(Level::Ok, "connect", "the ensemble answers");
+    // Opening a session with the lease checks the server's min/maxSessionTimeout.
+    match b.open_session(a.lease, &Default::default()) {
+        Ok(g) => {
+            f.add(
+                Level::Ok,
+                "session timeout",
+                format!("a {:?} lease fits the server's session timeouts", a.lease),
+            );
+            let _ = b.close_session(&g.id);
+        }
+        Err(e) => f.add(
+            Level::Trap,
+            "session timeout",
+            format!(
+                "{}; fix: raise maxSessionTimeout or shorten the lease",
+                e.report()
+            ),
+        ),
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! `simba`: measure a coordination backend, check its configuration, and look at its leases
+//! (feature `cli`).
+//!
+//! ```text
+//! simba bench URL [--sessions N] [--leases M] [--duration S] [--iterations I] [--json]
+//! simba doctor URL [--lease D] [--json]
+//! simba status URL [NAME...] [--group G]... [--json]
+//! simba watch URL NAME [--events N] [--for D]
+//! ```
+
+mod bench;
+mod doctor;
+mod report;
+mod status;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Measure, check and inspect a simba-lease backend.
+#[derive(Debug, Parser)]
+#[command(name = "simba", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Latency of acquire, release, keep-alive (1 and many leases), take-over after a
+    /// release and failover after a crash, next to the backend's floor (its cheapest round
+    /// trip) measured in the same run.
+    Bench(bench::Args),
+    /// Checks the server's configuration for known traps; exits 1 when one is found.
+    Doctor(doctor::Args),
+    /// The holders of the named leases and the members of the named groups.
+    Status(status::Args),
+    /// Follows the holders of one lease until interrupted.
+    Watch(status::WatchArgs),
+}
+
+/// Parses a duration written `250ms`, `5s`, `2m` or `1h`.
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let n: u64 = n.parse().map_err(|_| format!("not a duration: {s:?}"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
+        _ => Err(format!("unknown unit in {s:?} (ms, s, m or h)")),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Bench(a) => bench::run(a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::Status(a) => status::run(a),
+        Command::Watch(a) => status::watch(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("simba: {}", e.report());
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! `simba status` and `simba watch`: leases and groups as the backend sees them.
+
+use serde_json::json;
+use simba_lease::{connect, Config, Event, GroupName, LeaseName, Result, Session};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Backend URL.
+    url: String,
+    /// Lease (election or lock) names.
+    names: Vec<String>,
+    /// Group names (repeatable).
+    #[arg(long = "group")]
+    groups: Vec<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
+    let backend = connect(&a.url)?;
+    let mut leases = Vec::new();
+    for n in &a.names {
+        let name = LeaseName::new(n.as_str())?;
+        leases.push((name.clone(), backend.owner(&name)?));
+    }
+    let mut groups = Vec::new();
+    for g in &a.groups {
+        let group = GroupName::new(g.as_str())?;
+        groups.push((group.clone(), backend.members(&group)?));
+    }
+    if a.json {
+        let leases: Vec<_> = leases
+            .iter()
+            .map(|(n, o)| match o {
+                Some(o) => json!({"name": n.as_str(), "holder": o.session.as_str(),
+                                  "token": o.token.get(), "remaining_ms": o.remaining.as_millis() as u64}),
+                None => json!({"name": n.as_str(), "holder": null}),
+            })
+            .collect();
+        let groups: Vec<_> = groups
+            .iter()
+            .map(|(g, m)| {
+                json!({"group": g.as_str(), "members": m.iter().map(|m| json!({
+                    "session": m.session.as_str(), "metadata": m.metadata.as_str()})).collect::<Vec<_>>()})
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"backend": backend.kind(), "leases": leases, "groups": groups})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !leases.is_empty() {
+        println!(
+            "{:<32} {:<34} {:>8} {:>12}",
+            "lease", "holder", "token", "time left"
+        );
+    }
+    for (n, o) in &leases {
+        match o {
+            Some(o) => println!(
+                "{:<32} {:<34} {:>8} {:>12}",
+                n.as_str(),
+                o.session.as_str(),
+                o.token.get(),
+                format!("{:.3}s", o.remaining.as_secs_f64())
+            ),
+            None => println!("{:<32} {:<34} {:>8} {:>12}", n.as_str(), "(free)", "-", "-"),
+        }
+    }
+    for (g, members) in &groups {
+        println!("group {} ({} members)", g.as_str(), members.len());
+        for m in members {
+            println!("  {} {}", m.session.as_str(), m.metadata.as_str());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct WatchArgs {
+    /// Backend URL.
+    url: String,
+    /// The lease to follow.
+    name: String,
+    /// Stop after this many changes (default: never).
+    #[arg(long)]
+    events: Option<u64>,
+    /// Stop after this long (`30s`; default: never).
+    #[arg(long = "for", value_parser = crate::duration)]
+    for_: Option<Duration>,
+}
+
+/// Prints one line per change of holder: the time since the start, the holder and token.
+pub(crate) fn watch(a: WatchArgs) -> Result<ExitCode> {
+    let session = Session::open(connect(&a.url)?, Config::default())?;
+    let observer = session.observe(a.name.as_str())?;
+    let start = Instant::now();
+    let end = a.for_.and_then(|d| start.checked_add(d));
+    let mut seen = 0;
+    let print = |owner: Option<&simba_lease::Owner>| match owner {
+        Some(o) => println!(
+            "{:>10.3}s {} holder {} token {} ({:.3}s left)",
+            start.elapsed().as_secs_f64(),
+            a.name,
+            o.session.as_str(),
+            o.token.get(),
+            o.remaining.as_secs_f64()
+        ),
+        None => println!("{:>10.3}s {} free", start.elapsed().as_secs_f64(), a.name),
+    };
+    print(observer.leader()?.as_ref());
+    let events = observer.events();
+    while a.events.is_none_or(|n| seen < n) {
+        let wait = match end {
+            Some(end) => match end.checked_duration_since(Instant::now()) {
+                Some(left) => left,
+                None => break,
+            },
+            None => Duration::from_secs(3600),
+        };
+        match events.recv_timeout(wait) {
+            Ok(Event::LeaderChanged { owner, .. }) => {
+                print(owner.as_ref());
+                seen += 1;
+            }
+            Ok(_) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    session.close()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,266 @@
+//! The `simba` command-line tool against `memory://` and the real servers of
+//! `.ci/servers.sh`: `bench` (table and JSON), `doctor` (a deliberately misconfigured Redis,
+//! a missing SQL schema, a lease above ZooKeeper's maxSessionTimeout), `status` and `watch`.
+#![cfg(feature = "cli")]
+
+use serde_json::Value;
+use simba_lease::backends::SqlBackend;
+use simba_lease::{connect, Config, Session, SessionId};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+fn env_url(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+fn simba(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_simba"))
+        .args(args)
+        .output()
+        .expect("run simba")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn tag() -> String {
+    SessionId::random().as_str()[..8].to_owned()
+}
+
+fn redis_url() -> String {
+    format!(
+        "{}?prefix=simbacli{}",
+        env_url("SIMBA_REDIS_URL", "redis://127.0.0.1:6379"),
+        tag()
+    )
+}
+
+const QUICK: [&str; 10] = [
+    "--iterations",
+    "50",
+    "--leases",
+    "20",
+    "--takeovers",
+    "5",
+    "--failovers",
+    "1",
+    "--failover-lease",
+    "1s",
+];
+
+fn bench_json(url: &str) -> Value {
+    let mut args = vec!["bench", url, "--json"];
+    args.extend(QUICK);
+    let o = simba(&args);
+    assert!(o.status.success(), "{o:?}");
+    serde_json::from_str(&stdout(&o)).expect("JSON")
+}
+
+fn assert_bench_rows(v: &Value, backend: &str) {
+    assert_eq!(v["backend"], backend);
+    assert_eq!(v["floor"]["samples"], 50);
+    let ops: Vec<&str> = v["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["operation"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            "acquire (new term)",
+            "release",
+            "acquire (held by another)",
+            "keep-alive, 1 lease",
+            "keep-alive, 20 leases",
+            "take-over after release (sessions)",
+            "failover after crash (1s lease)",
+        ]
+    );
+    for o in v["operations"].as_array().unwrap() {
+        let (p50, p99) = (o["p50_us"].as_f64().unwrap(), o["p99_us"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p99 >= p50, "{o}");
+        assert!(o["p50_over_floor"].as_f64().unwrap() > 0.0, "{o}");
+    }
+    // A failover waits for the crashed session's lease to run out on the backend.
+    let failover = &v["operations"][6];
+    assert!(
+        failover["p50_us"].as_f64().unwrap() >= 900_000.0,
+        "{failover}"
+    );
+}
+
+#[test]
+fn bench_on_memory_prints_a_table_and_json() {
+    let mut args = vec!["bench", "memory://"];
+    args.extend(QUICK);
+    let o = simba(&args);
+    assert!(o.status.success(), "{o:?}");
+    let table = stdout(&o);
+    for row in [
+        "floor: ping",
+        "acquire (new term)",
+        "keep-alive, 20 leases",
+        "p50/floor",
+    ] {
+        assert!(table.contains(row), "{row} missing from\n{table}");
+    }
+    assert_bench_rows(&bench_json("memory://"), "memory");
+}
+
+/// Deletes the keys of the prefix of `url` (lease hashes keep their tokens forever).
+fn cleanup_redis(url: &str) {
+    let b = simba_lease::backends::redis::RedisBackend::connect(url).unwrap();
+    let prefix = url.rsplit('=').next().unwrap();
+    for key in b.scripting().scan(&format!("{prefix}:*"), 100_000).unwrap() {
+        b.scripting()
+            .command(simba_lease::backends::redis::Role::Other, &["DEL", &key])
+            .unwrap();
+    }
+}
+
+#[test]
+fn bench_on_redis() {
+    let url = redis_url();
+    assert_bench_rows(&bench_json(&url), "redis");
+    cleanup_redis(&url);
+}
+
+#[test]
+fn doctor_flags_a_misconfigured_redis() {
+    let url = env_url("SIMBA_REDIS_MISCONFIGURED_URL", "redis://127.0.0.1:6395");
+    let o = simba(&["doctor", &url, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let trap = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "maxmemory-policy")
+        .expect("a maxmemory-policy finding");
+    assert_eq!(trap["level"], "trap");
+    assert!(
+        trap["text"].as_str().unwrap().contains("allkeys-lru"),
+        "{trap}"
+    );
+    assert!(
+        trap["text"].as_str().unwrap().contains("noeviction"),
+        "the fix: {trap}"
+    );
+}
+
+#[test]
+fn doctor_finds_no_eviction_trap_on_the_test_redis() {
+    let o = simba(&["doctor", &redis_url(), "--json"]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let policy = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "maxmemory-policy")
+        .unwrap()
+        .clone();
+    assert_eq!(policy["level"], "ok", "{v}");
+}
+
+fn sql_schema_trap(url: &str, make: fn(&str) -> simba_lease::Result<SqlBackend>) {
+    let prefix = format!("t{}_", tag());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{sep}table_prefix={prefix}");
+    let schema = |o: &Output| -> Value {
+        let v: Value = serde_json::from_str(&stdout(o)).unwrap();
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["check"] == "schema")
+            .unwrap()
+            .clone()
+    };
+    let o = simba(&["doctor", &url, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(schema(&o)["level"], "trap");
+    let b = make(&url).unwrap();
+    b.install_schema().unwrap();
+    let o = simba(&["doctor", &url, "--json"]);
+    assert_eq!(schema(&o)["level"], "ok", "{o:?}");
+    b.drop_tables().unwrap();
+}
+
+#[test]
+fn doctor_flags_a_missing_postgres_schema() {
+    sql_schema_trap(
+        &env_url(
+            "SIMBA_POSTGRES_URL",
+            "postgres://postgres@127.0.0.1:5432/test",
+        ),
+        SqlBackend::postgres,
+    );
+}
+
+#[test]
+fn doctor_flags_a_missing_mysql_schema() {
+    sql_schema_trap(
+        &env_url("SIMBA_MYSQL_URL", "mysql://simba:simba@127.0.0.1:3306/test"),
+        SqlBackend::mysql,
+    );
+}
+
+#[test]
+fn doctor_flags_a_lease_above_zookeepers_max_session_timeout() {
+    let url = format!(
+        "{}/simba-doctor-{}",
+        env_url("SIMBA_ZK_URL", "zookeeper://127.0.0.1:2181"),
+        tag()
+    );
+    let o = simba(&["doctor", &url, "--lease", "150s"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(stdout(&o).contains("maxSessionTimeout"), "{o:?}");
+    let o = simba(&["doctor", &url, "--lease", "10s"]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+}
+
+#[test]
+fn status_shows_the_holder_and_watch_follows_it() {
+    let url = redis_url();
+    let backend = connect(&url).unwrap();
+    let session = Session::open(backend, Config::default()).unwrap();
+    let name = format!("status-{}", tag());
+    // `watch` first: its first line is the lease free, then one line per change.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_simba"))
+        .args(["watch", &url, &name, "--events", "2", "--for", "60s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.ends_with("free"), "{first}");
+
+    let guard = session.lock(name.as_str()).unwrap();
+    let o = simba(&["status", &url, &name, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let lease = &v["leases"][0];
+    assert_eq!(lease["holder"], session.id().as_str());
+    assert_eq!(lease["token"], guard.token().get());
+    assert!(lease["remaining_ms"].as_u64().unwrap() > 0);
+    let text = stdout(&simba(&["status", &url, &name]));
+    assert!(text.contains(session.id().as_str()), "{text}");
+
+    let held = lines.next().unwrap().unwrap();
+    assert!(held.contains(session.id().as_str()), "{held}");
+    assert!(
+        held.contains(&format!("token {}", guard.token().get())),
+        "{held}"
+    );
+    guard.unlock().unwrap();
+    let freed = lines.next().unwrap().unwrap();
+    assert!(freed.ends_with("free"), "{freed}");
+    assert!(watch.wait().unwrap().success());
+    let o = simba(&["status", &url, &name, "--json"]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["leases"][0]["holder"].is_null(), "{v}");
+    session.close().unwrap();
+    cleanup_redis(&url);
+}
