@@ -112,7 +112,11 @@ pub(crate) fn watch(a: WatchArgs) -> Result<ExitCode> {
         ),
         None => println!("{:>10.3}s {} free", start.elapsed().as_secs_f64(), a.name),
     };
-    print(observer.leader()?.as_ref());
+    // Only changes are printed: the observer's first event may repeat the state read here.
+    let key = |o: Option<&simba_lease::Owner>| o.map(|o| (o.session.clone(), o.token));
+    let first = observer.leader()?;
+    let mut last = key(first.as_ref());
+    print(first.as_ref());
     let events = observer.events();
     while a.events.is_none_or(|n| seen < n) {
         let wait = match end {
@@ -123,7 +127,8 @@ pub(crate) fn watch(a: WatchArgs) -> Result<ExitCode> {
             None => Duration::from_secs(3600),
         };
         match events.recv_timeout(wait) {
-            Ok(Event::LeaderChanged { owner, .. }) => {
+            Ok(Event::LeaderChanged { owner, .. }) if key(owner.as_ref()) != last => {
+                last = key(owner.as_ref());
                 print(owner.as_ref());
                 seen += 1;
             }
