@@ -444,6 +444,18 @@ mod tests {
             ),
             ("zookeeper://h:2181/simba?acl=everyone", "acl"),
             ("zookeeper://h:2181/a//b", "root"),
+            (
+                "zookeeper://h:2181/simba?ca=/x.pem",
+                "`ca`: TLS options need",
+            ),
+            (
+                "zk+tls://h/simba?ca=/nonexistent/ca.pem",
+                if cfg!(feature = "tls") {
+                    "`ca`: cannot read"
+                } else {
+                    "the `tls` feature"
+                },
+            ),
         ] {
             let e = connect(url).err().expect(url).to_string();
             assert!(e.contains(needle), "{url}: {e}");

@@ -45,6 +45,32 @@
 //! [`Notification::Resync`] (events during a disconnection may be lost, ZOOKEEPER-4698). The
 //! price: every node change under the root is sent to every backend instance's reader.
 //!
+//! # TLS
+//!
+//! Feature `tls` (rustls, `ring` provider):
+//! `zookeeper+tls://[user:password@]h1:2281,h2:2281[/root][?options]` (also `zk+tls://`;
+//! default port 2281), or [`ZooKeeperBuilder::tls`], connects to every server's secure client
+//! port; never to a plaintext one.
+//!
+//! | option | builder | meaning |
+//! |---|---|---|
+//! | `ca` | [`ca`](ZooKeeperBuilder::ca) | PEM file of the CA certificates to trust (default: the platform's roots) |
+//! | `cert` | [`cert`](ZooKeeperBuilder::cert) | PEM file of a client certificate (chain); needs `key` |
+//! | `key` | [`key`](ZooKeeperBuilder::key) | PEM file of its private key; needs `cert` |
+//!
+//! The host (name or IP address) of each server must be one its certificate names (there is no
+//! `verify-ca` mode: `zookeeper-client` skips the host check only through an `unsafe` call).
+//! A file that cannot be read or holds no PEM certificate (`ca`, `cert`) or private key (`key`),
+//! a key that does not fit its certificate, or a TLS option on a `zookeeper://` URL (or without
+//! [`tls`](ZooKeeperBuilder::tls)) is an [`Error::InvalidConfig`] naming the option. Since
+//! `zookeeper-client` retries a refused handshake without saying why until its deadline, the
+//! backend shakes hands itself (the same trust, client certificate and host check) when it is
+//! built and whenever a connect fails: an unknown CA, an expired certificate, a wrong host name
+//! or a client certificate the server refused fails with [`Error::Backend`] whose
+//! [`report`](Error::report) gives rustls's reason. A `zookeeper://` URL (feature `tls` on)
+//! whose server answers a TLS handshake fails with an [`Error::Backend`] saying so. Digest
+//! auth works over TLS as without.
+//!
 //! # Security
 //!
 //! By default nodes get the open ACL (`world:anyone` ALL): **unsafe on a shared ensemble**,
@@ -296,6 +322,16 @@ impl ZooKeeperBuilder {
     /// `zookeeper+tls://` URL scheme): every server's certificate must lead to [`ca`](Self::ca)
     /// (default: the platform's roots), be valid now and name the host (name or IP address)
     /// of the connect string. Never falls back to plaintext.
+    ///
+    /// ```no_run
+    /// use simba_lease::backends::zookeeper::ZooKeeperBackend;
+    /// let backend = ZooKeeperBackend::builder("zk1:2281,zk2:2281")
+    ///     .tls(true)
+    ///     .ca("/etc/zookeeper/ca.pem")
+    ///     .digest("simba", "secret")
+    ///     .build()?;
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
     pub fn tls(mut self, on: bool) -> Self {
         self.tls = on;
         self
