@@ -20,6 +20,9 @@ use zookeeper_client as zk;
 /// The operation named by handshake failures.
 pub(super) const CONNECTING: &str = "connecting to ZooKeeper over TLS";
 
+/// The most a diagnosing handshake waits for one server (connect and handshake).
+const PER_SERVER: Duration = Duration::from_secs(2);
+
 /// The checked TLS material of a backend.
 pub(super) struct ZkTls {
     /// For `zookeeper-client`.
@@ -109,8 +112,9 @@ fn endpoints(connect: &str) -> Result<Vec<(String, u16)>> {
 fn endpoints_of(connect: &str, tls: bool) -> Result<Vec<(String, u16)>> {
     let bad = |why: String| Error::config("connect", why);
     let mut out = Vec::new();
+    // No trimming: `zookeeper-client` takes the host as written, and panics on a host name
+    // rustls refuses, so every host is checked exactly as the client will see it.
     for entry in connect.split(',') {
-        let entry = entry.trim();
         let entry = match entry.strip_prefix("tcp://") {
             Some(rest) if !tls => rest,
             _ => entry,
@@ -213,7 +217,8 @@ impl ZkTls {
         })
     }
 
-    /// Shakes hands with every server until one succeeds, within `limit` in all. Returns the
+    /// Shakes hands with every server until one succeeds, within `limit` in all and
+    /// [`PER_SERVER`] for each (a server slower than that is not diagnosed). Returns the
     /// failure when no server completed a handshake and at least one refused it (servers that
     /// cannot be reached do not count: the client's own connect then reports them). With
     /// `linger`, waits that long after a handshake for an alert (a server that refuses the
@@ -226,7 +231,7 @@ impl ZkTls {
             if left.is_zero() {
                 break;
             }
-            match self.handshake(host, *port, left, linger) {
+            match self.handshake(host, *port, left.min(PER_SERVER), linger) {
                 Ok(true) => return None,
                 Ok(false) => {}
                 Err(e) => {
@@ -438,6 +443,8 @@ mod tests {
             "[::1",
             "bad host:1",
             "a_b c:1",
+            " a:1",
+            "a:1, b:1",
         ] {
             assert!(
                 matches!(endpoints(bad), Err(Error::InvalidConfig { ref setting, .. }) if setting == "connect"),
