@@ -879,7 +879,7 @@ mod acquired_notification {
 #[cfg(feature = "tls")]
 mod tls {
     use super::zk;
-    use simba_lease::backends::zookeeper::AclPolicy;
+    use simba_lease::backends::zookeeper::{AclPolicy, ZooKeeperBackend};
     use simba_lease::spi::{Acquire, LeaseBackend};
     use simba_lease::{tck, Error, Metadata};
     use std::sync::Arc;
@@ -999,6 +999,17 @@ mod tls {
     fn tls_with_another_ca_fails() {
         let opts = format!("ca={}&connection_timeout=5s", file("other-ca.pem"));
         assert_handshake_fails(&with(&url(), &opts), "UnknownIssuer");
+        // Credentials never show in the error.
+        let pw = "Wr0ng-Pa55word";
+        let u = url().replacen(
+            "zookeeper+tls://",
+            &format!("zookeeper+tls://simba:{pw}@"),
+            1,
+        );
+        let e = connect_error(&with(&u, &opts));
+        for text in [e.to_string(), format!("{e:?}"), e.report().to_string()] {
+            assert!(!text.contains(pw), "{text}");
+        }
     }
 
     #[test]
@@ -1100,6 +1111,22 @@ mod tls {
                 "{opts}: {e:?}"
             );
         }
+        // The same through the builder: TLS options without TLS, a plaintext entry with TLS.
+        let h = hosts(&url());
+        let e = ZooKeeperBackend::builder(h.as_str())
+            .ca(file("ca.pem"))
+            .build();
+        assert!(
+            matches!(&e, Err(Error::InvalidConfig { setting, .. }) if setting == "ca"),
+            "{e:?}"
+        );
+        let e = ZooKeeperBackend::builder(format!("tcp://{h}"))
+            .tls(true)
+            .build();
+        assert!(
+            matches!(&e, Err(Error::InvalidConfig { setting, .. }) if setting == "connect"),
+            "{e:?}"
+        );
         // TLS options on a plaintext URL: refused, never ignored.
         let plain = url().replacen("zookeeper+tls://", "zookeeper://", 1);
         let e = simba_lease::connect(&with(&plain, &format!("ca={}", file("ca.pem"))))
