@@ -616,6 +616,91 @@ ensure_mysql_tls() {
   export SIMBA_MYSQL_TLS_WRONG_HOST_URL=mysql://simba:simba-secret@127.0.0.1:$MYSQL_TLS_WRONG_HOST_PORT/test
 }
 
+# ---- ZooKeeper over TLS (issue 12) ----------------------------------------------------------
+# TLS-only standalone servers (a `secureClientPort` on Netty, no plaintext `clientPort`) with
+# the certificates of the Redis TLS CA ($SIMBA_CI_DIR/redis-tls) as PEM key and trust stores:
+# 2291 with the good certificate (client certificates optional: `ssl.clientAuth=want`), 2292
+# with the expired one, 2293 with the wrong-host one, 2294 with the good one requiring a client
+# certificate signed by the CA (`ssl.clientAuth=need`). The servers do not check host names in
+# client certificates. Each has its files (zoo.cfg, pid, port, server.log, start.sh) under
+# zk-tls-<port>. Exports SIMBA_ZK_TLS_URL, SIMBA_ZK_TLS_EXPIRED_URL,
+# SIMBA_ZK_TLS_WRONG_HOST_URL, SIMBA_ZK_TLS_CLIENT_AUTH_URL (zookeeper+tls://127.0.0.1:PORT)
+# and SIMBA_ZK_TLS_DIR (the CA directory: ca.pem, other-ca.pem, client.pem, client.key).
+ZK_TLS_PORT=${SIMBA_ZK_TLS_PORT:-2291}
+ZK_TLS_EXPIRED_PORT=${SIMBA_ZK_TLS_EXPIRED_PORT:-2292}
+ZK_TLS_WRONG_HOST_PORT=${SIMBA_ZK_TLS_WRONG_HOST_PORT:-2293}
+ZK_TLS_CLIENT_AUTH_PORT=${SIMBA_ZK_TLS_CLIENT_AUTH_PORT:-2294}
+# Netty (Debian's libnetty-java) serves the secure client port.
+ZK_TLS_CP=$ZK_CP:/usr/share/java/netty-buffer.jar:/usr/share/java/netty-codec.jar:/usr/share/java/netty-common.jar:/usr/share/java/netty-handler.jar:/usr/share/java/netty-resolver.jar:/usr/share/java/netty-transport.jar:/usr/share/java/netty-transport-native-unix-common.jar:/usr/share/java/netty-transport-native-epoll.jar
+
+# zk_tls_serving <port>: a ZooKeeper answers `srvr` over TLS there (whatever its certificate;
+# with the client certificate, for the server that requires one).
+zk_tls_serving() {
+  local c=$SIMBA_CI_DIR/redis-tls
+  printf srvr | timeout 5 openssl s_client -connect 127.0.0.1:"$1" -quiet \
+    -cert "$c/client.pem" -key "$c/client.key" 2>/dev/null | grep -qE '^Mode: standalone'
+}
+
+# start_zk_tls <port> <cert name> <clientAuth>: a TLS-only ZooKeeper under zk-tls-<port>,
+# unless ours answers there already.
+start_zk_tls() {
+  local port=$1 name=$2 auth=$3 c=$SIMBA_CI_DIR/redis-tls d=$SIMBA_CI_DIR/zk-tls-$1
+  pid_alive "$d/pid" && zk_tls_serving "$port" && return 0
+  if [ -f "$d/pid" ]; then kill "$(cat "$d/pid")" 2>/dev/null || true; fi
+  tcp_open "$port" && die "port $port is taken by something that is not our TLS ZooKeeper"
+  rm -rf "$d"; mkdir -p "$d/data"; echo "$port" >"$d/port"
+  # ZooKeeper's PEM key store: the private key (PKCS#8) and the certificate in one file.
+  cat "$c/$name.key" "$c/$name.pem" >"$d/keystore.pem"; cp "$c/ca.pem" "$d/ca.pem"
+  cat >"$d/zoo.cfg" <<EOF
+tickTime=100
+minSessionTimeout=200
+maxSessionTimeout=120000
+dataDir=$d/data
+secureClientPort=$port
+secureClientPortAddress=127.0.0.1
+serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
+ssl.keyStore.location=$d/keystore.pem
+ssl.keyStore.type=PEM
+ssl.trustStore.location=$d/ca.pem
+ssl.trustStore.type=PEM
+ssl.clientAuth=$auth
+ssl.hostnameVerification=false
+admin.enableServer=false
+maxClientCnxns=0
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+EOF
+  cat >"$d/start.sh" <<EOF
+#!/usr/bin/env bash
+cd "$d"
+java -Xmx128m -XX:+UseSerialGC -cp "$ZK_TLS_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain \\
+  "$d/zoo.cfg" >>"$d/server.log" 2>&1 </dev/null &
+echo \$! >"$d/pid"
+EOF
+  log "starting a TLS-only ZooKeeper on 127.0.0.1:$port ($name certificate, clientAuth=$auth)"
+  bash "$d/start.sh"
+}
+
+ensure_zookeeper_tls() {
+  local p
+  ensure_zookeeper_package
+  [ -f /usr/share/java/netty-handler.jar ] || apt_install libnetty-java
+  ensure_redis_tls_certs
+  start_zk_tls "$ZK_TLS_PORT" server want
+  start_zk_tls "$ZK_TLS_EXPIRED_PORT" expired want
+  start_zk_tls "$ZK_TLS_WRONG_HOST_PORT" wrong-host want
+  start_zk_tls "$ZK_TLS_CLIENT_AUTH_PORT" server need
+  for p in "$ZK_TLS_PORT" "$ZK_TLS_EXPIRED_PORT" "$ZK_TLS_WRONG_HOST_PORT" "$ZK_TLS_CLIENT_AUTH_PORT"; do
+    wait_until 60 "the TLS ZooKeeper on port $p (see $SIMBA_CI_DIR/zk-tls-$p/server.log)" zk_tls_serving "$p"
+    pid_alive "$SIMBA_CI_DIR/zk-tls-$p/pid" ||
+      die "the TLS ZooKeeper on port $p exited: $(tail -5 "$SIMBA_CI_DIR/zk-tls-$p/server.log")"
+  done
+  export SIMBA_ZK_TLS_DIR=$SIMBA_CI_DIR/redis-tls
+  export SIMBA_ZK_TLS_URL=zookeeper+tls://127.0.0.1:$ZK_TLS_PORT
+  export SIMBA_ZK_TLS_EXPIRED_URL=zookeeper+tls://127.0.0.1:$ZK_TLS_EXPIRED_PORT
+  export SIMBA_ZK_TLS_WRONG_HOST_URL=zookeeper+tls://127.0.0.1:$ZK_TLS_WRONG_HOST_PORT
+  export SIMBA_ZK_TLS_CLIENT_AUTH_URL=zookeeper+tls://127.0.0.1:$ZK_TLS_CLIENT_AUTH_PORT
+}
+
 # The backends' issues add their servers here.
 ensure_all() {
   ensure_zookeeper
@@ -630,4 +715,5 @@ ensure_all() {
   ensure_mysql
   ensure_postgres_tls
   ensure_mysql_tls
+  ensure_zookeeper_tls
 }

@@ -873,3 +873,268 @@ mod acquired_notification {
         b.close_session(&s2).unwrap();
     }
 }
+
+/// Issue 12: TLS to the secure client port of the TLS-only servers of `.ci/servers.sh`
+/// (`SIMBA_ZK_TLS_URL` and friends; certificates in `SIMBA_ZK_TLS_DIR`).
+#[cfg(feature = "tls")]
+mod tls {
+    use super::zk;
+    use simba_lease::backends::zookeeper::{AclPolicy, ZooKeeperBackend};
+    use simba_lease::spi::{Acquire, LeaseBackend};
+    use simba_lease::{tck, Error, Metadata};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn env_url(var: &str, port: u16) -> String {
+        std::env::var(var).unwrap_or_else(|_| format!("zookeeper+tls://127.0.0.1:{port}"))
+    }
+
+    pub(super) fn url() -> String {
+        env_url("SIMBA_ZK_TLS_URL", 2291)
+    }
+
+    /// `host:port` of a `zookeeper+tls://` URL.
+    fn hosts(url: &str) -> String {
+        url.trim_start_matches("zookeeper+tls://").to_owned()
+    }
+
+    pub(super) fn file(name: &str) -> String {
+        let dir = std::env::var("SIMBA_ZK_TLS_DIR").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/target/ci/redis-tls").to_owned()
+        });
+        format!("{dir}/{name}")
+    }
+
+    /// `url` under a fresh root, with `opts`.
+    fn with(url: &str, opts: &str) -> String {
+        at(url, &zk::random_root("tls-url"), opts)
+    }
+
+    /// `url` under `root`, with `opts`.
+    fn at(url: &str, root: &str, opts: &str) -> String {
+        format!("{url}{root}?{opts}")
+    }
+
+    /// The options trusting the CI's CA, then `opts` (may be empty).
+    fn ca_and(opts: &str) -> String {
+        let sep = if opts.is_empty() { "" } else { "&" };
+        format!("ca={}&connection_timeout=5s{sep}{opts}", file("ca.pem"))
+    }
+
+    /// `url` under a fresh root, trusting the CI's CA, with `opts` (may be empty).
+    fn trusted(url: &str, opts: &str) -> String {
+        with(url, &ca_and(opts))
+    }
+
+    pub(super) fn isolated() -> Arc<dyn LeaseBackend> {
+        Arc::new(zk::Isolated::tls(
+            &hosts(&url()),
+            &file("ca.pem"),
+            None,
+            |b| b,
+        ))
+    }
+
+    mod tck_over_tls {
+        simba_lease::tck_suite!(super::isolated, lease = std::time::Duration::from_secs(1));
+    }
+
+    fn connect_error(url: &str) -> Error {
+        match simba_lease::connect(url) {
+            Ok(b) => match b.ping() {
+                Ok(()) => panic!("{url}: connected"),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// `connect` fails with a `Backend` error whose report names `reason` (rustls's words).
+    fn assert_handshake_fails(url: &str, reason: &str) {
+        let started = std::time::Instant::now();
+        let e = connect_error(url);
+        assert!(matches!(e, Error::Backend { .. }), "{url}: {e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains(reason), "{url}: {report}");
+        assert!(report.contains("TLS handshake with 127.0.0.1:"), "{report}");
+        // The backend diagnoses the handshake itself instead of retrying until a timeout.
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn tls_with_the_ca_answers_over_tls_only() {
+        let root = zk::random_root("tls-url");
+        let b = simba_lease::connect(&at(&url(), &root, &ca_and(""))).unwrap();
+        b.ping().unwrap();
+        let s = b
+            .open_session(Duration::from_secs(5), &Metadata::default())
+            .unwrap();
+        let name = tck::lease_name("tls");
+        assert!(matches!(
+            b.acquire(&s.id, &name).unwrap(),
+            Acquire::Acquired(_)
+        ));
+        b.close_session(&s.id).unwrap();
+        drop(b);
+        zk::tls_delete_tree(&hosts(&url()), &file("ca.pem"), None, None, &root);
+        // The server has no plaintext port: the connection really is TLS.
+        let plain = url().replacen("zookeeper+tls://", "zookeeper://", 1);
+        let e = connect_error(&with(&plain, "connection_timeout=2s"));
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains("answers a TLS handshake"), "{report}");
+    }
+
+    #[test]
+    fn tls_without_the_ca_fails() {
+        // The platform's roots do not hold the CI's throwaway CA.
+        assert_handshake_fails(&with(&url(), "connection_timeout=5s"), "UnknownIssuer");
+    }
+
+    #[test]
+    fn tls_with_another_ca_fails() {
+        let opts = format!("ca={}&connection_timeout=5s", file("other-ca.pem"));
+        assert_handshake_fails(&with(&url(), &opts), "UnknownIssuer");
+        // Credentials never show in the error.
+        let pw = "Wr0ng-Pa55word";
+        let u = url().replacen(
+            "zookeeper+tls://",
+            &format!("zookeeper+tls://simba:{pw}@"),
+            1,
+        );
+        let e = connect_error(&with(&u, &opts));
+        for text in [e.to_string(), format!("{e:?}"), e.report().to_string()] {
+            assert!(!text.contains(pw), "{text}");
+        }
+    }
+
+    #[test]
+    fn tls_certificate_for_another_host_fails() {
+        let url = env_url("SIMBA_ZK_TLS_WRONG_HOST_URL", 2293);
+        assert_handshake_fails(&trusted(&url, ""), "not valid for name");
+    }
+
+    #[test]
+    fn tls_expired_certificate_fails() {
+        let url = env_url("SIMBA_ZK_TLS_EXPIRED_URL", 2292);
+        assert_handshake_fails(&trusted(&url, ""), "Expired");
+    }
+
+    #[test]
+    fn tls_to_a_plaintext_port_fails() {
+        let plain = super::zk::hosts();
+        let first = plain.split(',').next().unwrap();
+        let e = connect_error(&trusted(&format!("zookeeper+tls://{first}"), ""));
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+        assert!(
+            e.report().to_string().contains("not a TLS port"),
+            "{}",
+            e.report()
+        );
+    }
+
+    #[test]
+    fn tls_client_certificate() {
+        // This server requires a client certificate signed by the CA.
+        let auth_url = env_url("SIMBA_ZK_TLS_CLIENT_AUTH_URL", 2294);
+        let (cert, key) = (file("client.pem"), file("client.key"));
+        let opts = format!("cert={cert}&key={key}");
+        let root = zk::random_root("tls-url");
+        let b = simba_lease::connect(&at(&auth_url, &root, &ca_and(&opts))).unwrap();
+        b.ping().unwrap();
+        let s = b
+            .open_session(Duration::from_secs(5), &Metadata::default())
+            .unwrap();
+        b.close_session(&s.id).unwrap();
+        drop(b);
+        let identity = Some((cert.as_str(), key.as_str()));
+        zk::tls_delete_tree(&hosts(&auth_url), &file("ca.pem"), identity, None, &root);
+        // Without one: the handshake completes on our side (TLS 1.3), then the server's
+        // alert is named.
+        let started = std::time::Instant::now();
+        let e = connect_error(&trusted(&auth_url, "connection_timeout=2s"));
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains("received fatal alert"), "{report}");
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn tls_digest_auth_and_creator_acl() {
+        let pw = "s3cret-Pa55";
+        let cred = format!("simba:{pw}");
+        let auth = Some(("digest", cred.as_bytes()));
+        let b = zk::Isolated::tls(&hosts(&url()), &file("ca.pem"), auth, |b| {
+            b.digest("simba", pw).acl(AclPolicy::creator_all())
+        });
+        assert!(!format!("{:?}", b.b()).contains(pw), "{:?}", b.b());
+        let s = b
+            .open_session(Duration::from_secs(5), &Metadata::default())
+            .unwrap();
+        let name = tck::lease_name("tls-acl");
+        assert!(matches!(
+            b.acquire(&s.id, &name).unwrap(),
+            Acquire::Acquired(_)
+        ));
+        assert_eq!(b.owner(&name).unwrap().unwrap().session, s.id);
+        b.close_session(&s.id).unwrap();
+    }
+
+    #[test]
+    fn tls_files_are_checked() {
+        let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        for (opts, setting) in [
+            ("ca=/nonexistent/ca.pem".to_owned(), "ca"),
+            (format!("ca={not_pem}"), "ca"),
+            (format!("ca={}", file("client.key")), "ca"),
+            (format!("cert={}", file("client.pem")), "key"),
+            (format!("key={}", file("client.key")), "cert"),
+            (format!("cert={}&key={not_pem}", file("client.pem")), "key"),
+            (format!("cert={not_pem}&key={}", file("client.key")), "cert"),
+            // A key that does not belong to the certificate.
+            (
+                format!("cert={}&key={}", file("client.pem"), file("server.key")),
+                "key",
+            ),
+        ] {
+            let e = simba_lease::connect(&with(&url(), &opts)).err().unwrap();
+            assert!(
+                matches!(&e, Error::InvalidConfig { setting: s, .. } if s == setting),
+                "{opts}: {e:?}"
+            );
+        }
+        // The same through the builder: TLS options without TLS, a plaintext entry with TLS.
+        let h = hosts(&url());
+        let e = ZooKeeperBackend::builder(h.as_str())
+            .ca(file("ca.pem"))
+            .build();
+        assert!(
+            matches!(&e, Err(Error::InvalidConfig { setting, .. }) if setting == "ca"),
+            "{e:?}"
+        );
+        let e = ZooKeeperBackend::builder(format!("tcp://{h}"))
+            .tls(true)
+            .build();
+        assert!(
+            matches!(&e, Err(Error::InvalidConfig { setting, .. }) if setting == "connect"),
+            "{e:?}"
+        );
+        // TLS options on a plaintext URL: refused, never ignored.
+        let plain = url().replacen("zookeeper+tls://", "zookeeper://", 1);
+        let e = simba_lease::connect(&with(&plain, &format!("ca={}", file("ca.pem"))))
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&e, Error::InvalidConfig { setting, .. } if setting == "ca"),
+            "{e:?}"
+        );
+    }
+}

@@ -278,7 +278,9 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 /// * `zookeeper://[user:password@]host:port[,host:port…][/root][?options]` (also `zk://`):
 ///   root defaults to `/simba`; `user:password` adds `digest` auth and makes nodes
 ///   creator-only; options `connection_timeout`, `request_timeout` (e.g. `5s`, `500ms`) and
-///   `acl` (`open` or `creator`). See `backends::zookeeper`.
+///   `acl` (`open` or `creator`). `zookeeper+tls://` (also `zk+tls://`; default port 2281)
+///   connects to the servers' secure client port (feature `tls`; options `ca`, `cert`,
+///   `key`). See `backends::zookeeper`.
 ///
 /// ```
 /// use simba_lease::{connect, Config, Error, Session};
@@ -315,9 +317,11 @@ pub fn connect(url: &str) -> Result<Arc<dyn LeaseBackend>> {
         #[cfg(not(feature = "redis"))]
         "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Err(disabled(&u.scheme, "redis")),
         #[cfg(feature = "zookeeper")]
-        "zookeeper" | "zk" => Ok(Arc::new(super::zookeeper::from_url(&u)?)),
+        "zookeeper" | "zk" | "zookeeper+tls" | "zk+tls" => {
+            Ok(Arc::new(super::zookeeper::from_url(&u)?))
+        }
         #[cfg(not(feature = "zookeeper"))]
-        "zookeeper" | "zk" => Err(disabled(&u.scheme, "zookeeper")),
+        "zookeeper" | "zk" | "zookeeper+tls" | "zk+tls" => Err(disabled(&u.scheme, "zookeeper")),
         other => Err(u.invalid(format!(
             "unknown scheme {other:?} (known: memory, postgres, mysql, redis, redis+cluster, zookeeper)"
         ))),
@@ -440,6 +444,18 @@ mod tests {
             ),
             ("zookeeper://h:2181/simba?acl=everyone", "acl"),
             ("zookeeper://h:2181/a//b", "root"),
+            (
+                "zookeeper://h:2181/simba?ca=/x.pem",
+                "`ca`: TLS options need",
+            ),
+            (
+                "zk+tls://h/simba?ca=/nonexistent/ca.pem",
+                if cfg!(feature = "tls") {
+                    "`ca`: cannot read"
+                } else {
+                    "the `tls` feature"
+                },
+            ),
         ] {
             let e = connect(url).err().expect(url).to_string();
             assert!(e.contains(needle), "{url}: {e}");

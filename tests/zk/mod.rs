@@ -73,6 +73,8 @@ pub struct Isolated {
     hosts: String,
     root: String,
     auth: Option<(String, Vec<u8>)>,
+    /// The CA file of a TLS-only server: the clean-up then connects over TLS.
+    tls_ca: Option<String>,
 }
 
 impl Isolated {
@@ -104,6 +106,32 @@ impl Isolated {
             hosts: hosts.to_owned(),
             root,
             auth: auth.map(|(s, c)| (s.to_owned(), c.to_vec())),
+            tls_ca: None,
+        }
+    }
+
+    /// A backend over TLS (trusting `ca`) built by `f` under a fresh root on `hosts`, a
+    /// TLS-only server; the clean-up connects over TLS too.
+    #[cfg(feature = "tls")]
+    pub fn tls(
+        hosts: &str,
+        ca: &str,
+        auth: Option<(&str, &[u8])>,
+        f: impl FnOnce(ZooKeeperBuilder) -> ZooKeeperBuilder,
+    ) -> Isolated {
+        let root = random_root("tls");
+        let builder = ZooKeeperBackend::builder(hosts)
+            .tls(true)
+            .ca(ca)
+            .root(root.clone())
+            .connection_timeout(Duration::from_secs(20));
+        let backend = f(builder).build().expect("ZooKeeper backend over TLS");
+        Isolated {
+            backend: Some(backend),
+            hosts: hosts.to_owned(),
+            root,
+            auth: auth.map(|(s, c)| (s.to_owned(), c.to_vec())),
+            tls_ca: Some(ca.to_owned()),
         }
     }
 
@@ -121,6 +149,11 @@ impl Isolated {
 impl Drop for Isolated {
     fn drop(&mut self) {
         drop(self.backend.take());
+        if let Some(_ca) = &self.tls_ca {
+            #[cfg(feature = "tls")]
+            tls_delete_tree(&self.hosts, _ca, None, self.auth.as_ref(), &self.root);
+            return;
+        }
         let mut raw = raw::Raw::connect(&self.hosts);
         if let Some((scheme, cred)) = &self.auth {
             raw.auth(scheme, cred);
@@ -169,4 +202,47 @@ impl LeaseBackend for Isolated {
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
         self.b().subscribe(sink)
     }
+}
+
+/// Deletes `root` and everything under it on a TLS-only server (with `zookeeper-client`
+/// directly; a backend's build installed the process's rustls provider), trusting `ca`, with
+/// the client certificate and key files of `identity` and the auth info `auth`.
+#[cfg(feature = "tls")]
+pub fn tls_delete_tree(
+    hosts: &str,
+    ca: &str,
+    identity: Option<(&str, &str)>,
+    auth: Option<&(String, Vec<u8>)>,
+    root: &str,
+) {
+    use zookeeper_client as zkc;
+    let read = |f: &str| std::fs::read_to_string(f).expect("PEM file");
+    let mut options = zkc::TlsOptions::new().with_pem_ca(&read(ca)).expect("CA");
+    if let Some((cert, key)) = identity {
+        options = options
+            .with_pem_identity(&read(cert), &read(key))
+            .expect("client certificate");
+    }
+    futures_lite::future::block_on(async {
+        let mut connector = zkc::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .with_tls(options);
+        if let Some((scheme, cred)) = auth {
+            connector = connector.with_auth(scheme, cred);
+        }
+        let connect = connector.secure_connect(hosts);
+        let client = connect.await.expect("clean-up connection over TLS");
+        // Every node under root, parents before children; deleted children first.
+        let mut nodes = vec![root.to_owned()];
+        let mut i = 0;
+        while i < nodes.len() {
+            let children = client.list_children(&nodes[i]).await.unwrap_or_default();
+            let parent = nodes[i].clone();
+            nodes.extend(children.into_iter().map(|c| format!("{parent}/{c}")));
+            i += 1;
+        }
+        for node in nodes.iter().rev() {
+            let _ = client.delete(node, None).await;
+        }
+    });
 }

@@ -45,6 +45,32 @@
 //! [`Notification::Resync`] (events during a disconnection may be lost, ZOOKEEPER-4698). The
 //! price: every node change under the root is sent to every backend instance's reader.
 //!
+//! # TLS
+//!
+//! Feature `tls` (rustls, `ring` provider):
+//! `zookeeper+tls://[user:password@]h1:2281,h2:2281[/root][?options]` (also `zk+tls://`;
+//! default port 2281), or [`ZooKeeperBuilder::tls`], connects to every server's secure client
+//! port; never to a plaintext one.
+//!
+//! | option | builder | meaning |
+//! |---|---|---|
+//! | `ca` | [`ca`](ZooKeeperBuilder::ca) | PEM file of the CA certificates to trust (default: the platform's roots) |
+//! | `cert` | [`cert`](ZooKeeperBuilder::cert) | PEM file of a client certificate (chain); needs `key` |
+//! | `key` | [`key`](ZooKeeperBuilder::key) | PEM file of its private key; needs `cert` |
+//!
+//! The host (name or IP address) of each server must be one its certificate names (there is no
+//! `verify-ca` mode: `zookeeper-client` skips the host check only through an `unsafe` call).
+//! A file that cannot be read or holds no PEM certificate (`ca`, `cert`) or private key (`key`),
+//! a key that does not fit its certificate, or a TLS option on a `zookeeper://` URL (or without
+//! [`tls`](ZooKeeperBuilder::tls)) is an [`Error::InvalidConfig`] naming the option. Since
+//! `zookeeper-client` retries a refused handshake without saying why until its deadline, the
+//! backend shakes hands itself (the same trust, client certificate and host check) when it is
+//! built and whenever a connect fails: an unknown CA, an expired certificate, a wrong host name
+//! or a client certificate the server refused fails with [`Error::Backend`] whose
+//! [`report`](Error::report) gives rustls's reason. A `zookeeper://` URL (feature `tls` on)
+//! whose server answers a TLS handshake fails with an [`Error::Backend`] saying so. Digest
+//! auth works over TLS as without.
+//!
 //! # Security
 //!
 //! By default nodes get the open ACL (`world:anyone` ALL): **unsafe on a shared ensemble**,
@@ -56,6 +82,8 @@
 //! delete leases and members.
 
 mod facade;
+#[cfg(feature = "tls")]
+mod tls;
 
 use crate::backends::options;
 use crate::error::{Error, Result};
@@ -217,7 +245,13 @@ pub struct ZooKeeperBuilder {
     connection_timeout: Duration,
     request_timeout: Duration,
     reader_session_timeout: Duration,
+    tls: bool,
+    /// `ca`, `cert`, `key`: paths of PEM files.
+    tls_files: [Option<String>; 3],
 }
+
+/// The names of the TLS file options, in the order of `ZooKeeperBuilder::tls_files`.
+const TLS_FILES: [&str; 3] = ["ca", "cert", "key"];
 
 impl std::fmt::Debug for ZooKeeperBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -230,6 +264,8 @@ impl std::fmt::Debug for ZooKeeperBuilder {
             )
             .field("connection_timeout", &self.connection_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("tls", &self.tls)
+            .field("tls_files", &self.tls_files)
             .finish()
     }
 }
@@ -282,8 +318,52 @@ impl ZooKeeperBuilder {
         self
     }
 
+    /// Connects over TLS to the servers' secure client port (feature `tls`; as the
+    /// `zookeeper+tls://` URL scheme): every server's certificate must lead to [`ca`](Self::ca)
+    /// (default: the platform's roots), be valid now and name the host (name or IP address)
+    /// of the connect string. Never falls back to plaintext.
+    ///
+    /// ```no_run
+    /// use simba_lease::backends::zookeeper::ZooKeeperBackend;
+    /// let backend = ZooKeeperBackend::builder("zk1:2281,zk2:2281")
+    ///     .tls(true)
+    ///     .ca("/etc/zookeeper/ca.pem")
+    ///     .digest("simba", "secret")
+    ///     .build()?;
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
+    /// PEM file of the CA certificates to trust, as the URL option `ca`; needs
+    /// [`tls`](Self::tls).
+    pub fn ca(mut self, path: impl AsRef<std::path::Path>) -> Self {
+        self.tls_files[0] = Some(path.as_ref().to_string_lossy().into_owned());
+        self
+    }
+
+    /// PEM file of a client certificate, as the URL option `cert`; needs [`key`](Self::key)
+    /// and [`tls`](Self::tls).
+    pub fn cert(mut self, path: impl AsRef<std::path::Path>) -> Self {
+        self.tls_files[1] = Some(path.as_ref().to_string_lossy().into_owned());
+        self
+    }
+
+    /// PEM file of the client certificate's private key, as the URL option `key`.
+    pub fn key(mut self, path: impl AsRef<std::path::Path>) -> Self {
+        self.tls_files[2] = Some(path.as_ref().to_string_lossy().into_owned());
+        self
+    }
+
     /// Connects the backend's reader (members, owners, watches) and creates the root's
     /// `leases` and `groups` nodes if missing.
+    ///
+    /// With [`tls`](Self::tls), the PEM files are read first (one that cannot be read or
+    /// holds no certificate or key is an [`Error::InvalidConfig`] naming its option), then a
+    /// handshake with the servers is tried: when none completes one, `build` fails with
+    /// [`Error::Backend`] whose [`report`](Error::report) gives rustls's reason.
     pub fn build(self) -> Result<ZooKeeperBackend> {
         if self.connect.trim().is_empty() {
             return Err(Error::config("connect", "no ZooKeeper host given"));
@@ -309,6 +389,10 @@ impl ZooKeeperBuilder {
         ] {
             options::check_timeout(what, d)?;
         }
+        #[cfg(feature = "tls")]
+        let tls = self.tls_config()?;
+        #[cfg(not(feature = "tls"))]
+        self.tls_config()?;
         let acl = self.acl.clone().unwrap_or_else(|| {
             if self.auth.is_empty() {
                 AclPolicy::open()
@@ -317,6 +401,8 @@ impl ZooKeeperBuilder {
             }
         });
         let cfg = Arc::new(Cfg {
+            #[cfg(feature = "tls")]
+            tls,
             connect: self.connect.clone(),
             leases: format!("{root}/leases"),
             groups: format!("{root}/groups"),
@@ -356,9 +442,64 @@ impl ZooKeeperBuilder {
             .map_err(|e| Error::backend("spawning the ZooKeeper watchdog", e))?;
         Ok(ZooKeeperBackend { inner })
     }
+
+    /// The checked TLS settings, `None` without [`tls`](Self::tls); a diagnosing handshake
+    /// fails fast on servers whose certificate is refused.
+    #[cfg(feature = "tls")]
+    fn tls_config(&self) -> Result<Option<Arc<tls::ZkTls>>> {
+        self.check_tls_files()?;
+        if !self.tls {
+            return Ok(None);
+        }
+        let [ca, cert, key] = self.tls_files.each_ref().map(Option::as_deref);
+        let t = tls::ZkTls::new(&self.connect, ca, cert, key)?;
+        if let Some(e) = t.diagnose(self.connection_timeout, None) {
+            return Err(e);
+        }
+        Ok(Some(Arc::new(t)))
+    }
+
+    /// Without the feature `tls`: refuses TLS.
+    #[cfg(not(feature = "tls"))]
+    fn tls_config(&self) -> Result<()> {
+        self.check_tls_files()?;
+        if self.tls {
+            return Err(Error::config(
+                "tls",
+                "TLS to ZooKeeper needs the `tls` feature of simba-lease",
+            ));
+        }
+        Ok(())
+    }
+
+    /// TLS files without TLS are refused, never ignored.
+    fn check_tls_files(&self) -> Result<()> {
+        if self.tls {
+            return Ok(());
+        }
+        if self.connect.contains("tcp+tls://") {
+            return Err(Error::config(
+                "connect",
+                "`tcp+tls://` needs TLS (a zookeeper+tls:// URL or `tls(true)`)",
+            ));
+        }
+        match TLS_FILES
+            .iter()
+            .zip(&self.tls_files)
+            .find(|(_, f)| f.is_some())
+        {
+            Some((option, _)) => Err(Error::config(
+                *option,
+                "TLS options need TLS (a zookeeper+tls:// URL or `tls(true)`)",
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 struct Cfg {
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<tls::ZkTls>>,
     connect: String,
     root: String,
     leases: String,
@@ -380,11 +521,35 @@ impl Cfg {
     }
 
     fn connect(&self, session_timeout: Duration) -> Result<zk::Client> {
-        let fut = self.connector(session_timeout).connect(&self.connect);
-        match call("connecting to ZooKeeper", self.connection_timeout, fut)? {
-            Ok(c) => Ok(c),
-            Err(e) => Err(zk_err("connecting to ZooKeeper", e)),
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            let connector = self.connector(session_timeout).with_tls(t.options.clone());
+            let fut = connector.secure_connect(&self.connect);
+            let e = match call(tls::CONNECTING, self.connection_timeout, fut) {
+                Ok(Ok(c)) => return Ok(c),
+                Ok(Err(e)) => zk_err(tls::CONNECTING, e),
+                Err(e) => e,
+            };
+            // The client does not say why: a refused handshake is worth naming.
+            let linger = Some(Duration::from_secs(1));
+            return Err(t.diagnose(self.connection_timeout, linger).unwrap_or(e));
         }
+        let fut = self.connector(session_timeout).connect(&self.connect);
+        let e = match call("connecting to ZooKeeper", self.connection_timeout, fut) {
+            Ok(Ok(c)) => return Ok(c),
+            Ok(Err(e)) => zk_err("connecting to ZooKeeper", e),
+            Err(e) => e,
+        };
+        // A plaintext client on a secure client port only sees the connection close; a TLS
+        // server answers a handshake within a round trip, so a second bounds the look.
+        #[cfg(feature = "tls")]
+        if let Some(tls_port) = tls::plaintext_to_tls_port(
+            &self.connect,
+            self.connection_timeout.min(Duration::from_secs(1)),
+        ) {
+            return Err(tls_port);
+        }
+        Err(e)
     }
 
     fn open_reader(&self) -> Result<(zk::Client, zk::PersistentWatcher)> {
@@ -751,6 +916,8 @@ impl ZooKeeperBackend {
             connection_timeout: Duration::from_secs(15),
             request_timeout: Duration::from_secs(5),
             reader_session_timeout: Duration::from_secs(10),
+            tls: false,
+            tls_files: [None, None, None],
         }
     }
 
@@ -1223,14 +1390,43 @@ fn watch_loop(
     }
 }
 
-/// Builds a backend from `zookeeper://[user:password@]h1:2181,h2:2181[/root][?options]`.
+/// Builds a backend from `zookeeper://[user:password@]h1:2181,h2:2181[/root][?options]` or
+/// `zookeeper+tls://…` (default port 2281).
 pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBackend> {
-    u.check_params(&["connection_timeout", "request_timeout", "acl"])?;
+    u.check_params(&[
+        "connection_timeout",
+        "request_timeout",
+        "acl",
+        "ca",
+        "cert",
+        "key",
+    ])?;
+    let tls = match u.scheme.as_str() {
+        "zookeeper" | "zk" => false,
+        "zookeeper+tls" | "zk+tls" if cfg!(feature = "tls") => true,
+        "zookeeper+tls" | "zk+tls" => {
+            return Err(u.invalid("TLS (zookeeper+tls://) needs the `tls` feature of simba-lease"))
+        }
+        other => return Err(u.invalid(format!("not a ZooKeeper URL scheme: {other:?}"))),
+    };
     if u.hosts.is_empty() {
         return Err(u.invalid("no ZooKeeper host given"));
     }
-    let hosts: Vec<String> = u.host_ports().iter().map(|h| h.with_port(2181)).collect();
-    let mut b = ZooKeeperBackend::builder(hosts.join(","));
+    let port = if tls { 2281 } else { 2181 };
+    let hosts: Vec<String> = u.host_ports().iter().map(|h| h.with_port(port)).collect();
+    let mut b = ZooKeeperBackend::builder(hosts.join(",")).tls(tls);
+    if let Some(o) = TLS_FILES.into_iter().find(|o| !tls && u.param(o).is_some()) {
+        return Err(Error::config(o, "TLS options need a zookeeper+tls:// URL"));
+    }
+    if let Some(v) = u.param("ca") {
+        b = b.ca(v);
+    }
+    if let Some(v) = u.param("cert") {
+        b = b.cert(v);
+    }
+    if let Some(v) = u.param("key") {
+        b = b.key(v);
+    }
     if !u.path.is_empty() && u.path != "/" {
         b = b.root(u.path.clone());
     }
