@@ -125,6 +125,31 @@ typedef enum simba_session_state {
   SIMBA_SESSION_CLOSED = 3,
 } simba_session_state;
 
+// A backend connection (from [`simba_connect`]); thread-safe; free with
+// [`simba_backend_free`] (sessions opened on it keep it alive).
+typedef struct simba_backend simba_backend;
+
+// A candidate in an election; thread-safe; free with [`simba_election_free`] (resigns).
+typedef struct simba_election simba_election;
+
+// A view of a group; thread-safe; free with [`simba_group_free`].
+typedef struct simba_group simba_group;
+
+// A held lock (its guard); thread-safe; release with [`simba_lock_unlock`], free with
+// [`simba_lock_free`] (which releases it in the background if still held).
+typedef struct simba_lock simba_lock;
+
+// A group membership; thread-safe; free with [`simba_membership_free`] (leaves in the
+// background if still a member).
+typedef struct simba_membership simba_membership;
+
+// A watch of a lease's holder; thread-safe; free with [`simba_observer_free`].
+typedef struct simba_observer simba_observer;
+
+// A session; thread-safe; close with [`simba_session_close`], free with
+// [`simba_session_free`].
+typedef struct simba_session simba_session;
+
 // A live member of a group.
 typedef struct simba_member {
   // The member's session id (NUL-terminated).
@@ -234,10 +259,10 @@ enum simba_status simba_event_free(struct simba_event *event);
 // Connects to a backend by URL (`memory://`, `postgres://…`, `mysql://…`, `redis://…`,
 // `zookeeper://…`; NUL-terminated UTF-8). Backends not built into this library give
 // `SIMBA_FEATURE_DISABLED`. `*out_backend` is the new handle.
-enum simba_status simba_connect(const char *url, simba_backend **out_backend);
+enum simba_status simba_connect(const char *url, struct simba_backend **out_backend);
 
 // Frees a backend handle. Sessions opened on it keep the connection until they end.
-enum simba_status simba_backend_free(simba_backend *backend);
+enum simba_status simba_backend_free(struct simba_backend *backend);
 
 // Fills `*config` with the defaults (lease 15000 ms, renew 5000 ms, drift 0.01, reopen on
 // expiry, no metadata).
@@ -245,42 +270,43 @@ enum simba_status simba_config_default(struct simba_config *config);
 
 // Opens a session on `backend` (one backend call) with `config` (NULL: the defaults).
 // `*out_session` is the new handle.
-enum simba_status simba_session_open(const simba_backend *backend,
+enum simba_status simba_session_open(const struct simba_backend *backend,
                                      const struct simba_config *config,
-                                     simba_session **out_session);
+                                     struct simba_session **out_session);
 
 // Connects to `url` (NUL-terminated UTF-8) and opens a session with `config` (NULL: the
 // defaults): [`simba_connect`] and [`simba_session_open`] in one call.
 enum simba_status simba_session_connect(const char *url,
                                         const struct simba_config *config,
-                                        simba_session **out_session);
+                                        struct simba_session **out_session);
 
 // Closes the session: ends every term (events `LOCK_LOST`/`REVOKED` with reason `CLOSED`,
 // then `CLOSED`), deletes the backend session and waits until the final events were
 // delivered, so no callback of this session runs after it returns. Idempotent. The handle
 // stays allocated: free it with [`simba_session_free`]. Must not be called from inside one
 // of this session's event callbacks.
-enum simba_status simba_session_close(const simba_session *session);
+enum simba_status simba_session_close(const struct simba_session *session);
 
 // Closes the session like [`simba_session_close`] (ignoring a backend failure of the
 // close: the backend session then expires on its own) and frees the handle.
-enum simba_status simba_session_free(simba_session *session);
+enum simba_status simba_session_free(struct simba_session *session);
 
 // Writes the session's current backend id (16 or 32 hex digits, NUL-terminated) into
 // `buf` of `buf_len` bytes (at least `SIMBA_SESSION_ID_LEN`).
-enum simba_status simba_session_id(const simba_session *session, char *buf, size_t buf_len);
+enum simba_status simba_session_id(const struct simba_session *session, char *buf, size_t buf_len);
 
 // The session's state now.
-enum simba_status simba_session_state(const simba_session *session,
+enum simba_status simba_session_state(const struct simba_session *session,
                                       enum simba_session_state *out_state);
 
 // The session's lease health now.
-enum simba_status simba_session_health(const simba_session *session,
+enum simba_status simba_session_health(const struct simba_session *session,
                                        struct simba_health *out_health);
 
 // Waits until the session is valid or `timeout_ms` passes (`SIMBA_TIMEOUT`); fails at
 // once if it closed or expired for good.
-enum simba_status simba_session_wait_valid(const simba_session *session, uint64_t timeout_ms);
+enum simba_status simba_session_wait_valid(const struct simba_session *session,
+                                           uint64_t timeout_ms);
 
 // Waits up to `timeout_ms` for the next event of this session and all its handles, in
 // order; `*out_event` is then an event to free with [`simba_event_free`]. `SIMBA_TIMEOUT`
@@ -289,7 +315,7 @@ enum simba_status simba_session_wait_valid(const simba_session *session, uint64_
 // The queue starts at the first call of this function on the session (call it once with
 // timeout 0 right after opening to receive every event); several threads calling it share
 // one queue (each event goes to one of them).
-enum simba_status simba_session_next_event(const simba_session *session,
+enum simba_status simba_session_next_event(const struct simba_session *session,
                                            uint64_t timeout_ms,
                                            struct simba_event **out_event);
 
@@ -303,7 +329,7 @@ enum simba_status simba_session_next_event(const simba_session *session,
 // [`simba_session_free`] of its own session. `user_data` must stay valid, and usable from
 // that thread, until [`simba_session_close`] or [`simba_session_free`] of the session
 // returned. A callback cannot be removed; registering another adds it.
-enum simba_status simba_session_on_event(const simba_session *session,
+enum simba_status simba_session_on_event(const struct simba_session *session,
                                          simba_event_callback callback,
                                          void *user_data);
 
@@ -312,129 +338,130 @@ enum simba_status simba_session_on_event(const simba_session *session,
 // every lock lost (`LOCK_LOST`, reason `SESSION_EXPIRED`), `SESSION_EXPIRED`, and (with
 // `reopen_on_expiry`) opens a new backend session. For tests and demonstrations of loss
 // handling; one backend call.
-enum simba_status simba_session_sever(const simba_session *session);
+enum simba_status simba_session_sever(const struct simba_session *session);
 
 // Takes the lock `name` (NUL-terminated UTF-8), waiting as long as it takes.
 // `*out_lock` is the held lock.
-enum simba_status simba_session_lock(const simba_session *session,
+enum simba_status simba_session_lock(const struct simba_session *session,
                                      const char *name,
-                                     simba_lock **out_lock);
+                                     struct simba_lock **out_lock);
 
 // Takes the lock `name` (NUL-terminated UTF-8) if it is free now; `SIMBA_BUSY` (and
 // `*out_lock` NULL) if someone holds it.
-enum simba_status simba_session_try_lock(const simba_session *session,
+enum simba_status simba_session_try_lock(const struct simba_session *session,
                                          const char *name,
-                                         simba_lock **out_lock);
+                                         struct simba_lock **out_lock);
 
 // Takes the lock `name` (NUL-terminated UTF-8), waiting at most `timeout_ms`
 // (`SIMBA_TIMEOUT` after that).
-enum simba_status simba_session_lock_timeout(const simba_session *session,
+enum simba_status simba_session_lock_timeout(const struct simba_session *session,
                                              const char *name,
                                              uint64_t timeout_ms,
-                                             simba_lock **out_lock);
+                                             struct simba_lock **out_lock);
 
 // The lock's fencing token (also after it was lost or unlocked): pass it to the protected
 // resource, which rejects tokens lower than the highest it has seen.
-enum simba_status simba_lock_token(const simba_lock *lock, uint64_t *out_token);
+enum simba_status simba_lock_token(const struct simba_lock *lock, uint64_t *out_token);
 
 // Writes the lock's name (NUL-terminated) into `buf` of `buf_len` bytes (at least
 // `SIMBA_NAME_LEN` always suffices).
-enum simba_status simba_lock_name(const simba_lock *lock, char *buf, size_t buf_len);
+enum simba_status simba_lock_name(const struct simba_lock *lock, char *buf, size_t buf_len);
 
 // Whether the lock is still held (session live, term's local deadline ahead); false once
 // lost or unlocked.
-enum simba_status simba_lock_is_valid(const simba_lock *lock, bool *out_valid);
+enum simba_status simba_lock_is_valid(const struct simba_lock *lock, bool *out_valid);
 
 // The fencing token if the lock is still held, else `SIMBA_LEASE_LOST`: call it before
 // every protected write.
-enum simba_status simba_lock_check(const simba_lock *lock, uint64_t *out_token);
+enum simba_status simba_lock_check(const struct simba_lock *lock, uint64_t *out_token);
 
 // Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
 // was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
 // free it with [`simba_lock_free`].
-enum simba_status simba_lock_unlock(const simba_lock *lock);
+enum simba_status simba_lock_unlock(const struct simba_lock *lock);
 
 // Waits up to `timeout_ms` for this lock's loss event (`LOCK_LOST`); see
 // [`simba_session_next_event`] for the results.
-enum simba_status simba_lock_next_event(const simba_lock *lock,
+enum simba_status simba_lock_next_event(const struct simba_lock *lock,
                                         uint64_t timeout_ms,
                                         struct simba_event **out_event);
 
 // Frees the lock handle; a lock still held is released at once locally and on the
 // backend from the session's work thread (no network call on this thread).
-enum simba_status simba_lock_free(simba_lock *lock);
+enum simba_status simba_lock_free(struct simba_lock *lock);
 
 // Enters the election `name` (NUL-terminated UTF-8) as a candidate; it campaigns until it
 // resigns or is freed. `*out_election` is the new handle.
-enum simba_status simba_session_election(const simba_session *session,
+enum simba_status simba_session_election(const struct simba_session *session,
                                          const char *name,
-                                         simba_election **out_election);
+                                         struct simba_election **out_election);
 
 // Waits until this candidate is elected or `timeout_ms` passes (`SIMBA_TIMEOUT`);
 // `*out_token` is the term's fencing token.
-enum simba_status simba_election_wait_elected(const simba_election *election,
+enum simba_status simba_election_wait_elected(const struct simba_election *election,
                                               uint64_t timeout_ms,
                                               uint64_t *out_token);
 
 // Whether this candidate leads now.
-enum simba_status simba_election_is_leader(const simba_election *election, bool *out_leader);
+enum simba_status simba_election_is_leader(const struct simba_election *election, bool *out_leader);
 
 // The fencing token of the term this candidate holds now, else `SIMBA_NOT_LEADER`: call it
 // before acting as the leader.
-enum simba_status simba_election_check(const simba_election *election, uint64_t *out_token);
+enum simba_status simba_election_check(const struct simba_election *election, uint64_t *out_token);
 
 // Leaves the election (a leader releases its term now; event `REVOKED`, reason
 // `RESIGNED`). Idempotent; `SIMBA_LEASE_LOST` if the last term was already lost. The
 // handle stays usable: [`simba_election_campaign`] enters again.
-enum simba_status simba_election_resign(const simba_election *election);
+enum simba_status simba_election_resign(const struct simba_election *election);
 
 // Enters the election again after a resign (nothing to do if it still campaigns).
-enum simba_status simba_election_campaign(const simba_election *election);
+enum simba_status simba_election_campaign(const struct simba_election *election);
 
 // Waits up to `timeout_ms` for this candidate's next event (`ELECTED`, `REVOKED`); see
 // [`simba_session_next_event`] for the results.
-enum simba_status simba_election_next_event(const simba_election *election,
+enum simba_status simba_election_next_event(const struct simba_election *election,
                                             uint64_t timeout_ms,
                                             struct simba_event **out_event);
 
 // Frees the election handle; a leader's term ends at once and is released from the
 // session's work thread.
-enum simba_status simba_election_free(simba_election *election);
+enum simba_status simba_election_free(struct simba_election *election);
 
 // Observes the lease `name` (NUL-terminated UTF-8) without being a candidate: events
 // `LEADER_CHANGED`, first for the current holder, then at every change.
-enum simba_status simba_session_observe(const simba_session *session,
+enum simba_status simba_session_observe(const struct simba_session *session,
                                         const char *name,
-                                        simba_observer **out_observer);
+                                        struct simba_observer **out_observer);
 
 // Reads the lease's current holder from the backend (one backend call).
-enum simba_status simba_observer_leader(const simba_observer *observer,
+enum simba_status simba_observer_leader(const struct simba_observer *observer,
                                         struct simba_owner *out_owner);
 
 // Waits up to `timeout_ms` for the observer's next `LEADER_CHANGED`; see
 // [`simba_session_next_event`] for the results.
-enum simba_status simba_observer_next_event(const simba_observer *observer,
+enum simba_status simba_observer_next_event(const struct simba_observer *observer,
                                             uint64_t timeout_ms,
                                             struct simba_event **out_event);
 
 // Frees the observer (stops the watch).
-enum simba_status simba_observer_free(simba_observer *observer);
+enum simba_status simba_observer_free(struct simba_observer *observer);
 
 // A view of the group `name` (NUL-terminated UTF-8; no backend call).
-enum simba_status simba_session_group(const simba_session *session,
+enum simba_status simba_session_group(const struct simba_session *session,
                                       const char *name,
-                                      simba_group **out_group);
+                                      struct simba_group **out_group);
 
 // Joins the group with this session; `*out_membership` lasts until left or freed.
-enum simba_status simba_group_join(const simba_group *group, simba_membership **out_membership);
+enum simba_status simba_group_join(const struct simba_group *group,
+                                   struct simba_membership **out_membership);
 
 // Leaves the group with this session (whatever memberships say); `*out_was_member`
 // (may be NULL) tells whether it was one.
-enum simba_status simba_group_leave(const simba_group *group, bool *out_was_member);
+enum simba_status simba_group_leave(const struct simba_group *group, bool *out_was_member);
 
 // Reads the live members from the backend; `*out_members` is a list to free with
 // [`simba_member_list_free`].
-enum simba_status simba_group_members(const simba_group *group,
+enum simba_status simba_group_members(const struct simba_group *group,
                                       struct simba_member_list **out_members);
 
 // Frees a list from [`simba_group_members`]. NULL is ignored; a list freed already gives
@@ -443,21 +470,22 @@ enum simba_status simba_member_list_free(struct simba_member_list *list);
 
 // Waits up to `timeout_ms` for the group's next `MEMBERS_CHANGED` (the first call starts a
 // watch whose first event lists the members then); see [`simba_session_next_event`].
-enum simba_status simba_group_next_event(const simba_group *group,
+enum simba_status simba_group_next_event(const struct simba_group *group,
                                          uint64_t timeout_ms,
                                          struct simba_event **out_event);
 
 // Frees the group view (stops its watch; memberships stay).
-enum simba_status simba_group_free(simba_group *group);
+enum simba_status simba_group_free(struct simba_group *group);
 
 // Leaves now (unless another membership of this session holds the group), reporting a
 // backend failure; `*out_was_member` (may be NULL) tells whether this left the group. A
 // second leave gives `SIMBA_CLOSED`. The handle stays allocated: free it with
 // [`simba_membership_free`].
-enum simba_status simba_membership_leave(const simba_membership *membership, bool *out_was_member);
+enum simba_status simba_membership_leave(const struct simba_membership *membership,
+                                         bool *out_was_member);
 
 // Frees the membership; if it did not leave yet, it leaves from the session's work thread.
-enum simba_status simba_membership_free(simba_membership *membership);
+enum simba_status simba_membership_free(struct simba_membership *membership);
 
 #ifdef __cplusplus
 }  // extern "C"

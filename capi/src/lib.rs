@@ -285,35 +285,44 @@ pub struct simba_event {
 pub type simba_event_callback =
     Option<unsafe extern "C" fn(event: *const simba_event, user_data: *mut c_void)>;
 
-macro_rules! opaque {
-    ($($(#[$m:meta])* $name:ident),*) => {$(
-        $(#[$m])*
-        pub struct $name {
-            _private: [u8; 0],
-        }
-    )*};
+/// A backend connection (from [`simba_connect`]); thread-safe; free with
+/// [`simba_backend_free`] (sessions opened on it keep it alive).
+pub struct simba_backend {
+    _private: [u8; 0],
 }
 
-opaque!(
-    /// A backend connection (from [`simba_connect`]); thread-safe; free with
-    /// [`simba_backend_free`] (sessions opened on it keep it alive).
-    simba_backend,
-    /// A session; thread-safe; close with [`simba_session_close`], free with
-    /// [`simba_session_free`].
-    simba_session,
-    /// A held lock (its guard); thread-safe; release with [`simba_lock_unlock`], free with
-    /// [`simba_lock_free`] (which releases it in the background if still held).
-    simba_lock,
-    /// A candidate in an election; thread-safe; free with [`simba_election_free`] (resigns).
-    simba_election,
-    /// A watch of a lease's holder; thread-safe; free with [`simba_observer_free`].
-    simba_observer,
-    /// A view of a group; thread-safe; free with [`simba_group_free`].
-    simba_group,
-    /// A group membership; thread-safe; free with [`simba_membership_free`] (leaves in the
-    /// background if still a member).
-    simba_membership
-);
+/// A session; thread-safe; close with [`simba_session_close`], free with
+/// [`simba_session_free`].
+pub struct simba_session {
+    _private: [u8; 0],
+}
+
+/// A held lock (its guard); thread-safe; release with [`simba_lock_unlock`], free with
+/// [`simba_lock_free`] (which releases it in the background if still held).
+pub struct simba_lock {
+    _private: [u8; 0],
+}
+
+/// A candidate in an election; thread-safe; free with [`simba_election_free`] (resigns).
+pub struct simba_election {
+    _private: [u8; 0],
+}
+
+/// A watch of a lease's holder; thread-safe; free with [`simba_observer_free`].
+pub struct simba_observer {
+    _private: [u8; 0],
+}
+
+/// A view of a group; thread-safe; free with [`simba_group_free`].
+pub struct simba_group {
+    _private: [u8; 0],
+}
+
+/// A group membership; thread-safe; free with [`simba_membership_free`] (leaves in the
+/// background if still a member).
+pub struct simba_membership {
+    _private: [u8; 0],
+}
 
 // ---------------------------------------------------------------------------------------
 // Errors
