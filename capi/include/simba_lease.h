@@ -114,16 +114,16 @@ typedef enum simba_loss_reason {
 } simba_loss_reason;
 
 // A session's state.
-typedef enum simba_session_state {
+typedef enum simba_state {
   // Kept alive.
-  SIMBA_SESSION_VALID = 0,
+  SIMBA_STATE_VALID = 0,
   // Keep-alives failing; leases still valid until the local deadline.
-  SIMBA_SESSION_JEOPARDY = 1,
+  SIMBA_STATE_JEOPARDY = 1,
   // Expired (a new backend session may be opened, see `reopen_on_expiry`).
-  SIMBA_SESSION_EXPIRED_STATE = 2,
+  SIMBA_STATE_EXPIRED = 2,
   // Closed.
-  SIMBA_SESSION_CLOSED = 3,
-} simba_session_state;
+  SIMBA_STATE_CLOSED = 3,
+} simba_state;
 
 // A backend connection (from [`simba_connect`]); thread-safe; free with
 // [`simba_backend_free`] (sessions opened on it keep it alive).
@@ -297,7 +297,7 @@ enum simba_status simba_session_id(const struct simba_session *session, char *bu
 
 // The session's state now.
 enum simba_status simba_session_state(const struct simba_session *session,
-                                      enum simba_session_state *out_state);
+                                      enum simba_state *out_state);
 
 // The session's lease health now.
 enum simba_status simba_session_health(const struct simba_session *session,

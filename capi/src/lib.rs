@@ -122,15 +122,15 @@ use simba_status::*;
 /// A session's state.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum simba_session_state {
+pub enum simba_state {
     /// Kept alive.
-    SIMBA_SESSION_VALID = 0,
+    SIMBA_STATE_VALID = 0,
     /// Keep-alives failing; leases still valid until the local deadline.
-    SIMBA_SESSION_JEOPARDY = 1,
+    SIMBA_STATE_JEOPARDY = 1,
     /// Expired (a new backend session may be opened, see `reopen_on_expiry`).
-    SIMBA_SESSION_EXPIRED_STATE = 2,
+    SIMBA_STATE_EXPIRED = 2,
     /// Closed.
-    SIMBA_SESSION_CLOSED = 3,
+    SIMBA_STATE_CLOSED = 3,
 }
 
 /// What an event is.
@@ -981,16 +981,16 @@ pub unsafe extern "C" fn simba_session_id(
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_state(
     session: *const simba_session,
-    out_state: *mut simba_session_state,
+    out_state: *mut simba_state,
 ) -> simba_status {
-    use simba_session_state::*;
+    use simba_state::*;
     ffi(|| {
         let o = out(out_state, "out_state")?;
         let state = match get::<SessionObj, _>(session)?.session.state() {
-            SessionState::Valid => SIMBA_SESSION_VALID,
-            SessionState::Jeopardy => SIMBA_SESSION_JEOPARDY,
-            SessionState::Expired => SIMBA_SESSION_EXPIRED_STATE,
-            SessionState::Closed => SIMBA_SESSION_CLOSED,
+            SessionState::Valid => SIMBA_STATE_VALID,
+            SessionState::Jeopardy => SIMBA_STATE_JEOPARDY,
+            SessionState::Expired => SIMBA_STATE_EXPIRED,
+            SessionState::Closed => SIMBA_STATE_CLOSED,
         };
         put(o, state);
         Ok(())
