@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the C ABI (cdylib, feature `redis`), compiles capi/examples/lock.c against it and
-# runs it and capi/examples/lock.py on `memory://` and on the Redis of .ci/servers.sh (a
-# random key prefix, deleted afterwards). Fails on the first error.
+# Builds the C ABI (feature `redis`), compiles capi/examples/lock.c against the cdylib and
+# the staticlib, and runs it and capi/examples/lock.py on `memory://` and on the Redis of
+# .ci/servers.sh (a random key prefix, deleted afterwards); the statically linked program
+# runs on `memory://`. Fails on the first error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/servers.sh
@@ -17,6 +18,12 @@ mkdir -p "$out"
 gcc -std=c11 -Wall -Wextra -Werror -I capi/include capi/examples/lock.c \
   -L "$lib_dir" -lsimba_lease_c -Wl,-rpath,"$lib_dir" -o "$out/lock" \
   || die "compiling capi/examples/lock.c failed"
+# The same program linked with the static library.
+gcc -std=c11 -Wall -Wextra -Werror -I capi/include capi/examples/lock.c \
+  "$lib_dir/libsimba_lease_c.a" -lpthread -ldl -lm -o "$out/lock-static" \
+  || die "linking capi/examples/lock.c with libsimba_lease_c.a failed"
+log "capi example lock.c, statically linked, on memory://"
+"$out/lock-static" memory:// || die "the statically linked capi/examples/lock.c failed"
 
 prefix=simba-capi-example-$$-$RANDOM
 cleanup() { redis-cli -p "$REDIS_PORT" --scan --pattern "$prefix*" | xargs -r redis-cli -p "$REDIS_PORT" del >/dev/null; }
