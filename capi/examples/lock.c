@@ -23,7 +23,7 @@
     simba_status st_ = (call);                                                             \
     if (st_ != SIMBA_OK) {                                                                 \
       fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,            \
-              simba_status_name(st_), simba_last_error());                                 \
+              simba_status_name((int)st_), simba_last_error());                                 \
       exit(1);                                                                             \
     }                                                                                      \
   } while (0)
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
   EXPECT(!valid);
   uint64_t unused;
   simba_status st = simba_lock_check(lock, &unused);
-  printf("check after the loss: %s (%s)\n", simba_status_name(st), simba_last_error());
+  printf("check after the loss: %s (%s)\n", simba_status_name((int)st), simba_last_error());
   EXPECT(st == SIMBA_LEASE_LOST);
   CHECK(simba_lock_free(lock));
 

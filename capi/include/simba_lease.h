@@ -205,7 +205,7 @@ typedef struct simba_config {
   // Clock-rate drift bound in [0, 0.5) (default 0.01).
   double drift;
   // After an expiry, open a new backend session and re-enter elections, observers and
-  // groups (default true); false makes expiry terminal.
+  // groups (default true); false makes expiry terminal. Must be 0 or 1 (C `bool`).
   bool reopen_on_expiry;
   // Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
   // bytes, or NULL for none. Read during `simba_session_open` only.
@@ -249,8 +249,10 @@ extern "C" {
 // call on this thread. Successful calls leave it unchanged.
 const char *simba_last_error(void);
 
-// The name of a status (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`).
-const char *simba_status_name(enum simba_status status);
+// The name of a status value (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`;
+// `"SIMBA_UNKNOWN"` for a value that is no status). Takes an `int` so that any value is
+// safe to pass.
+const char *simba_status_name(int32_t status);
 
 // Frees an event from a `*_next_event` function. NULL is ignored; a pointer that is not a
 // live event (freed already) gives `SIMBA_INVALID_HANDLE`.

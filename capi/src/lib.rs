@@ -194,7 +194,7 @@ pub struct simba_config {
     /// Clock-rate drift bound in [0, 0.5) (default 0.01).
     pub drift: f64,
     /// After an expiry, open a new backend session and re-enter elections, observers and
-    /// groups (default true); false makes expiry terminal.
+    /// groups (default true); false makes expiry terminal. Must be 0 or 1 (C `bool`).
     pub reopen_on_expiry: bool,
     /// Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
     /// bytes, or NULL for none. Read during `simba_session_open` only.
@@ -414,30 +414,38 @@ pub extern "C" fn simba_last_error() -> *const c_char {
     catch_unwind(|| LAST_ERROR.with(|e| e.borrow().as_ptr())).unwrap_or(c"".as_ptr())
 }
 
-/// The name of a status (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`).
+/// Every status, in order of value.
+const STATUSES: [(simba_status, &CStr); 18] = [
+    (SIMBA_OK, c"SIMBA_OK"),
+    (SIMBA_BUSY, c"SIMBA_BUSY"),
+    (SIMBA_TIMEOUT, c"SIMBA_TIMEOUT"),
+    (SIMBA_NULL_ARGUMENT, c"SIMBA_NULL_ARGUMENT"),
+    (SIMBA_INVALID_HANDLE, c"SIMBA_INVALID_HANDLE"),
+    (SIMBA_INVALID_UTF8, c"SIMBA_INVALID_UTF8"),
+    (SIMBA_INVALID_ARGUMENT, c"SIMBA_INVALID_ARGUMENT"),
+    (SIMBA_FEATURE_DISABLED, c"SIMBA_FEATURE_DISABLED"),
+    (SIMBA_SESSION_EXPIRED, c"SIMBA_SESSION_EXPIRED"),
+    (SIMBA_LEASE_LOST, c"SIMBA_LEASE_LOST"),
+    (SIMBA_NOT_LEADER, c"SIMBA_NOT_LEADER"),
+    (SIMBA_NOT_CANDIDATE, c"SIMBA_NOT_CANDIDATE"),
+    (SIMBA_ALREADY_HELD, c"SIMBA_ALREADY_HELD"),
+    (SIMBA_CLOSED, c"SIMBA_CLOSED"),
+    (SIMBA_UNSUPPORTED_SERVER, c"SIMBA_UNSUPPORTED_SERVER"),
+    (SIMBA_BACKEND, c"SIMBA_BACKEND"),
+    (SIMBA_PANIC, c"SIMBA_PANIC"),
+    (SIMBA_ERROR, c"SIMBA_ERROR"),
+];
+
+/// The name of a status value (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`;
+/// `"SIMBA_UNKNOWN"` for a value that is no status). Takes an `int` so that any value is
+/// safe to pass.
 #[no_mangle]
-pub extern "C" fn simba_status_name(status: simba_status) -> *const c_char {
-    let s: &'static CStr = match status {
-        SIMBA_OK => c"SIMBA_OK",
-        SIMBA_BUSY => c"SIMBA_BUSY",
-        SIMBA_TIMEOUT => c"SIMBA_TIMEOUT",
-        SIMBA_NULL_ARGUMENT => c"SIMBA_NULL_ARGUMENT",
-        SIMBA_INVALID_HANDLE => c"SIMBA_INVALID_HANDLE",
-        SIMBA_INVALID_UTF8 => c"SIMBA_INVALID_UTF8",
-        SIMBA_INVALID_ARGUMENT => c"SIMBA_INVALID_ARGUMENT",
-        SIMBA_FEATURE_DISABLED => c"SIMBA_FEATURE_DISABLED",
-        SIMBA_SESSION_EXPIRED => c"SIMBA_SESSION_EXPIRED",
-        SIMBA_LEASE_LOST => c"SIMBA_LEASE_LOST",
-        SIMBA_NOT_LEADER => c"SIMBA_NOT_LEADER",
-        SIMBA_NOT_CANDIDATE => c"SIMBA_NOT_CANDIDATE",
-        SIMBA_ALREADY_HELD => c"SIMBA_ALREADY_HELD",
-        SIMBA_CLOSED => c"SIMBA_CLOSED",
-        SIMBA_UNSUPPORTED_SERVER => c"SIMBA_UNSUPPORTED_SERVER",
-        SIMBA_BACKEND => c"SIMBA_BACKEND",
-        SIMBA_PANIC => c"SIMBA_PANIC",
-        SIMBA_ERROR => c"SIMBA_ERROR",
-    };
-    s.as_ptr()
+pub extern "C" fn simba_status_name(status: i32) -> *const c_char {
+    STATUSES
+        .iter()
+        .find(|(s, _)| *s as i32 == status)
+        .map_or(c"SIMBA_UNKNOWN", |(_, name)| name)
+        .as_ptr()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1622,4 +1630,43 @@ pub unsafe extern "C" fn simba_membership_free(membership: *mut simba_membership
         drop(locked(&m.0).take());
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_a_status_and_a_message() {
+        let st = ffi(|| panic!("boom"));
+        assert_eq!(st, SIMBA_PANIC);
+        let m = unsafe { CStr::from_ptr(simba_last_error()) };
+        assert_eq!(m.to_str().unwrap(), "internal panic: boom");
+        let st = ffi(|| panic!("{}", String::from("formatted")));
+        assert_eq!(st, SIMBA_PANIC);
+        let m = unsafe { CStr::from_ptr(simba_last_error()) };
+        assert_eq!(m.to_str().unwrap(), "internal panic: formatted");
+        // The next successful call works as usual.
+        assert_eq!(ffi(|| Ok(())), SIMBA_OK);
+    }
+
+    #[test]
+    fn every_status_has_its_name_and_unknown_values_are_safe() {
+        for (i, (st, name)) in STATUSES.iter().enumerate() {
+            assert_eq!(*st as i32, i as i32);
+            let got = unsafe { CStr::from_ptr(simba_status_name(i as i32)) };
+            assert_eq!(got, *name);
+        }
+        for v in [-1, 18, i32::MAX] {
+            let got = unsafe { CStr::from_ptr(simba_status_name(v)) };
+            assert_eq!(got, c"SIMBA_UNKNOWN");
+        }
+    }
+
+    #[test]
+    fn messages_with_nul_bytes_stay_whole() {
+        set_last_error("a\0b");
+        let m = unsafe { CStr::from_ptr(simba_last_error()) };
+        assert_eq!(m.to_str().unwrap(), "a\\0b");
+    }
 }

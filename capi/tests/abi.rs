@@ -260,7 +260,7 @@ fn bad_config_and_small_buffers_are_errors_not_panics() {
         assert_eq!(simba_session_health(s, &mut health), SIMBA_OK);
         assert!(health.valid_for_ms > 0);
         assert_eq!(simba_session_free(s), SIMBA_OK);
-        let name = CStr::from_ptr(simba_status_name(SIMBA_TIMEOUT));
+        let name = CStr::from_ptr(simba_status_name(SIMBA_TIMEOUT as i32));
         assert_eq!(name.to_str().unwrap(), "SIMBA_TIMEOUT");
     }
 }
