@@ -75,6 +75,7 @@
 pub mod backends;
 pub mod engine;
 mod error;
+pub mod metrics;
 pub mod primitives;
 mod rand;
 #[cfg(feature = "sim")]

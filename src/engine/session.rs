@@ -499,7 +499,26 @@ impl Inner {
             let Some((id, sent)) = job else { break };
             let reply = self.backend.keep_alive(&id, lease);
             let now = self.now();
-            self.with_session(&id, |c| c.on_keep_alive(sent, now, reply));
+            let outcome = match &reply {
+                Ok(_) => Some(true),
+                Err(Error::SessionExpired { .. }) => None,
+                Err(_) => Some(false),
+            };
+            let kind = self.backend.kind();
+            self.with_session(&id, |c| {
+                let left = c.deadline().saturating_duration_since(sent);
+                c.on_keep_alive(sent, now, reply);
+                match outcome {
+                    Some(true) => crate::metrics::keep_alive(
+                        kind,
+                        now.saturating_duration_since(sent),
+                        left,
+                        c.deadline().saturating_duration_since(now),
+                    ),
+                    Some(false) => crate::metrics::keep_alive_failed(kind),
+                    None => {}
+                }
+            });
         }
     }
 
@@ -588,6 +607,7 @@ impl Inner {
 
     /// Queues an event for delivery, in order.
     fn deliver(&self, handle: Option<HandleId>, e: Event) {
+        crate::metrics::event(&e);
         if let Some(i) = self.me.upgrade() {
             self.events.push(move || i.listeners.deliver(handle, &e));
         }

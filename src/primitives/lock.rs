@@ -67,6 +67,7 @@ impl Session {
         once: bool,
     ) -> Result<Option<LockGuard>> {
         let inner = &self.inner;
+        let started = inner.now();
         let h = inner.next_handle();
         {
             let mut s = inner.lock_shared();
@@ -90,6 +91,11 @@ impl Session {
         let r = self.acquire_loop(&name, h, until, once);
         match r {
             Ok(Some((session, term))) => Ok(Some(LockGuard {
+                acquired: {
+                    let now = inner.now();
+                    crate::metrics::lock_wait(now.saturating_duration_since(started));
+                    now
+                },
                 inner: inner.clone(),
                 handle: h,
                 session,
@@ -215,6 +221,8 @@ pub struct LockGuard {
     term: Term,
     events: Receiver<Event>,
     done: bool,
+    /// When the guard was made (for the hold time metric).
+    acquired: Instant,
 }
 
 impl LockGuard {
@@ -278,6 +286,7 @@ impl LockGuard {
         }
         let inner = &self.inner;
         let now = inner.now();
+        crate::metrics::lock_hold(now.saturating_duration_since(self.acquired));
         let (id, term, h) = (&self.session, &self.term, self.handle);
         // A term of a replaced (expired) session was lost and reported with it.
         let token = inner
