@@ -330,17 +330,24 @@ fn a_severed_session_reports_the_lock_lost() {
     }
 }
 
+type Seen = (
+    simba_event_kind,
+    simba_loss_reason,
+    u64,
+    std::thread::ThreadId,
+);
+
 unsafe extern "C" fn on_event(event: *const simba_event, user_data: *mut c_void) {
-    let tx = &*(user_data as *const mpsc::Sender<(simba_event_kind, simba_loss_reason, u64)>);
+    let tx = &*(user_data as *const mpsc::Sender<Seen>);
     let e = &*event;
-    let _ = tx.send((e.kind, e.reason, e.token));
+    let _ = tx.send((e.kind, e.reason, e.token, std::thread::current().id()));
 }
 
 #[test]
 fn callbacks_receive_events_with_user_data() {
     unsafe {
         let s = session();
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::channel::<Seen>();
         let tx = Box::new(tx);
         let user = &*tx as *const _ as *mut c_void;
         assert_eq!(simba_session_on_event(s, Some(on_event), user), SIMBA_OK);
@@ -356,13 +363,14 @@ fn callbacks_receive_events_with_user_data() {
             SIMBA_OK
         );
         let patience = Duration::from_millis(PATIENCE_MS);
-        let (kind, _, t) = rx.recv_timeout(patience).unwrap();
+        let (kind, _, t, thread) = rx.recv_timeout(patience).unwrap();
         assert_eq!((kind, t), (SIMBA_EVENT_ELECTED, token));
+        assert_ne!(thread, std::thread::current().id(), "on the event thread");
         let mut leader = false;
         assert_eq!(simba_election_is_leader(election, &mut leader), SIMBA_OK);
         assert!(leader);
         assert_eq!(simba_election_resign(election), SIMBA_OK);
-        let (kind, reason, t) = rx.recv_timeout(patience).unwrap();
+        let (kind, reason, t, _) = rx.recv_timeout(patience).unwrap();
         assert_eq!(
             (kind, reason, t),
             (SIMBA_EVENT_REVOKED, SIMBA_LOSS_RESIGNED, token)
@@ -386,7 +394,7 @@ fn callbacks_receive_events_with_user_data() {
         // Close waits for the final events: `Closed` is the last the callback gets, and
         // none comes after close returned (then the user data may go).
         assert_eq!(simba_session_close(s), SIMBA_OK);
-        let kinds: Vec<_> = rx.try_iter().map(|(k, _, _)| k).collect();
+        let kinds: Vec<_> = rx.try_iter().map(|(k, ..)| k).collect();
         assert_eq!(kinds.last(), Some(&SIMBA_EVENT_CLOSED), "{kinds:?}");
         assert_eq!(simba_session_free(s), SIMBA_OK);
         drop(tx);
