@@ -33,8 +33,9 @@
 //!
 //! Every handle is freed exactly once by its `*_free` function; a handle not freed leaks
 //! (its lease is held until its session ends). Freeing a session does not free the handles
-//! made from it (free them too; they fail with `SIMBA_CLOSED` or `SIMBA_SESSION_EXPIRED` once
-//! their session is closed).
+//! made from it: free them too. Once their session is closed they report it (a lock is no
+//! longer valid, calls that need the session give `SIMBA_CLOSED`); what they recorded (a
+//! lock's token and name) stays readable until they are freed.
 //!
 //! The plain data results, [`simba_event`] and [`simba_member_list`], are real pointers
 //! freed by [`simba_event_free`] and [`simba_member_list_free`]; those check that the pointer
