@@ -1,0 +1,138 @@
+/*
+ * A lock with its fencing token, and the event when it is lost, through the C ABI.
+ *
+ *   cargo build -p simba-lease-capi [--features redis]
+ *   gcc -std=c11 -I capi/include capi/examples/lock.c -L target/debug -lsimba_lease_c \
+ *       -Wl,-rpath,target/debug -o lock
+ *   ./lock memory://            (or redis://127.0.0.1:6379?prefix=demo)
+ *
+ * Steps: take the lock "ledger" and write with its token; cut the session off behind the
+ * library's back (simba_session_sever: what an operator, a failover or a long partition
+ * does); the library reports the loss (a callback on its event thread, and the lock's own
+ * event queue); the old token is refused; after the session is reopened the lock is taken
+ * again with a higher token. Exits non-zero on any unexpected result.
+ */
+#include <simba_lease.h>
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(call)                                                                        \
+  do {                                                                                     \
+    simba_status st_ = (call);                                                             \
+    if (st_ != SIMBA_OK) {                                                                 \
+      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,            \
+              simba_status_name((int)st_), simba_last_error());                                 \
+      exit(1);                                                                             \
+    }                                                                                      \
+  } while (0)
+
+#define EXPECT(cond)                                                                       \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                \
+      exit(1);                                                                             \
+    }                                                                                      \
+  } while (0)
+
+/* A resource that accepts a write only with the highest fencing token seen so far. */
+static uint64_t highest_token = 0;
+
+static int fenced_write(uint64_t token, const char *what) {
+  if (token < highest_token) {
+    printf("store: rejected stale token %llu (%s)\n", (unsigned long long)token, what);
+    return 0;
+  }
+  highest_token = token;
+  printf("store: accepted write with token %llu (%s)\n", (unsigned long long)token, what);
+  return 1;
+}
+
+static const char *kind_name(simba_event_kind k) {
+  switch (k) {
+    case SIMBA_EVENT_JEOPARDY: return "JEOPARDY";
+    case SIMBA_EVENT_RECOVERED: return "RECOVERED";
+    case SIMBA_EVENT_SESSION_EXPIRED: return "SESSION_EXPIRED";
+    case SIMBA_EVENT_SESSION_REOPENED: return "SESSION_REOPENED";
+    case SIMBA_EVENT_CLOSED: return "CLOSED";
+    case SIMBA_EVENT_ELECTED: return "ELECTED";
+    case SIMBA_EVENT_REVOKED: return "REVOKED";
+    case SIMBA_EVENT_LOCK_LOST: return "LOCK_LOST";
+    case SIMBA_EVENT_LEADER_CHANGED: return "LEADER_CHANGED";
+    case SIMBA_EVENT_MEMBERS_CHANGED: return "MEMBERS_CHANGED";
+    default: return "OTHER";
+  }
+}
+
+/* Runs on the library's event thread: keep it short, copy what you keep. */
+static void on_event(const simba_event *e, void *user_data) {
+  atomic_int *losses = user_data;
+  printf("callback (event thread): %s name=%s token=%llu reason=%d\n", kind_name(e->kind),
+         e->name, (unsigned long long)e->token, (int)e->reason);
+  if (e->kind == SIMBA_EVENT_LOCK_LOST) atomic_fetch_add(losses, 1);
+}
+
+int main(int argc, char **argv) {
+  const char *url = argc > 1 ? argv[1] : "memory://";
+  simba_config config;
+  CHECK(simba_config_default(&config));
+  config.lease_ms = 2000;
+  config.renew_interval_ms = 200;
+  config.metadata = "lock.c";
+
+  simba_session *session = NULL;
+  CHECK(simba_session_connect(url, &config, &session));
+  char id[SIMBA_SESSION_ID_LEN];
+  CHECK(simba_session_id(session, id, sizeof id));
+  printf("session %s on %s\n", id, url);
+
+  static atomic_int losses = 0;
+  CHECK(simba_session_on_event(session, on_event, &losses));
+
+  simba_lock *lock = NULL;
+  CHECK(simba_session_lock_timeout(session, "ledger", 10000, &lock));
+  uint64_t token = 0;
+  CHECK(simba_lock_check(lock, &token)); /* the token, if still held: before every write */
+  EXPECT(fenced_write(token, "while holding the lock"));
+
+  /* Cut the session off; the library notices at its next keep-alive. */
+  CHECK(simba_session_sever(session));
+  simba_event *event = NULL;
+  CHECK(simba_lock_next_event(lock, 10000, &event));
+  printf("lock event: %s token=%llu reason=%s\n", kind_name(event->kind),
+         (unsigned long long)event->token,
+         event->reason == SIMBA_LOSS_SESSION_EXPIRED ? "SESSION_EXPIRED" : "other");
+  EXPECT(event->kind == SIMBA_EVENT_LOCK_LOST && event->token == token);
+  CHECK(simba_event_free(event));
+
+  bool valid = true;
+  CHECK(simba_lock_is_valid(lock, &valid));
+  EXPECT(!valid);
+  uint64_t unused;
+  simba_status st = simba_lock_check(lock, &unused);
+  printf("check after the loss: %s (%s)\n", simba_status_name((int)st), simba_last_error());
+  EXPECT(st == SIMBA_LEASE_LOST);
+  CHECK(simba_lock_free(lock));
+
+  /* The session reopens on its own (reopen_on_expiry); locks wait for it. */
+  CHECK(simba_session_lock_timeout(session, "ledger", 10000, &lock));
+  uint64_t token2 = 0;
+  CHECK(simba_lock_check(lock, &token2));
+  EXPECT(token2 > token);
+  EXPECT(fenced_write(token2, "after taking the lock again"));
+  EXPECT(!fenced_write(token, "a late write with the lost token"));
+  CHECK(simba_lock_unlock(lock));
+  CHECK(simba_lock_free(lock));
+
+  /* Close waits for the final events: no callback runs after it returns. */
+  CHECK(simba_session_close(session));
+  CHECK(simba_session_free(session));
+  EXPECT(atomic_load(&losses) == 1);
+
+  /* Handles are checked: a second free is an error, not a crash. */
+  EXPECT(simba_session_free(session) == SIMBA_INVALID_HANDLE);
+  printf("ok: tokens %llu then %llu, loss reported once\n", (unsigned long long)token,
+         (unsigned long long)token2);
+  return 0;
+}

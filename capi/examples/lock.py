@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""A lock with its fencing token, and the event when it is lost, through the C ABI with
+ctypes (standard library only).
+
+    cargo build -p simba-lease-capi [--features redis]
+    python3 capi/examples/lock.py target/debug/libsimba_lease_c.so memory://
+
+The same steps as lock.c: take the lock "ledger" and write with its token; cut the session
+off behind the library's back (simba_session_sever); the library reports the loss (a
+callback on its event thread, and the lock's event queue); the old token is refused; after
+the session is reopened the lock is taken again with a higher token. Exits non-zero on any
+unexpected result.
+"""
+import ctypes as C
+import sys
+import threading
+
+SIMBA_OK, SIMBA_INVALID_HANDLE, SIMBA_LEASE_LOST = 0, 4, 9
+SIMBA_EVENT_LOCK_LOST = 7
+SIMBA_LOSS_SESSION_EXPIRED = 1
+SESSION_ID_LEN, NAME_LEN = 33, 129
+KINDS = ["JEOPARDY", "RECOVERED", "SESSION_EXPIRED", "SESSION_REOPENED", "CLOSED",
+         "ELECTED", "REVOKED", "LOCK_LOST", "LEADER_CHANGED", "MEMBERS_CHANGED", "OTHER"]
+
+
+class Config(C.Structure):
+    _fields_ = [("lease_ms", C.c_uint64), ("renew_interval_ms", C.c_uint64),
+                ("drift", C.c_double), ("reopen_on_expiry", C.c_bool),
+                ("metadata", C.c_char_p)]
+
+
+class Member(C.Structure):
+    _fields_ = [("session", C.c_char * SESSION_ID_LEN), ("metadata", C.c_char_p),
+                ("metadata_len", C.c_size_t)]
+
+
+class MemberList(C.Structure):
+    _fields_ = [("items", C.POINTER(Member)), ("len", C.c_size_t)]
+
+
+class Event(C.Structure):
+    _fields_ = [("kind", C.c_int), ("reason", C.c_int),
+                ("session", C.c_char * SESSION_ID_LEN),
+                ("new_session", C.c_char * SESSION_ID_LEN),
+                ("name", C.c_char * NAME_LEN), ("token", C.c_uint64),
+                ("remaining_ms", C.c_uint64), ("members", MemberList),
+                ("joined", MemberList), ("left", MemberList)]
+
+
+CALLBACK = C.CFUNCTYPE(None, C.POINTER(Event), C.c_void_p)
+
+
+class SimbaError(Exception):
+    pass
+
+
+def load(path):
+    lib = C.CDLL(path)
+    handle = C.c_void_p
+    sigs = {
+        "simba_last_error": ([], C.c_char_p),
+        "simba_status_name": ([C.c_int], C.c_char_p),
+        "simba_config_default": ([C.POINTER(Config)], C.c_int),
+        "simba_session_connect": ([C.c_char_p, C.POINTER(Config), C.POINTER(handle)], C.c_int),
+        "simba_session_id": ([handle, C.c_char_p, C.c_size_t], C.c_int),
+        "simba_session_on_event": ([handle, CALLBACK, C.c_void_p], C.c_int),
+        "simba_session_sever": ([handle], C.c_int),
+        "simba_session_close": ([handle], C.c_int),
+        "simba_session_free": ([handle], C.c_int),
+        "simba_session_lock_timeout": ([handle, C.c_char_p, C.c_uint64, C.POINTER(handle)],
+                                       C.c_int),
+        "simba_lock_check": ([handle, C.POINTER(C.c_uint64)], C.c_int),
+        "simba_lock_is_valid": ([handle, C.POINTER(C.c_bool)], C.c_int),
+        "simba_lock_next_event": ([handle, C.c_uint64, C.POINTER(C.POINTER(Event))], C.c_int),
+        "simba_lock_unlock": ([handle], C.c_int),
+        "simba_lock_free": ([handle], C.c_int),
+        "simba_event_free": ([C.POINTER(Event)], C.c_int),
+    }
+    for name, (args, res) in sigs.items():
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, res
+    return lib
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit("usage: lock.py path/to/libsimba_lease_c.so [url]")
+    lib = load(sys.argv[1])
+    url = sys.argv[2] if len(sys.argv) > 2 else "memory://"
+
+    def check(status, what):
+        if status != SIMBA_OK:
+            raise SimbaError("%s: %s: %s" % (what, lib.simba_status_name(status).decode(),
+                                             lib.simba_last_error().decode()))
+
+    highest = [0]
+
+    def fenced_write(token, what):
+        if token < highest[0]:
+            print("store: rejected stale token %d (%s)" % (token, what))
+            return False
+        highest[0] = token
+        print("store: accepted write with token %d (%s)" % (token, what))
+        return True
+
+    config = Config()
+    check(lib.simba_config_default(C.byref(config)), "config")
+    config.lease_ms, config.renew_interval_ms, config.metadata = 2000, 200, b"lock.py"
+    session = C.c_void_p()
+    check(lib.simba_session_connect(url.encode(), C.byref(config), C.byref(session)),
+          "connect")
+    buf = C.create_string_buffer(SESSION_ID_LEN)
+    check(lib.simba_session_id(session, buf, len(buf)), "session id")
+    print("session %s on %s" % (buf.value.decode(), url))
+
+    losses = []
+    lost = threading.Event()
+
+    def on_event(event, _user_data):
+        # Runs on the library's event thread (ctypes takes the GIL); copy what you keep.
+        e = event.contents
+        print("callback (event thread %s): %s name=%s token=%d reason=%d" % (
+            threading.current_thread().name, KINDS[min(e.kind, 10)], e.name.decode(),
+            e.token, e.reason))
+        if e.kind == SIMBA_EVENT_LOCK_LOST:
+            losses.append(e.token)
+            lost.set()
+
+    callback = CALLBACK(on_event)  # must outlive the session: kept in this frame
+    check(lib.simba_session_on_event(session, callback, None), "on_event")
+
+    lock = C.c_void_p()
+    check(lib.simba_session_lock_timeout(session, b"ledger", 10000, C.byref(lock)), "lock")
+    token = C.c_uint64()
+    check(lib.simba_lock_check(lock, C.byref(token)), "check")
+    assert fenced_write(token.value, "while holding the lock")
+
+    check(lib.simba_session_sever(session), "sever")
+    event = C.POINTER(Event)()
+    check(lib.simba_lock_next_event(lock, 10000, C.byref(event)), "next event")
+    e = event.contents
+    print("lock event: %s token=%d reason=%d" % (KINDS[e.kind], e.token, e.reason))
+    assert e.kind == SIMBA_EVENT_LOCK_LOST and e.token == token.value
+    assert e.reason == SIMBA_LOSS_SESSION_EXPIRED
+    check(lib.simba_event_free(event), "event free")
+    assert lost.wait(10), "the callback saw the loss"
+
+    valid = C.c_bool(True)
+    check(lib.simba_lock_is_valid(lock, C.byref(valid)), "is_valid")
+    assert not valid.value
+    unused = C.c_uint64()
+    status = lib.simba_lock_check(lock, C.byref(unused))
+    print("check after the loss: %s (%s)" % (lib.simba_status_name(status).decode(),
+                                            lib.simba_last_error().decode()))
+    assert status == SIMBA_LEASE_LOST
+    check(lib.simba_lock_free(lock), "free")
+
+    lock2 = C.c_void_p()
+    check(lib.simba_session_lock_timeout(session, b"ledger", 10000, C.byref(lock2)),
+          "lock again")
+    token2 = C.c_uint64()
+    check(lib.simba_lock_check(lock2, C.byref(token2)), "check")
+    assert token2.value > token.value
+    assert fenced_write(token2.value, "after taking the lock again")
+    assert not fenced_write(token.value, "a late write with the lost token")
+    check(lib.simba_lock_unlock(lock2), "unlock")
+    check(lib.simba_lock_free(lock2), "free")
+
+    check(lib.simba_session_close(session), "close")  # no callback runs after this
+    check(lib.simba_session_free(session), "free")
+    assert losses == [token.value], losses
+    assert lib.simba_session_free(session) == SIMBA_INVALID_HANDLE
+    print("ok: tokens %d then %d, loss reported once" % (token.value, token2.value))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (SimbaError, AssertionError) as err:
+        print("lock.py failed: %r" % (err,), file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,526 @@
+//! The C ABI called as C would call it, on `memory://`.
+
+use simba_lease_c::simba_event_kind::*;
+use simba_lease_c::simba_loss_reason::*;
+use simba_lease_c::simba_status::*;
+use simba_lease_c::*;
+use std::ffi::{c_char, c_void, CStr};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const PATIENCE_MS: u64 = 10_000;
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(simba_last_error()) }
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn text(a: &[c_char]) -> String {
+    unsafe { CStr::from_ptr(a.as_ptr()) }
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Short lease and renew interval (losses are quick), metadata `worker-1`.
+fn config() -> simba_config {
+    let mut config = std::mem::MaybeUninit::<simba_config>::uninit();
+    unsafe {
+        assert_eq!(simba_config_default(config.as_mut_ptr()), SIMBA_OK);
+        let mut config = config.assume_init();
+        config.lease_ms = 1000;
+        config.renew_interval_ms = 100;
+        config.metadata = c"worker-1".as_ptr();
+        config
+    }
+}
+
+/// A session on a fresh in-memory backend.
+fn session() -> *mut simba_session {
+    let mut s = null_mut();
+    let st = unsafe { simba_session_connect(c"memory://".as_ptr(), &config(), &mut s) };
+    assert_eq!(st, SIMBA_OK, "{}", last_error());
+    assert!(!s.is_null());
+    s
+}
+
+/// A session on `backend`.
+fn session_on(backend: *const simba_backend) -> *mut simba_session {
+    let mut s = null_mut();
+    let st = unsafe { simba_session_open(backend, &config(), &mut s) };
+    assert_eq!(st, SIMBA_OK, "{}", last_error());
+    s
+}
+
+#[test]
+fn lock_token_check_unlock_and_free() {
+    unsafe {
+        let mut backend = null_mut();
+        assert_eq!(simba_connect(c"memory://".as_ptr(), &mut backend), SIMBA_OK);
+        let s = session_on(backend);
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_lock(s, c"ledger".as_ptr(), &mut lock),
+            SIMBA_OK
+        );
+        let mut token = 0;
+        assert_eq!(simba_lock_token(lock, &mut token), SIMBA_OK);
+        assert!(token >= 1);
+        let mut valid = false;
+        assert_eq!(simba_lock_is_valid(lock, &mut valid), SIMBA_OK);
+        assert!(valid);
+        let mut checked = 0;
+        assert_eq!(simba_lock_check(lock, &mut checked), SIMBA_OK);
+        assert_eq!(checked, token);
+        let mut name = [0 as c_char; SIMBA_NAME_LEN];
+        assert_eq!(
+            simba_lock_name(lock, name.as_mut_ptr(), name.len()),
+            SIMBA_OK
+        );
+        assert_eq!(text(&name), "ledger");
+
+        // A second session cannot take it now, then can after the unlock.
+        let other = session_on(backend);
+        let mut second = null_mut();
+        assert_eq!(
+            simba_session_try_lock(other, c"ledger".as_ptr(), &mut second),
+            SIMBA_BUSY
+        );
+        assert!(second.is_null());
+        assert_eq!(
+            simba_session_lock_timeout(other, c"ledger".as_ptr(), 50, &mut second),
+            SIMBA_TIMEOUT
+        );
+        assert_eq!(simba_lock_unlock(lock), SIMBA_OK);
+        assert_eq!(simba_lock_unlock(lock), SIMBA_CLOSED, "unlocked once only");
+        assert_eq!(simba_lock_is_valid(lock, &mut valid), SIMBA_OK);
+        assert!(!valid);
+        assert_eq!(simba_lock_check(lock, &mut checked), SIMBA_LEASE_LOST);
+        assert_eq!(
+            simba_session_try_lock(other, c"ledger".as_ptr(), &mut second),
+            SIMBA_OK
+        );
+        let mut token2 = 0;
+        assert_eq!(simba_lock_token(second, &mut token2), SIMBA_OK);
+        assert!(token2 > token, "tokens increase: {token2} > {token}");
+        assert_eq!(simba_lock_free(second), SIMBA_OK);
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        assert_eq!(simba_session_free(other), SIMBA_OK);
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+    }
+}
+
+#[test]
+fn two_sessions_on_one_backend_exclude_each_other() {
+    unsafe {
+        let mut backend = null_mut();
+        assert_eq!(simba_connect(c"memory://".as_ptr(), &mut backend), SIMBA_OK);
+        let (mut a, mut b) = (null_mut(), null_mut());
+        assert_eq!(
+            simba_session_open(backend, std::ptr::null(), &mut a),
+            SIMBA_OK
+        );
+        assert_eq!(
+            simba_session_open(backend, std::ptr::null(), &mut b),
+            SIMBA_OK
+        );
+        // Sessions keep the backend alive after its handle is freed.
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (mut la, mut lb) = (null_mut(), null_mut());
+        assert_eq!(simba_session_try_lock(a, c"x".as_ptr(), &mut la), SIMBA_OK);
+        assert_eq!(
+            simba_session_try_lock(b, c"x".as_ptr(), &mut lb),
+            SIMBA_BUSY
+        );
+        // Freeing a held lock releases it (in the background).
+        assert_eq!(simba_lock_free(la), SIMBA_OK);
+        assert_eq!(
+            simba_session_lock_timeout(b, c"x".as_ptr(), PATIENCE_MS, &mut lb),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_lock_free(lb), SIMBA_OK);
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+    }
+}
+
+#[test]
+fn double_free_and_use_after_free_are_detected() {
+    unsafe {
+        let s = session();
+        let mut lock = null_mut();
+        assert_eq!(simba_session_lock(s, c"once".as_ptr(), &mut lock), SIMBA_OK);
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        assert_eq!(simba_lock_free(lock), SIMBA_INVALID_HANDLE);
+        assert!(
+            last_error().contains("not a live handle"),
+            "{}",
+            last_error()
+        );
+        let mut token = 0;
+        assert_eq!(simba_lock_token(lock, &mut token), SIMBA_INVALID_HANDLE);
+        // A session handle passed as a lock handle.
+        assert_eq!(
+            simba_lock_token(s.cast::<simba_lock>(), &mut token),
+            SIMBA_INVALID_HANDLE
+        );
+        assert!(last_error().contains("is a simba_session, not a simba_lock"));
+        // A wild pointer is never dereferenced.
+        assert_eq!(
+            simba_lock_token(0xdead_0000usize as *const simba_lock, &mut token),
+            SIMBA_INVALID_HANDLE
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+        assert_eq!(simba_session_free(s), SIMBA_INVALID_HANDLE);
+        let mut state = simba_state::SIMBA_STATE_VALID;
+        assert_eq!(simba_session_state(s, &mut state), SIMBA_INVALID_HANDLE);
+    }
+}
+
+#[test]
+fn null_arguments_and_invalid_utf8_are_errors() {
+    unsafe {
+        let mut s = null_mut();
+        assert_eq!(
+            simba_session_connect(std::ptr::null(), std::ptr::null(), &mut s),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(
+            simba_session_connect(c"memory://".as_ptr(), std::ptr::null(), null_mut()),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert!(last_error().contains("out_session"), "{}", last_error());
+        let bad = c"memory://\xff";
+        assert_eq!(
+            simba_session_connect(bad.as_ptr(), std::ptr::null(), &mut s),
+            SIMBA_INVALID_UTF8
+        );
+        assert!(s.is_null());
+        let s = session();
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_lock(s, c"na\xffme".as_ptr(), &mut lock),
+            SIMBA_INVALID_UTF8
+        );
+        assert_eq!(
+            simba_session_lock(s, c"no spaces".as_ptr(), &mut lock),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("no spaces"), "{}", last_error());
+        assert_eq!(
+            simba_session_lock(std::ptr::null(), c"x".as_ptr(), &mut lock),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_lock_free(null_mut()), SIMBA_NULL_ARGUMENT);
+        assert_eq!(simba_event_free(null_mut()), SIMBA_OK, "NULL event ignored");
+        assert_eq!(
+            simba_session_connect(c"nope://x".as_ptr(), std::ptr::null(), &mut lock.cast()),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    }
+}
+
+#[test]
+fn bad_config_and_small_buffers_are_errors_not_panics() {
+    unsafe {
+        let mut config = std::mem::MaybeUninit::<simba_config>::uninit();
+        assert_eq!(simba_config_default(config.as_mut_ptr()), SIMBA_OK);
+        let mut config = config.assume_init();
+        config.renew_interval_ms = config.lease_ms * 2;
+        let mut s = null_mut();
+        assert_eq!(
+            simba_session_connect(c"memory://".as_ptr(), &config, &mut s),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("renew_interval"), "{}", last_error());
+        config.renew_interval_ms = 1000;
+        config.drift = f64::NAN;
+        assert_eq!(
+            simba_session_connect(c"memory://".as_ptr(), &config, &mut s),
+            SIMBA_INVALID_ARGUMENT
+        );
+        let s = session();
+        let mut small = [0 as c_char; 8];
+        assert_eq!(
+            simba_session_id(s, small.as_mut_ptr(), small.len()),
+            SIMBA_INVALID_ARGUMENT
+        );
+        let mut id = [0 as c_char; SIMBA_SESSION_ID_LEN];
+        assert_eq!(simba_session_id(s, id.as_mut_ptr(), id.len()), SIMBA_OK);
+        assert!(matches!(text(&id).len(), 16 | 32));
+        let mut health = simba_health::default();
+        assert_eq!(simba_session_health(s, &mut health), SIMBA_OK);
+        assert!(health.valid_for_ms > 0);
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+        let name = CStr::from_ptr(simba_status_name(SIMBA_TIMEOUT as i32));
+        assert_eq!(name.to_str().unwrap(), "SIMBA_TIMEOUT");
+    }
+}
+
+#[test]
+fn a_severed_session_reports_the_lock_lost() {
+    unsafe {
+        let s = session();
+        let mut first = null_mut();
+        // Starts the session's queue.
+        assert_eq!(simba_session_next_event(s, 0, &mut first), SIMBA_TIMEOUT);
+        assert!(first.is_null());
+        let mut lock = null_mut();
+        assert_eq!(simba_session_lock(s, c"job".as_ptr(), &mut lock), SIMBA_OK);
+        let mut token = 0;
+        assert_eq!(simba_lock_token(lock, &mut token), SIMBA_OK);
+        assert_eq!(simba_session_sever(s), SIMBA_OK);
+        let mut event = null_mut();
+        assert_eq!(
+            simba_lock_next_event(lock, PATIENCE_MS, &mut event),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let e = &*event;
+        assert_eq!(e.kind, SIMBA_EVENT_LOCK_LOST);
+        assert_eq!(e.reason, SIMBA_LOSS_SESSION_EXPIRED);
+        assert_eq!(e.token, token);
+        assert_eq!(text(&e.name), "job");
+        assert_eq!(simba_event_free(event), SIMBA_OK);
+        assert_eq!(simba_event_free(event), SIMBA_INVALID_HANDLE, "double free");
+        let mut valid = true;
+        assert_eq!(simba_lock_is_valid(lock, &mut valid), SIMBA_OK);
+        assert!(!valid);
+        // The session's own queue saw it too, with the expiry and the reopen.
+        let mut kinds = Vec::new();
+        while !kinds.contains(&SIMBA_EVENT_SESSION_REOPENED) {
+            let mut e = null_mut();
+            assert_eq!(
+                simba_session_next_event(s, PATIENCE_MS, &mut e),
+                SIMBA_OK,
+                "{kinds:?}: {}",
+                last_error()
+            );
+            kinds.push((*e).kind);
+            assert_eq!(simba_event_free(e), SIMBA_OK);
+        }
+        assert!(kinds.contains(&SIMBA_EVENT_LOCK_LOST), "{kinds:?}");
+        assert!(kinds.contains(&SIMBA_EVENT_SESSION_EXPIRED), "{kinds:?}");
+        assert_eq!(simba_lock_unlock(lock), SIMBA_LEASE_LOST);
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        assert_eq!(simba_session_close(s), SIMBA_OK);
+        let mut e = null_mut();
+        // After close: the final events, then the queue ends.
+        loop {
+            match simba_session_next_event(s, PATIENCE_MS, &mut e) {
+                SIMBA_OK => {
+                    simba_event_free(e);
+                }
+                st => {
+                    assert_eq!(st, SIMBA_CLOSED, "{}", last_error());
+                    break;
+                }
+            }
+        }
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    }
+}
+
+type Seen = (
+    simba_event_kind,
+    simba_loss_reason,
+    u64,
+    std::thread::ThreadId,
+);
+
+unsafe extern "C" fn on_event(event: *const simba_event, user_data: *mut c_void) {
+    let tx = &*(user_data as *const mpsc::Sender<Seen>);
+    let e = &*event;
+    let _ = tx.send((e.kind, e.reason, e.token, std::thread::current().id()));
+}
+
+#[test]
+fn callbacks_receive_events_with_user_data() {
+    unsafe {
+        let s = session();
+        let (tx, rx) = mpsc::channel::<Seen>();
+        let tx = Box::new(tx);
+        let user = &*tx as *const _ as *mut c_void;
+        assert_eq!(simba_session_on_event(s, Some(on_event), user), SIMBA_OK);
+        assert_eq!(simba_session_on_event(s, None, user), SIMBA_NULL_ARGUMENT);
+        let mut election = null_mut();
+        assert_eq!(
+            simba_session_election(s, c"leader".as_ptr(), &mut election),
+            SIMBA_OK
+        );
+        let mut token = 0;
+        assert_eq!(
+            simba_election_wait_elected(election, PATIENCE_MS, &mut token),
+            SIMBA_OK
+        );
+        let patience = Duration::from_millis(PATIENCE_MS);
+        let (kind, _, t, thread) = rx.recv_timeout(patience).unwrap();
+        assert_eq!((kind, t), (SIMBA_EVENT_ELECTED, token));
+        assert_ne!(thread, std::thread::current().id(), "on the event thread");
+        let mut leader = false;
+        assert_eq!(simba_election_is_leader(election, &mut leader), SIMBA_OK);
+        assert!(leader);
+        assert_eq!(simba_election_resign(election), SIMBA_OK);
+        let (kind, reason, t, _) = rx.recv_timeout(patience).unwrap();
+        assert_eq!(
+            (kind, reason, t),
+            (SIMBA_EVENT_REVOKED, SIMBA_LOSS_RESIGNED, token)
+        );
+        let mut checked = 0;
+        assert_eq!(
+            simba_election_check(election, &mut checked),
+            SIMBA_NOT_LEADER
+        );
+        assert_eq!(
+            simba_election_wait_elected(election, 0, &mut checked),
+            SIMBA_NOT_CANDIDATE
+        );
+        assert_eq!(simba_election_campaign(election), SIMBA_OK);
+        assert_eq!(
+            simba_election_wait_elected(election, PATIENCE_MS, &mut checked),
+            SIMBA_OK
+        );
+        assert!(checked > token);
+        assert_eq!(simba_election_free(election), SIMBA_OK);
+        // Close waits for the final events: `Closed` is the last the callback gets, and
+        // none comes after close returned (then the user data may go).
+        assert_eq!(simba_session_close(s), SIMBA_OK);
+        let kinds: Vec<_> = rx.try_iter().map(|(k, ..)| k).collect();
+        assert_eq!(kinds.last(), Some(&SIMBA_EVENT_CLOSED), "{kinds:?}");
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+        drop(tx);
+    }
+}
+
+#[test]
+fn observers_and_groups() {
+    unsafe {
+        let s = session();
+        let mut observer = null_mut();
+        assert_eq!(
+            simba_session_observe(s, c"boss".as_ptr(), &mut observer),
+            SIMBA_OK
+        );
+        let mut owner = std::mem::zeroed::<simba_owner>();
+        assert_eq!(simba_observer_leader(observer, &mut owner), SIMBA_OK);
+        assert!(!owner.held);
+        let mut lock = null_mut();
+        assert_eq!(simba_session_lock(s, c"boss".as_ptr(), &mut lock), SIMBA_OK);
+        let mut token = 0;
+        assert_eq!(simba_lock_token(lock, &mut token), SIMBA_OK);
+        assert_eq!(simba_observer_leader(observer, &mut owner), SIMBA_OK);
+        assert!(owner.held);
+        assert_eq!(owner.token, token);
+        let mut id = [0 as c_char; SIMBA_SESSION_ID_LEN];
+        assert_eq!(simba_session_id(s, id.as_mut_ptr(), id.len()), SIMBA_OK);
+        assert_eq!(text(&owner.session), text(&id));
+        // The observer's events end with the holder now.
+        let mut seen = 0;
+        while seen != token {
+            let mut e = null_mut();
+            assert_eq!(
+                simba_observer_next_event(observer, PATIENCE_MS, &mut e),
+                SIMBA_OK
+            );
+            assert_eq!((*e).kind, SIMBA_EVENT_LEADER_CHANGED);
+            seen = (*e).token;
+            simba_event_free(e);
+        }
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        assert_eq!(simba_observer_free(observer), SIMBA_OK);
+
+        let mut group = null_mut();
+        assert_eq!(
+            simba_session_group(s, c"workers".as_ptr(), &mut group),
+            SIMBA_OK
+        );
+        let mut membership = null_mut();
+        assert_eq!(simba_group_join(group, &mut membership), SIMBA_OK);
+        let mut list = null_mut();
+        assert_eq!(simba_group_members(group, &mut list), SIMBA_OK);
+        let members = std::slice::from_raw_parts((*list).items, (*list).len);
+        assert_eq!(members.len(), 1);
+        assert_eq!(text(&members[0].session), text(&id));
+        let md =
+            std::slice::from_raw_parts(members[0].metadata.cast::<u8>(), members[0].metadata_len);
+        assert_eq!(md, b"worker-1");
+        assert_eq!(simba_member_list_free(list), SIMBA_OK);
+        assert_eq!(simba_member_list_free(list), SIMBA_INVALID_HANDLE);
+        // A watch: its first event lists the members now.
+        let mut e = null_mut();
+        assert_eq!(simba_group_next_event(group, PATIENCE_MS, &mut e), SIMBA_OK);
+        assert_eq!((*e).kind, SIMBA_EVENT_MEMBERS_CHANGED);
+        assert_eq!((*e).members.len, 1);
+        simba_event_free(e);
+        let mut was = false;
+        assert_eq!(simba_membership_leave(membership, &mut was), SIMBA_OK);
+        assert!(was);
+        assert_eq!(simba_membership_leave(membership, &mut was), SIMBA_CLOSED);
+        assert_eq!(simba_group_members(group, &mut list), SIMBA_OK);
+        assert_eq!((*list).len, 0);
+        assert!((*list).items.is_null());
+        simba_member_list_free(list);
+        assert_eq!(simba_membership_free(membership), SIMBA_OK);
+        assert_eq!(simba_group_leave(group, std::ptr::null_mut()), SIMBA_OK);
+        assert_eq!(simba_group_free(group), SIMBA_OK);
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    }
+}
+
+#[test]
+fn handles_work_across_threads_and_free_during_a_blocking_call_is_safe() {
+    let s = session() as usize;
+    let holder = unsafe {
+        let mut l = null_mut();
+        assert_eq!(
+            simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l),
+            SIMBA_OK
+        );
+        l as usize
+    };
+    let calls = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| unsafe {
+                let mut token = 0;
+                for _ in 0..100 {
+                    let st = simba_lock_token(holder as *const simba_lock, &mut token);
+                    assert!(matches!(st, SIMBA_OK | SIMBA_INVALID_HANDLE));
+                    calls.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        scope.spawn(|| unsafe {
+            assert_eq!(simba_lock_free(holder as *mut simba_lock), SIMBA_OK);
+        });
+    });
+    assert_eq!(calls.load(Ordering::Relaxed), 400);
+    // A blocked lock call on a session freed by another thread returns.
+    unsafe {
+        let mut l = null_mut();
+        assert_eq!(
+            simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l),
+            SIMBA_OK
+        );
+        let l2 = std::thread::spawn(move || {
+            let mut l2 = null_mut();
+            let st = simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l2);
+            (st, l2 as usize)
+        });
+        assert_eq!(simba_session_free(s as *mut simba_session), SIMBA_OK);
+        let (st, l2) = l2.join().unwrap();
+        // Closed while it waited, or freed before it looked the handle up.
+        assert!(matches!(st, SIMBA_CLOSED | SIMBA_INVALID_HANDLE), "{st:?}");
+        assert_eq!(l2, 0);
+        assert_eq!(simba_lock_free(l), SIMBA_OK);
+    }
+}
