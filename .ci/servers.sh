@@ -94,7 +94,7 @@ clientPort=$port
 clientPortAddress=127.0.0.1
 admin.enableServer=false
 maxClientCnxns=0
-4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,conf
 EOF
     log "starting ZooKeeper on 127.0.0.1:$port"
     zk_start "$d"
@@ -144,7 +144,7 @@ clientPort=${ports[$((i - 1))]}
 clientPortAddress=127.0.0.1
 admin.enableServer=false
 maxClientCnxns=0
-4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,conf
 EOF
         printf '%s\n' "${peers[@]}"
       } >"$d/zoo.cfg"
@@ -667,7 +667,7 @@ ssl.clientAuth=$auth
 ssl.hostnameVerification=false
 admin.enableServer=false
 maxClientCnxns=0
-4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,conf
 EOF
   cat >"$d/start.sh" <<EOF
 #!/usr/bin/env bash

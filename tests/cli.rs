@@ -164,46 +164,94 @@ fn doctor_finds_no_eviction_trap_on_the_test_redis() {
     assert_eq!(policy["level"], "ok", "{v}");
 }
 
-fn sql_schema_trap(url: &str, make: fn(&str) -> simba_lease::Result<SqlBackend>) {
+/// The finding of `check` in a `doctor --json` output.
+fn finding(o: &Output, check: &str) -> Value {
+    let v: Value = serde_json::from_str(&stdout(o)).unwrap();
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == check)
+        .unwrap_or_else(|| panic!("no {check} finding in {v}"))
+        .clone()
+}
+
+/// Missing tables are a trap, installed ones are fine, and a key column given a collation
+/// that does not compare byte by byte (`relax` alters `{prefix}simba_lease.name`) is a trap.
+fn sql_schema_traps(
+    url: &str,
+    make: fn(&str) -> simba_lease::Result<SqlBackend>,
+    relax: fn(&str, &str),
+) {
     let prefix = format!("t{}_", tag());
     let sep = if url.contains('?') { '&' } else { '?' };
-    let url = format!("{url}{sep}table_prefix={prefix}");
-    let schema = |o: &Output| -> Value {
-        let v: Value = serde_json::from_str(&stdout(o)).unwrap();
-        v["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["check"] == "schema")
-            .unwrap()
-            .clone()
-    };
-    let o = simba(&["doctor", &url, "--json"]);
+    let full = format!("{url}{sep}table_prefix={prefix}");
+    let o = simba(&["doctor", &full, "--json"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
-    assert_eq!(schema(&o)["level"], "trap");
-    let b = make(&url).unwrap();
+    assert_eq!(finding(&o, "schema")["level"], "trap");
+    let b = make(&full).unwrap();
     b.install_schema().unwrap();
-    let o = simba(&["doctor", &url, "--json"]);
-    assert_eq!(schema(&o)["level"], "ok", "{o:?}");
+    let o = simba(&["doctor", &full, "--json"]);
+    assert_eq!(finding(&o, "schema")["level"], "ok", "{o:?}");
+    assert_eq!(finding(&o, "collation")["level"], "ok", "{o:?}");
+    relax(url, &prefix);
+    let o = simba(&["doctor", &full, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let c = finding(&o, "collation");
+    assert_eq!(c["level"], "trap", "{c}");
+    assert!(
+        c["text"].as_str().unwrap().contains("simba_lease.name"),
+        "{c}"
+    );
     b.drop_tables().unwrap();
 }
 
+fn pg_relax(url: &str, prefix: &str) {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let coll: String = c
+        .query_one(
+            "SELECT collname::text FROM pg_collation \
+             WHERE collname NOT IN ('C', 'POSIX', 'default', 'ucs_basic') \
+             AND collencoding IN (-1, pg_char_to_encoding(current_setting('server_encoding'))) \
+             ORDER BY collname LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    c.batch_execute(&format!(
+        "ALTER TABLE {prefix}simba_lease ALTER COLUMN name TYPE varchar(128) COLLATE \"{coll}\""
+    ))
+    .unwrap();
+}
+
+fn mysql_relax(url: &str, prefix: &str) {
+    use mysql::prelude::Queryable;
+    let mut c = mysql::Conn::new(mysql::Opts::from_url(url).unwrap()).unwrap();
+    c.query_drop(format!(
+        "ALTER TABLE {prefix}simba_lease MODIFY name varchar(128) \
+         CHARACTER SET ascii COLLATE ascii_general_ci NOT NULL"
+    ))
+    .unwrap();
+}
+
 #[test]
-fn doctor_flags_a_missing_postgres_schema() {
-    sql_schema_trap(
+fn doctor_flags_postgres_schema_traps() {
+    sql_schema_traps(
         &env_url(
             "SIMBA_POSTGRES_URL",
             "postgres://postgres@127.0.0.1:5432/test",
         ),
         SqlBackend::postgres,
+        pg_relax,
     );
 }
 
 #[test]
-fn doctor_flags_a_missing_mysql_schema() {
-    sql_schema_trap(
+fn doctor_flags_mysql_schema_traps() {
+    sql_schema_traps(
         &env_url("SIMBA_MYSQL_URL", "mysql://simba:simba@127.0.0.1:3306/test"),
         SqlBackend::mysql,
+        mysql_relax,
     );
 }
 
@@ -217,8 +265,16 @@ fn doctor_flags_a_lease_above_zookeepers_max_session_timeout() {
     let o = simba(&["doctor", &url, "--lease", "150s"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(stdout(&o).contains("maxSessionTimeout"), "{o:?}");
-    let o = simba(&["doctor", &url, "--lease", "10s"]);
+    let o = simba(&["doctor", &url, "--lease", "10s", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // The test servers allow `conf` and set minSessionTimeout=200 (ms), maxClientCnxns=0.
+    assert_eq!(finding(&o, "minSessionTimeout")["level"], "ok", "{o:?}");
+    assert_eq!(finding(&o, "maxClientCnxns")["text"], "unlimited", "{o:?}");
+    let o = simba(&["doctor", &url, "--lease", "100ms", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let min = finding(&o, "minSessionTimeout");
+    assert_eq!(min["level"], "trap", "{min}");
+    assert!(min["text"].as_str().unwrap().contains("200ms"), "{min}");
 }
 
 #[test]

@@ -309,6 +309,8 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// A server setting by name (PostgreSQL `current_setting`, MySQL a global variable);
     /// `None` when the server has no such setting.
     fn setting(&self, name: &str) -> DbResult<Option<String>>;
+    /// `(table, column, collation)` of the text key columns of the three tables.
+    fn key_collations(&self) -> DbResult<Vec<(String, String, String)>>;
     /// The server detected on connect, where the dialect detects it.
     fn server(&self) -> Option<ServerVersion> {
         None
@@ -797,6 +799,16 @@ impl SqlBackend {
         self.driver
             .setting(name)
             .map_err(|e| self.err("reading a server setting", e))
+    }
+
+    /// The collation of each text key column (`name`, `session_id`, `group_name`) of this
+    /// backend's tables as `(table, column, collation)`, sorted; empty when the tables do not
+    /// exist. The schema scripts give them `"C"` (PostgreSQL) or a `_bin` collation (MySQL):
+    /// names compare byte by byte. Used by `simba doctor`.
+    pub fn key_collations(&self) -> Result<Vec<(String, String, String)>> {
+        self.driver
+            .key_collations()
+            .map_err(|e| self.err("reading the tables' collations", e))
     }
 
     /// Server-side ids of the idle pooled connections (PostgreSQL backend pids, MySQL

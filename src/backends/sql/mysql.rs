@@ -701,6 +701,20 @@ impl Driver for MyDriver {
         self.server.get().cloned()
     }
 
+    fn key_collations(&self) -> DbResult<Vec<(String, String, String)>> {
+        let t = &self.tables;
+        let (s, l, m) = (t.session.clone(), t.lease.clone(), t.member.clone());
+        self.run(|c| {
+            Ok(c.exec(
+                "SELECT TABLE_NAME, COLUMN_NAME, COALESCE(COLLATION_NAME, '') \
+                 FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?) \
+                 AND COLUMN_NAME IN ('name', 'session_id', 'group_name') ORDER BY 1, 2",
+                (&s, &l, &m),
+            )?)
+        })
+    }
+
     fn setting(&self, name: &str) -> DbResult<Option<String>> {
         // The caller checked the name ([A-Za-z0-9_.]); `SHOW` takes no placeholder on every
         // server, and `_` is a LIKE wildcard only matching itself among such names.

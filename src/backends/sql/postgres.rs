@@ -535,6 +535,27 @@ impl Driver for PgDriver {
         ids
     }
 
+    fn key_collations(&self) -> DbResult<Vec<(String, String, String)>> {
+        let t = &self.tables;
+        // Unquoted names are folded to lower case in the catalog.
+        let names: Vec<String> = [&t.session, &t.lease, &t.member]
+            .iter()
+            .map(|n| n.to_lowercase())
+            .collect();
+        self.run_plain(|c| {
+            c.query(
+                "SELECT table_name::text, column_name::text, coalesce(collation_name::text, '') \
+                 FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = ANY($1) \
+                 AND column_name IN ('name', 'session_id', 'group_name') ORDER BY 1, 2",
+                &[&names],
+            )?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect()
+        })
+    }
+
     fn setting(&self, name: &str) -> DbResult<Option<String>> {
         self.run_plain(|c| {
             c.query_one("SELECT current_setting($1, true)", &[&name])

@@ -279,6 +279,37 @@ fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
             ),
         ),
     }
+    let collations = b.key_collations()?;
+    let wrong: Vec<String> = collations
+        .iter()
+        .filter(|(_, _, c)| {
+            if postgres {
+                c != "C" && c != "POSIX"
+            } else {
+                !c.ends_with("_bin")
+            }
+        })
+        .map(|(t, col, c)| format!("{t}.{col} `{c}`"))
+        .collect();
+    if collations.is_empty() {
+    } else if wrong.is_empty() {
+        f.add(Level::Ok, "collation", "key columns compare byte by byte");
+    } else {
+        f.add(
+            Level::Trap,
+            "collation",
+            format!(
+                "{}: names would compare by locale or ignoring case, so two names could be one \
+                 lease; fix: recreate the tables with the schema script (collation {})",
+                wrong.join(", "),
+                if postgres {
+                    "\"C\""
+                } else {
+                    "ascii_bin / utf8mb4_bin"
+                }
+            ),
+        );
+    }
     if postgres {
         postgres_checks(&b, f)?;
     } else {
@@ -356,6 +387,93 @@ fn mysql_checks(b: &SqlBackend, f: &mut Findings) -> Result<()> {
     Ok(())
 }
 
+/// The first `host:port` of a `zookeeper://` URL.
+fn first_zk_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let hosts = rest.split(['/', '?']).next()?;
+    let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, h)| h);
+    let first = hosts.split(',').next()?;
+    Some(if first.contains(':') {
+        first.to_owned()
+    } else {
+        format!("{first}:2181")
+    })
+}
+
+/// The `conf` four-letter word of the first server (it must be whitelisted:
+/// `4lw.commands.whitelist=...,conf`): session timeouts against the lease, `maxClientCnxns`.
+fn four_letter_conf(a: &Args, f: &mut Findings) {
+    use std::io::{Read, Write};
+    use std::net::{TcpStream, ToSocketAddrs};
+    let Some(host) = first_zk_host(&a.url) else {
+        return;
+    };
+    let conf = (|| -> std::io::Result<String> {
+        let addr = host
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::other("no address"))?;
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.write_all(b"conf")?;
+        let mut out = String::new();
+        s.take(64 * 1024).read_to_string(&mut out)?;
+        Ok(out)
+    })();
+    let conf = match conf {
+        Ok(c) if c.contains("maxSessionTimeout") => c,
+        Ok(_) | Err(_) => {
+            f.add(
+                Level::Unknown,
+                "server conf",
+                format!(
+                    "`conf` four-letter word refused by {host} (add it to 4lw.commands.whitelist)"
+                ),
+            );
+            return;
+        }
+    };
+    let field = |k: &str| -> Option<u64> {
+        conf.lines()
+            .find_map(|l| l.trim().strip_prefix(k)?.strip_prefix('='))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    if let Some(min) = field("minSessionTimeout") {
+        let min = Duration::from_millis(min);
+        if a.lease < min {
+            f.add(
+                Level::Trap,
+                "minSessionTimeout",
+                format!(
+                    "{min:?} is longer than the lease {:?}: the server keeps a crashed holder's \
+                     session (and its leases) for {min:?}; fix: lower minSessionTimeout or use a \
+                     longer lease",
+                    a.lease
+                ),
+            );
+        } else {
+            f.add(
+                Level::Ok,
+                "minSessionTimeout",
+                format!("{min:?} ≤ lease {:?}", a.lease),
+            );
+        }
+    }
+    match field("maxClientCnxns") {
+        Some(0) => f.add(Level::Ok, "maxClientCnxns", "unlimited"),
+        Some(n) if n < 60 => f.add(
+            Level::Info,
+            "maxClientCnxns",
+            format!(
+                "{n} connections per client address: each backend in a process holds one \
+                 connection per session; more sessions from one host are refused"
+            ),
+        ),
+        Some(n) => f.add(Level::Ok, "maxClientCnxns", format!("{n}")),
+        None => {}
+    }
+}
+
 fn version(v: (u32, u32, u32)) -> String {
     format!("{}.{}.{}", v.0, v.1, v.2)
 }
@@ -364,7 +482,8 @@ fn zookeeper(a: &Args, f: &mut Findings) -> Result<()> {
     let b = simba_lease::connect(&a.url)?;
     b.ping()?;
     f.add(Level::Ok, "connect", "the ensemble answers");
-    // Opening a session with the lease checks the server's min/maxSessionTimeout.
+    four_letter_conf(a, f);
+    // Opening a session with the lease checks the server's maxSessionTimeout.
     match b.open_session(a.lease, &Default::default()) {
         Ok(g) => {
             f.add(
