@@ -123,6 +123,12 @@ pub enum Error {
     /// The session or handle was closed.
     #[error("closed")]
     Closed,
+    /// A wait was ended through its [`Cancel`](crate::Cancel) token.
+    #[error("cancelled while {operation}")]
+    Cancelled {
+        /// What was being waited for.
+        operation: &'static str,
+    },
     /// The database server is of a version the backend does not support (e.g. MySQL before
     /// 8.0, MariaDB before 10.6); refused when the backend connects.
     #[error("unsupported database server {server:?}: simba-lease needs {required}")]

@@ -87,8 +87,8 @@ mod types;
 
 pub use backends::connect;
 pub use engine::{
-    Clock, Config, ConfigBuilder, Event, Health, LossReason, ManualClock, Session, SessionState,
-    SystemClock,
+    Cancel, Clock, Config, ConfigBuilder, Event, Health, LossReason, ManualClock, Session,
+    SessionState, SystemClock,
 };
 pub use error::{BoxError, Error, Report, Result};
 pub use primitives::{Election, Group, LockGuard, Membership, Observer};

@@ -3,6 +3,7 @@
 //! shared timer, work and event pools (`executor`); one notification router per backend
 //! (`router`); backend calls guarded against panics (`guarded`).
 
+mod cancel;
 mod clock;
 mod config;
 pub mod core;
@@ -17,6 +18,7 @@ pub(crate) mod session;
 mod core_tests;
 
 pub use self::core::{HandleId, Health, Holder};
+pub use cancel::Cancel;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, ConfigBuilder};
 pub use event::{Event, LossReason};

@@ -35,7 +35,9 @@ enum Work {
 pub(crate) struct Shared {
     pub(crate) core: Core,
     /// Names in use by a handle of this session (locks are not reentrant).
-    pub(crate) reserved: BTreeMap<LeaseName, HandleId>,
+    /// Names held or being taken by a lock or election handle of this session, with the
+    /// thread that asked (a lock of a name its own thread holds fails instead of waiting).
+    pub(crate) reserved: BTreeMap<LeaseName, (HandleId, std::thread::ThreadId)>,
     /// Groups joined through live [`Membership`](crate::Membership) guards, with their count;
     /// re-joined when the session is reopened.
     pub(crate) joined: BTreeMap<GroupName, usize>,
@@ -240,18 +242,38 @@ impl Session {
     /// Waits until the session is [`SessionState::Valid`] or `timeout` passes; errors if it
     /// closed or expired for good (with `reopen_on_expiry`, it waits for the new session).
     pub fn wait_valid(&self, timeout: Duration) -> Result<()> {
+        self.wait_valid_until(Some(timeout), None)
+    }
+
+    /// [`wait_valid`](Self::wait_valid) without a deadline when `timeout` is `None`, ended
+    /// early by `cancel` ([`Error::Cancelled`]).
+    pub fn wait_valid_cancellable(
+        &self,
+        timeout: Option<Duration>,
+        cancel: &super::Cancel,
+    ) -> Result<()> {
+        self.wait_valid_until(timeout, Some(cancel))
+    }
+
+    fn wait_valid_until(
+        &self,
+        timeout: Option<Duration>,
+        cancel: Option<&super::Cancel>,
+    ) -> Result<()> {
+        const OP: &str = "waiting for the session to be valid";
         // A timeout too large for an `Instant` means no deadline.
-        let until = Instant::now().checked_add(timeout);
+        let until = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut s = self.inner.shared.lock();
         loop {
+            super::Cancel::check(cancel, OP)?;
             self.inner.check_waitable(&s)?;
             if s.core.state() == State::Valid {
                 return Ok(());
             }
-            if !self.inner.wait(&mut s, until) {
+            if !self.inner.wait_or_cancel(&mut s, until, cancel) {
                 return Err(Error::Timeout {
-                    operation: "waiting for the session to be valid",
-                    after: timeout,
+                    operation: OP,
+                    after: timeout.unwrap_or_default(),
                     source: None,
                 });
             }
@@ -405,9 +427,20 @@ impl Inner {
         self.changed.notify_all();
     }
 
-    /// Waits on the shared state until notified or `until` (forever if `None`).
-    /// Returns false on timeout.
-    pub(crate) fn wait(&self, s: &mut MutexGuard<'_, Shared>, until: Option<Instant>) -> bool {
+    /// Waits for a change of the session's state until `until` (false once it passed),
+    /// waking at least every 10 ms with a `cancel` token (the caller checks it): a wake-up
+    /// to look at the token counts as a change.
+    pub(crate) fn wait_or_cancel(
+        &self,
+        s: &mut MutexGuard<'_, Shared>,
+        until: Option<Instant>,
+        cancel: Option<&super::Cancel>,
+    ) -> bool {
+        if cancel.is_some() {
+            let at = super::Cancel::wake_at(cancel, until);
+            let woken = at.is_some_and(|t| !self.changed.wait_until(s, t).timed_out());
+            return woken || until.is_none_or(|u| Instant::now() < u);
+        }
         match until {
             Some(t) => !self.changed.wait_until(s, t).timed_out(),
             None => {
@@ -446,7 +479,7 @@ impl Inner {
     /// Frees a local reservation and wakes waiters.
     pub(crate) fn unreserve(&self, name: &LeaseName, handle: HandleId) {
         let mut s = self.shared.lock();
-        if s.reserved.get(name) == Some(&handle) {
+        if s.reserved.get(name).map(|r| r.0) == Some(handle) {
             s.reserved.remove(name);
         }
         drop(s);

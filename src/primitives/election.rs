@@ -3,7 +3,7 @@
 use super::IntoLeaseName;
 use crate::engine::core::lease_lost;
 use crate::engine::session::Inner;
-use crate::engine::{HandleId, Holder, Session};
+use crate::engine::{Cancel, HandleId, Holder, Session};
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Term};
 use crate::Event;
@@ -72,7 +72,8 @@ fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
         if s.reserved.contains_key(name) {
             return Err(Error::AlreadyHeld { name: name.clone() });
         }
-        s.reserved.insert(name.clone(), h);
+        s.reserved
+            .insert(name.clone(), (h, std::thread::current().id()));
     }
     let now = inner.now();
     inner.with_core(|c| c.add_candidate(h, name.clone(), now));
@@ -125,10 +126,30 @@ impl Election {
     /// Across an expiry it keeps waiting for the reopened session (unless expiry is
     /// terminal, then [`Error::SessionExpired`]).
     pub fn wait_elected(&self, timeout: Duration) -> Result<Term> {
+        self.wait_elected_until(Some(timeout), None)
+    }
+
+    /// [`wait_elected`](Self::wait_elected) without a deadline when `timeout` is `None`,
+    /// ended early by `cancel` ([`Error::Cancelled`]); the candidate keeps campaigning.
+    pub fn wait_elected_cancellable(
+        &self,
+        timeout: Option<Duration>,
+        cancel: &Cancel,
+    ) -> Result<Term> {
+        self.wait_elected_until(timeout, Some(cancel))
+    }
+
+    fn wait_elected_until(
+        &self,
+        timeout: Option<Duration>,
+        cancel: Option<&Cancel>,
+    ) -> Result<Term> {
+        const OP: &str = "waiting to be elected";
         // A timeout too large for an `Instant` means no deadline.
-        let until = Instant::now().checked_add(timeout);
+        let until = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut s = self.inner.lock_shared();
         loop {
+            Cancel::check(cancel, OP)?;
             self.inner.check_waitable(&s)?;
             if let Some(t) = s.core.term_of(&self.name, Holder::Election(self.handle)) {
                 return Ok(t);
@@ -138,10 +159,10 @@ impl Election {
                     name: self.name.clone(),
                 });
             }
-            if !self.inner.wait(&mut s, until) {
+            if !self.inner.wait_or_cancel(&mut s, until, cancel) {
                 return Err(Error::Timeout {
-                    operation: "waiting to be elected",
-                    after: timeout,
+                    operation: OP,
+                    after: timeout.unwrap_or_default(),
                     source: None,
                 });
             }

@@ -3,7 +3,7 @@
 use super::IntoLeaseName;
 use crate::engine::core::lease_lost;
 use crate::engine::session::Inner;
-use crate::engine::{HandleId, Session};
+use crate::engine::{Cancel, HandleId, Session};
 use crate::error::{Error, Result};
 use crate::spi::Acquire;
 use crate::types::{LeaseName, SessionId, Term, Token};
@@ -16,14 +16,19 @@ use crate::Event;
 impl Session {
     /// Takes the lock `name`, waiting as long as it takes (until the session is lost).
     ///
-    /// Locks are **not reentrant**: a thread that locks a name it already holds through this
-    /// session waits for itself forever (use [`Session::lock_timeout`] or
-    /// [`Session::try_lock`] where that can happen). Threads sharing one session exclude each
-    /// other, like processes with different sessions do.
+    /// Locks are **not reentrant**: a thread that locks a name it already holds (or is
+    /// taking) through this session gets [`Error::AlreadyHeld`] at once instead of waiting
+    /// for itself forever (as does [`lock_timeout`](Self::lock_timeout); `try_lock` answers
+    /// `None`). "This thread" is the thread that took the guard. Threads sharing one session
+    /// exclude each other, like processes with different sessions do.
     pub fn lock(&self, name: impl IntoLeaseName) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        self.lock_until(name, None, false)
-            .map(|g| g.expect("a blocking lock returns a guard"))
+        self.lock_until(name, None, false, None)?
+            .ok_or(Error::Timeout {
+                operation: "taking a lock",
+                after: Duration::MAX,
+                source: None,
+            })
     }
 
     /// Takes the lock `name` if it is free now; `Ok(None)` if someone holds it.
@@ -42,7 +47,7 @@ impl Session {
     /// ```
     pub fn try_lock(&self, name: impl IntoLeaseName) -> Result<Option<LockGuard>> {
         let name = name.into_lease_name()?;
-        self.lock_until(name, Some(Instant::now()), true)
+        self.lock_until(name, Some(Instant::now()), true, None)
     }
 
     /// Takes the lock `name`, waiting at most `timeout`; [`Error::Timeout`] after that.
@@ -50,11 +55,36 @@ impl Session {
         let name = name.into_lease_name()?;
         // A timeout too large for an `Instant` means no deadline.
         let until = Instant::now().checked_add(timeout);
-        match self.lock_until(name, until, false)? {
+        match self.lock_until(name, until, false, None)? {
             Some(g) => Ok(g),
             None => Err(Error::Timeout {
                 operation: "waiting for a lock",
                 after: timeout,
+                source: None,
+            }),
+        }
+    }
+
+    /// Takes the lock `name`, waiting until `timeout` passes (`None`: no deadline) or
+    /// `cancel` is cancelled ([`Error::Cancelled`]); [`Error::Timeout`] after the timeout.
+    /// Like [`lock`](Self::lock), it fails with [`Error::AlreadyHeld`] when this thread
+    /// already holds (or is taking) `name` through this session.
+    ///
+    /// See [`Cancel`] for an example.
+    pub fn lock_cancellable(
+        &self,
+        name: impl IntoLeaseName,
+        timeout: Option<Duration>,
+        cancel: &Cancel,
+    ) -> Result<LockGuard> {
+        let name = name.into_lease_name()?;
+        // A timeout too large for an `Instant` means no deadline.
+        let until = timeout.and_then(|t| Instant::now().checked_add(t));
+        match self.lock_until(name, until, false, Some(cancel))? {
+            Some(g) => Ok(g),
+            None => Err(Error::Timeout {
+                operation: "taking a lock",
+                after: timeout.unwrap_or_default(),
                 source: None,
             }),
         }
@@ -65,30 +95,41 @@ impl Session {
         name: LeaseName,
         until: Option<Instant>,
         once: bool,
+        cancel: Option<&Cancel>,
     ) -> Result<Option<LockGuard>> {
+        const OP: &str = "taking a lock";
         let inner = &self.inner;
         let started = inner.now();
         let h = inner.next_handle();
+        let me = std::thread::current().id();
         {
             let mut s = inner.lock_shared();
             loop {
+                Cancel::check(cancel, OP)?;
                 if once {
                     s.core.check_live()?;
                 } else {
                     // While an expired session is reopened, wait for the new one.
                     inner.check_waitable(&s)?;
                 }
-                if !s.reserved.contains_key(&name) {
-                    s.reserved.insert(name.clone(), h);
-                    break;
+                match s.reserved.get(&name) {
+                    None => {
+                        s.reserved.insert(name.clone(), (h, me));
+                        break;
+                    }
+                    // Waiting for a lock this thread holds would wait forever.
+                    Some((_, by)) if *by == me && !once => {
+                        return Err(Error::AlreadyHeld { name });
+                    }
+                    Some(_) => {}
                 }
-                if once || !inner.wait(&mut s, until) {
+                if once || !inner.wait_or_cancel(&mut s, until, cancel) {
                     return Ok(None);
                 }
             }
         }
         let events = inner.listeners.channel(h);
-        let r = self.acquire_loop(&name, h, until, once);
+        let r = self.acquire_loop(&name, h, until, once, cancel);
         match r {
             Ok(Some((session, term))) => Ok(Some(LockGuard {
                 acquired: {
@@ -117,7 +158,9 @@ impl Session {
         h: HandleId,
         until: Option<Instant>,
         once: bool,
+        cancel: Option<&Cancel>,
     ) -> Result<Option<(SessionId, Term)>> {
+        const OP: &str = "taking a lock";
         let inner = &self.inner;
         let retry = inner.config.retry_interval();
         // A blocking caller waits for a release of this name only: other names' releases
@@ -128,6 +171,7 @@ impl Session {
             let (id, seen) = {
                 let mut s = inner.lock_shared();
                 loop {
+                    Cancel::check(cancel, OP)?;
                     if once {
                         s.core.check_live()?;
                     } else {
@@ -137,7 +181,7 @@ impl Session {
                         break;
                     }
                     // Expired and being reopened: wait for the new session.
-                    if !inner.wait(&mut s, until) {
+                    if !inner.wait_or_cancel(&mut s, until, cancel) {
                         return Ok(None);
                     }
                 }
@@ -177,7 +221,10 @@ impl Session {
             }
             let mut s = inner.lock_shared();
             while s.core.releases_of(name) == seen && s.core.check_live().is_ok() {
-                if !inner.wait(&mut s, Some(next)) {
+                if cancel.is_some_and(Cancel::is_cancelled) {
+                    break;
+                }
+                if !inner.wait_or_cancel(&mut s, Some(next), cancel) {
                     break;
                 }
             }

@@ -167,10 +167,11 @@ pub fn lock_excludes_threads_of_one_session(h: &Harness) {
     let name = lease_name("local");
     let g = s.lock(&name).unwrap();
     let short = Duration::from_millis(50);
-    assert!(matches!(
-        s.lock_timeout(&name, short),
-        Err(Error::Timeout { .. })
-    ));
+    // Another thread of the session waits and times out.
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| s.lock_timeout(&name, short).map(drop));
+        assert!(matches!(other.join().unwrap(), Err(Error::Timeout { .. })));
+    });
     assert!(s.try_lock(&name).unwrap().is_none());
     assert!(matches!(s.election(&name), Err(Error::AlreadyHeld { .. })));
     let (patience, name2) = (h.patience, name.clone());
@@ -557,4 +558,89 @@ pub fn a_resigning_leader_lets_another_session_take_the_next_term(h: &Harness) {
     assert!(!ea.is_leader());
     drop(ec);
     ea.wait_elected(h.patience).expect("a's turn again");
+}
+
+/// A [`Cancel`](crate::Cancel) ends a `lock_cancellable` waiting behind another session's
+/// lock and a `wait_elected_cancellable` behind another leader, from another thread, with
+/// `Error::Cancelled` well before the patience bound; the waiter holds nothing afterwards and
+/// the candidate still campaigns (it takes over once the leader resigns).
+pub fn cancel_ends_lock_and_election_waits_promptly(h: &Harness) {
+    use crate::Cancel;
+    let b = h.backend();
+    let (a, w) = (session(h, &b), session(h, &b));
+    let name = lease_name("cancel-lock");
+    let held = a.lock(&name).unwrap();
+    let elect = lease_name("cancel-elect");
+    let leader = a.election(&elect).unwrap();
+    leader.wait_elected(h.patience).unwrap();
+    let candidate = w.election(&elect).unwrap();
+    let patience = h.patience;
+    for wait in 0..3 {
+        let cancel = Cancel::new();
+        let start = std::time::Instant::now();
+        let r = std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| match wait {
+                0 => w.lock_cancellable(&name, None, &cancel).map(drop),
+                1 => w
+                    .lock_cancellable(&name, Some(patience * 10), &cancel)
+                    .map(drop),
+                _ => candidate.wait_elected_cancellable(None, &cancel).map(drop),
+            });
+            // The wait is under way (or about to be) when the token fires.
+            std::thread::sleep(Duration::from_millis(100));
+            cancel.cancel();
+            waiter.join().unwrap()
+        });
+        assert!(
+            matches!(r, Err(Error::Cancelled { .. })),
+            "wait {wait}: {r:?}"
+        );
+        assert!(
+            start.elapsed() < h.patience,
+            "wait {wait} ended {:?} after it began",
+            start.elapsed()
+        );
+    }
+    // A cancelled token ends the next wait at once.
+    let cancelled = Cancel::new();
+    cancelled.cancel();
+    assert!(matches!(
+        w.lock_cancellable(&name, None, &cancelled),
+        Err(Error::Cancelled { .. })
+    ));
+    // The cancelled waiter took nothing; the candidate is still in the race.
+    assert_eq!(b.owner(&name).unwrap().map(|o| o.session), Some(a.id()));
+    drop(held);
+    let g = w
+        .lock_cancellable(&name, Some(h.patience), &Cancel::new())
+        .expect("the lock once it is free");
+    drop(g);
+    leader.resign().unwrap();
+    candidate
+        .wait_elected_cancellable(Some(h.patience), &Cancel::new())
+        .expect("the candidate takes over after the resign");
+}
+
+/// `lock` and `lock_timeout` of a name the calling thread holds through the session fail
+/// with `AlreadyHeld` at once (they used to wait for themselves); `try_lock` answers `None`;
+/// another thread still waits; after the unlock the thread locks it again.
+pub fn locking_a_name_this_thread_holds_fails_instead_of_waiting(h: &Harness) {
+    let b = h.backend();
+    let s = session(h, &b);
+    let name = lease_name("reentrant");
+    let g = s.lock(&name).unwrap();
+    assert!(matches!(s.lock(&name), Err(Error::AlreadyHeld { .. })));
+    assert!(matches!(
+        s.lock_timeout(&name, h.patience),
+        Err(Error::AlreadyHeld { .. })
+    ));
+    assert!(matches!(
+        s.lock_cancellable(&name, None, &crate::Cancel::new()),
+        Err(Error::AlreadyHeld { .. })
+    ));
+    assert!(s.try_lock(&name).unwrap().is_none());
+    let token = g.token();
+    g.unlock().unwrap();
+    let again = s.lock(&name).unwrap();
+    assert!(again.token() > token);
 }

@@ -172,6 +172,8 @@ macro_rules! tck_suite {
             observer_sees_short_terms_where_the_backend_pushes,
             a_resigning_leader_lets_another_session_take_the_next_term,
             out_of_range_leases_are_rejected,
+            cancel_ends_lock_and_election_waits_promptly,
+            locking_a_name_this_thread_holds_fails_instead_of_waiting,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {
