@@ -83,10 +83,12 @@ fn assert_bench_rows(v: &Value, backend: &str) {
         assert!(p50 > 0.0 && p99 >= p50, "{o}");
         assert!(o["p50_over_floor"].as_f64().unwrap() > 0.0, "{o}");
     }
-    // A failover waits for the crashed session's lease to run out on the backend.
+    // A failover waits for the crashed session to expire on the backend: at least the 1 s
+    // lease minus the renew interval (250 ms) after the crash. Faster would mean the backend
+    // handed over a live lease (a safety bound, not a speed figure).
     let failover = &v["operations"][6];
     assert!(
-        failover["p50_us"].as_f64().unwrap() >= 900_000.0,
+        failover["p50_us"].as_f64().unwrap() >= 700_000.0,
         "{failover}"
     );
 }

@@ -68,14 +68,9 @@ impl Cancel {
         }
     }
 
-    /// The instant a wait until `until` wakes at to look at the token again.
-    pub(crate) fn wake_at(cancel: Option<&Cancel>, until: Option<Instant>) -> Option<Instant> {
-        match cancel {
-            None => until,
-            Some(_) => {
-                let poll = Instant::now() + CANCEL_POLL;
-                Some(until.map_or(poll, |u| u.min(poll)))
-            }
-        }
+    /// The instant a cancellable wait until `until` wakes at to look at its token again.
+    pub(crate) fn wake_at(until: Option<Instant>) -> Instant {
+        let poll = Instant::now() + CANCEL_POLL;
+        until.map_or(poll, |u| u.min(poll))
     }
 }

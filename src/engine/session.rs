@@ -437,8 +437,10 @@ impl Inner {
         cancel: Option<&super::Cancel>,
     ) -> bool {
         if cancel.is_some() {
-            let at = super::Cancel::wake_at(cancel, until);
-            let woken = at.is_some_and(|t| !self.changed.wait_until(s, t).timed_out());
+            let woken = !self
+                .changed
+                .wait_until(s, super::Cancel::wake_at(until))
+                .timed_out();
             return woken || until.is_none_or(|u| Instant::now() < u);
         }
         match until {

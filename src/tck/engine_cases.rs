@@ -586,8 +586,10 @@ pub fn cancel_ends_lock_and_election_waits_promptly(h: &Harness) {
                     .map(drop),
                 _ => candidate.wait_elected_cancellable(None, &cancel).map(drop),
             });
-            // The wait is under way (or about to be) when the token fires.
+            // Give the waiter time to block (arranging, not asserting): it must still be
+            // waiting, since nothing else ends its wait.
             std::thread::sleep(Duration::from_millis(100));
+            assert!(!waiter.is_finished(), "wait {wait} ended before the cancel");
             cancel.cancel();
             waiter.join().unwrap()
         });

@@ -28,16 +28,16 @@
 //! extends it there, so that cost grows with the leases held; clients with and without
 //! `route_by_slot` on one server and prefix read each other's terms correctly. Earlier
 //! versions of this library read the mark as a far-future expiry: they never take a bound
-//! term over, but take over a dead one only after an upgrade. Release clears only the `session` field (the
-//! token stays) and publishes `released` on the lease key's channel; the script that grants a
-//! new term publishes `acquired` there (a re-acquire by the holder publishes nothing); joins
-//! and leaves publish on the group key's channel. One pub/sub connection per backend (on its
-//! own thread, speaking RESP3, so Redis 6 or later) turns those into [`Notification`]s and
-//! skips anything else the server sends; when it drops, subscribers get
-//! [`Notification::Resync`] and it resubscribes with backoff (a read interrupted by a stop
-//! and continue of the process is simply read again). Every time decision uses Redis `TIME`
-//! inside the scripts; remaining times are rounded down to whole ms (never more than the
-//! server has left) and new expiries up.
+//! term over, but take over a dead one only after an upgrade. Release clears only the
+//! `session` field (the token stays) and publishes `released` on the lease key's channel;
+//! the script that grants a new term publishes `acquired` there (a re-acquire by the holder
+//! publishes nothing); joins and leaves publish on the group key's channel. One pub/sub
+//! connection per backend (on its own thread, speaking RESP3, so Redis 6 or later) turns
+//! those into [`Notification`]s and skips anything else the server sends; when it drops,
+//! subscribers get [`Notification::Resync`] and it resubscribes with backoff (a read
+//! interrupted by a stop and continue of the process is simply read again). Every time
+//! decision uses Redis `TIME` inside the scripts; remaining times are rounded down to whole
+//! ms (never more than the server has left) and new expiries up.
 //!
 //! # URL
 //!
@@ -111,13 +111,14 @@
 //!
 //! # Operating notes
 //!
-//! **Memory eviction.** Lease hashes never expire, and their `token` field is the only thing
-//! that keeps tokens increasing. Under an `allkeys-*` `maxmemory-policy` Redis may evict a
-//! lease hash when memory runs short, and that lease's next term starts again at token 1;
-//! `volatile-*` policies may evict session hashes, ending sessions (and, on one server, their terms) before their holders learn it. Run the Redis that
-//! holds these keys with `maxmemory-policy noeviction` (the Redis default): a full instance
-//! then refuses writes, calls fail and terms end at their deadlines, but no token goes back.
-//! A separate logical database does not help, the policy is per instance.
+//! **Memory eviction.** Lease hashes never expire, and their `token` field is the only
+//! thing that keeps tokens increasing. Under an `allkeys-*` `maxmemory-policy` Redis may
+//! evict a lease hash when memory runs short, and that lease's next term starts again at
+//! token 1; `volatile-*` policies may evict session hashes, ending sessions (and, on one
+//! server, their terms) before their holders learn it. Run the Redis that holds these keys
+//! with `maxmemory-policy noeviction` (the Redis default): a full instance then refuses
+//! writes, calls fail and terms end at their deadlines, but no token goes back. A separate
+//! logical database does not help, the policy is per instance.
 //!
 //! **Persistence.** Without persistence a restart empties the instance and every token starts
 //! again at 1. Enable AOF (`appendonly yes`, ideally `appendfsync always` or `everysec`) so a

@@ -717,8 +717,8 @@ impl Driver for MyDriver {
 
     fn setting(&self, name: &str) -> DbResult<Option<String>> {
         // The caller checked the name ([A-Za-z0-9_.]); `SHOW` takes no placeholder on every
-        // server, and `_` is a LIKE wildcard only matching itself among such names.
-        let sql = format!("SHOW GLOBAL VARIABLES LIKE '{name}'");
+        // server, and `_` (a LIKE wildcard) is escaped.
+        let sql = format!("SHOW GLOBAL VARIABLES LIKE '{}'", name.replace('_', "\\_"));
         self.run(|c| {
             let row: Option<(String, Option<String>)> = c.query_first(&sql)?;
             Ok(row.and_then(|(n, v)| {

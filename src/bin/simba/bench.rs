@@ -187,19 +187,11 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The URL without its password (`user:***@`).
+/// The URL without its password (the library's own redaction).
 pub(crate) fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
+    simba_lease::backends::BackendUrl::parse(url)
+        .map(|u| u.redacted().to_owned())
+        .unwrap_or_else(|_| "<url>".to_owned())
 }
 
 /// From `unlock()` of one session's lock to the return of another session's blocked

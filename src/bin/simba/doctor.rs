@@ -137,16 +137,23 @@ fn config_get(b: &RedisBackend, name: &str) -> Option<String> {
     }
 }
 
-/// A field of `INFO section` (`key:value` lines).
-fn info_field(b: &RedisBackend, section: &str, key: &str) -> Option<String> {
-    let r = b
-        .scripting()
-        .command(Role::Other, &["INFO", section])
-        .ok()?;
-    let body = text(&r)?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .map(|v| v.trim().to_owned())
+/// The `key:value` lines of the reply to `command` (`INFO replication`, `CLUSTER INFO`).
+fn fields(b: &RedisBackend, command: &[&str]) -> Option<Vec<(String, String)>> {
+    let r = b.scripting().command(Role::Other, command).ok()?;
+    Some(
+        text(&r)?
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+            .collect(),
+    )
+}
+
+fn field(fields: &[(String, String)], key: &str) -> Option<String> {
+    fields
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
 }
 
 fn redis(a: &Args, f: &mut Findings) -> Result<()> {
@@ -183,7 +190,11 @@ fn redis(a: &Args, f: &mut Findings) -> Result<()> {
         None => f.add(Level::Unknown, "persistence", "CONFIG GET refused"),
     }
     if b.scripting().clustered() {
-        let state = info_cluster(&b);
+        let info = fields(&b, &["CLUSTER", "INFO"]);
+        let state = info.as_deref().and_then(|i| {
+            let slots = field(i, "cluster_slots_assigned")?.parse::<u32>().ok()?;
+            Some((field(i, "cluster_state")?, slots))
+        });
         match state {
             Some((s, slots)) if s == "ok" && slots == 16384 => {
                 f.add(Level::Ok, "cluster", "state ok, all 16384 slots assigned")
@@ -200,8 +211,10 @@ fn redis(a: &Args, f: &mut Findings) -> Result<()> {
         }
     } else {
         let want = b.config().wait_replicas;
-        match info_field(&b, "replication", "connected_slaves").and_then(|v| v.parse::<u32>().ok())
-        {
+        let replicas = fields(&b, &["INFO", "replication"])
+            .and_then(|i| field(&i, "connected_slaves"))
+            .and_then(|v| v.parse::<u32>().ok());
+        match replicas {
             Some(n) if n < want => f.add(
                 Level::Trap,
                 "replicas",
@@ -241,25 +254,6 @@ fn redis(a: &Args, f: &mut Findings) -> Result<()> {
         });
     clock(f, server, sent);
     Ok(())
-}
-
-fn info_cluster(b: &RedisBackend) -> Option<(String, u32)> {
-    let state = info_field_cluster(b, "cluster_state")?;
-    let slots = info_field_cluster(b, "cluster_slots_assigned")?
-        .parse()
-        .ok()?;
-    Some((state, slots))
-}
-
-fn info_field_cluster(b: &RedisBackend, key: &str) -> Option<String> {
-    let r = b
-        .scripting()
-        .command(Role::Other, &["CLUSTER", "INFO"])
-        .ok()?;
-    let body = text(&r)?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .map(|v| v.trim().to_owned())
 }
 
 fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
