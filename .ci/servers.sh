@@ -9,6 +9,11 @@ mkdir -p "$SIMBA_CI_DIR"
 die() { echo "ci: $*" >&2; exit 1; }
 log() { echo "ci: $*" >&2; }
 
+# contains <ERE>: whether stdin has a line matching <ERE>. It reads stdin to the end, so the
+# writer never gets SIGPIPE: `cmd | grep -q` fails at random under `set -o pipefail` when grep
+# exits at its first match while cmd is still writing.
+contains() { local out; out=$(cat); grep -qE -- "$1" <<<"$out"; }
+
 # wait_until <seconds> <description> <command...>: polls the command until it succeeds.
 wait_until() {
   local limit=$1 what=$2; shift 2
@@ -51,7 +56,7 @@ zk4() {
   timeout 2 cat <&3
   exec 3>&-
 }
-zk_serving() { zk4 "$1" srvr 2>/dev/null | grep -qE '^Mode: (standalone|leader|follower)'; }
+zk_serving() { zk4 "$1" srvr 2>/dev/null | contains '^Mode: (standalone|leader|follower)'; }
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 # free_port <first>: the first port from <first> on that nothing listens on.
@@ -169,7 +174,7 @@ REDIS_PRIMARY_PORT=${SIMBA_REDIS_PRIMARY_PORT:-6380}
 REDIS_REPLICA_PORT=${SIMBA_REDIS_REPLICA_PORT:-6381}
 REDIS_CLUSTER_PORTS=${SIMBA_REDIS_CLUSTER_PORTS:-"7000 7001 7002"}
 
-redis_ping() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
+redis_ping() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | contains PONG; }
 
 need_redis() {
   command -v redis-server >/dev/null && command -v redis-cli >/dev/null || apt_install redis-server redis-tools
@@ -212,7 +217,7 @@ REDIS_MISCONFIGURED_PORT=${SIMBA_REDIS_MISCONFIGURED_PORT:-6395}
 ensure_redis_misconfigured() {
   need_redis
   if redis_ping "$REDIS_MISCONFIGURED_PORT"; then
-    redis-cli -p "$REDIS_MISCONFIGURED_PORT" config get maxmemory-policy | grep -q allkeys-lru ||
+    redis-cli -p "$REDIS_MISCONFIGURED_PORT" config get maxmemory-policy | contains allkeys-lru ||
       die "port $REDIS_MISCONFIGURED_PORT answers but is not the allkeys-lru test server"
   else
     start_redis "$REDIS_MISCONFIGURED_PORT" --maxmemory 64mb --maxmemory-policy allkeys-lru
@@ -221,8 +226,8 @@ ensure_redis_misconfigured() {
 }
 
 replica_linked() {
-  redis-cli -p "$REDIS_REPLICA_PORT" info replication | grep -q master_link_status:up &&
-    redis-cli -p "$REDIS_PRIMARY_PORT" info replication | grep -q connected_slaves:1
+  redis-cli -p "$REDIS_REPLICA_PORT" info replication | contains master_link_status:up &&
+    redis-cli -p "$REDIS_PRIMARY_PORT" info replication | contains connected_slaves:1
 }
 
 # ensure_redis_replica: a primary with one replica, for WAIT.
@@ -230,7 +235,7 @@ ensure_redis_replica() {
   need_redis
   redis_ping "$REDIS_PRIMARY_PORT" || start_redis "$REDIS_PRIMARY_PORT"
   redis_ping "$REDIS_REPLICA_PORT" || start_redis "$REDIS_REPLICA_PORT" --replicaof 127.0.0.1 "$REDIS_PRIMARY_PORT"
-  redis-cli -p "$REDIS_REPLICA_PORT" info replication | grep -q "master_port:$REDIS_PRIMARY_PORT" ||
+  redis-cli -p "$REDIS_REPLICA_PORT" info replication | contains "master_port:$REDIS_PRIMARY_PORT" ||
     die "port $REDIS_REPLICA_PORT answers but is not a replica of $REDIS_PRIMARY_PORT"
   wait_until 30 "the replica on $REDIS_REPLICA_PORT linked to $REDIS_PRIMARY_PORT" replica_linked
   export SIMBA_REDIS_PRIMARY_URL=${SIMBA_REDIS_PRIMARY_URL:-redis://127.0.0.1:$REDIS_PRIMARY_PORT}
@@ -240,8 +245,8 @@ ensure_redis_replica() {
 cluster_ok() {
   local p n; n=$(echo $REDIS_CLUSTER_PORTS | wc -w)
   for p in $REDIS_CLUSTER_PORTS; do
-    redis-cli -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok || return 1
-    redis-cli -p "$p" cluster info 2>/dev/null | grep -q "cluster_known_nodes:$n" || return 1
+    redis-cli -p "$p" cluster info 2>/dev/null | contains cluster_state:ok || return 1
+    redis-cli -p "$p" cluster info 2>/dev/null | contains "cluster_known_nodes:$n" || return 1
   done
 }
 
@@ -256,7 +261,7 @@ ensure_redis_cluster() {
     for p in $REDIS_CLUSTER_PORTS; do
       redis_ping "$p" || start_redis "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
         --cluster-node-timeout 2000
-      redis-cli -p "$p" info cluster | grep -q cluster_enabled:1 ||
+      redis-cli -p "$p" info cluster | contains cluster_enabled:1 ||
         die "port $p answers but is not a cluster node"
     done
     local slots; slots=$(redis-cli -p "${REDIS_CLUSTER_PORTS%% *}" cluster info | sed -n 's/^cluster_slots_assigned:\([0-9]*\).*/\1/p')
@@ -285,7 +290,7 @@ ensure_postgres() {
       || die "pg_ctlcluster $version main start failed"
   fi
   wait_until 60 "PostgreSQL on 127.0.0.1:5432" pg_isready -h 127.0.0.1 -p 5432
-  if ! su postgres -c "psql -Atqc \"select 1 from pg_database where datname = 'test'\"" | grep -q 1; then
+  if ! su postgres -c "psql -Atqc \"select 1 from pg_database where datname = 'test'\"" | contains 1; then
     su postgres -c "createdb test" || die "createdb test failed"
   fi
   psql -h 127.0.0.1 -U postgres -d test -Atqc "select 1" >/dev/null \
@@ -335,14 +340,14 @@ REDIS_TLS_CLIENT_AUTH_PORT=${REDIS_TLS_CLIENT_AUTH_PORT:-6393}
 redis_tls_ping() {
   local d=$SIMBA_CI_DIR/redis-tls
   redis-cli --tls --cacert "$d/ca.pem" --cert "$d/client.pem" --key "$d/client.key" \
-    -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG
+    -h 127.0.0.1 -p "$1" ping 2>/dev/null | contains PONG
 }
 
 # redis_tls_listening <port>: answers a TLS handshake whatever its certificate (expired ones).
 redis_tls_listening() {
   local d=$SIMBA_CI_DIR/redis-tls
   redis-cli --tls --insecure --cert "$d/client.pem" --key "$d/client.key" \
-    -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG
+    -h 127.0.0.1 -p "$1" ping 2>/dev/null | contains PONG
 }
 
 # tls_cert <name> <days> <subjectAltName>: <name>.pem/<name>.key signed by the CA.
@@ -392,7 +397,7 @@ start_redis_tls() {
 
 ensure_redis_tls() {
   need_redis
-  command -v redis-cli >/dev/null && redis-cli --help 2>&1 | grep -q -- --tls \
+  command -v redis-cli >/dev/null && redis-cli --help 2>&1 | contains --tls \
     || die "redis-cli has no TLS support"
   ensure_redis_tls_certs
   redis_tls_ping "$REDIS_TLS_PORT" || start_redis_tls "$REDIS_TLS_PORT" server \
@@ -423,8 +428,8 @@ redis_tls_cli() {
 tls_cluster_ok() {
   local p n; n=$(echo $REDIS_TLS_CLUSTER_PORTS | wc -w)
   for p in $REDIS_TLS_CLUSTER_PORTS; do
-    redis_tls_cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok || return 1
-    redis_tls_cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q "cluster_known_nodes:$n" || return 1
+    redis_tls_cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | contains cluster_state:ok || return 1
+    redis_tls_cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | contains "cluster_known_nodes:$n" || return 1
   done
 }
 
@@ -436,7 +441,7 @@ ensure_redis_tls_cluster() {
     for p in $REDIS_TLS_CLUSTER_PORTS; do
       redis_tls_ping "$p" || start_redis_tls "$p" server --tls-cluster yes --cluster-enabled yes \
         --cluster-config-file nodes.conf --cluster-node-timeout 2000
-      redis_tls_cli -h 127.0.0.1 -p "$p" info cluster | grep -q cluster_enabled:1 ||
+      redis_tls_cli -h 127.0.0.1 -p "$p" info cluster | contains cluster_enabled:1 ||
         die "port $p answers but is not a cluster node"
     done
     local slots; slots=$(redis_tls_cli -h 127.0.0.1 -p "${REDIS_TLS_CLUSTER_PORTS%% *}" cluster info | sed -n 's/^cluster_slots_assigned:\([0-9]*\).*/\1/p')
@@ -499,7 +504,7 @@ pg_tls_bin() {
 pg_tls_up() {
   local d=$SIMBA_CI_DIR/pg-tls-$1
   [ -S "$d/.s.PGSQL.$1" ] &&
-    psql -h "$d" -p "$1" -U postgres -d postgres -Atqc "select 1" 2>/dev/null | grep -q 1
+    psql -h "$d" -p "$1" -U postgres -d postgres -Atqc "select 1" 2>/dev/null | contains 1
 }
 
 # start_pg_tls <port> <cert name>: a TLS-only PostgreSQL with its files under pg-tls-<port>.
@@ -638,7 +643,7 @@ ZK_TLS_CP=$ZK_CP:/usr/share/java/netty-buffer.jar:/usr/share/java/netty-codec.ja
 zk_tls_serving() {
   local c=$SIMBA_CI_DIR/redis-tls
   printf srvr | timeout 5 openssl s_client -connect 127.0.0.1:"$1" -quiet \
-    -cert "$c/client.pem" -key "$c/client.key" 2>/dev/null | grep -qE '^Mode: standalone'
+    -cert "$c/client.pem" -key "$c/client.key" 2>/dev/null | contains '^Mode: standalone'
 }
 
 # start_zk_tls <port> <cert name> <clientAuth>: a TLS-only ZooKeeper under zk-tls-<port>,
