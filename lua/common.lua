@@ -115,3 +115,59 @@ local function member_remove(key, sid)
   end
   return 0
 end
+
+-- Fair-lock queues: `qkey` is a sorted set of session ids scored by arrival, `dkey` a hash
+-- of each place's deadline (ms, this server's clock). A place is live while its deadline is
+-- ahead and, when `sprefix` is given (one node), its session hash lives.
+local function place_live(dkey, sid, now, sprefix)
+  local d = tonumber(redis.call('HGET', dkey, sid) or '0')
+  if d <= now then return false end
+  if sprefix and redis.call('EXISTS', sprefix .. '{' .. sid .. '}') == 0 then return false end
+  return true
+end
+
+-- Removes sid's place.
+local function place_remove(qkey, dkey, sid)
+  redis.call('HDEL', dkey, sid)
+  return redis.call('ZREM', qkey, sid)
+end
+
+-- Keeps a queue key at least `ms` longer (a queue nobody asks about again disappears).
+local function queue_ttl(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms * 2) end
+end
+
+-- Queues sid (once) and keeps its place until up + patience; returns how many live places
+-- are ahead of it (the dead ones ahead are removed).
+local function queue_place(qkey, dkey, sid, now, up, patience, sprefix)
+  if not redis.call('ZSCORE', qkey, sid) then
+    local last = redis.call('ZRANGE', qkey, -1, -1, 'WITHSCORES')
+    local seq = 1
+    if last[2] then seq = tonumber(last[2]) + 1 end
+    redis.call('ZADD', qkey, seq, sid)
+  end
+  redis.call('HSET', dkey, sid, fmt(up + patience))
+  queue_ttl(qkey, patience)
+  queue_ttl(dkey, patience)
+  local ahead = 0
+  for _, id in ipairs(redis.call('ZRANGE', qkey, 0, -1)) do
+    if id == sid then break end
+    if place_live(dkey, id, now, sprefix) then
+      ahead = ahead + 1
+    else
+      place_remove(qkey, dkey, id)
+    end
+  end
+  return ahead
+end
+
+-- The reply of a queued acquire that must wait: {2, ahead, token, remaining, holder} while
+-- the lease is held, {2, ahead} while it is free.
+local function queue_waiting(key, ahead, now, up, sprefix)
+  local h = redis.call('HMGET', key, 'session', 'token', 'expires')
+  if h[1] and h[1] ~= '' then
+    local left = left_of(tonumber(h[3] or '0'), h[1], now, up, sprefix)
+    if left then return {2, ahead, tonumber(h[2]), left, h[1]} end
+  end
+  return {2, ahead}
+end

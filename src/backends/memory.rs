@@ -3,10 +3,11 @@
 use crate::engine::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, SessionGrant,
+    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant,
     Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
+use crate::Config;
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -29,6 +30,8 @@ struct Tables {
     sessions: HashMap<SessionId, SessionRow>,
     leases: HashMap<LeaseName, LeaseRow>,
     groups: HashMap<GroupName, BTreeSet<SessionId>>,
+    /// Fair-lock queues: places in arrival order, each with its patience deadline.
+    queues: HashMap<LeaseName, Vec<(SessionId, Instant)>>,
     last_purge: Option<Instant>,
 }
 
@@ -84,6 +87,76 @@ impl Tables {
     fn purge_due(&mut self, now: Instant, out: &mut Vec<Notification>) {
         if self.last_purge.is_none_or(|t| now >= t + PURGE_INTERVAL) {
             self.purge(now, out);
+        }
+    }
+
+    /// Takes `name` for the live session `session` if free or its holder expired; the reply
+    /// and whether it is a new term.
+    fn take(
+        &mut self,
+        session: &SessionId,
+        name: &LeaseName,
+        now: Instant,
+    ) -> Result<(Acquire, bool)> {
+        let remaining = self
+            .sessions
+            .get(session)
+            .map_or(Duration::ZERO, |s| s.expires - now);
+        let lease = self.leases.entry(name.clone()).or_insert(LeaseRow {
+            session: None,
+            token: 0,
+        });
+        if let Some(holder) = lease.session.clone().filter(|h| h != session) {
+            if let Some(row) = self.sessions.get(&holder).filter(|s| s.expires > now) {
+                if let Ok(token) = Token::new(lease.token) {
+                    let owner = Owner {
+                        session: holder,
+                        token,
+                        remaining: row.expires - now,
+                    };
+                    return Ok((Acquire::Held(owner), false));
+                }
+            }
+        }
+        let new_term = lease.session.as_ref() != Some(session);
+        if new_term {
+            lease.token += 1;
+            lease.session = Some(session.clone());
+        }
+        let token = Token::new(lease.token)?;
+        if let Some(row) = self.sessions.get_mut(session) {
+            row.leases.insert(name.clone());
+        }
+        let term = Term {
+            name: name.clone(),
+            token,
+            remaining,
+        };
+        Ok((Acquire::Acquired(term), new_term))
+    }
+
+    /// The live holder of `name`, if any.
+    fn owner(&self, name: &LeaseName, now: Instant) -> Option<Owner> {
+        let l = self.leases.get(name)?;
+        let holder = l.session.as_ref()?;
+        let row = self.live(holder, now)?;
+        Some(Owner {
+            session: holder.clone(),
+            token: Token::new(l.token).ok()?,
+            remaining: row.expires - now,
+        })
+    }
+
+    /// Drops the dead places of `name`'s queue (session gone or patience run out).
+    fn prune_queue(&mut self, name: &LeaseName, now: Instant) {
+        let sessions = &self.sessions;
+        if let Some(q) = self.queues.get_mut(name) {
+            q.retain(|(id, until)| {
+                *until > now && sessions.get(id).is_some_and(|s| s.expires > now)
+            });
+            if q.is_empty() {
+                self.queues.remove(name);
+            }
         }
     }
 
@@ -230,45 +303,16 @@ impl LeaseBackend for MemoryBackend {
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
         let now = self.clock.now();
         let mut t = self.tables.lock();
-        let Some(me) = t.live(session, now) else {
+        if t.live(session, now).is_none() {
             return Err(t.expired(session));
-        };
-        let remaining = me.expires - now;
-        let lease = t.leases.entry(name.clone()).or_insert(LeaseRow {
-            session: None,
-            token: 0,
-        });
-        if let Some(holder) = lease.session.clone().filter(|h| h != session) {
-            let holder_row = t.sessions.get(&holder).filter(|s| s.expires > now);
-            if let Some(row) = holder_row {
-                let lease = &t.leases[name];
-                return Ok(Acquire::Held(Owner {
-                    session: holder,
-                    token: Token::new(lease.token).expect("held leases have a token"),
-                    remaining: row.expires - now,
-                }));
-            }
         }
-        let lease = t.leases.get_mut(name).expect("inserted above");
-        let new_term = lease.session.as_ref() != Some(session);
-        if new_term {
-            lease.token += 1;
-            lease.session = Some(session.clone());
-        }
-        let token = Token::new(lease.token).expect("token advanced above zero");
-        if let Some(row) = t.sessions.get_mut(session) {
-            row.leases.insert(name.clone());
-        }
+        let (reply, new_term) = t.take(session, name, now)?;
         drop(t);
         if new_term {
             self.subscribers
                 .publish(&Notification::Acquired(name.clone()));
         }
-        Ok(Acquire::Acquired(Term {
-            name: name.clone(),
-            token,
-            remaining,
-        }))
+        Ok(reply)
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
@@ -300,18 +344,7 @@ impl LeaseBackend for MemoryBackend {
 
     fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
         let now = self.clock.now();
-        let t = self.tables.lock();
-        let Some(l) = t.leases.get(name) else {
-            return Ok(None);
-        };
-        Ok(l.session.as_ref().and_then(|s| {
-            let row = t.live(s, now)?;
-            Some(Owner {
-                session: s.clone(),
-                token: Token::new(l.token).ok()?,
-                remaining: row.expires - now,
-            })
-        }))
+        Ok(self.tables.lock().owner(name, now))
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
@@ -371,6 +404,98 @@ impl LeaseBackend for MemoryBackend {
                 })
             })
             .collect())
+    }
+
+    fn supports_queues(&self) -> bool {
+        true
+    }
+
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<Queued> {
+        let now = self.clock.now();
+        let mut t = self.tables.lock();
+        if t.live(session, now).is_none() {
+            return Err(t.expired(session));
+        }
+        t.prune_queue(name, now);
+        let until = now.checked_add(patience).unwrap_or(now + Config::MAX_LEASE);
+        let q = t.queues.entry(name.clone()).or_default();
+        let ahead = match q.iter().position(|(id, _)| id == session) {
+            Some(i) => {
+                q[i].1 = until;
+                i
+            }
+            None => {
+                q.push((session.clone(), until));
+                q.len() - 1
+            }
+        };
+        let holds = t
+            .leases
+            .get(name)
+            .is_some_and(|l| l.session.as_ref() == Some(session));
+        if ahead > 0 && !holds {
+            let owner = t.owner(name, now);
+            return Ok(Queued::Waiting { ahead, owner });
+        }
+        let (reply, new_term) = t.take(session, name, now)?;
+        let reply = match reply {
+            Acquire::Acquired(term) => {
+                if let Some(q) = t.queues.get_mut(name) {
+                    q.retain(|(id, _)| id != session);
+                    if q.is_empty() {
+                        t.queues.remove(name);
+                    }
+                }
+                Queued::Acquired(term)
+            }
+            Acquire::Held(owner) => Queued::Waiting {
+                ahead: 0,
+                owner: Some(owner),
+            },
+        };
+        drop(t);
+        if new_term {
+            self.subscribers
+                .publish(&Notification::Acquired(name.clone()));
+        }
+        Ok(reply)
+    }
+
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        let now = self.clock.now();
+        let mut t = self.tables.lock();
+        let Some(q) = t.queues.get_mut(name) else {
+            return Ok(false);
+        };
+        let before = q.len();
+        q.retain(|(id, _)| id != session);
+        let left = q.len() < before;
+        if q.is_empty() {
+            t.queues.remove(name);
+        }
+        // The next in line may be waiting for the lease to be free: tell it.
+        let wake = left && t.owner(name, now).is_none();
+        drop(t);
+        if wake {
+            self.subscribers
+                .publish(&Notification::Released(name.clone()));
+        }
+        Ok(left)
+    }
+
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        let now = self.clock.now();
+        let mut t = self.tables.lock();
+        t.prune_queue(name, now);
+        Ok(t.queues
+            .get(name)
+            .map(|q| q.iter().map(|(id, _)| id.clone()).collect())
+            .unwrap_or_default())
     }
 
     fn purge_expired(&self) -> Result<usize> {

@@ -29,6 +29,7 @@ pub struct Config {
     drift: f64,
     metadata: Metadata,
     reopen_on_expiry: bool,
+    fair_locks: bool,
 }
 
 impl Default for Config {
@@ -39,6 +40,7 @@ impl Default for Config {
             drift: 0.01,
             metadata: Metadata::default(),
             reopen_on_expiry: true,
+            fair_locks: false,
         }
     }
 }
@@ -82,6 +84,12 @@ impl Config {
         self.reopen_on_expiry
     }
 
+    /// Whether the session's locks are taken in arrival order (default `false`); see
+    /// [`ConfigBuilder::fair_locks`].
+    pub fn fair_locks(&self) -> bool {
+        self.fair_locks
+    }
+
     /// How long a candidate or a blocked lock waits between attempts without a release
     /// notification: half the renew interval (plus jitter of up to a quarter of it).
     pub fn retry_interval(&self) -> Duration {
@@ -120,6 +128,23 @@ impl ConfigBuilder {
     /// terminal. Locks held under the expired session stay lost either way.
     pub fn reopen_on_expiry(mut self, reopen: bool) -> Self {
         self.config.reopen_on_expiry = reopen;
+        self
+    }
+
+    /// Take this session's locks in arrival order (default `false`).
+    ///
+    /// A fair `lock`, `lock_timeout` or `lock_cancellable` takes a place in the name's queue
+    /// on the backend and gets the lock only when no live waiter is ahead of it; `try_lock`
+    /// gets it only when nobody is queued ahead (it never keeps a place). A place lives while
+    /// its session does and its waiter keeps asking (the engine asks again at least every
+    /// retry interval; a place not renewed within one lease is skipped), so a crashed or
+    /// cancelled waiter never blocks the queue. Plain locks of other sessions ignore the
+    /// queue: every process locking a name must use fair locks for the order to hold.
+    /// [`Session::open`](crate::Session::open) fails with
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a backend without queues.
+    /// [`Session::lock_queue`](crate::Session::lock_queue) lists the waiters.
+    pub fn fair_locks(mut self, fair: bool) -> Self {
+        self.config.fair_locks = fair;
         self
     }
 

@@ -656,6 +656,12 @@ impl Core {
         r
     }
 
+    /// Ends an acquire that left the session queued behind another waiter (fair locks).
+    pub fn on_lock_queued(&mut self, name: &LeaseName) {
+        self.end_acquire(name);
+        self.forget_settled_release(name);
+    }
+
     fn lock_reply(
         &mut self,
         handle: HandleId,

@@ -2,7 +2,9 @@
 //! backend (or driver) never kills a session's keep-alive or work thread.
 
 use crate::error::{Error, Result};
-use crate::spi::{Acquire, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription};
+use crate::spi::{
+    Acquire, KeepAlive, LeaseBackend, NotifySink, Queued, SessionGrant, Subscription,
+};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -66,6 +68,27 @@ impl LeaseBackend for PanicGuard {
     }
     fn purge_expired(&self) -> Result<usize> {
         guard("purging expired sessions", || self.0.purge_expired())
+    }
+    fn supports_queues(&self) -> bool {
+        self.0.supports_queues()
+    }
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<Queued> {
+        guard("acquiring a lease in turn", || {
+            self.0.acquire_queued(session, name, patience)
+        })
+    }
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        guard("leaving a lease's queue", || {
+            self.0.leave_queue(session, name)
+        })
+    }
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        guard("reading a lease's queue", || self.0.queue(name))
     }
     fn ping(&self) -> Result<()> {
         guard("pinging", || self.0.ping())

@@ -121,6 +121,12 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Opens a session on `backend` (one backend call) and starts its threads.
     pub fn open(backend: Arc<dyn LeaseBackend>, config: Config) -> Result<Session> {
+        if config.fair_locks() && !backend.supports_queues() {
+            return Err(Error::Unsupported {
+                operation: "fair locks (waiting queues)",
+                backend: backend.kind(),
+            });
+        }
         // One subscription per backend and process, shared by its sessions.
         let router = Router::for_backend(&backend)?;
         // A panic in a backend call becomes an error; the session's threads live on.

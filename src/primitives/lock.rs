@@ -5,7 +5,7 @@ use crate::engine::core::lease_lost;
 use crate::engine::session::Inner;
 use crate::engine::{Cancel, HandleId, Session};
 use crate::error::{Error, Result};
-use crate::spi::Acquire;
+use crate::spi::{Acquire, Queued};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use std::sync::Arc;
@@ -145,10 +145,40 @@ impl Session {
                 done: false,
             })),
             other => {
+                if inner.config.fair_locks() {
+                    self.leave_queue(&name);
+                }
                 inner.listeners.remove(h);
                 inner.unreserve(&name, h);
                 other.map(|_| None)
             }
+        }
+    }
+
+    /// The sessions waiting for the fair lock `name`, first first (see
+    /// [`ConfigBuilder::fair_locks`](crate::ConfigBuilder::fair_locks)); one backend call.
+    /// [`Error::Unsupported`] on a backend without queues.
+    ///
+    /// ```
+    /// use simba_lease::{Config, Session};
+    /// let config = Config::builder().fair_locks(true).build()?;
+    /// let session = Session::connect("memory://", config)?;
+    /// let guard = session.lock("printer")?;
+    /// assert!(session.lock_queue("printer")?.is_empty()); // nobody waits
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn lock_queue(&self, name: impl IntoLeaseName) -> Result<Vec<SessionId>> {
+        let name = name.into_lease_name()?;
+        self.inner.backend.queue(&name)
+    }
+
+    /// Gives up this session's place in `name`'s queue (a waiter that timed out, was
+    /// cancelled or failed). A failure only costs the place's patience: it is skipped once
+    /// no longer renewed.
+    fn leave_queue(&self, name: &LeaseName) {
+        let id = self.inner.id();
+        if let Err(e) = self.inner.backend.leave_queue(&id, name) {
+            log::warn!("leaving the queue of lock {name} failed: {}", e.report());
         }
     }
 
@@ -162,6 +192,7 @@ impl Session {
     ) -> Result<Option<(SessionId, Term)>> {
         const OP: &str = "taking a lock";
         let inner = &self.inner;
+        let fair = inner.config.fair_locks();
         let retry = inner.config.retry_interval();
         // A blocking caller waits for a release of this name only: other names' releases
         // neither wake it nor reach this session. Registered once the name is found held
@@ -189,23 +220,41 @@ impl Session {
                 (s.core.session().clone(), s.core.releases_of(name))
             };
             let sent = inner.now();
-            let reply = inner.backend.acquire(&id, name);
+            // `None`: queued behind another waiter while the lease is free.
+            let reply: Result<Option<Acquire>> = if fair {
+                inner
+                    .backend
+                    .acquire_queued(&id, name, inner.config.lease())
+                    .map(|q| match q {
+                        Queued::Acquired(term) => Some(Acquire::Acquired(term)),
+                        Queued::Waiting { owner, .. } => owner.map(Acquire::Held),
+                    })
+            } else {
+                inner.backend.acquire(&id, name).map(Some)
+            };
             let now = inner.now();
             let r = inner
-                .with_session(&id, |c| c.on_lock_acquire(h, name, sent, now, reply))
+                .with_session(&id, |c| match reply.transpose() {
+                    Some(reply) => c.on_lock_acquire(h, name, sent, now, reply).map(Some),
+                    None => {
+                        c.on_lock_queued(name);
+                        Ok(None)
+                    }
+                })
                 .unwrap_or_else(|| {
                     Err(Error::SessionExpired {
                         session: id.clone(),
                     })
                 });
             match r {
-                Ok(Acquire::Acquired(term)) => return Ok(Some((id, term))),
-                Ok(Acquire::Held(_)) if once => return Ok(None),
-                Ok(Acquire::Held(_)) if waiting.is_none() => {
+                Ok(Some(Acquire::Acquired(term))) => return Ok(Some((id, term))),
+                Ok(_) if once => return Ok(None),
+                Ok(_) if waiting.is_none() => {
                     waiting = Some(WaitingForRelease::new(inner, name));
                     continue;
                 }
-                Ok(Acquire::Held(_)) => {}
+                Ok(_) => {}
+                Err(e @ Error::Unsupported { .. }) => return Err(e),
                 Err(e @ Error::SessionExpired { .. }) if !once => {
                     // Try again on the reopened session, if there will be one.
                     inner.check_waitable(&inner.lock_shared()).map_err(|_| e)?;

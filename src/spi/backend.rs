@@ -1,7 +1,7 @@
 //! The `LeaseBackend` trait and its reply types.
 
 use super::notify::{NotifySink, Subscription};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use std::time::Duration;
 
@@ -41,6 +41,21 @@ pub enum Acquire {
     Acquired(Term),
     /// Another live session holds it.
     Held(Owner),
+}
+
+/// Reply to [`LeaseBackend::acquire_queued`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Queued {
+    /// The session holds the lease: a new term, or the same term if it already held it.
+    /// Its place in the queue is gone.
+    Acquired(Term),
+    /// The session waits in the queue.
+    Waiting {
+        /// How many live waiters are ahead of it (0: it is next).
+        ahead: usize,
+        /// The live holder, if the lease is held.
+        owner: Option<Owner>,
+    },
 }
 
 /// A lease store: sessions, leases with fencing tokens, and group memberships.
@@ -92,6 +107,51 @@ pub trait LeaseBackend: Send + Sync {
     /// Removes expired sessions with their memberships; returns how many were removed.
     /// Tokens are never affected.
     fn purge_expired(&self) -> Result<usize>;
+
+    /// Whether the backend keeps waiting queues ([`acquire_queued`](Self::acquire_queued),
+    /// [`leave_queue`](Self::leave_queue), [`queue`](Self::queue)) for fair locks.
+    fn supports_queues(&self) -> bool {
+        false
+    }
+
+    /// Takes `name` for `session` in arrival order (fair locks).
+    ///
+    /// The first call queues `session` behind `name`; every call keeps its place for
+    /// `patience` more (by the backend's clock). A place is live while its session is live
+    /// (where the backend can tell) and its patience has not run out; dead places are skipped
+    /// and removed. The session takes the lease, as [`acquire`](Self::acquire) would, only
+    /// when no live place is ahead of its own; taking it (or already holding it) removes its
+    /// place. Plain `acquire` ignores the queue.
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<Queued> {
+        let _ = (session, name, patience);
+        Err(Error::Unsupported {
+            operation: "fair locks (waiting queues)",
+            backend: self.kind(),
+        })
+    }
+
+    /// Removes `session`'s place in `name`'s queue; returns whether it had one.
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        let _ = (session, name);
+        Err(Error::Unsupported {
+            operation: "fair locks (waiting queues)",
+            backend: self.kind(),
+        })
+    }
+
+    /// The sessions with a live place in `name`'s queue, first first.
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        let _ = name;
+        Err(Error::Unsupported {
+            operation: "fair locks (waiting queues)",
+            backend: self.kind(),
+        })
+    }
 
     /// The backend's cheapest round trip (e.g. `PING`, `SELECT 1`), the floor benchmarks
     /// compare against. The default reads the owner of a name nobody uses.

@@ -7,5 +7,5 @@
 mod backend;
 mod notify;
 
-pub use backend::{Acquire, HeldLease, KeepAlive, LeaseBackend, SessionGrant};
+pub use backend::{Acquire, HeldLease, KeepAlive, LeaseBackend, Queued, SessionGrant};
 pub use notify::{Notification, NotifySink, Subscribers, Subscription};

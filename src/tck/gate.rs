@@ -2,7 +2,9 @@
 //! can act while an expired session is being reopened.
 
 use crate::error::Result;
-use crate::spi::{Acquire, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription};
+use crate::spi::{
+    Acquire, KeepAlive, LeaseBackend, NotifySink, Queued, SessionGrant, Subscription,
+};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
@@ -77,6 +79,23 @@ impl LeaseBackend for GatedOpens {
     }
     fn purge_expired(&self) -> Result<usize> {
         self.inner.purge_expired()
+    }
+    fn supports_queues(&self) -> bool {
+        self.inner.supports_queues()
+    }
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<Queued> {
+        self.inner.acquire_queued(session, name, patience)
+    }
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.inner.leave_queue(session, name)
+    }
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        self.inner.queue(name)
     }
     fn ping(&self) -> Result<()> {
         self.inner.ping()

@@ -13,10 +13,12 @@
 
 mod backend_cases;
 mod engine_cases;
+mod fair_cases;
 mod gate;
 
 pub use backend_cases::*;
 pub use engine_cases::*;
+pub use fair_cases::*;
 
 use crate::engine::Config;
 use crate::spi::LeaseBackend;
@@ -174,6 +176,8 @@ macro_rules! tck_suite {
             out_of_range_leases_are_rejected,
             cancel_ends_lock_and_election_waits_promptly,
             locking_a_name_this_thread_holds_fails_instead_of_waiting,
+            queued_acquires_take_the_lease_in_arrival_order,
+            fair_locks_are_granted_in_arrival_order,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

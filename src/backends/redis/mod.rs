@@ -144,7 +144,7 @@ use super::options;
 use super::url::BackendUrl;
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, SessionGrant,
+    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant,
     Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
@@ -325,6 +325,14 @@ impl Keys {
     }
     fn group(&self, name: &str) -> String {
         format!("{}:group:{{{name}}}", self.prefix)
+    }
+    /// A lease's fair-lock queue (same slot as the lease).
+    fn queue(&self, name: &str) -> String {
+        format!("{}:queue:{{{name}}}", self.prefix)
+    }
+    /// The deadlines of the places in a lease's queue (same slot as the lease).
+    fn queue_deadlines(&self, name: &str) -> String {
+        format!("{}:deadlines", self.queue(name))
     }
     fn session(&self, sid: &SessionId) -> String {
         format!("{}:session:{{{sid}}}", self.prefix)
@@ -581,6 +589,8 @@ enum Acquired {
     },
     /// Another session holds it.
     Held(Owner),
+    /// Queued (fair locks) behind `ahead` live waiters, or next while another session holds it.
+    Queued { ahead: usize, owner: Option<Owner> },
 }
 
 /// Decodes an acquire reply for session `sid`: `{-1}`, `{1, token, remaining, new}` or
@@ -589,6 +599,11 @@ enum Acquired {
 fn acquired(op: &'static str, r: &Reply, sid: &SessionId) -> Result<Acquired> {
     if gone(r) {
         return Ok(Acquired::Expired);
+    }
+    if let Some([tag, rest @ ..]) = r.as_array() {
+        if tag.as_int() == Some(2) {
+            return queued(op, r, rest, sid);
+        }
     }
     let a = array_of(op, r, 4)?;
     match a[0].as_int() {
@@ -608,6 +623,38 @@ fn acquired(op: &'static str, r: &Reply, sid: &SessionId) -> Result<Acquired> {
                 return Err(bad_reply(op, r));
             }
             Ok(Acquired::Held(owner))
+        }
+        _ => Err(bad_reply(op, r)),
+    }
+}
+
+/// Decodes the rest of a queued acquire's reply (`queue_waiting` in `lua/common.lua`):
+/// `{ahead}` or `{ahead, token, remaining, holder}` with a holder other than `sid`.
+fn queued(op: &'static str, r: &Reply, rest: &[Reply], sid: &SessionId) -> Result<Acquired> {
+    let ahead = |x: &Reply| {
+        x.as_int()
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| bad_reply(op, r))
+    };
+    match rest {
+        [a] => Ok(Acquired::Queued {
+            ahead: ahead(a)?,
+            owner: None,
+        }),
+        [a, t, left, holder] => {
+            let holder = holder.as_str().ok_or_else(|| bad_reply(op, r))?;
+            let owner = Owner {
+                session: session_in(op, r, holder)?,
+                token: token(op, t.as_int().ok_or_else(|| bad_reply(op, r))?)?,
+                remaining: millis(op, r, left.as_int().ok_or_else(|| bad_reply(op, r))?)?,
+            };
+            if owner.session == *sid {
+                return Err(bad_reply(op, r));
+            }
+            Ok(Acquired::Queued {
+                ahead: ahead(a)?,
+                owner: Some(owner),
+            })
         }
         _ => Err(bad_reply(op, r)),
     }
@@ -956,19 +1003,33 @@ impl RedisBackend {
         }
     }
 
-    fn acquire_one_node(&self, sid: &SessionId, name: &LeaseName) -> Result<Acquired> {
+    /// One node: `acquire.lua`, or with `patience` (fair locks) `acquire_queued.lua`.
+    fn acquire_one_node(
+        &self,
+        sid: &SessionId,
+        name: &LeaseName,
+        patience: Option<Duration>,
+    ) -> Result<Acquired> {
         const OP: &str = "acquiring";
-        let keys = [
+        let mut keys = vec![
             self.keys.session(sid),
             self.keys.leases_index(sid),
             self.keys.lease(name.as_str()),
         ];
-        let args = [
+        let mut args = vec![
             sid.to_string(),
             name.to_string(),
             self.keys.session_prefix(),
         ];
-        let s = &scripts().acquire;
+        let s = match patience {
+            None => &scripts().acquire,
+            Some(p) => {
+                keys.push(self.keys.queue(name.as_str()));
+                keys.push(self.keys.queue_deadlines(name.as_str()));
+                args.push(lease_ms(p).to_string());
+                &scripts().acquire_queued
+            }
+        };
         if self.cfg.wait_replicas == 0 {
             return acquired(OP, &self.eval(Role::Other, s, &keys, &args)?, sid);
         }
@@ -999,7 +1060,14 @@ impl RedisBackend {
         }
     }
 
-    fn acquire_routed(&self, sid: &SessionId, name: &LeaseName) -> Result<Acquired> {
+    /// Routed: the session call, then `acquire_lease.lua` on the lease's slot, or with
+    /// `patience` (fair locks) `acquire_lease_queued.lua`.
+    fn acquire_routed(
+        &self,
+        sid: &SessionId,
+        name: &LeaseName,
+        patience: Option<Duration>,
+    ) -> Result<Acquired> {
         const OP: &str = "acquiring";
         let lease_key = self.keys.lease(name.as_str());
         let sent = Instant::now();
@@ -1020,16 +1088,22 @@ impl RedisBackend {
                 source: None,
             });
         }
-        let r = self.eval(
-            Role::Other,
-            &scripts().acquire_lease,
-            std::slice::from_ref(&lease_key),
-            &[
-                sid.to_string(),
-                lease.to_string(),
-                self.keys.session_prefix(),
-            ],
-        )?;
+        let mut keys = vec![lease_key];
+        let mut args = vec![
+            sid.to_string(),
+            lease.to_string(),
+            self.keys.session_prefix(),
+        ];
+        let script = match patience {
+            None => &scripts().acquire_lease,
+            Some(p) => {
+                keys.push(self.keys.queue(name.as_str()));
+                keys.push(self.keys.queue_deadlines(name.as_str()));
+                args.push(lease_ms(p).to_string());
+                &scripts().acquire_lease_queued
+            }
+        };
+        let r = self.eval(Role::Other, script, &keys, &args)?;
         // The lease node answers about the lease only: a "gone" reply is not one of its.
         let r = match acquired(OP, &r, sid)? {
             Acquired::Expired => return Err(bad_reply(OP, &r)),
@@ -1419,9 +1493,9 @@ impl LeaseBackend for RedisBackend {
 
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
         let r = if self.routed {
-            self.acquire_routed(session, name)?
+            self.acquire_routed(session, name, None)?
         } else {
-            self.acquire_one_node(session, name)?
+            self.acquire_one_node(session, name, None)?
         };
         match r {
             Acquired::Term {
@@ -1432,8 +1506,83 @@ impl LeaseBackend for RedisBackend {
                 remaining,
             })),
             Acquired::Held(owner) => Ok(Acquire::Held(owner)),
+            // Only queued acquires answer so.
+            Acquired::Queued { owner, .. } => owner
+                .map(Acquire::Held)
+                .ok_or_else(|| Error::backend("acquiring", "a queue reply to a plain acquire")),
             Acquired::Expired => Err(self.expired(session)),
         }
+    }
+
+    fn supports_queues(&self) -> bool {
+        true
+    }
+
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<Queued> {
+        crate::backends::options::check_lease(patience)?;
+        let r = if self.routed {
+            self.acquire_routed(session, name, Some(patience))?
+        } else {
+            self.acquire_one_node(session, name, Some(patience))?
+        };
+        match r {
+            Acquired::Term {
+                token, remaining, ..
+            } => Ok(Queued::Acquired(Term {
+                name: name.clone(),
+                token,
+                remaining,
+            })),
+            Acquired::Held(owner) => Ok(Queued::Waiting {
+                ahead: 0,
+                owner: Some(owner),
+            }),
+            Acquired::Queued { ahead, owner } => Ok(Queued::Waiting { ahead, owner }),
+            Acquired::Expired => Err(self.expired(session)),
+        }
+    }
+
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        const OP: &str = "leaving a queue";
+        let r = self.eval(
+            Role::Other,
+            &scripts().leave_queue,
+            &[
+                self.keys.queue(name.as_str()),
+                self.keys.queue_deadlines(name.as_str()),
+                self.keys.lease(name.as_str()),
+            ],
+            &[session.to_string(), self.keys.session_prefix()],
+        )?;
+        flag(OP, &r)
+    }
+
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        const OP: &str = "reading a queue";
+        // Routed, session hashes live on other slots: places live by their deadlines only.
+        let sprefix = if self.routed {
+            String::new()
+        } else {
+            self.keys.session_prefix()
+        };
+        let r = self.eval(
+            Role::Other,
+            &scripts().queue,
+            &[
+                self.keys.queue(name.as_str()),
+                self.keys.queue_deadlines(name.as_str()),
+            ],
+            &[sprefix],
+        )?;
+        strings(OP, &r)?
+            .iter()
+            .map(|id| session_in(OP, &r, id))
+            .collect()
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
