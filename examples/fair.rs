@@ -30,7 +30,10 @@ fn main() -> Result<(), Error> {
             // Wait until worker i has its place, so the arrival order is 0, 1, 2.
             let start = Instant::now();
             while !owner.lock_queue("printer")?.contains(&w.id()) {
-                assert!(start.elapsed() < Duration::from_secs(10), "worker {i} never queued");
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "worker {i} never queued"
+                );
                 std::thread::sleep(Duration::from_millis(5));
             }
         }

@@ -5,7 +5,9 @@ pub mod proxy;
 pub mod raw;
 
 use simba_lease::backends::zookeeper::{ZooKeeperBackend, ZooKeeperBuilder};
-use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription};
+use simba_lease::spi::{
+    Acquire, KeepAlive, LeaseBackend, NotifySink, Queued, SessionGrant, Subscription,
+};
 use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, SessionId, Token};
 use std::time::Duration;
 
@@ -195,6 +197,23 @@ impl LeaseBackend for Isolated {
     }
     fn purge_expired(&self) -> Result<usize> {
         self.b().purge_expired()
+    }
+    fn supports_queues(&self) -> bool {
+        self.b().supports_queues()
+    }
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<Queued> {
+        self.b().acquire_queued(session, name, patience)
+    }
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.b().leave_queue(session, name)
+    }
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        self.b().queue(name)
     }
     fn ping(&self) -> Result<()> {
         self.b().ping()

@@ -7,6 +7,7 @@
 //! | `{root}/leases/{name}` | ephemeral | the holder's session id; owner = `ephemeralOwner`, token = `czxid` |
 //! | `{root}/groups/{group}` | container | — |
 //! | `{root}/groups/{group}/{sessionId}` | ephemeral | the member session's metadata |
+//! | `{root}/queues/{name}/q-{sessionId}-{n}` | ephemeral sequential | a fair-lock waiter's place: its patience in ms (see `queue.rs`) |
 //!
 //! `root` defaults to `/simba`; missing parents are created with the ACL policy.
 //!
@@ -82,13 +83,14 @@
 //! delete leases and members.
 
 mod facade;
+mod queue;
 #[cfg(feature = "tls")]
 mod tls;
 
 use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, SessionGrant,
+    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant,
     Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
@@ -1271,6 +1273,29 @@ impl LeaseBackend for ZooKeeperBackend {
         Ok(members)
     }
 
+    fn supports_queues(&self) -> bool {
+        true
+    }
+
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<Queued> {
+        options::check_lease(patience)?;
+        self.inner
+            .acquire_queued(session, name, patience, || self.acquire(session, name))
+    }
+
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.inner.leave_queue(session, name)
+    }
+
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        self.inner.queue(name)
+    }
+
     fn purge_expired(&self) -> Result<usize> {
         // ZooKeeper removes expired sessions and their nodes itself; this closes the local
         // sessions whose lease ran out without a keep-alive.
@@ -1324,6 +1349,7 @@ fn watch_loop(
 ) {
     let leases = format!("{}/", cfg.leases);
     let groups = format!("{}/", cfg.groups);
+    let queues = format!("{}/queues/", cfg.root);
     let mut disconnected = false;
     loop {
         let ev = futures_lite::future::block_on(watcher.changed());
@@ -1373,6 +1399,15 @@ fn watch_loop(
             zk::EventType::NodeCreated if ev.path.starts_with(&leases) => {
                 if let Ok(name) = LeaseName::new(&ev.path[leases.len()..]) {
                     subs.publish(&Notification::Acquired(name));
+                }
+            }
+            // A place given up or taken: the next in line may go now.
+            zk::EventType::NodeDeleted if ev.path.starts_with(&queues) => {
+                let rest = &ev.path[queues.len()..];
+                if let Some((n, _place)) = rest.split_once('/') {
+                    if let Ok(name) = LeaseName::new(n) {
+                        subs.publish(&Notification::Released(name));
+                    }
                 }
             }
             zk::EventType::NodeCreated | zk::EventType::NodeDeleted
