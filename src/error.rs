@@ -138,6 +138,15 @@ pub enum Error {
         /// The versions supported.
         required: &'static str,
     },
+    /// The backend cannot do this operation (e.g. a [`LeaseBackend`](crate::spi::LeaseBackend)
+    /// without [`list`](crate::spi::LeaseBackend::list)); trying again will not help.
+    #[error("the {backend} backend does not support {operation}")]
+    Unsupported {
+        /// What was asked.
+        operation: &'static str,
+        /// The backend's [`kind`](crate::spi::LeaseBackend::kind).
+        backend: &'static str,
+    },
     /// The backend failed; the driver's error is the source.
     #[error("backend error while {operation}")]
     Backend {

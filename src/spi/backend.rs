@@ -1,7 +1,7 @@
 //! The `LeaseBackend` trait and its reply types.
 
 use super::notify::{NotifySink, Subscription};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use std::time::Duration;
 
@@ -41,6 +41,48 @@ pub enum Acquire {
     Acquired(Term),
     /// Another live session holds it.
     Held(Owner),
+}
+
+/// A live session as [`LeaseBackend::list`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The session's id.
+    pub id: SessionId,
+    /// Time it has left by the backend's clock (on ZooKeeper, which does not expose it for
+    /// another client's session, the server's session timeout).
+    pub remaining: Duration,
+    /// Its metadata as the session gave it.
+    pub metadata: Metadata,
+}
+
+/// A held lease as [`LeaseBackend::list`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The lease.
+    pub name: LeaseName,
+    /// Its live holder.
+    pub owner: Owner,
+}
+
+/// A group with its live members as [`LeaseBackend::list`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupInfo {
+    /// The group.
+    pub name: GroupName,
+    /// Its live members, sorted by session id.
+    pub members: Vec<Member>,
+}
+
+/// Reply to [`LeaseBackend::list`]: everything live in the backend (under its prefix, table
+/// prefix or root), each part sorted by id or name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Live sessions.
+    pub sessions: Vec<SessionInfo>,
+    /// Held leases (free ones are left out).
+    pub leases: Vec<LeaseInfo>,
+    /// Groups with at least one live member.
+    pub groups: Vec<GroupInfo>,
 }
 
 /// A lease store: sessions, leases with fencing tokens, and group memberships.
@@ -98,6 +140,16 @@ pub trait LeaseBackend: Send + Sync {
     fn ping(&self) -> Result<()> {
         let probe = LeaseName::new("simba-ping").expect("valid name");
         self.owner(&probe).map(drop)
+    }
+
+    /// Every live session, held lease and group with members, for inspection (`simba
+    /// status`). Not atomic across its parts on every backend, and it reads everything: meant
+    /// for people, not for a hot path. The default fails with [`Error::Unsupported`].
+    fn list(&self) -> Result<Listing> {
+        Err(Error::Unsupported {
+            operation: "listing sessions, leases and groups",
+            backend: self.kind(),
+        })
     }
 
     /// Registers `sink` for release and group-change notifications.

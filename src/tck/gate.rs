@@ -78,6 +78,9 @@ impl LeaseBackend for GatedOpens {
     fn purge_expired(&self) -> Result<usize> {
         self.inner.purge_expired()
     }
+    fn list(&self) -> Result<crate::spi::Listing> {
+        self.inner.list()
+    }
     fn ping(&self) -> Result<()> {
         self.inner.ping()
     }
