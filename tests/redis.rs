@@ -237,6 +237,9 @@ impl LeaseBackend for Isolated {
     fn purge_expired(&self) -> simba_lease::Result<usize> {
         self.inner.purge_expired()
     }
+    fn list(&self) -> simba_lease::Result<simba_lease::spi::Listing> {
+        self.inner.list()
+    }
     fn ping(&self) -> simba_lease::Result<()> {
         self.inner.ping()
     }

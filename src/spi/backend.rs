@@ -162,3 +162,67 @@ pub trait LeaseBackend: Send + Sync {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Implements only the required methods.
+    struct Minimal;
+
+    impl LeaseBackend for Minimal {
+        fn kind(&self) -> &'static str {
+            "minimal"
+        }
+        fn open_session(&self, _: Duration, _: &Metadata) -> Result<SessionGrant> {
+            Err(Error::Closed)
+        }
+        fn keep_alive(&self, _: &SessionId, _: Duration) -> Result<KeepAlive> {
+            Err(Error::Closed)
+        }
+        fn close_session(&self, _: &SessionId) -> Result<()> {
+            Err(Error::Closed)
+        }
+        fn acquire(&self, _: &SessionId, _: &LeaseName) -> Result<Acquire> {
+            Err(Error::Closed)
+        }
+        fn release(&self, _: &SessionId, _: &LeaseName, _: Token) -> Result<bool> {
+            Err(Error::Closed)
+        }
+        fn owner(&self, _: &LeaseName) -> Result<Option<Owner>> {
+            Err(Error::Closed)
+        }
+        fn join(&self, _: &SessionId, _: &GroupName) -> Result<()> {
+            Err(Error::Closed)
+        }
+        fn leave(&self, _: &SessionId, _: &GroupName) -> Result<bool> {
+            Err(Error::Closed)
+        }
+        fn members(&self, _: &GroupName) -> Result<Vec<Member>> {
+            Err(Error::Closed)
+        }
+        fn purge_expired(&self) -> Result<usize> {
+            Err(Error::Closed)
+        }
+    }
+
+    #[test]
+    fn list_is_unsupported_by_default() {
+        let e = Minimal.list().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Unsupported {
+                    backend: "minimal",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(!e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "the minimal backend does not support listing sessions, leases and groups"
+        );
+    }
+}

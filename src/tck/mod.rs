@@ -174,6 +174,7 @@ macro_rules! tck_suite {
             out_of_range_leases_are_rejected,
             cancel_ends_lock_and_election_waits_promptly,
             locking_a_name_this_thread_holds_fails_instead_of_waiting,
+            list_shows_live_sessions_leases_and_groups,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

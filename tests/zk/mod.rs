@@ -196,6 +196,9 @@ impl LeaseBackend for Isolated {
     fn purge_expired(&self) -> Result<usize> {
         self.b().purge_expired()
     }
+    fn list(&self) -> Result<simba_lease::spi::Listing> {
+        self.b().list()
+    }
     fn ping(&self) -> Result<()> {
         self.b().ping()
     }
