@@ -280,10 +280,9 @@ fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::post
 fn simple_value(client: &mut Client, sql: &str) -> DbResult<Option<String>> {
     let rows = client.simple_query(sql).map_err(classify)?;
     Ok(rows.iter().find_map(|m| match m {
-        ::postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).map(str::to_owned)),
+        ::postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
         _ => None,
     }))
-    .map(Option::flatten)
 }
 
 /// `pg_backend_pid()` of the connection, over the simple query protocol.

@@ -31,7 +31,8 @@
 //! read of every possibly-owned lease node, or an `exists` of `{root}/leases`); release: 2
 //! (read owner and czxid, then delete that version); join: 1 (2–3 when the group node is
 //! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
-//! the root).
+//! the root); list: 4 plus 3 per group (sync, children of `leases` and `groups`, one multi
+//! read of the lease nodes, then each group's members).
 //!
 //! # Watches
 //!

@@ -672,3 +672,37 @@ fn zookeeper(a: &Args, f: &mut Findings) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_offset_is_reported_and_over_a_minute_only_warned() {
+        let mut f = Findings::default();
+        clock_at(&mut f, Some((1_000_000, 1_000_250)));
+        clock_at(&mut f, Some((1_000_000 + CLOCK_WARN_MS + 1, 1_000_000)));
+        clock_at(&mut f, None);
+        let levels: Vec<Level> = f.0.iter().map(|x| x.level).collect();
+        assert_eq!(levels, [Level::Info, Level::Warn, Level::Unknown]);
+        assert!(f.0[0].text.contains("-250 ms"), "{}", f.0[0].text);
+        assert!(f.0[1].text.contains("over a minute"), "{}", f.0[1].text);
+    }
+
+    #[test]
+    fn acl_identities_never_show_a_digest_hash() {
+        let digest = Acl::new(
+            simba_lease::backends::zookeeper::Perms::ALL,
+            "digest",
+            "app:F6Y+U5gIoCbNNoLQExmvxRFeatA=",
+        );
+        assert_eq!(acl_identity(&digest), "digest:app");
+        let world = Acl::new(
+            simba_lease::backends::zookeeper::Perms::READ,
+            "world",
+            "anyone",
+        );
+        assert_eq!(acl_identity(&world), "world:anyone");
+        assert!(!world.is_open());
+    }
+}
