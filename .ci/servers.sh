@@ -303,7 +303,8 @@ ensure_postgres() {
 # may run on another server connection. `options` is in ignore_startup_parameters, as
 # deployments set it for clients that send one, so the backend's `-c statement_timeout` is
 # dropped. Runs as the postgres user (PgBouncer refuses root). Exports SIMBA_PGBOUNCER_URL.
-PGBOUNCER_PORT=${SIMBA_PGBOUNCER_PORT:-6432}
+# Not 6432: the Debian package's own pgbouncer service listens there where systemd runs it.
+PGBOUNCER_PORT=${SIMBA_PGBOUNCER_PORT:-6436}
 
 pgbouncer_up() {
   psql -h 127.0.0.1 -p "$PGBOUNCER_PORT" -U postgres -d test -Atqc "select 1" 2>/dev/null | contains '^1$'

@@ -385,7 +385,7 @@ fn doctor_finds_no_pooler_on_direct_servers() {
 fn doctor_flags_a_transaction_mode_pgbouncer() {
     let url = env_url(
         "SIMBA_PGBOUNCER_URL",
-        "postgres://postgres@127.0.0.1:6432/test",
+        "postgres://postgres@127.0.0.1:6436/test",
     );
     let o = simba(&["doctor", &url, "--json"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");

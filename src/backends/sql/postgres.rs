@@ -362,10 +362,10 @@ impl PgDriver {
             let mut client = tls
                 .connect(&config)
                 .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
-            let pid = client
-                .query_one("SELECT pg_backend_pid()", &[])
-                .and_then(|r| r.try_get::<_, i32>(0))
-                .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
+            // The simple query protocol: a prepared statement here would be the first thing
+            // a transaction-mode pooler breaks, and `simba doctor` must get past it.
+            let pid = pid(&mut client)
+                .map_err(|e| Error::backend("connecting to PostgreSQL", e.source))?;
             let pid = u32::try_from(pid).map_err(|_| {
                 Error::backend(
                     "connecting to PostgreSQL",
@@ -625,12 +625,14 @@ impl Driver for PgDriver {
     }
 
     fn clock_ms(&self) -> DbResult<i64> {
-        self.run_plain(|c| {
-            c.query_one(
+        // The simple query protocol: no prepared statement (which a pooler may break).
+        with_conn(&self.pool, self.timeout, |c| {
+            simple_value(
+                &mut c.client,
                 "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::int8",
-                &[],
             )?
-            .try_get(0)
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(|| DbError::new(Kind::Other, "clock_timestamp() gave no number"))
         })
     }
 

@@ -282,8 +282,41 @@ fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
     } else {
         SqlBackend::mysql(&a.url)?
     };
+    // The pooler first (simple query protocol): the checks after it use prepared statements,
+    // which a transaction-mode pooler can break, so their failures are reported, not fatal.
+    let pooled = pooler(&b, f, postgres);
+    if let Err(e) = sql_checks(&b, f, postgres, pooled) {
+        f.add(
+            Level::Unknown,
+            "checks",
+            format!(
+                "the remaining checks failed: {}{}",
+                e.report(),
+                if pooled {
+                    " (prepared statements through the pooler above)"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
+    let sent = unix_ms();
+    clock(f, b.server_clock_ms().ok(), sent);
+    Ok(())
+}
+
+fn sql_checks(b: &SqlBackend, f: &mut Findings, postgres: bool, pooled: bool) -> Result<()> {
     match b.owner(&LeaseName::new("simba-doctor-probe")?) {
         Ok(_) => f.add(Level::Ok, "schema", format!("tables `{}simba_*` answer", b.table_prefix())),
+        // A statement the pooler lost (or mixed up) says nothing about the tables.
+        Err(e) if pooled && e.report().to_string().contains("prepared statement") => f.add(
+            Level::Unknown,
+            "schema",
+            format!(
+                "could not read the tables through the pooler ({})",
+                e.report()
+            ),
+        ),
         Err(e) => f.add(
             Level::Trap,
             "schema",
@@ -325,21 +358,18 @@ fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
         );
     }
     if postgres {
-        postgres_checks(&b, f)?;
+        postgres_checks(b, f)?;
     } else {
-        mysql_checks(&b, f)?;
+        mysql_checks(b, f)?;
     }
-    pooler(&b, f, postgres);
-    let sent = unix_ms();
-    clock(f, b.server_clock_ms().ok(), sent);
     Ok(())
 }
 
 /// A transaction-mode pooler between the backend and the database (PgBouncer, pgcat,
 /// Supavisor; ProxySQL multiplexing on MySQL), seen from two connections of the doctor's own:
 /// impossible ids on a direct connection. On PostgreSQL also the statement timeout the backend
-/// asks for in the startup options, which such poolers drop.
-fn pooler(b: &SqlBackend, f: &mut Findings, postgres: bool) {
+/// asks for in the startup options, which such poolers drop. Returns whether one was found.
+fn pooler(b: &SqlBackend, f: &mut Findings, postgres: bool) -> bool {
     let p = match b.probe_connections() {
         Ok(p) => p,
         Err(e) => {
@@ -348,7 +378,7 @@ fn pooler(b: &SqlBackend, f: &mut Findings, postgres: bool) {
                 "pooler",
                 format!("could not probe two connections: {}", e.report()),
             );
-            return;
+            return false;
         }
     };
     let id = if postgres {
@@ -425,6 +455,7 @@ fn pooler(b: &SqlBackend, f: &mut Findings, postgres: bool) {
             );
         }
     }
+    p.pooled()
 }
 
 fn postgres_checks(b: &SqlBackend, f: &mut Findings) -> Result<()> {
