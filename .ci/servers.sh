@@ -298,6 +298,51 @@ ensure_postgres() {
   export SIMBA_POSTGRES_URL=${SIMBA_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
 }
 
+# PgBouncer 1.18 in transaction mode on 127.0.0.1:$PGBOUNCER_PORT in front of the PostgreSQL of
+# ensure_postgres (database `test`, trust auth), for `simba doctor` to flag: each transaction
+# may run on another server connection. `options` is in ignore_startup_parameters, as
+# deployments set it for clients that send one, so the backend's `-c statement_timeout` is
+# dropped. Runs as the postgres user (PgBouncer refuses root). Exports SIMBA_PGBOUNCER_URL.
+# Not 6432: the Debian package's own pgbouncer service listens there where systemd runs it.
+PGBOUNCER_PORT=${SIMBA_PGBOUNCER_PORT:-6436}
+
+pgbouncer_up() {
+  psql -h 127.0.0.1 -p "$PGBOUNCER_PORT" -U postgres -d test -Atqc "select 1" 2>/dev/null | contains '^1$'
+}
+
+ensure_pgbouncer() {
+  local d=$SIMBA_CI_DIR/pgbouncer
+  [ -x /usr/sbin/pgbouncer ] || apt_install pgbouncer
+  if ! { pid_alive "$d/pgbouncer.pid" && pgbouncer_up; }; then
+    tcp_open "$PGBOUNCER_PORT" && die "port $PGBOUNCER_PORT is taken by something that is not our PgBouncer"
+    mkdir -p "$d"; make_traversable "$d"
+    printf '"postgres" ""\n' >"$d/userlist.txt"
+    cat >"$d/pgbouncer.ini" <<EOF
+[databases]
+test = host=127.0.0.1 port=5432 dbname=test
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGBOUNCER_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $d/userlist.txt
+pool_mode = transaction
+ignore_startup_parameters = options,extra_float_digits
+default_pool_size = 10
+max_client_conn = 200
+logfile = $d/pgbouncer.log
+pidfile = $d/pgbouncer.pid
+EOF
+    chown -R postgres: "$d"
+    log "starting PgBouncer (transaction mode) on 127.0.0.1:$PGBOUNCER_PORT"
+    su postgres -s /bin/sh -c "/usr/sbin/pgbouncer -d -q '$d/pgbouncer.ini'" \
+      || die "PgBouncer did not start (see $d/pgbouncer.log)"
+    wait_until 30 "PgBouncer on 127.0.0.1:$PGBOUNCER_PORT" pgbouncer_up
+  fi
+  export SIMBA_PGBOUNCER_URL=${SIMBA_PGBOUNCER_URL:-postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/test}
+}
+
 # MariaDB (or MySQL) on 127.0.0.1:3306; database `test` and user simba/simba created through
 # the root unix socket (a stock Debian MariaDB lets root in only that way). Exports
 # SIMBA_MYSQL_URL.
@@ -717,6 +762,7 @@ ensure_all() {
   ensure_redis_tls
   ensure_redis_tls_cluster
   ensure_postgres
+  ensure_pgbouncer
   ensure_mysql
   ensure_postgres_tls
   ensure_mysql_tls

@@ -129,15 +129,6 @@ pub enum Error {
         /// What was being waited for.
         operation: &'static str,
     },
-    /// The backend does not offer this operation (e.g. fair locks on a backend without
-    /// waiting queues); refused before any wait.
-    #[error("{backend} does not support {operation}")]
-    Unsupported {
-        /// What was asked for.
-        operation: &'static str,
-        /// The backend's [`kind`](crate::spi::LeaseBackend::kind).
-        backend: &'static str,
-    },
     /// The database server is of a version the backend does not support (e.g. MySQL before
     /// 8.0, MariaDB before 10.6); refused when the backend connects.
     #[error("unsupported database server {server:?}: simba-lease needs {required}")]
@@ -146,6 +137,17 @@ pub enum Error {
         server: String,
         /// The versions supported.
         required: &'static str,
+    },
+    /// The backend cannot do this operation (e.g. fair locks on a backend without waiting
+    /// queues, or a [`LeaseBackend`](crate::spi::LeaseBackend) without
+    /// [`list`](crate::spi::LeaseBackend::list)); refused before any wait, and trying again
+    /// will not help.
+    #[error("the {backend} backend does not support {operation}")]
+    Unsupported {
+        /// What was asked.
+        operation: &'static str,
+        /// The backend's [`kind`](crate::spi::LeaseBackend::kind).
+        backend: &'static str,
     },
     /// The backend failed; the driver's error is the source.
     #[error("backend error while {operation}")]

@@ -1,13 +1,19 @@
 //! The `simba` command-line tool against `memory://` and the real servers of
 //! `.ci/servers.sh`: `bench` (table and JSON), `doctor` (a deliberately misconfigured Redis,
-//! a missing SQL schema, a lease above ZooKeeper's maxSessionTimeout), `status` and `watch`.
+//! a missing SQL schema, a transaction-mode PgBouncer, a lease above ZooKeeper's
+//! maxSessionTimeout, an open ZooKeeper ACL, the server clocks), `status` (named leases and
+//! the whole listing on every backend) and `watch`.
 #![cfg(feature = "cli")]
 
+mod zk;
+
 use serde_json::Value;
-use simba_lease::backends::SqlBackend;
-use simba_lease::{connect, Config, Session, SessionId};
+use simba_lease::backends::{BackendUrl, SqlBackend};
+use simba_lease::spi::Acquire;
+use simba_lease::{connect, Config, GroupName, LeaseName, Metadata, Session, SessionId};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 fn env_url(var: &str, default: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| default.to_owned())
@@ -259,11 +265,11 @@ fn doctor_flags_mysql_schema_traps() {
 
 #[test]
 fn doctor_flags_a_lease_above_zookeepers_max_session_timeout() {
-    let url = format!(
-        "{}/simba-doctor-{}",
-        env_url("SIMBA_ZK_URL", "zookeeper://127.0.0.1:2181"),
-        tag()
-    );
+    let hosts = zk::hosts();
+    zk::prepare(&hosts);
+    let root = zk::random_root("doctor");
+    // Digest credentials: the root is not open (an open ACL is a trap of its own).
+    let url = format!("zookeeper://doctor:pw@{hosts}{root}");
     let o = simba(&["doctor", &url, "--lease", "150s"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(stdout(&o).contains("maxSessionTimeout"), "{o:?}");
@@ -277,6 +283,239 @@ fn doctor_flags_a_lease_above_zookeepers_max_session_timeout() {
     let min = finding(&o, "minSessionTimeout");
     assert_eq!(min["level"], "trap", "{min}");
     assert!(min["text"].as_str().unwrap().contains("200ms"), "{min}");
+    let mut raw = zk::raw::Raw::connect(&hosts);
+    raw.auth("digest", b"doctor:pw");
+    raw.delete_tree(&root);
+}
+
+/// A root created with the open ACL (a URL without credentials) is a trap naming the fix; one
+/// created with digest credentials (creator-only ACL) is not, and the password never shows.
+#[test]
+fn doctor_flags_an_open_zookeeper_acl() {
+    let hosts = zk::hosts();
+    zk::prepare(&hosts);
+    let open_root = zk::random_root("doctor-open");
+    let o = simba(&[
+        "doctor",
+        &format!("zookeeper://{hosts}{open_root}"),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let acl = finding(&o, "acl");
+    assert_eq!(acl["level"], "trap", "{acl}");
+    let text = acl["text"].as_str().unwrap();
+    for part in [open_root.as_str(), "world:anyone", "digest", "setAcl"] {
+        assert!(text.contains(part), "{part} missing from {acl}");
+    }
+    zk::raw::Raw::connect(&hosts).delete_tree(&open_root);
+
+    let closed_root = zk::random_root("doctor-digest");
+    let url = format!("zookeeper://doctor:s3cret-pw@{hosts}{closed_root}");
+    let o = simba(&["doctor", &url, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let acl = finding(&o, "acl");
+    assert_eq!(acl["level"], "ok", "{acl}");
+    assert!(
+        acl["text"].as_str().unwrap().contains("digest:doctor"),
+        "{acl}"
+    );
+    let all = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(!all.contains("s3cret-pw"), "the password leaked: {all}");
+    let mut raw = zk::raw::Raw::connect(&hosts);
+    raw.auth("digest", b"doctor:s3cret-pw");
+    raw.delete_tree(&closed_root);
+}
+
+/// The clock finding of a doctor run: read (info), not unknown; a host and its loopback
+/// servers share one clock, far below the one-minute warning.
+fn assert_clock_read(o: &Output) {
+    let c = finding(o, "clock");
+    assert_eq!(c["level"], "info", "{c}");
+    assert!(
+        c["text"].as_str().unwrap().contains("ms from this host"),
+        "{c}"
+    );
+}
+
+#[test]
+fn doctor_reads_the_server_clocks() {
+    let hosts = zk::hosts();
+    zk::prepare(&hosts);
+    let root = zk::random_root("doctor-clock");
+    let o = simba(&["doctor", &format!("zookeeper://{hosts}{root}"), "--json"]);
+    assert_clock_read(&o);
+    zk::raw::Raw::connect(&hosts).delete_tree(&root);
+    for url in [pg_url(), mysql_url()] {
+        let o = simba(&["doctor", &url, "--json"]);
+        assert_clock_read(&o);
+    }
+}
+
+fn pg_url() -> String {
+    env_url(
+        "SIMBA_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+    )
+}
+
+fn mysql_url() -> String {
+    env_url("SIMBA_MYSQL_URL", "mysql://simba:simba@127.0.0.1:3306/test")
+}
+
+/// Direct connections are no pooler, and PostgreSQL applies the backend's statement timeout.
+#[test]
+fn doctor_finds_no_pooler_on_direct_servers() {
+    let o = simba(&[
+        "doctor",
+        &format!("{}?query_timeout=3s", pg_url()),
+        "--json",
+    ]);
+    let p = finding(&o, "pooler");
+    assert_eq!(p["level"], "ok", "{p}");
+    let t = finding(&o, "statement_timeout");
+    assert_eq!(t["level"], "ok", "{t}");
+    assert!(t["text"].as_str().unwrap().contains("3s"), "{t}");
+    let o = simba(&["doctor", &mysql_url(), "--json"]);
+    assert_eq!(finding(&o, "pooler")["level"], "ok", "{o:?}");
+}
+
+/// PgBouncer in transaction mode (`ensure_pgbouncer`): the probe sees server connections
+/// change hands, and the startup options (the statement timeout) dropped.
+#[test]
+fn doctor_flags_a_transaction_mode_pgbouncer() {
+    let url = env_url(
+        "SIMBA_PGBOUNCER_URL",
+        "postgres://postgres@127.0.0.1:6436/test",
+    );
+    let o = simba(&["doctor", &url, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let p = finding(&o, "pooler");
+    assert_eq!(p["level"], "trap", "{p}");
+    assert!(
+        p["text"].as_str().unwrap().contains("pool_mode = session"),
+        "{p}"
+    );
+    let t = finding(&o, "statement_timeout");
+    assert_eq!(t["level"], "trap", "{t}");
+    assert!(
+        t["text"]
+            .as_str()
+            .unwrap()
+            .contains("ignore_startup_parameters"),
+        "{t}"
+    );
+}
+
+/// `simba status URL` without names lists the session (metadata as given, its lease count),
+/// the held lease and the group, as JSON and as text, and never prints a password.
+fn status_lists_everything(url: &str) {
+    let backend = connect(url).unwrap();
+    let meta = Metadata::new("host-a:8080 \"ü\"").unwrap();
+    let g = backend
+        .open_session(Duration::from_secs(60), &meta)
+        .unwrap();
+    let name = LeaseName::new(format!("job-{}", tag())).unwrap();
+    let Acquire::Acquired(term) = backend.acquire(&g.id, &name).unwrap() else {
+        panic!("a fresh lease is free");
+    };
+    let group = GroupName::new(format!("workers-{}", tag())).unwrap();
+    backend.join(&g.id, &group).unwrap();
+
+    let o = simba(&["status", url, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let find = |part: &str, key: &str, value: &str| -> Value {
+        v[part]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x[key] == value)
+            .unwrap_or_else(|| panic!("no {key}={value} in {part} of {v}"))
+            .clone()
+    };
+    let s = find("sessions", "id", g.id.as_str());
+    assert_eq!(s["metadata"], meta.as_str(), "{s}");
+    assert_eq!(s["leases"], 1, "{s}");
+    assert!(s["remaining_ms"].as_u64().unwrap() > 0, "{s}");
+    let l = find("leases", "name", name.as_str());
+    assert_eq!(l["holder"], g.id.as_str(), "{l}");
+    assert_eq!(l["token"], term.token.get(), "{l}");
+    let gr = find("groups", "group", group.as_str());
+    assert_eq!(gr["members"][0]["session"], g.id.as_str(), "{gr}");
+    assert_eq!(gr["members"][0]["metadata"], meta.as_str(), "{gr}");
+
+    let o = simba(&["status", url]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    for part in [g.id.as_str(), name.as_str(), meta.as_str(), group.as_str()] {
+        assert!(text.contains(part), "{part} missing from\n{text}");
+    }
+    if let Some(pw) = BackendUrl::parse(url).unwrap().password {
+        assert!(!text.contains(&format!(":{pw}@")), "{text}");
+        assert!(!stdout(&simba(&["status", url, "--json"])).contains(&format!(":{pw}@")));
+    }
+    backend.close_session(&g.id).unwrap();
+}
+
+#[test]
+fn status_lists_everything_on_memory_as_empty() {
+    // A `memory://` backend lives in the simba process alone: nothing to list.
+    let o = simba(&["status", "memory://", "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["backend"], "memory");
+    for part in ["sessions", "leases", "groups"] {
+        assert_eq!(v[part].as_array().unwrap().len(), 0, "{v}");
+    }
+}
+
+#[test]
+fn status_lists_everything_on_redis() {
+    let url = redis_url();
+    status_lists_everything(&url);
+    cleanup_redis(&url);
+}
+
+#[test]
+fn status_lists_everything_on_a_redis_cluster() {
+    let url = format!(
+        "{}?prefix=simbacli{}",
+        env_url(
+            "SIMBA_REDIS_CLUSTER_URL",
+            "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"
+        ),
+        tag()
+    );
+    status_lists_everything(&url);
+    cleanup_redis(&url);
+}
+
+fn sql_status(url: &str, make: fn(&str) -> simba_lease::Result<SqlBackend>) {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let full = format!("{url}{sep}table_prefix=t{}_", tag());
+    let b = make(&full).unwrap();
+    b.install_schema().unwrap();
+    status_lists_everything(&full);
+    b.drop_tables().unwrap();
+}
+
+#[test]
+fn status_lists_everything_on_postgres() {
+    sql_status(&pg_url(), SqlBackend::postgres);
+}
+
+#[test]
+fn status_lists_everything_on_mysql() {
+    sql_status(&mysql_url(), SqlBackend::mysql);
+}
+
+#[test]
+fn status_lists_everything_on_zookeeper() {
+    let hosts = zk::hosts();
+    zk::prepare(&hosts);
+    let root = zk::random_root("status");
+    status_lists_everything(&format!("zookeeper://{hosts}{root}"));
+    zk::raw::Raw::connect(&hosts).delete_tree(&root);
 }
 
 #[test]

@@ -687,8 +687,13 @@ mod pg {
         out
     }
 
-    /// A RowDescription of one column of type `oid`.
+    /// A RowDescription of one column of type `oid` in binary format (extended protocol).
     fn row_description(oid: i32) -> Vec<u8> {
+        row_description_in(oid, 1)
+    }
+
+    /// A RowDescription of one column of type `oid` in `format` (0 text, 1 binary).
+    fn row_description_in(oid: i32, format: i16) -> Vec<u8> {
         let mut b = 1i16.to_be_bytes().to_vec();
         b.extend_from_slice(b"x\0");
         b.extend_from_slice(&0i32.to_be_bytes());
@@ -696,7 +701,7 @@ mod pg {
         b.extend_from_slice(&oid.to_be_bytes());
         b.extend_from_slice(&(-1i16).to_be_bytes());
         b.extend_from_slice(&(-1i32).to_be_bytes());
-        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&format.to_be_bytes());
         msg(b'T', &b)
     }
 
@@ -709,8 +714,8 @@ mod pg {
 
     /// A PostgreSQL that accepts any login and answers every statement with one `text`
     /// column holding `abc` (what a proxy or a wrong server could send): wrong types, too
-    /// few columns. With `pid`, `pg_backend_pid()` is answered properly (an `int4`), so that
-    /// connections open.
+    /// few columns. With `pid`, `pg_backend_pid()` is answered properly (an `int4`; the
+    /// backend reads it over the simple query protocol), so that connections open.
     fn wrong_types(pid: bool) -> Server {
         Server::start(move |_, s| serve_wrong_types(s, pid))
     }
@@ -744,6 +749,18 @@ mod pg {
                 return false;
             };
             match head[0] {
+                // A simple query: one text row, then ready.
+                b'Q' => {
+                    let is_pid = pid && String::from_utf8_lossy(&body).contains("pg_backend_pid");
+                    out.extend(row_description_in(if is_pid { 23 } else { 25 }, 0));
+                    out.extend(data_row(if is_pid { b"42" } else { b"abc" }));
+                    out.extend(msg(b'C', b"SELECT 1\0"));
+                    out.extend(msg(b'Z', b"I"));
+                    if w.write_all(&out).is_err() {
+                        return false;
+                    }
+                    out.clear();
+                }
                 b'P' => {
                     is_pid = pid && String::from_utf8_lossy(&body).contains("pg_backend_pid");
                     // name, query (both NUL-terminated), then the parameter types: echoed

@@ -254,6 +254,10 @@ impl LeaseBackend for Isolated {
     fn queue(&self, name: &LeaseName) -> simba_lease::Result<Vec<SessionId>> {
         self.inner.queue(name)
     }
+
+    fn list(&self) -> simba_lease::Result<simba_lease::spi::Listing> {
+        self.inner.list()
+    }
     fn ping(&self) -> simba_lease::Result<()> {
         self.inner.ping()
     }

@@ -3,8 +3,8 @@
 use crate::engine::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant,
-    Subscribers, Subscription,
+    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, Notification,
+    NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use crate::Config;
@@ -496,6 +496,58 @@ impl LeaseBackend for MemoryBackend {
             .get(name)
             .map(|q| q.iter().map(|(id, _)| id.clone()).collect())
             .unwrap_or_default())
+    }
+
+    fn list(&self) -> Result<Listing> {
+        let now = self.clock.now();
+        let t = self.tables.lock();
+        let mut out = Listing::default();
+        for (id, row) in &t.sessions {
+            if row.expires > now {
+                out.sessions.push(SessionInfo {
+                    id: id.clone(),
+                    remaining: row.expires - now,
+                    metadata: row.metadata.clone(),
+                });
+            }
+        }
+        for (name, l) in &t.leases {
+            let Some(s) = l.session.as_ref() else {
+                continue;
+            };
+            if let (Some(row), Ok(token)) = (t.live(s, now), Token::new(l.token)) {
+                out.leases.push(LeaseInfo {
+                    name: name.clone(),
+                    owner: Owner {
+                        session: s.clone(),
+                        token,
+                        remaining: row.expires - now,
+                    },
+                });
+            }
+        }
+        for (name, ids) in &t.groups {
+            let members: Vec<Member> = ids
+                .iter()
+                .filter_map(|id| {
+                    t.live(id, now).map(|row| Member {
+                        session: id.clone(),
+                        metadata: row.metadata.clone(),
+                    })
+                })
+                .collect();
+            if !members.is_empty() {
+                out.groups.push(GroupInfo {
+                    name: name.clone(),
+                    members,
+                });
+            }
+        }
+        drop(t);
+        out.sessions.sort_by(|a, b| a.id.cmp(&b.id));
+        out.leases.sort_by(|a, b| a.name.cmp(&b.name));
+        out.groups.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     fn purge_expired(&self) -> Result<usize> {

@@ -13,8 +13,8 @@ pub mod zookeeper;
 pub use memory::MemoryBackend;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use sql::{
-    Dialect, Flavor, ServerVersion, SqlBackend, SqlBackendBuilder, DEFAULT_POOL_SIZE,
-    DEFAULT_PURGE_INTERVAL, DEFAULT_QUERY_TIMEOUT, PURGE_LIMIT,
+    ConnectionProbe, Dialect, Flavor, ServerVersion, SqlBackend, SqlBackendBuilder,
+    DEFAULT_POOL_SIZE, DEFAULT_PURGE_INTERVAL, DEFAULT_QUERY_TIMEOUT, PURGE_LIMIT,
 };
 pub use url::{connect, BackendUrl};
 #[cfg(feature = "zookeeper")]

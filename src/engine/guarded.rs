@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, KeepAlive, LeaseBackend, NotifySink, Queued, SessionGrant, Subscription,
+    Acquire, KeepAlive, LeaseBackend, Listing, NotifySink, Queued, SessionGrant, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -59,6 +59,9 @@ impl LeaseBackend for PanicGuard {
     }
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
         guard("joining a group", || self.0.join(session, group))
+    }
+    fn list(&self) -> Result<Listing> {
+        guard("listing sessions, leases and groups", || self.0.list())
     }
     fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
         guard("leaving a group", || self.0.leave(session, group))

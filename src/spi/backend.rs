@@ -58,6 +58,48 @@ pub enum Queued {
     },
 }
 
+/// A live session as [`LeaseBackend::list`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The session's id.
+    pub id: SessionId,
+    /// Time it has left by the backend's clock (on ZooKeeper, which does not expose it for
+    /// another client's session, the server's session timeout).
+    pub remaining: Duration,
+    /// Its metadata as the session gave it.
+    pub metadata: Metadata,
+}
+
+/// A held lease as [`LeaseBackend::list`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The lease.
+    pub name: LeaseName,
+    /// Its live holder.
+    pub owner: Owner,
+}
+
+/// A group with its live members as [`LeaseBackend::list`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupInfo {
+    /// The group.
+    pub name: GroupName,
+    /// Its live members, sorted by session id.
+    pub members: Vec<Member>,
+}
+
+/// Reply to [`LeaseBackend::list`]: everything live in the backend (under its prefix, table
+/// prefix or root), each part sorted by id or name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Live sessions.
+    pub sessions: Vec<SessionInfo>,
+    /// Held leases (free ones are left out).
+    pub leases: Vec<LeaseInfo>,
+    /// Groups with at least one live member.
+    pub groups: Vec<GroupInfo>,
+}
+
 /// A lease store: sessions, leases with fencing tokens, and group memberships.
 ///
 /// The contract (checked by the TCK in [`crate::tck`]):
@@ -160,6 +202,16 @@ pub trait LeaseBackend: Send + Sync {
         self.owner(&probe).map(drop)
     }
 
+    /// Every live session, held lease and group with members, for inspection (`simba
+    /// status`). Not atomic across its parts on every backend, and it reads everything: meant
+    /// for people, not for a hot path. The default fails with [`Error::Unsupported`].
+    fn list(&self) -> Result<Listing> {
+        Err(Error::Unsupported {
+            operation: "listing sessions, leases and groups",
+            backend: self.kind(),
+        })
+    }
+
     /// Registers `sink` for release and group-change notifications.
     ///
     /// Returns `Ok(None)` when the backend has no notifications (the engine then polls);
@@ -168,5 +220,69 @@ pub trait LeaseBackend: Send + Sync {
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
         let _ = sink;
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Implements only the required methods.
+    struct Minimal;
+
+    impl LeaseBackend for Minimal {
+        fn kind(&self) -> &'static str {
+            "minimal"
+        }
+        fn open_session(&self, _: Duration, _: &Metadata) -> Result<SessionGrant> {
+            Err(Error::Closed)
+        }
+        fn keep_alive(&self, _: &SessionId, _: Duration) -> Result<KeepAlive> {
+            Err(Error::Closed)
+        }
+        fn close_session(&self, _: &SessionId) -> Result<()> {
+            Err(Error::Closed)
+        }
+        fn acquire(&self, _: &SessionId, _: &LeaseName) -> Result<Acquire> {
+            Err(Error::Closed)
+        }
+        fn release(&self, _: &SessionId, _: &LeaseName, _: Token) -> Result<bool> {
+            Err(Error::Closed)
+        }
+        fn owner(&self, _: &LeaseName) -> Result<Option<Owner>> {
+            Err(Error::Closed)
+        }
+        fn join(&self, _: &SessionId, _: &GroupName) -> Result<()> {
+            Err(Error::Closed)
+        }
+        fn leave(&self, _: &SessionId, _: &GroupName) -> Result<bool> {
+            Err(Error::Closed)
+        }
+        fn members(&self, _: &GroupName) -> Result<Vec<Member>> {
+            Err(Error::Closed)
+        }
+        fn purge_expired(&self) -> Result<usize> {
+            Err(Error::Closed)
+        }
+    }
+
+    #[test]
+    fn list_is_unsupported_by_default() {
+        let e = Minimal.list().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Unsupported {
+                    backend: "minimal",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(!e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "the minimal backend does not support listing sessions, leases and groups"
+        );
     }
 }

@@ -7,5 +7,8 @@
 mod backend;
 mod notify;
 
-pub use backend::{Acquire, HeldLease, KeepAlive, LeaseBackend, Queued, SessionGrant};
+pub use backend::{
+    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, Queued,
+    SessionGrant, SessionInfo,
+};
 pub use notify::{Notification, NotifySink, Subscribers, Subscription};

@@ -430,3 +430,58 @@ pub fn out_of_range_leases_are_rejected(h: &Harness) {
     );
     b.close_session(&s).unwrap();
 }
+
+/// [`LeaseBackend::list`], where the backend supports it ([`Error::Unsupported`] otherwise):
+/// a live session with its metadata, the lease it holds with its token and its group; once
+/// the session is closed, none of them.
+pub fn list_shows_live_sessions_leases_and_groups(h: &Harness) {
+    let b = h.backend();
+    let meta = Metadata::new("listed \"metadata\" é").expect("valid metadata");
+    let lease = h.lease.max(Duration::from_secs(10));
+    let s = b.open_session(lease, &meta).expect("open_session").id;
+    let name = lease_name("list");
+    let term = acquired(&*b, &s, &name);
+    let group = group_name("list");
+    b.join(&s, &group).expect("join");
+    let l = match b.list() {
+        Err(Error::Unsupported { .. }) => {
+            b.close_session(&s).expect("close");
+            return;
+        }
+        r => r.expect("list"),
+    };
+    let me = l
+        .sessions
+        .iter()
+        .find(|x| x.id == s)
+        .unwrap_or_else(|| panic!("session {s} not listed: {l:?}"));
+    assert_eq!(me.metadata, meta);
+    assert!(
+        me.remaining > Duration::ZERO && me.remaining <= lease,
+        "{me:?}"
+    );
+    let held = l
+        .leases
+        .iter()
+        .find(|x| x.name == name)
+        .unwrap_or_else(|| panic!("lease {name} not listed: {l:?}"));
+    assert_eq!(held.owner.session, s);
+    assert_eq!(held.owner.token, term.token);
+    let g = l
+        .groups
+        .iter()
+        .find(|x| x.name == group)
+        .unwrap_or_else(|| panic!("group {group} not listed: {l:?}"));
+    assert_eq!(g.members.len(), 1, "{g:?}");
+    assert_eq!((&g.members[0].session, &g.members[0].metadata), (&s, &meta));
+    b.close_session(&s).expect("close");
+    h.until(
+        "a closed session and what it held are no longer listed",
+        || {
+            let l = b.list().expect("list");
+            !l.sessions.iter().any(|x| x.id == s)
+                && !l.leases.iter().any(|x| x.name == name)
+                && !l.groups.iter().any(|x| x.name == group)
+        },
+    );
+}

@@ -97,6 +97,10 @@ impl LeaseBackend for GatedOpens {
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
         self.inner.queue(name)
     }
+
+    fn list(&self) -> Result<crate::spi::Listing> {
+        self.inner.list()
+    }
     fn ping(&self) -> Result<()> {
         self.inner.ping()
     }

@@ -178,6 +178,7 @@ macro_rules! tck_suite {
             locking_a_name_this_thread_holds_fails_instead_of_waiting,
             queued_acquires_take_the_lease_in_arrival_order,
             fair_locks_are_granted_in_arrival_order,
+            list_shows_live_sessions_leases_and_groups,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

@@ -95,6 +95,9 @@ impl LeaseBackend for Isolated {
     fn purge_expired(&self) -> Result<usize> {
         self.0.purge_expired()
     }
+    fn list(&self) -> Result<simba_lease::spi::Listing> {
+        self.0.list()
+    }
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
         self.0.subscribe(sink)
     }

@@ -215,6 +215,10 @@ impl LeaseBackend for Isolated {
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
         self.b().queue(name)
     }
+
+    fn list(&self) -> Result<simba_lease::spi::Listing> {
+        self.b().list()
+    }
     fn ping(&self) -> Result<()> {
         self.b().ping()
     }

@@ -144,8 +144,8 @@ use super::options;
 use super::url::BackendUrl;
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant,
-    Subscribers, Subscription,
+    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, Notification,
+    NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::{Condvar, Mutex};
@@ -303,6 +303,9 @@ impl NotifierState {
         self.cv.notify_all();
     }
 }
+
+/// The most keys of each kind (sessions, leases, groups) [`LeaseBackend::list`] reads.
+pub const LIST_LIMIT: usize = 100_000;
 
 /// Key names under a prefix.
 #[derive(Clone, Debug)]
@@ -1608,6 +1611,69 @@ impl LeaseBackend for RedisBackend {
             }
             _ => Err(bad_reply(OP, &r)),
         }
+    }
+
+    /// A `SCAN` of every primary for the prefix's session, lease and group keys (at most
+    /// [`LIST_LIMIT`] of each), then per key: `PTTL` and `HGET metadata` of a session, the
+    /// owner of a lease, the members of a group. Not atomic: a key that changes meanwhile is
+    /// read as it is then.
+    fn list(&self) -> Result<Listing> {
+        const OP: &str = "listing sessions, leases and groups";
+        let sc = &self.scripting;
+        // The text between the braces of `{prefix}:kind:{x}` (suffixed keys are skipped).
+        let inner = |key: &str, prefix: &str| -> Option<String> {
+            key.strip_prefix(prefix)?
+                .strip_prefix('{')?
+                .strip_suffix('}')
+                .map(str::to_owned)
+        };
+        let mut out = Listing::default();
+        let sp = self.keys.session_prefix();
+        for key in sc.scan(&format!("{sp}*"), LIST_LIMIT)? {
+            let Some(id) = inner(&key, &sp).and_then(|id| SessionId::parse(&id).ok()) else {
+                continue;
+            };
+            let ttl = sc.command(Role::Other, &["PTTL", &key])?;
+            let Some(ms) = ttl.as_int().and_then(|ms| u64::try_from(ms).ok()) else {
+                continue; // gone meanwhile (-2), or no expiry (-1: not a session of ours)
+            };
+            let meta = sc.command(Role::Other, &["HGET", &key, "metadata"])?;
+            let metadata = match meta.as_str() {
+                Some(m) => metadata_in(OP, &meta, m)?,
+                None => Metadata::default(),
+            };
+            out.sessions.push(SessionInfo {
+                id,
+                remaining: Duration::from_millis(ms),
+                metadata,
+            });
+        }
+        let lp = self.keys.lease_prefix();
+        for key in sc.scan(&format!("{lp}*"), LIST_LIMIT)? {
+            let Some(name) = inner(&key, &lp).and_then(|n| LeaseName::new(n).ok()) else {
+                continue;
+            };
+            if let Some(owner) = self.owner(&name)? {
+                out.leases.push(LeaseInfo { name, owner });
+            }
+        }
+        let gp = self.keys.group_prefix();
+        for key in sc.scan(&format!("{gp}*"), LIST_LIMIT)? {
+            let Some(name) = inner(&key, &gp).and_then(|n| GroupName::new(n).ok()) else {
+                continue;
+            };
+            let members = self.members(&name)?;
+            if !members.is_empty() {
+                out.groups.push(GroupInfo { name, members });
+            }
+        }
+        out.sessions.sort_by(|a, b| a.id.cmp(&b.id));
+        out.leases.sort_by(|a, b| a.name.cmp(&b.name));
+        out.groups.sort_by(|a, b| a.name.cmp(&b.name));
+        for g in &mut out.groups {
+            g.members.sort();
+        }
+        Ok(out)
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {

@@ -68,7 +68,8 @@ use crate::backends::url::redact;
 use crate::backends::BackendUrl;
 use crate::error::{BoxError, Error, Result};
 use crate::spi::{
-    Acquire, HeldLease, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription,
+    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink,
+    SessionGrant, SessionInfo, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
@@ -284,6 +285,43 @@ impl AcqReport {
     }
 }
 
+/// Everything live, as [`Driver::list`] read it (remaining times in µs).
+#[derive(Debug, Default)]
+pub(crate) struct RawListing {
+    /// `(session id, remaining µs, metadata)`.
+    pub(crate) sessions: Vec<(String, i64, String)>,
+    /// `(name, holder, token, holder's remaining µs)`.
+    pub(crate) leases: Vec<(String, String, i64, i64)>,
+    /// `(group, member session id, metadata)`, sorted by group then session.
+    pub(crate) members: Vec<(String, String, String)>,
+}
+
+/// What [`SqlBackend::probe_connections`] saw: server-side connection ids (PostgreSQL backend
+/// pids, MySQL connection ids) of two client connections A and B of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionProbe {
+    /// A's id in each of its three transactions: two back to back, then one while B keeps a
+    /// transaction open.
+    pub own: Vec<u64>,
+    /// B's id, read inside the transaction it keeps open.
+    pub other: u64,
+    /// The `statement_timeout` the server applies on A (PostgreSQL; `None` on MySQL). The
+    /// backend asks for its query timeout in the connection's startup options.
+    pub statement_timeout: Option<Duration>,
+}
+
+impl ConnectionProbe {
+    /// Whether the client connections are not the server's: A changed server connection
+    /// between transactions, or B ran on one A had used. Either is impossible on a direct
+    /// connection and is what a transaction-mode pooler (PgBouncer, pgcat, Supavisor,
+    /// ProxySQL multiplexing) does: reusing the most recently freed server connection, B gets
+    /// A's; taking the least recently freed, A's second transaction gets another.
+    pub fn pooled(&self) -> bool {
+        self.own.windows(2).any(|w| w[0] != w[1]) || self.own.contains(&self.other)
+    }
+}
+
 /// The dialect-specific statements; each method is one backend operation.
 pub(crate) trait Driver: Send + Sync + 'static {
     fn install_schema(&self) -> DbResult<()>;
@@ -311,6 +349,12 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn setting(&self, name: &str) -> DbResult<Option<String>>;
     /// `(table, column, collation)` of the text key columns of the three tables.
     fn key_collations(&self) -> DbResult<Vec<(String, String, String)>>;
+    /// Every live session, held lease and membership.
+    fn list(&self) -> DbResult<RawListing>;
+    /// The database server's clock now (not the statement's start), as UTC epoch ms.
+    fn clock_ms(&self) -> DbResult<i64>;
+    /// See [`SqlBackend::probe_connections`].
+    fn probe_connections(&self) -> DbResult<ConnectionProbe>;
     /// The server detected on connect, where the dialect detects it.
     fn server(&self) -> Option<ServerVersion> {
         None
@@ -811,6 +855,31 @@ impl SqlBackend {
             .map_err(|e| self.err("reading the tables' collations", e))
     }
 
+    /// The database server's clock now, as UTC epoch milliseconds (PostgreSQL
+    /// `clock_timestamp()`, MySQL `UTC_TIMESTAMP(6)`). Leases never depend on it (every
+    /// remaining time is measured within one statement); `simba doctor` reports it.
+    pub fn server_clock_ms(&self) -> Result<i64> {
+        self.driver
+            .clock_ms()
+            .map_err(|e| self.err("reading the server's clock", e))
+    }
+
+    /// Opens two connections of its own (outside the pool) and reads their server-side ids
+    /// across transactions, to detect a transaction-mode pooler between the backend and the
+    /// database (see [`ConnectionProbe::pooled`]); also reads the statement timeout the
+    /// server applies. Uses the simple query protocol (no prepared statements). Used by
+    /// `simba doctor`.
+    pub fn probe_connections(&self) -> Result<ConnectionProbe> {
+        self.driver
+            .probe_connections()
+            .map_err(|e| self.err("probing connections", e))
+    }
+
+    /// The query timeout: every statement's bound, asked of the server per connection.
+    pub fn query_timeout(&self) -> Duration {
+        self.options.query_timeout
+    }
+
     /// Server-side ids of the idle pooled connections (PostgreSQL backend pids, MySQL
     /// connection ids), to find them in `pg_stat_activity` or `SHOW PROCESSLIST`.
     pub fn connection_ids(&self) -> Vec<u64> {
@@ -1038,6 +1107,51 @@ impl LeaseBackend for SqlBackend {
         self.driver
             .purge(PURGE_LIMIT)
             .map_err(|e| self.err("purging expired sessions", e))
+    }
+
+    /// Three reads (sessions, held leases, memberships); on PostgreSQL in one read-only
+    /// repeatable-read transaction, on MySQL one after another.
+    fn list(&self) -> Result<Listing> {
+        let raw = self
+            .driver
+            .list()
+            .map_err(|e| self.err("listing sessions, leases and groups", e))?;
+        let meta =
+            |m: String| Metadata::new(m).map_err(|e| Error::backend("reading session metadata", e));
+        let mut out = Listing::default();
+        for (id, us, m) in raw.sessions {
+            out.sessions.push(SessionInfo {
+                id: session_id(&id)?,
+                remaining: remaining(us),
+                metadata: meta(m)?,
+            });
+        }
+        for (name, holder, t, us) in raw.leases {
+            out.leases.push(LeaseInfo {
+                name: LeaseName::new(name)
+                    .map_err(|e| Error::backend("reading a lease name", e))?,
+                owner: Owner {
+                    session: session_id(&holder)?,
+                    token: token(t)?,
+                    remaining: remaining(us),
+                },
+            });
+        }
+        for (group, id, m) in raw.members {
+            let member = Member {
+                session: session_id(&id)?,
+                metadata: meta(m)?,
+            };
+            match out.groups.last_mut() {
+                Some(g) if g.name.as_str() == group => g.members.push(member),
+                _ => out.groups.push(GroupInfo {
+                    name: GroupName::new(group)
+                        .map_err(|e| Error::backend("reading a group name", e))?,
+                    members: vec![member],
+                }),
+            }
+        }
+        Ok(out)
     }
 
     /// A prepared `SELECT 1` on a pooled connection: one round trip.

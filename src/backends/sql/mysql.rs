@@ -28,8 +28,8 @@
 
 use super::tls::{SqlTls, SslMode};
 use super::{
-    with_conn, AcqReport, AcqRow, DbError, DbResult, Driver, Flavor, Kind, Options, Pool, PoolConn,
-    Renewed, ServerVersion, Tables,
+    with_conn, AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Flavor, Kind,
+    Options, Pool, PoolConn, RawListing, Renewed, ServerVersion, Tables,
 };
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
@@ -699,6 +699,90 @@ impl Driver for MyDriver {
 
     fn server(&self) -> Option<ServerVersion> {
         self.server.get().cloned()
+    }
+
+    fn list(&self) -> DbResult<RawListing> {
+        let (s, l, m) = (
+            &self.tables.session,
+            &self.tables.lease,
+            &self.tables.member,
+        );
+        let sessions = format!(
+            "SELECT session_id, expires_at * 1000 - {NOW_US}, metadata FROM {s} \
+             WHERE expires_at > {NOW} ORDER BY session_id"
+        );
+        let leases = format!(
+            "SELECT l.name, l.session_id, l.token, s.expires_at * 1000 - {NOW_US} \
+             FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
+             WHERE s.expires_at > {NOW} ORDER BY l.name"
+        );
+        let members = format!(
+            "SELECT m.group_name, m.session_id, s.metadata FROM {m} m \
+             JOIN {s} s ON s.session_id = m.session_id \
+             WHERE s.expires_at > {NOW} ORDER BY m.group_name, m.session_id"
+        );
+        self.run(|c| {
+            let mut out = RawListing::default();
+            for r in c.query::<Row, _>(&sessions)? {
+                let r = cells(r);
+                out.sessions.push((
+                    req_text("a session id", &r, 0)?,
+                    req_int("a remaining time", &r, 1)?,
+                    req_text("session metadata", &r, 2)?,
+                ));
+            }
+            for r in c.query::<Row, _>(&leases)? {
+                let r = cells(r);
+                out.leases.push((
+                    req_text("a lease name", &r, 0)?,
+                    req_text("a session id", &r, 1)?,
+                    req_int("a token", &r, 2)?,
+                    req_int("a remaining time", &r, 3)?,
+                ));
+            }
+            for r in c.query::<Row, _>(&members)? {
+                let r = cells(r);
+                out.members.push((
+                    req_text("a group name", &r, 0)?,
+                    req_text("a session id", &r, 1)?,
+                    req_text("session metadata", &r, 2)?,
+                ));
+            }
+            Ok(out)
+        })
+    }
+
+    fn clock_ms(&self) -> DbResult<i64> {
+        self.run(|c| {
+            let r: Option<Row> = c.query_first(format!("SELECT {NOW}"))?;
+            let r = r.map(cells).unwrap_or_default();
+            req_int("the server's clock", &r, 0)
+        })
+    }
+
+    fn probe_connections(&self) -> DbResult<ConnectionProbe> {
+        let open = || {
+            self.pool
+                .open_unpooled(self.timeout)
+                .map_err(|e| DbError::new(Kind::Connection, e))
+        };
+        let (mut a, mut b) = (open()?, open()?);
+        let id = |c: &mut Conn| -> DbResult<u64> {
+            let r: Option<Row> = c.query_first("SELECT CONNECTION_ID()")?;
+            let r = r.map(cells).unwrap_or_default();
+            u64::try_from(req_int("a connection id", &r, 0)?)
+                .map_err(|_| bad("a connection id", &r))
+        };
+        let mut own = vec![id(&mut a.conn)?, id(&mut a.conn)?];
+        b.conn.query_drop("START TRANSACTION")?;
+        let other = id(&mut b.conn)?;
+        own.push(id(&mut a.conn)?);
+        let _ = b.conn.query_drop("ROLLBACK");
+        Ok(ConnectionProbe {
+            own,
+            other,
+            statement_timeout: None,
+        })
     }
 
     fn key_collations(&self) -> DbResult<Vec<(String, String, String)>> {

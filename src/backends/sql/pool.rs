@@ -142,6 +142,12 @@ impl<C: PoolConn + Send + 'static> Pool<C> {
         })
     }
 
+    /// A new connection outside the pool (not counted against its size), opened within
+    /// `limit`: for probes that need two connections of their own at once.
+    pub(crate) fn open_unpooled(&self, limit: Duration) -> Result<C> {
+        self.connect_within(limit)
+    }
+
     /// Closes every idle connection (after a connection-level failure).
     pub(crate) fn flush_idle(&self) {
         let dropped: Vec<(C, Instant)> = {

@@ -7,8 +7,8 @@
 //! reply claims more time than the database grants.
 
 use super::{
-    with_conn, AcqReport, AcqRow, DbError, DbResult, Driver, Kind, Options, Pool, PoolConn,
-    Renewed, Tables,
+    with_conn, AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Kind, Options, Pool,
+    PoolConn, RawListing, Renewed, Tables,
 };
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
@@ -275,6 +275,23 @@ fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::post
     })
 }
 
+/// The first column of the first row of `sql`, over the simple query protocol (no prepared
+/// statement, which a transaction-mode pooler may lose between transactions).
+fn simple_value(client: &mut Client, sql: &str) -> DbResult<Option<String>> {
+    let rows = client.simple_query(sql).map_err(classify)?;
+    Ok(rows.iter().find_map(|m| match m {
+        ::postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+        _ => None,
+    }))
+}
+
+/// `pg_backend_pid()` of the connection, over the simple query protocol.
+fn pid(client: &mut Client) -> DbResult<u64> {
+    simple_value(client, "SELECT pg_backend_pid()")?
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| DbError::new(Kind::Other, "pg_backend_pid() gave no number"))
+}
+
 pub(crate) struct PgDriver {
     pool: Pool<PgConn>,
     tables: Tables,
@@ -345,10 +362,10 @@ impl PgDriver {
             let mut client = tls
                 .connect(&config)
                 .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
-            let pid = client
-                .query_one("SELECT pg_backend_pid()", &[])
-                .and_then(|r| r.try_get::<_, i32>(0))
-                .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
+            // The simple query protocol: a prepared statement here would be the first thing
+            // a transaction-mode pooler breaks, and `simba doctor` must get past it.
+            let pid = pid(&mut client)
+                .map_err(|e| Error::backend("connecting to PostgreSQL", e.source))?;
             let pid = u32::try_from(pid).map_err(|_| {
                 Error::backend(
                     "connecting to PostgreSQL",
@@ -560,6 +577,87 @@ impl Driver for PgDriver {
         self.run_plain(|c| {
             c.query_one("SELECT current_setting($1, true)", &[&name])
                 .and_then(|r| r.try_get::<_, Option<String>>(0))
+        })
+    }
+
+    fn list(&self) -> DbResult<RawListing> {
+        let (s, l, m) = (
+            &self.tables.session,
+            &self.tables.lease,
+            &self.tables.member,
+        );
+        let sessions = format!(
+            "SELECT session_id::text, expires_at * 1000 - {NOW_US}, metadata::text FROM {s} \
+             WHERE expires_at > {NOW} ORDER BY session_id"
+        );
+        let leases = format!(
+            "SELECT l.name::text, l.session_id::text, l.token, s.expires_at * 1000 - {NOW_US} \
+             FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
+             WHERE s.expires_at > {NOW} ORDER BY l.name"
+        );
+        let members = format!(
+            "SELECT m.group_name::text, m.session_id::text, s.metadata::text FROM {m} m \
+             JOIN {s} s ON s.session_id = m.session_id \
+             WHERE s.expires_at > {NOW} ORDER BY m.group_name, m.session_id"
+        );
+        self.run_plain(|c| {
+            let mut tx = c
+                .build_transaction()
+                .isolation_level(::postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let mut out = RawListing::default();
+            for r in tx.query(&sessions, &[])? {
+                out.sessions
+                    .push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
+            }
+            for r in tx.query(&leases, &[])? {
+                out.leases
+                    .push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
+            }
+            for r in tx.query(&members, &[])? {
+                out.members
+                    .push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
+            }
+            tx.commit()?;
+            Ok(out)
+        })
+    }
+
+    fn clock_ms(&self) -> DbResult<i64> {
+        // The simple query protocol: no prepared statement (which a pooler may break).
+        with_conn(&self.pool, self.timeout, |c| {
+            simple_value(
+                &mut c.client,
+                "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::int8",
+            )?
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(|| DbError::new(Kind::Other, "clock_timestamp() gave no number"))
+        })
+    }
+
+    fn probe_connections(&self) -> DbResult<ConnectionProbe> {
+        let open = || {
+            self.pool
+                .open_unpooled(self.timeout)
+                .map_err(|e| DbError::new(Kind::Connection, e))
+        };
+        let (mut a, mut b) = (open()?, open()?);
+        let mut own = vec![pid(&mut a.client)?, pid(&mut a.client)?];
+        b.client.simple_query("BEGIN").map_err(classify)?;
+        let other = pid(&mut b.client)?;
+        own.push(pid(&mut a.client)?);
+        let _ = b.client.simple_query("ROLLBACK");
+        let timeout = simple_value(
+            &mut a.client,
+            "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'",
+        )?
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
+        Ok(ConnectionProbe {
+            own,
+            other,
+            statement_timeout: timeout,
         })
     }
 

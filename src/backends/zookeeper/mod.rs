@@ -32,7 +32,8 @@
 //! read of every possibly-owned lease node, or an `exists` of `{root}/leases`); release: 2
 //! (read owner and czxid, then delete that version); join: 1 (2–3 when the group node is
 //! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
-//! the root).
+//! the root); list: 4 plus 3 per group (sync, children of `leases` and `groups`, one multi
+//! read of the lease nodes, then each group's members).
 //!
 //! # Watches
 //!
@@ -90,8 +91,8 @@ mod tls;
 use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, HeldLease, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant,
-    Subscribers, Subscription,
+    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, Notification,
+    NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use facade::{backend as zk_err, call, state_error};
@@ -174,6 +175,26 @@ impl Acl {
 
     fn to_zk(&self) -> zk::Acl {
         zk::Acl::new(self.perms.to_zk(), zk::AuthId::new(&self.scheme, &self.id))
+    }
+
+    fn from_zk(acl: &zk::Acl) -> Self {
+        let p = acl.permission();
+        let perms = [
+            (zk::Permission::READ, Perms::READ),
+            (zk::Permission::WRITE, Perms::WRITE),
+            (zk::Permission::CREATE, Perms::CREATE),
+            (zk::Permission::DELETE, Perms::DELETE),
+            (zk::Permission::ADMIN, Perms::ADMIN),
+        ]
+        .into_iter()
+        .filter(|(z, _)| p.has(*z))
+        .fold(Perms(0), |acc, (_, ours)| acc | ours);
+        Acl::new(perms, acl.scheme(), acl.id())
+    }
+
+    /// Whether this entry lets anyone (`world:anyone`) create or delete nodes.
+    pub fn is_open(&self) -> bool {
+        self.scheme == "world" && self.id == "anyone" && self.perms.0 & (4 | 8) != 0
     }
 }
 
@@ -828,19 +849,25 @@ impl Inner {
                 "the lease node is not ephemeral (created outside simba-lease); delete it",
             ));
         }
-        let remaining = match self.local_session_by_raw(stat.ephemeral_owner) {
+        let remaining = self.remaining_of(stat.ephemeral_owner);
+        Ok(Owner {
+            session: SessionId::from_u64(stat.ephemeral_owner as u64),
+            token: token(stat)?,
+            remaining,
+        })
+    }
+
+    /// The time the session with ZooKeeper id `raw` has left: known for a session of this
+    /// backend; for another client's, the reader's negotiated session timeout stands in.
+    fn remaining_of(&self, raw: i64) -> Duration {
+        match self.local_session_by_raw(raw) {
             Some(s) => s.remaining_at(Instant::now()),
             None => self
                 .reader
                 .client()
                 .map(|c| c.session_timeout())
                 .unwrap_or(self.cfg.request_timeout),
-        };
-        Ok(Owner {
-            session: SessionId::from_u64(stat.ephemeral_owner as u64),
-            token: token(stat)?,
-            remaining,
-        })
+        }
     }
 
     fn sweep(&self) -> (usize, Option<Instant>) {
@@ -923,6 +950,13 @@ impl ZooKeeperBackend {
         }
     }
 
+    /// A backend from a `zookeeper://` or `zookeeper+tls://` URL, as [`crate::connect`]
+    /// builds it, but typed (for [`acls`](Self::acls) and
+    /// [`server_clock_ms`](Self::server_clock_ms)).
+    pub fn from_url(url: &str) -> Result<Self> {
+        from_url(&crate::backends::BackendUrl::parse(url)?)
+    }
+
     /// A backend with the default options under `/simba` (open ACL).
     pub fn connect(connect: &str) -> Result<Self> {
         Self::builder(connect).build()
@@ -932,6 +966,59 @@ impl ZooKeeperBackend {
     pub fn root(&self) -> &str {
         &self.inner.cfg.root
     }
+
+    /// The ACLs of the root and of its `leases` and `groups` nodes, as `(path, entries)`
+    /// (read by the backend's reader with its auth infos). Used by `simba doctor`.
+    pub fn acls(&self) -> Result<Vec<(String, Vec<Acl>)>> {
+        const OP: &str = "reading ACLs";
+        let inner = &self.inner;
+        let client = inner.reader.client()?;
+        let mut out = Vec::new();
+        for path in [&inner.cfg.root, &inner.cfg.leases, &inner.cfg.groups] {
+            let (acl, _) = call(OP, inner.cfg.request_timeout, client.get_acl(path))?
+                .map_err(|e| zk_err(OP, e))?;
+            out.push((path.clone(), acl.iter().map(Acl::from_zk).collect()));
+        }
+        Ok(out)
+    }
+
+    /// The ensemble's clock: creates an ephemeral node under the root (with the ACL policy)
+    /// and deletes it. Returns its `mtime` (UTC epoch ms, set by the server that ordered the
+    /// write) and this host's wall clock at the midpoint of the create's round trip (UTC
+    /// epoch ms). Leases never depend on it; `simba doctor` reports the difference.
+    pub fn server_clock_ms(&self) -> Result<(i64, i64)> {
+        const OP: &str = "reading the server's clock";
+        let inner = &self.inner;
+        let client = inner.reader.client()?;
+        let path = format!(
+            "{}/simba-clock-{}",
+            inner.cfg.root,
+            &SessionId::random().as_str()[..16]
+        );
+        let acl = inner.cfg.acl.for_path(&path);
+        let opts = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&acl));
+        let sent = unix_ms();
+        let created = call(
+            OP,
+            inner.cfg.request_timeout,
+            client.create(&path, &[], &opts),
+        )?;
+        let local = (sent + unix_ms()) / 2;
+        let (stat, _) = created.map_err(|e| zk_err(OP, e))?;
+        match call(OP, inner.cfg.request_timeout, client.delete(&path, None))? {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(zk_err(OP, e)),
+        }
+        Ok((stat.mtime, local))
+    }
+}
+
+/// This host's wall clock as UTC epoch ms.
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
 }
 
 impl Drop for ZooKeeperBackend {
@@ -1294,6 +1381,83 @@ impl LeaseBackend for ZooKeeperBackend {
 
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
         self.inner.queue(name)
+    }
+
+    /// Lease nodes (one multi read), then each group's members. ZooKeeper does not list
+    /// sessions to clients: the sessions shown are those holding a lease or in a group, with
+    /// the metadata of their member nodes (or of this backend's own session), and the time
+    /// left as for [`owner`](LeaseBackend::owner).
+    fn list(&self) -> Result<Listing> {
+        const OP: &str = "listing sessions, leases and groups";
+        let inner = &self.inner;
+        let limit = inner.cfg.request_timeout;
+        let client = inner.reader.client()?;
+        let mut out = Listing::default();
+        match call(OP, limit, client.sync(&inner.cfg.root))? {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(zk_err(OP, e)),
+        }
+        let children = |path: &str| -> Result<Vec<String>> {
+            match call(OP, limit, client.list_children(path))? {
+                Ok(c) => Ok(c),
+                Err(zk::Error::NoNode) => Ok(Vec::new()),
+                Err(e) => Err(zk_err(OP, e)),
+            }
+        };
+        let names: Vec<LeaseName> = children(&inner.cfg.leases)?
+            .into_iter()
+            .filter_map(|n| LeaseName::new(n).ok())
+            .collect();
+        if !names.is_empty() {
+            let mut r = client.new_multi_reader();
+            for n in &names {
+                r.add_get_data(&inner.cfg.lease_path(n))
+                    .map_err(|e| zk_err(OP, e))?;
+            }
+            let results = call(OP, limit, r.commit())?.map_err(|e| zk_err(OP, e))?;
+            for (name, r) in names.into_iter().zip(results) {
+                if let zk::MultiReadResult::Data { stat, .. } = r {
+                    match inner.owner_of(&stat) {
+                        Ok(owner) => out.leases.push(LeaseInfo { name, owner }),
+                        Err(e) => log::warn!("lease node {name}: {}", e.report()),
+                    }
+                }
+            }
+        }
+        for g in children(&inner.cfg.groups)? {
+            let Ok(name) = GroupName::new(g) else {
+                continue;
+            };
+            let members = self.members(&name)?;
+            if !members.is_empty() {
+                out.groups.push(GroupInfo { name, members });
+            }
+        }
+        let mut sessions: std::collections::BTreeMap<SessionId, Metadata> = Default::default();
+        for l in &out.leases {
+            let id = &l.owner.session;
+            let own = inner.sessions.lock().get(id).map(|s| s.metadata.clone());
+            sessions
+                .entry(id.clone())
+                .or_insert(own.unwrap_or_default());
+        }
+        for m in out.groups.iter().flat_map(|g| &g.members) {
+            sessions.insert(m.session.clone(), m.metadata.clone());
+        }
+        out.sessions = sessions
+            .into_iter()
+            .map(|(id, metadata)| {
+                let raw = u64::from_str_radix(id.as_str(), 16).unwrap_or_default() as i64;
+                SessionInfo {
+                    remaining: inner.remaining_of(raw),
+                    id,
+                    metadata,
+                }
+            })
+            .collect();
+        out.leases.sort_by(|a, b| a.name.cmp(&b.name));
+        out.groups.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     fn purge_expired(&self) -> Result<usize> {

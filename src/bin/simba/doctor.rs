@@ -3,6 +3,7 @@
 
 use serde_json::json;
 use simba_lease::backends::redis::{RedisBackend, Reply, Role};
+use simba_lease::backends::zookeeper::{Acl, ZooKeeperBackend};
 use simba_lease::backends::SqlBackend;
 use simba_lease::spi::LeaseBackend;
 use simba_lease::{LeaseName, Result};
@@ -26,6 +27,8 @@ pub(crate) struct Args {
 enum Level {
     Ok,
     Info,
+    /// Worth a look, but no trap: leases do not depend on it.
+    Warn,
     /// The check could not run (no permission, command disabled).
     Unknown,
     Trap,
@@ -56,8 +59,8 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     match scheme.as_str() {
         "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis(&a, &mut f)?,
         "postgres" | "postgresql" => sql(&a, &mut f, true)?,
-        "mysql" => sql(&a, &mut f, false)?,
-        "zookeeper" => zookeeper(&a, &mut f)?,
+        "mysql" | "mariadb" => sql(&a, &mut f, false)?,
+        "zookeeper" | "zk" | "zookeeper+tls" | "zk+tls" => zookeeper(&a, &mut f)?,
         "memory" => f.add(Level::Info, "backend", "in-memory: nothing to check"),
         other => f.add(
             Level::Unknown,
@@ -82,6 +85,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             let tag = match x.level {
                 Level::Ok => "ok     ",
                 Level::Info => "info   ",
+                Level::Warn => "warn   ",
                 Level::Unknown => "unknown",
                 Level::Trap => "TRAP   ",
             };
@@ -103,19 +107,35 @@ fn unix_ms() -> i64 {
         .unwrap_or_default()
 }
 
-/// The server clock against the local one: reported, leases never depend on it.
+/// An offset beyond which the clock finding is a warning (still no trap).
+const CLOCK_WARN_MS: i64 = 60_000;
+
+/// The server clock against the local one, read in a round trip that started at `sent_ms`:
+/// compared with the midpoint of the round trip.
 fn clock(f: &mut Findings, server_ms: Option<i64>, sent_ms: i64) {
-    match server_ms {
-        Some(ms) => {
-            let local = (sent_ms + unix_ms()) / 2;
-            f.add(
-                Level::Info,
-                "clock",
-                format!(
-                    "server clock {:+} ms from this host (leases are measured by the server's clock alone)",
-                    ms - local
-                ),
+    clock_at(f, server_ms.map(|ms| (ms, (sent_ms + unix_ms()) / 2)));
+}
+
+/// The server clock `(server_ms, local_ms)` against the local one: reported, leases never
+/// depend on it; more than a minute apart is a warning (logs and metrics of the two hosts
+/// will not line up), never a trap.
+fn clock_at(f: &mut Findings, reading: Option<(i64, i64)>) {
+    match reading {
+        Some((server, local)) => {
+            let offset = server - local;
+            let text = format!(
+                "server clock {offset:+} ms from this host (leases are measured by the server's \
+                 clock alone)"
             );
+            if offset.abs() > CLOCK_WARN_MS {
+                f.add(
+                    Level::Warn,
+                    "clock",
+                    format!("{text}; over a minute apart: check NTP on both hosts"),
+                );
+            } else {
+                f.add(Level::Info, "clock", text);
+            }
         }
         None => f.add(Level::Unknown, "clock", "could not read the server's clock"),
     }
@@ -262,8 +282,41 @@ fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
     } else {
         SqlBackend::mysql(&a.url)?
     };
+    // The pooler first (simple query protocol): the checks after it use prepared statements,
+    // which a transaction-mode pooler can break, so their failures are reported, not fatal.
+    let pooled = pooler(&b, f, postgres);
+    if let Err(e) = sql_checks(&b, f, postgres, pooled) {
+        f.add(
+            Level::Unknown,
+            "checks",
+            format!(
+                "the remaining checks failed: {}{}",
+                e.report(),
+                if pooled {
+                    " (prepared statements through the pooler above)"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
+    let sent = unix_ms();
+    clock(f, b.server_clock_ms().ok(), sent);
+    Ok(())
+}
+
+fn sql_checks(b: &SqlBackend, f: &mut Findings, postgres: bool, pooled: bool) -> Result<()> {
     match b.owner(&LeaseName::new("simba-doctor-probe")?) {
         Ok(_) => f.add(Level::Ok, "schema", format!("tables `{}simba_*` answer", b.table_prefix())),
+        // A statement the pooler lost (or mixed up) says nothing about the tables.
+        Err(e) if pooled && e.report().to_string().contains("prepared statement") => f.add(
+            Level::Unknown,
+            "schema",
+            format!(
+                "could not read the tables through the pooler ({})",
+                e.report()
+            ),
+        ),
         Err(e) => f.add(
             Level::Trap,
             "schema",
@@ -305,11 +358,104 @@ fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
         );
     }
     if postgres {
-        postgres_checks(&b, f)?;
+        postgres_checks(b, f)?;
     } else {
-        mysql_checks(&b, f)?;
+        mysql_checks(b, f)?;
     }
     Ok(())
+}
+
+/// A transaction-mode pooler between the backend and the database (PgBouncer, pgcat,
+/// Supavisor; ProxySQL multiplexing on MySQL), seen from two connections of the doctor's own:
+/// impossible ids on a direct connection. On PostgreSQL also the statement timeout the backend
+/// asks for in the startup options, which such poolers drop. Returns whether one was found.
+fn pooler(b: &SqlBackend, f: &mut Findings, postgres: bool) -> bool {
+    let p = match b.probe_connections() {
+        Ok(p) => p,
+        Err(e) => {
+            f.add(
+                Level::Unknown,
+                "pooler",
+                format!("could not probe two connections: {}", e.report()),
+            );
+            return false;
+        }
+    };
+    let id = if postgres {
+        "backend pid"
+    } else {
+        "connection id"
+    };
+    if p.pooled() {
+        let seen = if p.own.windows(2).any(|w| w[0] != w[1]) {
+            format!(
+                "one client connection ran its transactions on several server connections \
+                 ({id}s {:?})",
+                p.own
+            )
+        } else {
+            format!(
+                "a second client connection ran on the first one's server connection ({id} {})",
+                p.other
+            )
+        };
+        let fix = if postgres {
+            "connect to PostgreSQL directly, or through a session-mode pool (PgBouncer \
+             `pool_mode = session`)"
+        } else {
+            "connect to the server directly, or turn multiplexing off for this user (ProxySQL \
+             `mysql_users.transaction_persistent`/`multiplex=0`)"
+        };
+        let breaks = if postgres {
+            "prepared statements the backend keeps per connection fail or run in another \
+             session, and LISTEN (release notifications) and advisory locks are lost"
+        } else {
+            "prepared statements and the session settings that bound every statement \
+             (max_execution_time, lock waits) are lost"
+        };
+        f.add(
+            Level::Trap,
+            "pooler",
+            format!("a transaction-mode pooler is in front: {seen}; {breaks}; fix: {fix}"),
+        );
+    } else {
+        f.add(
+            Level::Ok,
+            "pooler",
+            format!(
+                "each connection keeps its server session ({id}s {} and {})",
+                p.own[0], p.other
+            ),
+        );
+    }
+    if let Some(t) = p.statement_timeout {
+        let want = b.query_timeout().as_millis().max(1);
+        let shown = if t.is_zero() {
+            "no limit (0)".to_owned()
+        } else {
+            format!("{} ms", t.as_millis())
+        };
+        if t.as_millis() != want {
+            f.add(
+                Level::Trap,
+                "statement_timeout",
+                format!(
+                    "the server applies {shown}, not the {want} ms the backend asks for in its \
+                     startup options: something in between dropped them (PgBouncer \
+                     `ignore_startup_parameters = options`), so the server no longer bounds \
+                     a statement; fix: connect directly, or set statement_timeout for the \
+                     role (`ALTER ROLE … SET statement_timeout = '{want}ms'`)"
+                ),
+            );
+        } else {
+            f.add(
+                Level::Ok,
+                "statement_timeout",
+                format!("{t:?}, as the backend asks"),
+            );
+        }
+    }
+    p.pooled()
 }
 
 fn postgres_checks(b: &SqlBackend, f: &mut Findings) -> Result<()> {
@@ -472,11 +618,70 @@ fn version(v: (u32, u32, u32)) -> String {
     format!("{}.{}.{}", v.0, v.1, v.2)
 }
 
+/// `scheme:id` of an ACL entry without secrets (a digest id is `user:hash`: the user only).
+fn acl_identity(acl: &Acl) -> String {
+    let id = if acl.scheme == "digest" {
+        acl.id.split(':').next().unwrap_or_default()
+    } else {
+        acl.id.as_str()
+    };
+    format!("{}:{id}", acl.scheme)
+}
+
+/// `world:anyone` allowed to create or delete under the root, `leases` or `groups`.
+fn zk_acls(b: &ZooKeeperBackend, f: &mut Findings) {
+    let acls = match b.acls() {
+        Ok(a) => a,
+        Err(e) => {
+            f.add(
+                Level::Unknown,
+                "acl",
+                format!("could not read the ACLs: {}", e.report()),
+            );
+            return;
+        }
+    };
+    let open: Vec<&str> = acls
+        .iter()
+        .filter(|(_, entries)| entries.iter().any(Acl::is_open))
+        .map(|(path, _)| path.as_str())
+        .collect();
+    if open.is_empty() {
+        let mut who: Vec<String> = acls
+            .iter()
+            .flat_map(|(_, e)| e.iter().map(acl_identity))
+            .collect();
+        who.sort();
+        who.dedup();
+        f.add(
+            Level::Ok,
+            "acl",
+            format!("{} restricted to {}", b.root(), who.join(", ")),
+        );
+    } else {
+        f.add(
+            Level::Trap,
+            "acl",
+            format!(
+                "{} open to world:anyone: any client can delete lease nodes (ending their terms), \
+                 create them or forge group members; fix: digest credentials in the URL \
+                 (`zookeeper://user:password@hosts{root}`: the nodes it creates are then \
+                 creator-only), and for existing nodes in zkCli: `addauth digest user:password` \
+                 then `setAcl -R {root} auth::cdrwa`",
+                open.join(", "),
+                root = b.root()
+            ),
+        );
+    }
+}
+
 fn zookeeper(a: &Args, f: &mut Findings) -> Result<()> {
-    let b = simba_lease::connect(&a.url)?;
+    let b = ZooKeeperBackend::from_url(&a.url)?;
     b.ping()?;
     f.add(Level::Ok, "connect", "the ensemble answers");
     four_letter_conf(a, f);
+    zk_acls(&b, f);
+    clock_at(f, b.server_clock_ms().ok());
     // Opening a session with the lease checks the server's maxSessionTimeout.
     match b.open_session(a.lease, &Default::default()) {
         Ok(g) => {
@@ -497,4 +702,38 @@ fn zookeeper(a: &Args, f: &mut Findings) -> Result<()> {
         ),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_offset_is_reported_and_over_a_minute_only_warned() {
+        let mut f = Findings::default();
+        clock_at(&mut f, Some((1_000_000, 1_000_250)));
+        clock_at(&mut f, Some((1_000_000 + CLOCK_WARN_MS + 1, 1_000_000)));
+        clock_at(&mut f, None);
+        let levels: Vec<Level> = f.0.iter().map(|x| x.level).collect();
+        assert_eq!(levels, [Level::Info, Level::Warn, Level::Unknown]);
+        assert!(f.0[0].text.contains("-250 ms"), "{}", f.0[0].text);
+        assert!(f.0[1].text.contains("over a minute"), "{}", f.0[1].text);
+    }
+
+    #[test]
+    fn acl_identities_never_show_a_digest_hash() {
+        let digest = Acl::new(
+            simba_lease::backends::zookeeper::Perms::ALL,
+            "digest",
+            "app:F6Y+U5gIoCbNNoLQExmvxRFeatA=",
+        );
+        assert_eq!(acl_identity(&digest), "digest:app");
+        let world = Acl::new(
+            simba_lease::backends::zookeeper::Perms::READ,
+            "world",
+            "anyone",
+        );
+        assert_eq!(acl_identity(&world), "world:anyone");
+        assert!(!world.is_open());
+    }
 }

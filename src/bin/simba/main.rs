@@ -33,7 +33,8 @@ enum Command {
     Bench(bench::Args),
     /// Checks the server's configuration for known traps; exits 1 when one is found.
     Doctor(doctor::Args),
-    /// The holders of the named leases and the members of the named groups.
+    /// The holders of the named leases and the members of the named groups; without names,
+    /// every session, held lease and group the backend sees.
     Status(status::Args),
     /// Follows the holders of one lease until interrupted.
     Watch(status::WatchArgs),

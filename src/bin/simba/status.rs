@@ -1,7 +1,8 @@
 //! `simba status` and `simba watch`: leases and groups as the backend sees them.
 
 use serde_json::json;
-use simba_lease::{connect, Config, Event, GroupName, LeaseName, Result, Session};
+use simba_lease::spi::LeaseBackend;
+use simba_lease::{connect, Config, Event, GroupName, LeaseName, Result, Session, SessionId};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 pub(crate) struct Args {
     /// Backend URL.
     url: String,
-    /// Lease (election or lock) names.
+    /// Lease (election or lock) names; with neither names nor groups, everything the
+    /// backend sees: sessions, held leases and groups.
     names: Vec<String>,
     /// Group names (repeatable).
     #[arg(long = "group")]
@@ -19,8 +21,114 @@ pub(crate) struct Args {
     json: bool,
 }
 
+/// `s` on one line: control characters (a newline in metadata) escaped, the rest as given.
+fn one_line(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let e: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            e
+        })
+        .collect()
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}
+
+/// Everything the backend sees: sessions (with the number of leases each holds), leases and
+/// groups.
+fn list(a: &Args, backend: &dyn LeaseBackend) -> Result<ExitCode> {
+    let l = backend.list()?;
+    let held = |id: &SessionId| l.leases.iter().filter(|x| &x.owner.session == id).count();
+    if a.json {
+        let sessions: Vec<_> = l
+            .sessions
+            .iter()
+            .map(|s| {
+                json!({"id": s.id.as_str(), "remaining_ms": s.remaining.as_millis() as u64,
+                       "metadata": s.metadata.as_str(), "leases": held(&s.id)})
+            })
+            .collect();
+        let leases: Vec<_> = l
+            .leases
+            .iter()
+            .map(|x| {
+                json!({"name": x.name.as_str(), "holder": x.owner.session.as_str(),
+                       "token": x.owner.token.get(),
+                       "remaining_ms": x.owner.remaining.as_millis() as u64})
+            })
+            .collect();
+        let groups: Vec<_> = l
+            .groups
+            .iter()
+            .map(|g| {
+                json!({"group": g.name.as_str(), "members": g.members.iter().map(|m| json!({
+                    "session": m.session.as_str(), "metadata": m.metadata.as_str()})).collect::<Vec<_>>()})
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"backend": backend.kind(), "url": crate::bench::redacted(&a.url),
+                   "sessions": sessions, "leases": leases, "groups": groups})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{} ({}): {} session(s), {} held lease(s), {} group(s)",
+        crate::bench::redacted(&a.url),
+        backend.kind(),
+        l.sessions.len(),
+        l.leases.len(),
+        l.groups.len()
+    );
+    if !l.sessions.is_empty() {
+        println!(
+            "\n{:<34} {:>12} {:>6}  metadata",
+            "session", "time left", "leases"
+        );
+        for s in &l.sessions {
+            println!(
+                "{:<34} {:>12} {:>6}  {}",
+                s.id.as_str(),
+                secs(s.remaining),
+                held(&s.id),
+                one_line(s.metadata.as_str())
+            );
+        }
+    }
+    if !l.leases.is_empty() {
+        println!(
+            "\n{:<32} {:<34} {:>8} {:>12}",
+            "lease", "holder", "token", "time left"
+        );
+        for x in &l.leases {
+            println!(
+                "{:<32} {:<34} {:>8} {:>12}",
+                x.name.as_str(),
+                x.owner.session.as_str(),
+                x.owner.token.get(),
+                secs(x.owner.remaining)
+            );
+        }
+    }
+    for g in &l.groups {
+        println!("\ngroup {} ({} members)", g.name.as_str(), g.members.len());
+        for m in &g.members {
+            println!("  {} {}", m.session.as_str(), one_line(m.metadata.as_str()));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let backend = connect(&a.url)?;
+    if a.names.is_empty() && a.groups.is_empty() {
+        return list(&a, backend.as_ref());
+    }
     let mut leases = Vec::new();
     for n in &a.names {
         let name = LeaseName::new(n.as_str())?;
