@@ -667,6 +667,45 @@ fn cluster_operation_spans_three_masters() {
     );
 }
 
+/// A cluster keep-alive renews every term of the session on every master (one script per
+/// node): after a keep-alive with a six times longer lease, each lease hash's expiry moved
+/// by most of the difference.
+#[test]
+fn cluster_keep_alive_renews_terms_on_every_master() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let s = open(&*b, Duration::from_secs(10));
+    let names: Vec<LeaseName> = (0..60)
+        .map(|i| LeaseName::new(format!("many-{i}")).unwrap())
+        .collect();
+    let expires = |n: &LeaseName| {
+        b.command(&["HGET", &b.lease_key(n), "expires"])
+            .as_str()
+            .and_then(|e| e.parse::<i64>().ok())
+            .expect("a term's expiry")
+    };
+    let mut nodes = std::collections::BTreeSet::new();
+    for n in &names {
+        acquired(&*b, &s, n);
+        let slot = key_slot(&b.lease_key(n)) as i64;
+        nodes.extend(
+            owners
+                .iter()
+                .filter(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
+                .map(|o| o.2),
+        );
+    }
+    assert_eq!(nodes.len(), 3, "the leases span the three masters");
+    let before: Vec<i64> = names.iter().map(expires).collect();
+    let ka = b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+    assert_eq!(ka.leases.len(), names.len());
+    for (n, was) in names.iter().zip(before) {
+        let now = expires(n);
+        assert!(now - was >= 40_000, "{n}: expiry {was} -> {now}");
+    }
+    b.close_session(&s).unwrap();
+}
+
 /// Waits for a notification matching `pred`, skipping others.
 fn wait_for(
     rx: &crossbeam_channel::Receiver<Notification>,

@@ -399,6 +399,57 @@ pub struct RedisBackend {
     /// One node: per session, the version of its leases the last full keep-alive reply
     /// listed, and that list (a keep-alive answering "same version" reuses it).
     known: Mutex<HashMap<SessionId, KnownLeases>>,
+    /// Cluster: which node serves each slot, and when that was read.
+    slot_map: Mutex<Option<(Instant, Arc<SlotMap>)>>,
+}
+
+/// How long a cluster's slot map is trusted before a keep-alive reads it again.
+const SLOT_MAP_TTL: Duration = Duration::from_secs(30);
+
+/// Which node (an index) serves each hash slot, from `CLUSTER SLOTS`.
+#[derive(Debug)]
+struct SlotMap {
+    /// Slot ranges (first, last) with their node.
+    ranges: Vec<(u16, u16, usize)>,
+}
+
+impl SlotMap {
+    /// Every slot on one node (one server).
+    fn one_node() -> Self {
+        SlotMap {
+            ranges: vec![(0, 16383, 0)],
+        }
+    }
+
+    /// Decodes a `CLUSTER SLOTS` reply (`[[first, last, [host, port, …], replicas…], …]`);
+    /// `None` if it is not one.
+    fn parse(r: &Reply) -> Option<Self> {
+        let mut nodes: Vec<String> = Vec::new();
+        let mut ranges = Vec::new();
+        for e in r.as_array()? {
+            let e = e.as_array()?;
+            let first = u16::try_from(e.first()?.as_int()?).ok()?;
+            let last = u16::try_from(e.get(1)?.as_int()?).ok()?;
+            let master = e.get(2)?.as_array()?;
+            let node = format!("{}:{}", master.first()?.as_str()?, master.get(1)?.as_int()?);
+            let i = match nodes.iter().position(|n| *n == node) {
+                Some(i) => i,
+                None => {
+                    nodes.push(node);
+                    nodes.len() - 1
+                }
+            };
+            ranges.push((first, last, i));
+        }
+        Some(SlotMap { ranges })
+    }
+
+    fn node_of(&self, slot: u16) -> Option<usize> {
+        self.ranges
+            .iter()
+            .find(|(a, b, _)| (*a..=*b).contains(&slot))
+            .map(|(_, _, n)| *n)
+    }
 }
 
 /// The leases of a session at one version of its lease set (one node).
@@ -709,6 +760,7 @@ impl RedisBackend {
             notifier: Mutex::new(None),
             stale: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
+            slot_map: Mutex::new(None),
         })
     }
 
@@ -1153,6 +1205,133 @@ impl RedisBackend {
         }
     }
 
+    /// Cluster keep-alive, one script per node: the slots grouped by the node serving them
+    /// (the `CLUSTER SLOTS` map, read at most every 30 s), each node's keys renewed by one
+    /// `keep_alive_node.lua` (script flag `allow-cross-slot-keys`). `None` when the map is
+    /// unknown or any node refused (a slot moved): the caller renews slot by slot, and the map
+    /// is read again next time.
+    fn keep_alive_by_node(
+        &self,
+        session: &SessionId,
+        by_slot: &BTreeMap<u16, (Vec<String>, Vec<String>)>,
+        left_ms: u64,
+    ) -> Option<Vec<(Vec<String>, Option<Reply>)>> {
+        let map = self.slot_map()?;
+        let mut nodes: BTreeMap<usize, (Vec<String>, Vec<String>)> = BTreeMap::new();
+        for (slot, (lk, gk)) in by_slot {
+            let node = map.node_of(*slot)?;
+            let e = nodes.entry(node).or_default();
+            e.0.extend(lk.iter().cloned());
+            e.1.extend(gk.iter().cloned());
+        }
+        let calls: Vec<ScriptCall<'_>> = nodes
+            .values()
+            .map(|(lk, gk)| {
+                let first = lk.first().or(gk.first()).cloned().unwrap_or_default();
+                let mut args = vec![
+                    session.to_string(),
+                    left_ms.to_string(),
+                    lk.len().to_string(),
+                ];
+                args.extend(lk.iter().chain(gk).cloned());
+                ScriptCall {
+                    script: &scripts().keep_alive_node,
+                    keys: vec![first],
+                    args,
+                }
+            })
+            .collect();
+        match self.scripting.eval_many(Role::KeepAlive, &calls) {
+            Ok(replies) => Some(
+                nodes
+                    .into_values()
+                    .zip(replies)
+                    .map(|((lk, _), r)| (lk, Some(r)))
+                    .collect(),
+            ),
+            Err(e) => {
+                log::debug!(
+                    "keep-alive of session {session} by node failed ({}); by slot",
+                    e.report()
+                );
+                *self.slot_map.lock() = None;
+                None
+            }
+        }
+    }
+
+    /// Cluster keep-alive, one script per slot (all pipelined), then slot by slot when the
+    /// batch failed: the lease keys of each call with its reply, if any.
+    fn keep_alive_by_slot(
+        &self,
+        session: &SessionId,
+        by_slot: BTreeMap<u16, (Vec<String>, Vec<String>)>,
+        remaining: Duration,
+        answered: Instant,
+        left_ms: u64,
+    ) -> Vec<(Vec<String>, Option<Reply>)> {
+        let slots: Vec<(Vec<String>, Vec<String>)> = by_slot.into_values().collect();
+        let calls: Vec<ScriptCall<'_>> = slots
+            .iter()
+            .map(|(lk, gk)| ScriptCall {
+                script: &scripts().keep_alive_slot,
+                keys: lk.iter().chain(gk).cloned().collect(),
+                args: vec![
+                    session.to_string(),
+                    left_ms.to_string(),
+                    lk.len().to_string(),
+                ],
+            })
+            .collect();
+        let replies: Vec<Option<Reply>> = match self.scripting.eval_many(Role::KeepAlive, &calls) {
+            Ok(r) => r.into_iter().map(Some).collect(),
+            Err(e) => {
+                // One node failing must not cost the leases on the others: slot by slot.
+                log::warn!(
+                    "batched keep-alive of session {session} failed ({}); slot by slot",
+                    e.report()
+                );
+                calls
+                    .iter()
+                    .map(|c| {
+                        let left = slot_left(remaining, answered.elapsed())?;
+                        let mut args = c.args.clone();
+                        args[1] = left.to_string();
+                        self.eval(Role::KeepAlive, c.script, &c.keys, &args)
+                            .map_err(|e| {
+                                log::warn!(
+                                    "keep-alive of a slot of session {session} failed: {}",
+                                    e.report()
+                                )
+                            })
+                            .ok()
+                    })
+                    .collect()
+            }
+        };
+        slots.into_iter().map(|(lk, _)| lk).zip(replies).collect()
+    }
+
+    /// The cluster's slot map, read again when older than 30 s; one node on one server.
+    fn slot_map(&self) -> Option<Arc<SlotMap>> {
+        if !self.scripting.clustered() {
+            return Some(Arc::new(SlotMap::one_node()));
+        }
+        if let Some((at, m)) = &*self.slot_map.lock() {
+            if at.elapsed() < SLOT_MAP_TTL {
+                return Some(m.clone());
+            }
+        }
+        let r = self
+            .scripting
+            .command(Role::KeepAlive, &["CLUSTER", "SLOTS"])
+            .map_err(|e| log::debug!("CLUSTER SLOTS failed: {}", e.report()))
+            .ok()?;
+        let m = Arc::new(SlotMap::parse(&r)?);
+        *self.slot_map.lock() = Some((Instant::now(), m.clone()));
+        Some(m)
+    }
+
     /// One node: renews the session, which renews every term and membership bound to it,
     /// in one script whose cost does not depend on what the session holds. The reply lists
     /// the leases only when their version changed since the list this backend kept.
@@ -1356,59 +1535,25 @@ impl LeaseBackend for RedisBackend {
         }
         let lease_keys: Vec<String> = names.iter().map(|n| self.keys.lease(n)).collect();
         let group_keys: Vec<String> = groups.iter().map(|g| self.keys.group(g)).collect();
-        // One script per slot, all slots pipelined per node; each carries what the session
-        // has left minus the time since the session call answered.
+        // One script per node (or, when that fails, per slot), pipelined to every node at
+        // once; each carries what the session has left minus the time since the session call
+        // answered.
         let mut leases = Vec::new();
-        let slots: Vec<(Vec<String>, Vec<String>)> =
-            by_slot(&lease_keys, &group_keys).into_values().collect();
-        if slots.is_empty() {
+        let by_slot = by_slot(&lease_keys, &group_keys);
+        if by_slot.is_empty() {
             return Ok(KeepAlive { remaining, leases });
         }
         let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
             return Ok(KeepAlive { remaining, leases });
         };
         let left = Duration::from_millis(left_ms);
-        let calls: Vec<ScriptCall<'_>> = slots
-            .iter()
-            .map(|(lk, gk)| ScriptCall {
-                script: &scripts().keep_alive_slot,
-                keys: lk.iter().chain(gk).cloned().collect(),
-                args: vec![
-                    session.to_string(),
-                    left_ms.to_string(),
-                    lk.len().to_string(),
-                ],
-            })
-            .collect();
-        let replies: Vec<Option<Reply>> = match self.scripting.eval_many(Role::KeepAlive, &calls) {
-            Ok(r) => r.into_iter().map(Some).collect(),
-            Err(e) => {
-                // One node failing must not cost the leases on the others: slot by slot.
-                log::warn!(
-                    "batched keep-alive of session {session} failed ({}); slot by slot",
-                    e.report()
-                );
-                calls
-                    .iter()
-                    .map(|c| {
-                        let left = slot_left(remaining, answered.elapsed())?;
-                        let mut args = c.args.clone();
-                        args[1] = left.to_string();
-                        self.eval(Role::KeepAlive, c.script, &c.keys, &args)
-                            .map_err(|e| {
-                                log::warn!(
-                                    "keep-alive of a slot of session {session} failed: {}",
-                                    e.report()
-                                )
-                            })
-                            .ok()
-                    })
-                    .collect()
-            }
+        let batches = match self.keep_alive_by_node(session, &by_slot, left_ms) {
+            Some(b) => b,
+            None => self.keep_alive_by_slot(session, by_slot, remaining, answered, left_ms),
         };
         let lease_prefix_len = self.keys.lease_prefix().len();
         let mut stale = self.stale.lock();
-        for ((lk, _), r) in slots.iter().zip(replies) {
+        for (lk, r) in batches {
             let Some(r) = r else { continue };
             // One token (0: not held) per lease key of the slot.
             let tokens = array_of(OP, &r, lk.len())?;
@@ -1880,6 +2025,38 @@ fn pem_check(_option: &str, _bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_maps_come_from_cluster_slots() {
+        let node = |port: i64| {
+            Reply::Array(vec![
+                Reply::Data(b"127.0.0.1".to_vec()),
+                Reply::Int(port),
+                Reply::Data(b"id".to_vec()),
+            ])
+        };
+        let range = |a: i64, b: i64, port: i64| {
+            Reply::Array(vec![
+                Reply::Int(a),
+                Reply::Int(b),
+                node(port),
+                node(port + 3),
+            ])
+        };
+        let r = Reply::Array(vec![
+            range(0, 5460, 7000),
+            range(5461, 10922, 7001),
+            range(10923, 16383, 7002),
+            range(100, 100, 7000),
+        ]);
+        let m = SlotMap::parse(&r).unwrap();
+        assert_eq!(m.node_of(0), Some(0));
+        assert_eq!(m.node_of(5461), Some(1));
+        assert_eq!(m.node_of(16383), Some(2));
+        assert_eq!(m.node_of(16384), None);
+        assert!(SlotMap::parse(&Reply::Int(1)).is_none());
+        assert!(SlotMap::parse(&Reply::Array(vec![Reply::Array(vec![Reply::Int(-1)])])).is_none());
+    }
 
     #[test]
     fn slots_follow_hash_tags() {

@@ -5,6 +5,18 @@ use std::sync::OnceLock;
 
 const COMMON: &str = include_str!("../../../lua/common.lua");
 
+/// `body` after the shared helpers; a first line of script flags (`#!lua flags=…`) stays
+/// first, where Redis reads it.
+fn with_common(body: &str) -> String {
+    match body.strip_prefix("#!") {
+        Some(_) => {
+            let (flags, rest) = body.split_once('\n').unwrap_or((body, ""));
+            format!("{flags}\n{COMMON}\n{rest}")
+        }
+        None => format!("{COMMON}\n{body}"),
+    }
+}
+
 macro_rules! scripts {
     ($($field:ident),* $(,)?) => {
         /// Every script of the backend.
@@ -17,10 +29,7 @@ macro_rules! scripts {
             SCRIPTS.get_or_init(|| Scripts {
                 $($field: LuaScript::new(
                     stringify!($field),
-                    format!(
-                        "{COMMON}\n{}",
-                        include_str!(concat!("../../../lua/", stringify!($field), ".lua"))
-                    ),
+                    with_common(include_str!(concat!("../../../lua/", stringify!($field), ".lua"))),
                 ),)*
             })
         }
@@ -32,6 +41,7 @@ scripts!(
     keep_alive,
     keep_alive_session,
     keep_alive_slot,
+    keep_alive_node,
     acquire,
     acquire_session,
     acquire_lease,
