@@ -23,12 +23,11 @@ impl Session {
     /// exclude each other, like processes with different sessions do.
     pub fn lock(&self, name: impl IntoLeaseName) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        self.lock_until(name, None, false, None)?
-            .ok_or(Error::Timeout {
-                operation: "taking a lock",
-                after: Duration::MAX,
-                source: None,
-            })
+        lock_until(&self.inner, name, None, false, None)?.ok_or(Error::Timeout {
+            operation: "taking a lock",
+            after: Duration::MAX,
+            source: None,
+        })
     }
 
     /// Takes the lock `name` if it is free now; `Ok(None)` if someone holds it.
@@ -47,7 +46,7 @@ impl Session {
     /// ```
     pub fn try_lock(&self, name: impl IntoLeaseName) -> Result<Option<LockGuard>> {
         let name = name.into_lease_name()?;
-        self.lock_until(name, Some(Instant::now()), true, None)
+        lock_until(&self.inner, name, Some(Instant::now()), true, None)
     }
 
     /// Takes the lock `name`, waiting at most `timeout`; [`Error::Timeout`] after that.
@@ -55,7 +54,7 @@ impl Session {
         let name = name.into_lease_name()?;
         // A timeout too large for an `Instant` means no deadline.
         let until = Instant::now().checked_add(timeout);
-        match self.lock_until(name, until, false, None)? {
+        match lock_until(&self.inner, name, until, false, None)? {
             Some(g) => Ok(g),
             None => Err(Error::Timeout {
                 operation: "waiting for a lock",
@@ -80,78 +79,13 @@ impl Session {
         let name = name.into_lease_name()?;
         // A timeout too large for an `Instant` means no deadline.
         let until = timeout.and_then(|t| Instant::now().checked_add(t));
-        match self.lock_until(name, until, false, Some(cancel))? {
+        match lock_until(&self.inner, name, until, false, Some(cancel))? {
             Some(g) => Ok(g),
             None => Err(Error::Timeout {
                 operation: "taking a lock",
                 after: timeout.unwrap_or_default(),
                 source: None,
             }),
-        }
-    }
-
-    fn lock_until(
-        &self,
-        name: LeaseName,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-    ) -> Result<Option<LockGuard>> {
-        const OP: &str = "taking a lock";
-        let inner = &self.inner;
-        let started = inner.now();
-        let h = inner.next_handle();
-        let me = std::thread::current().id();
-        {
-            let mut s = inner.lock_shared();
-            loop {
-                Cancel::check(cancel, OP)?;
-                if once {
-                    s.core.check_live()?;
-                } else {
-                    // While an expired session is reopened, wait for the new one.
-                    inner.check_waitable(&s)?;
-                }
-                match s.reserved.get(&name) {
-                    None => {
-                        s.reserved.insert(name.clone(), (h, me));
-                        break;
-                    }
-                    // Waiting for a lock this thread holds would wait forever.
-                    Some((_, by)) if *by == me && !once => {
-                        return Err(Error::AlreadyHeld { name });
-                    }
-                    Some(_) => {}
-                }
-                if once || !inner.wait_or_cancel(&mut s, until, cancel) {
-                    return Ok(None);
-                }
-            }
-        }
-        let events = inner.listeners.channel(h);
-        let r = self.acquire_loop(&name, h, until, once, cancel);
-        match r {
-            Ok(Some((session, term))) => Ok(Some(LockGuard {
-                acquired: {
-                    let now = inner.now();
-                    crate::metrics::lock_wait(now.saturating_duration_since(started));
-                    now
-                },
-                inner: inner.clone(),
-                handle: h,
-                session,
-                term,
-                events,
-                done: false,
-            })),
-            other => {
-                if inner.config.fair_locks() {
-                    self.leave_queue(&name);
-                }
-                inner.listeners.remove(h);
-                inner.unreserve(&name, h);
-                other.map(|_| None)
-            }
         }
     }
 
@@ -171,127 +105,190 @@ impl Session {
         let name = name.into_lease_name()?;
         self.inner.backend.queue(&name)
     }
+}
 
-    /// Gives up this session's place in `name`'s queue (a waiter that timed out, was
-    /// cancelled or failed). A failure only costs the place's patience: it is skipped once
-    /// no longer renewed.
-    fn leave_queue(&self, name: &LeaseName) {
-        let id = self.inner.id();
-        if let Err(e) = self.inner.backend.leave_queue(&id, name) {
-            log::warn!("leaving the queue of lock {name} failed: {}", e.report());
-        }
-    }
-
-    fn acquire_loop(
-        &self,
-        name: &LeaseName,
-        h: HandleId,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-    ) -> Result<Option<(SessionId, Term)>> {
-        const OP: &str = "taking a lock";
-        let inner = &self.inner;
-        let fair = inner.config.fair_locks();
-        let retry = inner.config.retry_interval();
-        // A blocking caller waits for a release of this name only: other names' releases
-        // neither wake it nor reach this session. Registered once the name is found held
-        // (then tried again at once, so a release in between is not missed).
-        let mut waiting: Option<WaitingForRelease> = None;
+pub(crate) fn lock_until(
+    inner: &Arc<Inner>,
+    name: LeaseName,
+    until: Option<Instant>,
+    once: bool,
+    cancel: Option<&Cancel>,
+) -> Result<Option<LockGuard>> {
+    const OP: &str = "taking a lock";
+    let started = inner.now();
+    let h = inner.next_handle();
+    let me = std::thread::current().id();
+    {
+        let mut s = inner.lock_shared();
         loop {
-            let (id, seen) = {
-                let mut s = inner.lock_shared();
-                loop {
-                    Cancel::check(cancel, OP)?;
-                    if once {
-                        s.core.check_live()?;
-                    } else {
-                        inner.check_waitable(&s)?;
-                    }
-                    if s.core.state().is_live() {
-                        break;
-                    }
-                    // Expired and being reopened: wait for the new session.
-                    if !inner.wait_or_cancel(&mut s, until, cancel) {
-                        return Ok(None);
-                    }
-                }
-                s.core.begin_acquire(name);
-                (s.core.session().clone(), s.core.releases_of(name))
-            };
-            let sent = inner.now();
-            // `None`: queued behind another waiter while the lease is free.
-            let reply: Result<Option<Acquire>> = if fair {
-                inner
-                    .backend
-                    .acquire_queued(&id, name, inner.config.lease())
-                    .map(|q| match q {
-                        Queued::Acquired(term) => Some(Acquire::Acquired(term)),
-                        Queued::Waiting { owner, .. } => owner.map(Acquire::Held),
-                    })
+            Cancel::check(cancel, OP)?;
+            if once {
+                s.core.check_live()?;
             } else {
-                inner.backend.acquire(&id, name).map(Some)
-            };
-            let now = inner.now();
-            let r = inner
-                .with_session(&id, |c| match reply.transpose() {
-                    Some(reply) => c.on_lock_acquire(h, name, sent, now, reply).map(Some),
-                    None => {
-                        c.on_lock_queued(name);
-                        Ok(None)
-                    }
-                })
-                .unwrap_or_else(|| {
-                    Err(Error::SessionExpired {
-                        session: id.clone(),
-                    })
-                });
-            match r {
-                Ok(Some(Acquire::Acquired(term))) => return Ok(Some((id, term))),
-                Ok(_) if once => return Ok(None),
-                Ok(_) if waiting.is_none() => {
-                    waiting = Some(WaitingForRelease::new(inner, name));
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e @ Error::Unsupported { .. }) => return Err(e),
-                Err(e @ Error::SessionExpired { .. }) if !once => {
-                    // Try again on the reopened session, if there will be one.
-                    inner.check_waitable(&inner.lock_shared()).map_err(|_| e)?;
-                    continue;
-                }
-                Err(e @ (Error::SessionExpired { .. } | Error::Closed)) => return Err(e),
-                Err(e) if once => return Err(e),
-                Err(e) => log::warn!("acquiring lock {name} failed, retrying: {}", e.report()),
+                // While an expired session is reopened, wait for the new one.
+                inner.check_waitable(&s)?;
             }
-            let mut next = inner.now() + retry + crate::rand::jitter(retry / 2);
-            if let Some(u) = until {
-                next = next.min(u);
-            }
-            let mut s = inner.lock_shared();
-            while s.core.releases_of(name) == seen && s.core.check_live().is_ok() {
-                if cancel.is_some_and(Cancel::is_cancelled) {
+            match s.reserved.get(&name) {
+                None => {
+                    s.reserved.insert(name.clone(), (h, me));
                     break;
                 }
-                if !inner.wait_or_cancel(&mut s, Some(next), cancel) {
-                    break;
+                // Waiting for a lock this thread holds would wait forever.
+                Some((_, by)) if *by == me && !once => {
+                    return Err(Error::AlreadyHeld { name });
                 }
+                Some(_) => {}
             }
-            if until.is_some_and(|u| inner.now() >= u) {
+            if once || !inner.wait_or_cancel(&mut s, until, cancel) {
                 return Ok(None);
             }
+        }
+    }
+    let events = inner.listeners.channel(h);
+    let r = acquire_loop(inner, &name, h, until, once, cancel);
+    match r {
+        Ok(Some((session, term))) => Ok(Some(LockGuard {
+            acquired: {
+                let now = inner.now();
+                crate::metrics::lock_wait(now.saturating_duration_since(started));
+                now
+            },
+            inner: inner.clone(),
+            handle: h,
+            session,
+            term,
+            events,
+            done: false,
+        })),
+        other => {
+            if inner.config.fair_locks() {
+                leave_queue(inner, &name);
+            }
+            inner.listeners.remove(h);
+            inner.unreserve(&name, h);
+            other.map(|_| None)
+        }
+    }
+}
+
+/// Gives up this session's place in `name`'s queue (a waiter that timed out, was
+/// cancelled or failed). A failure only costs the place's patience: it is skipped once
+/// no longer renewed.
+pub(crate) fn leave_queue(inner: &Inner, name: &LeaseName) {
+    let id = inner.id();
+    if let Err(e) = inner.backend.leave_queue(&id, name) {
+        log::warn!("leaving the queue of lock {name} failed: {}", e.report());
+    }
+}
+
+fn acquire_loop(
+    inner: &Arc<Inner>,
+    name: &LeaseName,
+    h: HandleId,
+    until: Option<Instant>,
+    once: bool,
+    cancel: Option<&Cancel>,
+) -> Result<Option<(SessionId, Term)>> {
+    const OP: &str = "taking a lock";
+    let fair = inner.config.fair_locks();
+    let retry = inner.config.retry_interval();
+    // A blocking caller waits for a release of this name only: other names' releases
+    // neither wake it nor reach this session. Registered once the name is found held
+    // (then tried again at once, so a release in between is not missed).
+    let mut waiting: Option<WaitingForRelease> = None;
+    loop {
+        let (id, seen) = {
+            let mut s = inner.lock_shared();
+            loop {
+                Cancel::check(cancel, OP)?;
+                if once {
+                    s.core.check_live()?;
+                } else {
+                    inner.check_waitable(&s)?;
+                }
+                if s.core.state().is_live() {
+                    break;
+                }
+                // Expired and being reopened: wait for the new session.
+                if !inner.wait_or_cancel(&mut s, until, cancel) {
+                    return Ok(None);
+                }
+            }
+            s.core.begin_acquire(name);
+            (s.core.session().clone(), s.core.releases_of(name))
+        };
+        let sent = inner.now();
+        // `None`: queued behind another waiter while the lease is free.
+        let reply: Result<Option<Acquire>> = if fair {
+            inner
+                .backend
+                .acquire_queued(&id, name, inner.config.lease())
+                .map(|q| match q {
+                    Queued::Acquired(term) => Some(Acquire::Acquired(term)),
+                    Queued::Waiting { owner, .. } => owner.map(Acquire::Held),
+                })
+        } else {
+            inner.backend.acquire(&id, name).map(Some)
+        };
+        let now = inner.now();
+        let r = inner
+            .with_session(&id, |c| match reply.transpose() {
+                Some(reply) => c.on_lock_acquire(h, name, sent, now, reply).map(Some),
+                None => {
+                    c.on_lock_queued(name);
+                    Ok(None)
+                }
+            })
+            .unwrap_or_else(|| {
+                Err(Error::SessionExpired {
+                    session: id.clone(),
+                })
+            });
+        match r {
+            Ok(Some(Acquire::Acquired(term))) => return Ok(Some((id, term))),
+            Ok(_) if once => return Ok(None),
+            Ok(_) if waiting.is_none() => {
+                waiting = Some(WaitingForRelease::new(inner, name));
+                continue;
+            }
+            Ok(_) => {}
+            Err(e @ Error::Unsupported { .. }) => return Err(e),
+            Err(e @ Error::SessionExpired { .. }) if !once => {
+                // Try again on the reopened session, if there will be one.
+                inner.check_waitable(&inner.lock_shared()).map_err(|_| e)?;
+                continue;
+            }
+            Err(e @ (Error::SessionExpired { .. } | Error::Closed)) => return Err(e),
+            Err(e) if once => return Err(e),
+            Err(e) => log::warn!("acquiring lock {name} failed, retrying: {}", e.report()),
+        }
+        let mut next = inner.now() + retry + crate::rand::jitter(retry / 2);
+        if let Some(u) = until {
+            next = next.min(u);
+        }
+        let mut s = inner.lock_shared();
+        while s.core.releases_of(name) == seen && s.core.check_live().is_ok() {
+            if cancel.is_some_and(Cancel::is_cancelled) {
+                break;
+            }
+            if !inner.wait_or_cancel(&mut s, Some(next), cancel) {
+                break;
+            }
+        }
+        if until.is_some_and(|u| inner.now() >= u) {
+            return Ok(None);
         }
     }
 }
 
 /// Registers a lock caller waiting for a release of `name` while it lives.
-struct WaitingForRelease<'a> {
+pub(super) struct WaitingForRelease<'a> {
     inner: &'a Inner,
     name: &'a LeaseName,
 }
 
 impl<'a> WaitingForRelease<'a> {
-    fn new(inner: &'a Inner, name: &'a LeaseName) -> Self {
+    pub(super) fn new(inner: &'a Inner, name: &'a LeaseName) -> Self {
         inner.with_core(|c| c.wait_for_release(name));
         WaitingForRelease { inner, name }
     }

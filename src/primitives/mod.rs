@@ -1,14 +1,16 @@
-//! Elections, locks, observers and groups: thin handles over a session's engine.
+//! Elections, locks, semaphores, observers and groups: thin handles over a session's engine.
 
 mod election;
 mod group;
 mod lock;
 mod observer;
+mod semaphore;
 
 pub use election::Election;
 pub use group::{Group, Membership};
 pub use lock::LockGuard;
 pub use observer::Observer;
+pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 
 use crate::error::Result;
 use crate::types::{GroupName, LeaseName};

@@ -15,10 +15,12 @@ mod backend_cases;
 mod engine_cases;
 mod fair_cases;
 mod gate;
+mod semaphore_cases;
 
 pub use backend_cases::*;
 pub use engine_cases::*;
 pub use fair_cases::*;
+pub use semaphore_cases::*;
 
 use crate::engine::Config;
 use crate::spi::LeaseBackend;
@@ -178,6 +180,7 @@ macro_rules! tck_suite {
             locking_a_name_this_thread_holds_fails_instead_of_waiting,
             queued_acquires_take_the_lease_in_arrival_order,
             fair_locks_are_granted_in_arrival_order,
+            semaphore_admits_at_most_its_permits,
             list_shows_live_sessions_leases_and_groups,
         );
     };

@@ -1,0 +1,281 @@
+//! Counting semaphores: `Session::semaphore`. Permit `i` of semaphore `name` is the lease
+//! `{name}.permit-{i}`, so each permit is a term with its own fencing token, released when its
+//! [`Permit`] is dropped and lost with its session (a crashed holder's permits come back once
+//! its session expires: no orphaned permits), on every backend.
+
+use super::lock::{lock_until, LockGuard, WaitingForRelease};
+use super::IntoLeaseName;
+use crate::engine::session::Inner;
+use crate::engine::{Cancel, Session};
+use crate::error::{Error, Result};
+use crate::types::{LeaseName, Owner, Term, Token};
+use crate::Event;
+use crossbeam_channel::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 1000;
+
+impl Session {
+    /// A counting semaphore of `permits` (1 to [`MAX_PERMITS`]) leased permits named `name`.
+    ///
+    /// Every process using the semaphore must give the same number of permits: permit `i` is
+    /// the lease `{name}.permit-{i}`, so a process that counts more permits admits more
+    /// holders. Fails with [`Error::InvalidConfig`] for 0 or too many permits, and with
+    /// [`Error::InvalidName`] when `{name}.permit-{permits - 1}` is longer than a name may be.
+    ///
+    /// ```
+    /// use simba_lease::{Config, Session};
+    /// let a = Session::connect("memory://", Config::default())?;
+    /// let pool = a.semaphore("db-connections", 2)?;
+    /// let first = pool.try_acquire()?.expect("a free permit");
+    /// let second = pool.try_acquire()?.expect("another one");
+    /// assert!(pool.try_acquire()?.is_none()); // both taken
+    /// assert_ne!(first.index(), second.index());
+    /// assert_eq!(pool.holders()?.len(), 2);
+    /// drop(first); // released (in the background)
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn semaphore(&self, name: impl IntoLeaseName, permits: u32) -> Result<Semaphore> {
+        let name = name.into_lease_name()?;
+        if permits == 0 || permits > MAX_PERMITS {
+            return Err(Error::config(
+                "permits",
+                format!("{permits} is outside 1..={MAX_PERMITS}"),
+            ));
+        }
+        let slots = (0..permits)
+            .map(|i| LeaseName::new(format!("{name}.permit-{i}")))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Semaphore {
+            inner: self.inner.clone(),
+            name,
+            slots,
+        })
+    }
+}
+
+/// A counting semaphore whose permits are leases of one session (see
+/// [`Session::semaphore`]). Cheap to keep; taking a permit tries the permits' leases from a
+/// random one on (one backend call each) and, when all are held, waits for a release of any.
+pub struct Semaphore {
+    inner: Arc<Inner>,
+    name: LeaseName,
+    slots: Vec<LeaseName>,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("permits", &self.slots.len())
+            .finish()
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &LeaseName {
+        &self.name
+    }
+
+    /// How many permits it has.
+    pub fn permits(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// A permit if one is free now; `Ok(None)` if all are held.
+    pub fn try_acquire(&self) -> Result<Option<Permit>> {
+        self.acquire_until(Some(Instant::now()), true, None)
+    }
+
+    /// A permit, waiting as long as it takes (until the session is lost).
+    pub fn acquire(&self) -> Result<Permit> {
+        self.acquire_until(None, false, None)?
+            .ok_or(Error::Timeout {
+                operation: "taking a permit",
+                after: Duration::MAX,
+                source: None,
+            })
+    }
+
+    /// A permit, waiting at most `timeout`; [`Error::Timeout`] after that.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
+        let until = Instant::now().checked_add(timeout);
+        self.acquire_until(until, false, None)?
+            .ok_or(Error::Timeout {
+                operation: "waiting for a permit",
+                after: timeout,
+                source: None,
+            })
+    }
+
+    /// A permit, waiting until `timeout` passes (`None`: no deadline) or `cancel` is
+    /// cancelled ([`Error::Cancelled`]).
+    pub fn acquire_cancellable(
+        &self,
+        timeout: Option<Duration>,
+        cancel: &Cancel,
+    ) -> Result<Permit> {
+        let until = timeout.and_then(|t| Instant::now().checked_add(t));
+        self.acquire_until(until, false, Some(cancel))?
+            .ok_or(Error::Timeout {
+                operation: "waiting for a permit",
+                after: timeout.unwrap_or_default(),
+                source: None,
+            })
+    }
+
+    /// The live holders, by permit index (one backend read per permit).
+    pub fn holders(&self) -> Result<Vec<(u32, Owner)>> {
+        let mut out = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            if let Some(o) = self.inner.backend.owner(slot)? {
+                out.push((i as u32, o));
+            }
+        }
+        Ok(out)
+    }
+
+    fn acquire_until(
+        &self,
+        until: Option<Instant>,
+        once: bool,
+        cancel: Option<&Cancel>,
+    ) -> Result<Option<Permit>> {
+        const OP: &str = "taking a permit";
+        let inner = &self.inner;
+        let n = self.slots.len();
+        let start = (crate::rand::u64() % n as u64) as usize;
+        let retry = inner.config.retry_interval();
+        // Registered before the first round, so a release during it is not missed.
+        let _waiting: Vec<WaitingForRelease<'_>> = if once {
+            Vec::new()
+        } else {
+            self.slots
+                .iter()
+                .map(|s| WaitingForRelease::new(inner, s))
+                .collect()
+        };
+        loop {
+            Cancel::check(cancel, OP)?;
+            let seen: Vec<u64> = {
+                let s = inner.lock_shared();
+                if !once {
+                    inner.check_waitable(&s)?;
+                }
+                self.slots.iter().map(|n| s.core.releases_of(n)).collect()
+            };
+            for k in 0..n {
+                let i = (start + k) % n;
+                match lock_until(
+                    inner,
+                    self.slots[i].clone(),
+                    Some(Instant::now()),
+                    true,
+                    None,
+                ) {
+                    Ok(Some(guard)) => {
+                        return Ok(Some(Permit {
+                            guard,
+                            index: i as u32,
+                        }))
+                    }
+                    Ok(None) => {}
+                    Err(e @ Error::SessionExpired { .. }) if !once => {
+                        // Wait for the reopened session, if there will be one.
+                        inner.check_waitable(&inner.lock_shared()).map_err(|_| e)?;
+                        break;
+                    }
+                    Err(e) if once => return Err(e),
+                    Err(e @ Error::Closed) => return Err(e),
+                    Err(e) => {
+                        log::warn!(
+                            "taking a permit of {} failed, retrying: {}",
+                            self.name,
+                            e.report()
+                        );
+                        break;
+                    }
+                }
+            }
+            if once || until.is_some_and(|u| inner.now() >= u) {
+                return Ok(None);
+            }
+            let mut next = inner.now() + retry + crate::rand::jitter(retry / 2);
+            if let Some(u) = until {
+                next = next.min(u);
+            }
+            let mut s = inner.lock_shared();
+            let unchanged = |s: &crate::engine::session::Shared| {
+                self.slots
+                    .iter()
+                    .zip(&seen)
+                    .all(|(n, v)| s.core.releases_of(n) == *v)
+            };
+            while unchanged(&s) && s.core.check_live().is_ok() {
+                if cancel.is_some_and(Cancel::is_cancelled) {
+                    break;
+                }
+                if !inner.wait_or_cancel(&mut s, Some(next), cancel) {
+                    break;
+                }
+            }
+            drop(s);
+            if until.is_some_and(|u| inner.now() >= u) {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// A held permit: a lock on one of the semaphore's permit leases. Dropping it releases the
+/// permit (on the session's work thread); [`Permit::release`] releases it before returning.
+#[derive(Debug)]
+pub struct Permit {
+    guard: LockGuard,
+    index: u32,
+}
+
+impl Permit {
+    /// Which permit this is (0 to permits − 1).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The permit's lease (`{name}.permit-{index}`).
+    pub fn lease(&self) -> &LeaseName {
+        self.guard.name()
+    }
+
+    /// The term's fencing token (it increases with every holder of this permit).
+    pub fn token(&self) -> Token {
+        self.guard.token()
+    }
+
+    /// The term as granted.
+    pub fn term(&self) -> &Term {
+        self.guard.term()
+    }
+
+    /// Whether the permit is still held (see [`LockGuard::is_valid`]).
+    pub fn is_valid(&self) -> bool {
+        self.guard.is_valid()
+    }
+
+    /// The fencing token if still held, otherwise [`Error::LeaseLost`].
+    pub fn check(&self) -> Result<Token> {
+        self.guard.check()
+    }
+
+    /// Receives [`Event::LockLost`] if the permit is lost before it is dropped.
+    pub fn lost(&self) -> &Receiver<Event> {
+        self.guard.lost()
+    }
+
+    /// Releases the permit now, reporting a backend failure (see [`LockGuard::unlock`]).
+    pub fn release(self) -> Result<()> {
+        self.guard.unlock()
+    }
+}
