@@ -51,13 +51,63 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Wake, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use zookeeper_client as zk;
 
 type Watch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
 
 /// What a reply showed of a lease node, with the watch its `exists` armed.
 pub(super) type Seen = (Option<zk::Stat>, zk::OneshotWatcher);
+
+type Reply = std::result::Result<Seen, zk::Error>;
+
+/// An `exists` with a watch, already sent, whose reply nobody has waited for yet.
+pub(super) struct Sent(Option<SentState>);
+
+enum SentState {
+    Waiting(Pin<Box<dyn Future<Output = Reply> + Send>>),
+    Done(Reply),
+}
+
+impl Sent {
+    /// Sends an `exists` with a watch of `path` now (queued behind every request sent before).
+    pub(super) fn exists(client: &zk::Client, path: String) -> Sent {
+        let c = client.clone();
+        let mut f: Pin<Box<dyn Future<Output = Reply> + Send>> =
+            Box::pin(async move { c.check_and_watch_stat(&path).await });
+        // The first poll sends the request.
+        let mut cx = Context::from_waker(Waker::noop());
+        Sent(Some(match f.as_mut().poll(&mut cx) {
+            Poll::Ready(r) => SentState::Done(r),
+            Poll::Pending => SentState::Waiting(f),
+        }))
+    }
+
+    /// Waits for the reply.
+    pub(super) async fn reply(mut self) -> Reply {
+        match self.0.take() {
+            Some(SentState::Waiting(f)) => f.await,
+            Some(SentState::Done(r)) => r,
+            None => Err(zk::Error::UnexpectedError("reply taken twice".into())),
+        }
+    }
+
+    /// The reply if it is in.
+    fn now(&mut self) -> Option<Reply> {
+        match self.0.take()? {
+            SentState::Done(r) => Some(r),
+            SentState::Waiting(mut f) => {
+                match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(r) => Some(r),
+                    Poll::Pending => {
+                        self.0 = Some(SentState::Waiting(f));
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// Lease names with a sequence number (of a create, or of a watch).
 pub(super) type Numbered = Vec<(LeaseName, u64)>;
@@ -95,6 +145,8 @@ struct Entry {
     /// The held node's watch fired: it may have changed.
     dirty: bool,
     held: Option<Held>,
+    /// The `exists` sent with the last create, when its acquire did not wait for the reply.
+    sent: Option<Sent>,
 }
 
 /// The possibly-owned lease names of one session.
@@ -120,10 +172,25 @@ impl Leases {
             pending: true,
             dirty: false,
             held: None,
+            sent: None,
         });
         e.seq = seq;
         e.pending = true;
+        e.sent = None;
         seq
+    }
+
+    /// Drops the stashed `exists` (each holds a clone of the client, which must be dropped for
+    /// the client to close its session).
+    pub(super) fn drop_sent(&mut self) {
+        self.names.values_mut().for_each(|e| e.sent = None);
+    }
+
+    /// Keeps the `exists` sent with the create numbered `seq`, for the next keep-alive.
+    pub(super) fn stash(&mut self, name: &LeaseName, seq: u64, sent: Sent) {
+        if let Some(e) = self.names.get_mut(name).filter(|e| e.seq == seq) {
+            e.sent = Some(sent);
+        }
     }
 
     /// The sequence number of the last create of `name`.
@@ -203,14 +270,41 @@ impl Leases {
         Ok(token)
     }
 
-    /// The names a keep-alive must read (pending or dirty), with their sequence numbers.
-    pub(super) fn unsure(&mut self) -> Numbered {
+    /// The names a keep-alive must read (pending without a stashed `exists`, or dirty), with
+    /// their sequence numbers, and the last sequence number so far.
+    pub(super) fn unsure(&mut self) -> (Numbered, u64) {
         self.apply_fires();
-        self.names
+        let reads = self
+            .names
             .iter()
-            .filter(|(_, e)| e.pending || e.dirty)
+            .filter(|(_, e)| (e.pending && e.sent.is_none()) || e.dirty)
             .map(|(n, e)| (n.clone(), e.seq))
-            .collect()
+            .collect();
+        (reads, self.seq)
+    }
+
+    /// After a keep-alive's replies: applies the stashed `exists` replies of the creates sent
+    /// before its requests (numbered up to `mark`; their replies came first). Returns the
+    /// names whose reply is missing or failed, to read.
+    pub(super) fn collect_sent(&mut self, mark: u64, raw: i64) -> Result<Numbered> {
+        let mut done = Vec::new();
+        let mut again = Vec::new();
+        for (name, e) in self.names.iter_mut() {
+            if e.seq > mark {
+                continue;
+            }
+            let Some(mut sent) = e.sent.take() else {
+                continue;
+            };
+            match sent.now() {
+                Some(Ok(seen)) => done.push((name.clone(), e.seq, seen)),
+                _ => again.push((name.clone(), e.seq)),
+            }
+        }
+        for (name, seq, seen) in done {
+            self.observe(&name, seq, raw, seen)?;
+        }
+        Ok(again)
     }
 
     /// After a keep-alive's replies (and the reads it sent applied): the leases held, and the

@@ -694,6 +694,7 @@ impl ZkSession {
     /// without waiting.
     fn begin_close(&self) {
         drop(self.client.lock().take());
+        self.possibly.lock().drop_sent();
     }
 
     /// Closes the ZooKeeper session and, while the client is connected, waits (until `end`)
@@ -1031,11 +1032,11 @@ impl LeaseBackend for ZooKeeperBackend {
         // The names to read are chosen and their reads (or the one `exists`) sent under one
         // lock, so every create counted was queued before them: see `held` for why the
         // watches of the other held leases make reading them unnecessary.
-        let (reads, fut) = {
+        let (reads, mark, fut) = {
             let mut p = s.possibly.lock();
-            let reads = p.unsure();
+            let (reads, mark) = p.unsure();
             let fut = read_leases(&client, &inner.cfg, &reads);
-            (reads, fut)
+            (reads, mark, fut)
         };
         let seen = match call(OP, limit, fut)? {
             Ok(r) => r,
@@ -1050,10 +1051,14 @@ impl LeaseBackend for ZooKeeperBackend {
             for ((name, seq), seen) in reads.iter().zip(seen) {
                 p.observe(name, *seq, s.raw, seen)?;
             }
-            p.settled()
+            let mut again = p.collect_sent(mark, s.raw)?;
+            let (held, fired) = p.settled();
+            again.extend(fired);
+            (held, again)
         };
         if !again.is_empty() {
-            // Watches fired: those nodes changed (maybe after the batch); read them again.
+            // Watches fired (those nodes changed, maybe after the requests), or an acquire's
+            // `exists` failed: read them again.
             let fut = read_leases(&client, &inner.cfg, &again);
             let seen = match call(OP, limit, fut)? {
                 Ok(r) => r,
@@ -1106,24 +1111,25 @@ impl LeaseBackend for ZooKeeperBackend {
                 let mut p = s.possibly.lock();
                 let seq = p.creating(name);
                 let created = client.create(&path, session.as_str().as_bytes(), &opts);
-                (seq, created, client.check_and_watch_stat(&path))
+                (seq, created, held::Sent::exists(&client, path.clone()))
             };
             match call(OP, limit, created)? {
                 Ok((stat, _)) => {
-                    let token = token(&stat)?;
-                    // Without the `exists` reply the name stays pending: the next keep-alive
-                    // reads it.
-                    if let Ok(Ok(seen)) = call(OP, limit, seen) {
-                        s.possibly.lock().observe(name, seq, s.raw, seen)?;
+                    // The `exists` reply is not waited for: the next keep-alive applies it
+                    // (its own reply comes after it).
+                    // It holds a clone of the client: never stashed once closing began.
+                    let mut p = s.possibly.lock();
+                    if s.client.lock().is_some() {
+                        p.stash(name, seq, seen);
                     }
                     return Ok(Acquire::Acquired(Term {
                         name: name.clone(),
-                        token,
+                        token: token(&stat)?,
                         remaining: s.remaining_at(sent),
                     }));
                 }
                 Err(zk::Error::NodeExists) => {
-                    let seen = match call(OP, limit, seen)? {
+                    let seen = match call(OP, limit, seen.reply())? {
                         Ok(seen) => seen,
                         Err(e) => return Err(inner.fail(&s, OP, e)),
                     };
