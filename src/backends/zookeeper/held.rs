@@ -34,9 +34,15 @@
 //!
 //! Hence after the replies: a held entry that is not dirty was held at `T0` and is reported
 //! with its token. A dirty one is read again (a second round trip, only when a watch fired):
-//! owned with the same czxid, the same node existed throughout; otherwise it is lost. An entry
-//! whose create's outcome is unknown (the create or its `exists` failed or timed out) is read in
-//! the batch itself, as every possibly-owned name was before. Watches armed after `T0` (by the
+//! owned with the same czxid, the same node existed throughout; otherwise it is lost.
+//!
+//! An acquire sends its create and an `exists` with a watch together and does not wait for the
+//! `exists` reply: it is stashed in the entry ([`Sent`]) and applied by the next keep-alive
+//! after its batch's replies (the `exists` was sent first, so its reply came first), as if the
+//! batch had read the node, and its watch is polled then (an event already delivered to it
+//! marks the entry dirty). An entry whose create's outcome is unknown (the create timed out, or
+//! the `exists` failed) is read in the batch (or in the second round), as every possibly-owned
+//! name was before. Watches armed after `T0` (by the
 //! batch's own reads or a concurrent acquire) observed the node owned after `T0`: reporting
 //! them is true too. Events that reach the process after the replies concern later changes and
 //! stay recorded for the next keep-alive.

@@ -27,7 +27,8 @@
 //!
 //! # Round trips
 //!
-//! acquire: 1 (a create and an `exists` with a watch, sent together); keep-alive: 1 (an
+//! acquire: 1 (a create, with an `exists` with a watch sent behind it, whose reply the next
+//! keep-alive applies: a request sent right after an acquire waits for it); keep-alive: 1 (an
 //! `exists` of `{root}/leases`, or of the few lease nodes whose create's outcome is unknown),
 //! whatever the number of leases held, plus 1 when a held node's watch fired (see below);
 //! release: 2
@@ -42,7 +43,9 @@
 //! reading them, and reads again only those whose watch fired (deleted, re-created, data
 //! changed): ZooKeeper delivers a watch event before the reply of any later request of the
 //! session, so a lease lost before a keep-alive is never reported by it (the proof is in
-//! `held.rs`). The price: one watch per held lease on the servers.
+//! `held.rs`). After a reconnect the client sets its watches again (`SetWatches`), and the
+//! server fires those of the nodes changed meanwhile before answering anything else. The
+//! price: one watch per held lease on the servers.
 //!
 //! One shared reader client per backend (its own ZooKeeper session, which holds no nodes and
 //! is replaced if it expires) reads owners and members and carries a single persistent
