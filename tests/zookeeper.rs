@@ -621,6 +621,66 @@ mod reader {
         }
         b.close_session(&sb).unwrap();
     }
+
+    /// The reader's connection drops and comes back on the same session: after the `Resync`,
+    /// releases are notified again (the persistent watch is added again).
+    #[test]
+    fn reader_watch_works_after_a_reconnect_of_the_same_session() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let a = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_millis(500))
+        });
+        let b = ZooKeeperBackend::builder(hosts.as_str())
+            .root(a.root())
+            .build()
+            .unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let _sub = a
+            .subscribe(Arc::new(move |n: &Notification| {
+                let _ = tx.send(n.clone());
+            }))
+            .unwrap()
+            .expect("notifications");
+        let h = tck::Harness::new(|| unreachable!());
+        let sb = b
+            .open_session(Duration::from_secs(30), &Metadata::default())
+            .unwrap()
+            .id;
+        let notified = |what: &str, want: &dyn Fn(&Notification) -> bool| {
+            let end = Instant::now() + h.patience;
+            loop {
+                let left = end.saturating_duration_since(Instant::now());
+                let n = rx.recv_timeout(left).unwrap_or_else(|_| panic!("{what}"));
+                if want(&n) {
+                    break;
+                }
+            }
+        };
+        let release = |prefix: &str| {
+            let name = tck::lease_name(prefix);
+            let Acquire::Acquired(t) = b.acquire(&sb, &name).unwrap() else {
+                panic!("acquire {name}")
+            };
+            assert!(b.release(&sb, &name, t.token).unwrap());
+            name
+        };
+        let name = release("before");
+        notified("release notified", &|n| {
+            *n == Notification::Released(name.clone())
+        });
+        proxy.cut();
+        h.until("the reader is disconnected", || a.ping().is_err());
+        proxy.heal();
+        notified("Resync after the reconnect", &|n| {
+            *n == Notification::Resync
+        });
+        let name = release("after");
+        notified("release notified after the reconnect", &|n| {
+            *n == Notification::Released(name.clone())
+        });
+        b.close_session(&sb).unwrap();
+    }
 }
 
 /// `connection_timeout` bounds opening a session when no server answers.

@@ -49,8 +49,9 @@
 //!
 //! One shared reader client per backend (its own ZooKeeper session, which holds no nodes and
 //! is replaced if it expires) reads owners and members and carries a single persistent
-//! recursive watch on `{root}`. Persistent watches are re-registered by the client after a
-//! reconnect, and a recursive one sees a member node created under a group that did not exist
+//! recursive watch on `{root}`. The backend adds it again after a reconnect of the same
+//! session (`zookeeper-client` 0.11 sets only data, exist and child watches again), and a
+//! recursive one sees a member node created under a group that did not exist
 //! yet without any per-group bookkeeping; a lease node's creation (a new term) becomes
 //! [`Notification::Acquired`], its deletion [`Notification::Released`], a member node's
 //! creation or deletion [`Notification::GroupChanged`], and a reconnect of the reader
@@ -1371,6 +1372,9 @@ fn watch_loop(
                 zk::SessionState::SyncConnected if disconnected => {
                     // Events during the disconnection may be lost (ZOOKEEPER-4698).
                     disconnected = false;
+                    if let Some(w) = rewatch(&cfg, &reader) {
+                        watcher = w;
+                    }
                     subs.publish(&Notification::Resync);
                 }
                 s if s.is_terminated() => {
@@ -1425,6 +1429,29 @@ fn watch_loop(
             }
             _ => {}
         }
+    }
+}
+
+/// Adds the reader's persistent recursive watch on the root again after a reconnect of the
+/// same session: `zookeeper-client` 0.11 does not (its `resend_watches` sends only data, exist
+/// and child watches), so the server would send no more events. `None` when the reader is
+/// stopped or disconnected again (the next reconnect retries).
+fn rewatch(cfg: &Cfg, reader: &Reader) -> Option<zk::PersistentWatcher> {
+    loop {
+        if reader.stopped.load(Ordering::SeqCst) {
+            return None;
+        }
+        let client = reader.client().ok()?;
+        let w = client.watch(&cfg.root, zk::AddWatchMode::PersistentRecursive);
+        match call("watching the root", cfg.request_timeout, w) {
+            Ok(Ok(w)) => return Some(w),
+            Ok(Err(e)) => log::warn!("watching the root again: {e}"),
+            Err(e) => log::warn!("watching the root again: {}", e.report()),
+        }
+        if client.state() != zk::SessionState::SyncConnected {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
