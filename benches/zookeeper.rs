@@ -130,7 +130,8 @@ fn main() {
         &[
             Row::new("floor: ping (exists of the root)", floor).note("1"),
             Row::new("acquire (free)", acq).note("1"),
-            Row::new("keep-alive (1 lease held)", ka).note("1"),
+            // Right after the acquire: it waits for the acquire's `exists` reply too.
+            Row::new("keep-alive (1 lease held)", ka).note("1 + exists"),
             Row::new("keep-alive, 1 lease (next to 1000)", ka1).note("1"),
             Row::new("keep-alive, 1000 leases", ka1000).note("1"),
             Row::new("release", rel).note("2"),
