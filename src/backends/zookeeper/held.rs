@@ -42,10 +42,10 @@
 //! batch had read the node, and its watch is polled then (an event already delivered to it
 //! marks the entry dirty). An entry whose create's outcome is unknown (the create timed out, or
 //! the `exists` failed) is read in the batch (or in the second round), as every possibly-owned
-//! name was before. Watches armed after `T0` (by the
-//! batch's own reads or a concurrent acquire) observed the node owned after `T0`: reporting
-//! them is true too. Events that reach the process after the replies concern later changes and
-//! stay recorded for the next keep-alive.
+//! name was before. Watches armed after `T0` (by the batch's own reads or a concurrent acquire)
+//! observed the node owned after `T0`: reporting them is true too. An event recorded after the
+//! replies concerns a later change: applied by this keep-alive, it only costs the second read;
+//! otherwise it waits for the next keep-alive.
 //!
 //! The caveat is ZooKeeper's, not this module's: a reply reflects the server the session is
 //! connected to, which may lag the leader (as the multi read it replaces did).
