@@ -1,5 +1,6 @@
-//! ZooKeeper latencies: acquire, release, keep-alive and take-over after a release, next to a
-//! floor operation (`exists` on the root) measured in the same run against the same server.
+//! ZooKeeper latencies: acquire, release, keep-alive (1 and 1000 leases) and take-over after a
+//! release, next to a floor operation (`exists` on the root) measured in the same run against
+//! the same server.
 //!
 //! `SIMBA_ZK_URL=zookeeper://127.0.0.1:2181 cargo bench --features zookeeper --bench zookeeper`
 //! (`.ci/servers.sh`'s `ensure_zookeeper` starts such a server).
@@ -96,17 +97,49 @@ fn main() {
             take.push(d_take);
         }
     }
+    // Keep-alive of a session holding 1000 leases, interleaved with the floor and 1 lease.
+    let many = b.open_session(lease, &Metadata::default()).unwrap().id;
+    for i in 0..1000 {
+        let n = LeaseName::new(format!("many-{i}")).unwrap();
+        assert!(matches!(
+            b.acquire(&many, &n).unwrap(),
+            Acquire::Acquired(_)
+        ));
+    }
+    let term = match b.acquire(&s1, &name).unwrap() {
+        Acquire::Acquired(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let (mut ka1, mut ka1000) = (vec![], vec![]);
+    for i in 0..N + 20 {
+        let (mut k1, mut k1000) = (vec![], vec![]);
+        let one = time(&mut k1, || b.keep_alive(&s1, lease).unwrap());
+        assert_eq!(one.leases.len(), 1);
+        let all = time(&mut k1000, || b.keep_alive(&many, lease).unwrap());
+        assert_eq!(all.leases.len(), 1000);
+        if i >= 20 {
+            ka1.extend(k1);
+            ka1000.extend(k1000);
+        }
+    }
+    assert!(b.release(&s1, &name, term.token).unwrap());
+    b.close_session(&many).unwrap();
+    let ratio = common::pct(&ka1000, 0.5).as_secs_f64() / common::pct(&ka1, 0.5).as_secs_f64();
     println!("ZooKeeper at {hosts}, {N} iterations (median / p99, ratio of medians to the floor)");
     print_table(
         &[
             Row::new("floor: ping (exists of the root)", floor).note("1"),
             Row::new("acquire (free)", acq).note("1"),
-            Row::new("keep-alive (1 lease held)", ka).note("1"),
+            // Right after the acquire: it waits for the acquire's `exists` reply too.
+            Row::new("keep-alive (1 lease held)", ka).note("1 + exists"),
+            Row::new("keep-alive, 1 lease (next to 1000)", ka1).note("1"),
+            Row::new("keep-alive, 1000 leases", ka1000).note("1"),
             Row::new("release", rel).note("2"),
             Row::new("take-over after release", take).note("2 + watch"),
         ],
         Some("round trips"),
     );
+    println!("keep-alive with 1000 leases / with 1 lease (medians): {ratio:.2}x");
     b.close_session(&s1).unwrap();
     b.close_session(&s2).unwrap();
     drop(b);

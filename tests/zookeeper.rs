@@ -621,6 +621,66 @@ mod reader {
         }
         b.close_session(&sb).unwrap();
     }
+
+    /// The reader's connection drops and comes back on the same session: after the `Resync`,
+    /// releases are notified again (the persistent watch is added again).
+    #[test]
+    fn reader_watch_works_after_a_reconnect_of_the_same_session() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let a = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_millis(500))
+        });
+        let b = ZooKeeperBackend::builder(hosts.as_str())
+            .root(a.root())
+            .build()
+            .unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let _sub = a
+            .subscribe(Arc::new(move |n: &Notification| {
+                let _ = tx.send(n.clone());
+            }))
+            .unwrap()
+            .expect("notifications");
+        let h = tck::Harness::new(|| unreachable!());
+        let sb = b
+            .open_session(Duration::from_secs(30), &Metadata::default())
+            .unwrap()
+            .id;
+        let notified = |what: &str, want: &dyn Fn(&Notification) -> bool| {
+            let end = Instant::now() + h.patience;
+            loop {
+                let left = end.saturating_duration_since(Instant::now());
+                let n = rx.recv_timeout(left).unwrap_or_else(|_| panic!("{what}"));
+                if want(&n) {
+                    break;
+                }
+            }
+        };
+        let release = |prefix: &str| {
+            let name = tck::lease_name(prefix);
+            let Acquire::Acquired(t) = b.acquire(&sb, &name).unwrap() else {
+                panic!("acquire {name}")
+            };
+            assert!(b.release(&sb, &name, t.token).unwrap());
+            name
+        };
+        let name = release("before");
+        notified("release notified", &|n| {
+            *n == Notification::Released(name.clone())
+        });
+        proxy.cut();
+        h.until("the reader is disconnected", || a.ping().is_err());
+        proxy.heal();
+        notified("Resync after the reconnect", &|n| {
+            *n == Notification::Resync
+        });
+        let name = release("after");
+        notified("release notified after the reconnect", &|n| {
+            *n == Notification::Released(name.clone())
+        });
+        b.close_session(&sb).unwrap();
+    }
 }
 
 /// `connection_timeout` bounds opening a session when no server answers.
@@ -1136,5 +1196,186 @@ mod tls {
             matches!(&e, Error::InvalidConfig { setting, .. } if setting == "ca"),
             "{e:?}"
         );
+    }
+}
+
+/// A keep-alive reads no held lease node: each carries a watch, and a lease whose node was
+/// deleted, re-created or changed behind the session's back is checked again, so it is never
+/// reported by a keep-alive sent after the change.
+mod watched_leases {
+    use super::zk::{self, proxy::Proxy, raw::Raw};
+    use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend};
+    use simba_lease::{tck, LeaseName, Metadata, SessionId, Token};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    fn acquire_all(b: &dyn LeaseBackend, s: &SessionId, n: usize) -> BTreeMap<LeaseName, Token> {
+        (0..n)
+            .map(|i| {
+                let name = tck::lease_name(&format!("w{i}"));
+                match b.acquire(s, &name).unwrap() {
+                    Acquire::Acquired(t) => (name, t.token),
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect()
+    }
+
+    fn listed(ka: KeepAlive) -> BTreeMap<LeaseName, Token> {
+        let n = ka.leases.len();
+        let m: BTreeMap<_, _> = ka.leases.into_iter().map(|l| (l.name, l.token)).collect();
+        assert_eq!(m.len(), n, "a lease listed twice");
+        m
+    }
+
+    fn path(b: &zk::Isolated, name: &LeaseName) -> String {
+        format!("{}/leases/{}", b.root(), name.as_str())
+    }
+
+    #[test]
+    fn a_lease_node_deleted_or_recreated_behind_the_sessions_back_is_lost_at_the_next_keep_alive() {
+        let hosts = zk::hosts();
+        let b = zk::Isolated::new(&hosts, None, |b| b);
+        let s = b.open_session(LEASE, &Metadata::default()).unwrap().id;
+        let mut held = acquire_all(&b, &s, 40);
+        assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held);
+        let mut raw = Raw::connect(&hosts);
+        let names: Vec<LeaseName> = held.keys().cloned().collect();
+        for (i, name) in names.iter().enumerate() {
+            // The server has applied the change when the raw client's call returns; the very
+            // next keep-alive must not report the lease (many rounds, to catch a race).
+            assert_eq!(raw.delete(&path(&b, name)), 0);
+            if i % 2 == 1 {
+                // Re-created by another session: same path, another owner and token.
+                assert_eq!(raw.create(&path(&b, name), b"other", 1), 0);
+            }
+            held.remove(name);
+            assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held, "round {i}");
+            let again = b.acquire(&s, name).unwrap();
+            if i % 2 == 1 {
+                assert!(matches!(again, Acquire::Held(_)), "{again:?}");
+            } else {
+                let Acquire::Acquired(t) = again else {
+                    panic!("{again:?}")
+                };
+                held.insert(name.clone(), t.token);
+                assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held);
+                assert!(b.release(&s, name, t.token).unwrap());
+                held.remove(name);
+            }
+        }
+        assert!(listed(b.keep_alive(&s, LEASE).unwrap()).is_empty());
+        b.close_session(&s).unwrap();
+    }
+
+    /// The deletion's event reaches the client in the same burst as the keep-alive's reply
+    /// (the proxy holds both back): it is applied before the reply is used.
+    #[test]
+    fn an_event_that_arrives_with_the_reply_is_applied_before_it() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = std::sync::Arc::new(zk::Isolated::via(&hosts, proxy.addr(), None, |b| b));
+        let h = tck::Harness::new(|| unreachable!());
+        let s = b.open_session(LEASE, &Metadata::default()).unwrap().id;
+        let mut held = acquire_all(&*b, &s, 10);
+        let mut raw = Raw::connect(&hosts);
+        let names: Vec<LeaseName> = held.keys().cloned().collect();
+        for name in names.iter().take(5) {
+            assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held);
+            proxy.hold_replies();
+            assert_eq!(raw.delete(&path(&b, name)), 0);
+            held.remove(name);
+            let before = proxy.sent_bytes();
+            let (b2, s2) = (b.clone(), s.clone());
+            let ka = std::thread::spawn(move || b2.keep_alive(&s2, LEASE));
+            h.until("the keep-alive request went out", || {
+                proxy.sent_bytes() > before
+            });
+            proxy.release_replies();
+            assert_eq!(listed(ka.join().unwrap().unwrap()), held);
+        }
+        b.close_session(&s).unwrap();
+    }
+
+    #[test]
+    fn a_lease_node_whose_data_changed_stays_held_with_its_token() {
+        let hosts = zk::hosts();
+        let b = zk::Isolated::new(&hosts, None, |b| b);
+        let s = b.open_session(LEASE, &Metadata::default()).unwrap().id;
+        let held = acquire_all(&b, &s, 5);
+        let mut raw = Raw::connect(&hosts);
+        for (round, name) in held.keys().enumerate() {
+            assert_eq!(raw.set_data(&path(&b, name), b"changed"), 0);
+            assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held, "{round}");
+            // The watch was armed again: a deletion after the change is seen too.
+            assert_eq!(raw.set_data(&path(&b, name), b"again"), 0);
+            assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held, "{round}");
+        }
+        let name = held.keys().next().unwrap();
+        assert_eq!(raw.delete(&path(&b, name)), 0);
+        let mut left = held.clone();
+        left.remove(name);
+        assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), left);
+        b.close_session(&s).unwrap();
+    }
+
+    #[test]
+    fn a_lease_node_deleted_while_disconnected_is_lost_after_the_reconnect() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_millis(500))
+        });
+        let h = tck::Harness::new(|| unreachable!());
+        let s = b.open_session(LEASE, &Metadata::default()).unwrap().id;
+        let mut held = acquire_all(&b, &s, 10);
+        assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held);
+        proxy.cut();
+        h.until("the keep-alive sees the disconnection", || {
+            b.keep_alive(&s, LEASE).is_err()
+        });
+        let mut raw = Raw::connect(&hosts);
+        let gone: Vec<LeaseName> = held.keys().take(3).cloned().collect();
+        for name in &gone {
+            assert_eq!(raw.delete(&path(&b, name)), 0);
+            held.remove(name);
+        }
+        proxy.heal();
+        let mut ka = None;
+        h.until("a keep-alive succeeds after the reconnect", || {
+            match b.keep_alive(&s, LEASE) {
+                Ok(k) => {
+                    ka = Some(k);
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        assert_eq!(listed(ka.unwrap()), held);
+        b.close_session(&s).unwrap();
+    }
+
+    #[test]
+    fn a_keep_alive_does_not_read_every_held_lease() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| b);
+        let s = b.open_session(LEASE, &Metadata::default()).unwrap().id;
+        let held = acquire_all(&b, &s, 200);
+        assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held);
+        let path_bytes: usize = held.keys().map(|n| path(&b, n).len()).sum();
+        for _ in 0..5 {
+            let before = proxy.sent_bytes();
+            assert_eq!(listed(b.keep_alive(&s, LEASE).unwrap()), held);
+            let sent = proxy.sent_bytes() - before;
+            // One `exists` of the leases root (and maybe a ping): not a path per lease.
+            assert!(
+                sent < 400,
+                "a keep-alive sent {sent} bytes; the lease paths are {path_bytes}"
+            );
+        }
+        b.close_session(&s).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[derive(Default)]
@@ -12,6 +12,8 @@ struct State {
     cut: AtomicBool,
     stop: AtomicBool,
     hold_replies: AtomicBool,
+    /// Bytes forwarded from clients to the server.
+    sent: AtomicU64,
     conns: Mutex<Vec<TcpStream>>,
 }
 
@@ -26,6 +28,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<State>, replies: bool
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if !replies {
+                    state.sent.fetch_add(n as u64, Ordering::SeqCst);
+                }
                 while replies
                     && state.hold_replies.load(Ordering::SeqCst)
                     && !state.cut.load(Ordering::SeqCst)
@@ -100,6 +105,11 @@ impl Proxy {
     /// Delivers the held replies and forwards replies again.
     pub fn release_replies(&self) {
         self.state.hold_replies.store(false, Ordering::SeqCst);
+    }
+
+    /// Bytes forwarded from clients to the server so far.
+    pub fn sent_bytes(&self) -> u64 {
+        self.state.sent.load(Ordering::SeqCst)
     }
 
     /// Forwards new connections again.

@@ -152,6 +152,15 @@ impl Raw {
         self.request(None, 2, &b).0
     }
 
+    /// Sets a node's data (any version); returns the error code.
+    pub fn set_data(&mut self, path: &str, data: &[u8]) -> i32 {
+        let mut b = Vec::new();
+        put_buf(&mut b, path.as_bytes());
+        put_buf(&mut b, data);
+        put_i32(&mut b, -1);
+        self.request(None, 5, &b).0
+    }
+
     /// The children of a node (empty if it does not exist).
     pub fn children(&mut self, path: &str) -> Vec<String> {
         let mut b = Vec::new();

@@ -28,8 +28,11 @@
 //!
 //! # Round trips
 //!
-//! acquire: 1 (free) or 2 (held: create, then a read of the holder); keep-alive: 1 (a multi
-//! read of every possibly-owned lease node, or an `exists` of `{root}/leases`); release: 2
+//! acquire: 1 (a create, with an `exists` with a watch sent behind it, whose reply the next
+//! keep-alive applies: a request sent right after an acquire waits for it); keep-alive: 1 (an
+//! `exists` of `{root}/leases`, or of the few lease nodes whose create's outcome is unknown),
+//! whatever the number of leases held, plus 1 when a held node's watch fired (see below);
+//! release: 2
 //! (read owner and czxid, then delete that version); join: 1 (2–3 when the group node is
 //! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
 //! the root); list: 4 plus 3 per group (sync, children of `leases` and `groups`, one multi
@@ -37,10 +40,20 @@
 //!
 //! # Watches
 //!
+//! Each session's client keeps a data watch on every lease node it holds (armed by the
+//! acquire's `exists`); a keep-alive reports the held leases whose watch has not fired without
+//! reading them, and reads again only those whose watch fired (deleted, re-created, data
+//! changed): ZooKeeper delivers a watch event before the reply of any later request of the
+//! session, so a lease lost before a keep-alive is never reported by it (the proof is in
+//! `held.rs`). After a reconnect the client sets its watches again (`SetWatches`), and the
+//! server fires those of the nodes changed meanwhile before answering anything else. The
+//! price: one watch per held lease on the servers.
+//!
 //! One shared reader client per backend (its own ZooKeeper session, which holds no nodes and
 //! is replaced if it expires) reads owners and members and carries a single persistent
-//! recursive watch on `{root}`. Persistent watches are re-registered by the client after a
-//! reconnect, and a recursive one sees a member node created under a group that did not exist
+//! recursive watch on `{root}`. The backend adds it again after a reconnect of the same
+//! session (`zookeeper-client` 0.11 sets only data, exist and child watches again), and a
+//! recursive one sees a member node created under a group that did not exist
 //! yet without any per-group bookkeeping; a lease node's creation (a new term) becomes
 //! [`Notification::Acquired`], its deletion [`Notification::Released`], a member node's
 //! creation or deletion [`Notification::GroupChanged`], and a reconnect of the reader
@@ -84,6 +97,7 @@
 //! delete leases and members.
 
 mod facade;
+mod held;
 mod queue;
 #[cfg(feature = "tls")]
 mod tls;
@@ -626,13 +640,6 @@ impl Reader {
     }
 }
 
-#[derive(Default)]
-struct Possibly {
-    seq: u64,
-    /// Lease names whose create was sent, with the sequence number of the last such create.
-    names: HashMap<LeaseName, u64>,
-}
-
 /// One Simba session: a dedicated ZooKeeper client.
 struct ZkSession {
     id: SessionId,
@@ -644,7 +651,8 @@ struct ZkSession {
     /// The watchdog deadline: last keep-alive sent + lease.
     deadline: Mutex<Instant>,
     lease: Mutex<Duration>,
-    possibly: Mutex<Possibly>,
+    /// The possibly-owned lease names and the watches of the held ones.
+    possibly: Mutex<held::Leases>,
     releasing: Mutex<()>,
     closed: Mutex<bool>,
 }
@@ -693,10 +701,7 @@ impl ZkSession {
 
     /// Forgets a possibly-owned name unless another create of it was sent since `seq`.
     fn forget(&self, name: &LeaseName, seq: u64) {
-        let mut p = self.possibly.lock();
-        if p.names.get(name) == Some(&seq) {
-            p.names.remove(name);
-        }
+        self.possibly.lock().forget(name, seq);
     }
 
     /// Records a successful keep-alive: the watchdog deadline moves to `until`. Fails once
@@ -716,6 +721,7 @@ impl ZkSession {
     /// without waiting.
     fn begin_close(&self) {
         drop(self.client.lock().take());
+        self.possibly.lock().drop_sent();
     }
 
     /// Closes the ZooKeeper session and, while the client is connected, waits (until `end`)
@@ -901,9 +907,33 @@ fn token(stat: &zk::Stat) -> Result<Token> {
         })
 }
 
-type ReadFuture<'a> = Pin<
-    Box<dyn Future<Output = std::result::Result<Vec<zk::MultiReadResult>, zk::Error>> + Send + 'a>,
->;
+type ReadFuture<'a> =
+    Pin<Box<dyn Future<Output = std::result::Result<Vec<held::Seen>, zk::Error>> + Send + 'a>>;
+
+/// Sends an `exists` with a watch of each name's lease node at once (requests are queued when
+/// their futures are created), or an `exists` of `{root}/leases` when there is none; the
+/// future resolves once every reply is in.
+fn read_leases<'a>(
+    client: &'a zk::Client,
+    cfg: &Cfg,
+    names: &[(LeaseName, u64)],
+) -> ReadFuture<'a> {
+    if names.is_empty() {
+        let f = client.check_stat(&cfg.leases);
+        return Box::pin(async move { f.await.map(|_| Vec::new()) });
+    }
+    let reads: Vec<_> = names
+        .iter()
+        .map(|(n, _)| client.check_and_watch_stat(&cfg.lease_path(n)))
+        .collect();
+    Box::pin(async move {
+        let mut seen = Vec::with_capacity(reads.len());
+        for r in reads {
+            seen.push(r.await?);
+        }
+        Ok(seen)
+    })
+}
 
 /// Leases, sessions and groups in ZooKeeper: see the [module docs](self).
 ///
@@ -1073,7 +1103,7 @@ impl LeaseBackend for ZooKeeperBackend {
             client: Mutex::new(Some(client)),
             deadline: Mutex::new(sent + lease),
             lease: Mutex::new(lease),
-            possibly: Mutex::new(Possibly::default()),
+            possibly: Mutex::new(held::Leases::default()),
             releasing: Mutex::new(()),
             closed: Mutex::new(false),
         });
@@ -1091,28 +1121,17 @@ impl LeaseBackend for ZooKeeperBackend {
         s.check_connected(OP)?;
         let client = s.client()?;
         let sent = Instant::now();
-        // Snapshot the possibly-owned names and send the read under one lock, so every create
-        // counted in the snapshot was queued before the read.
-        let (snapshot, fut): (Vec<(LeaseName, u64)>, ReadFuture<'_>) = {
-            let p = s.possibly.lock();
-            let snapshot: Vec<_> = p.names.iter().map(|(n, q)| (n.clone(), *q)).collect();
-            if snapshot.is_empty() {
-                let f = client.check_stat(&inner.cfg.leases);
-                (
-                    snapshot,
-                    Box::pin(async move { f.await.map(|_| Vec::new()) }),
-                )
-            } else {
-                let mut r = client.new_multi_reader();
-                for (n, _) in &snapshot {
-                    r.add_get_data(&inner.cfg.lease_path(n))
-                        .map_err(|e| zk_err(OP, e))?;
-                }
-                let f = r.commit();
-                (snapshot, Box::pin(f))
-            }
+        let limit = s.limit(&inner.cfg);
+        // The names to read are chosen and their reads (or the one `exists`) sent under one
+        // lock, so every create counted was queued before them: see `held` for why the
+        // watches of the other held leases make reading them unnecessary.
+        let (reads, mark, fut) = {
+            let mut p = s.possibly.lock();
+            let (reads, mark) = p.unsure();
+            let fut = read_leases(&client, &inner.cfg, &reads);
+            (reads, mark, fut)
         };
-        let results = match call(OP, s.limit(&inner.cfg), fut)? {
+        let seen = match call(OP, limit, fut)? {
             Ok(r) => r,
             Err(e) => return Err(inner.fail(&s, OP, e)),
         };
@@ -1120,27 +1139,40 @@ impl LeaseBackend for ZooKeeperBackend {
             // The watchdog (or a close) won the race: the nodes may be gone already.
             return Err(s.expired());
         }
-        let remaining = lease.min(s.negotiated);
-        let mut leases = Vec::new();
-        for ((name, seq), r) in snapshot.into_iter().zip(results) {
-            match r {
-                zk::MultiReadResult::Data { stat, .. } if stat.ephemeral_owner == s.raw => {
-                    leases.push(HeldLease {
-                        name,
-                        token: token(&stat)?,
-                        remaining,
-                    });
-                }
-                zk::MultiReadResult::Data { .. }
-                | zk::MultiReadResult::Error {
-                    err: zk::Error::NoNode,
-                } => s.forget(&name, seq),
-                zk::MultiReadResult::Error { err } => return Err(zk_err(OP, err)),
-                other => {
-                    return Err(Error::backend(OP, format!("unexpected reply {other:?}")));
+        let (mut held, again) = {
+            let mut p = s.possibly.lock();
+            for ((name, seq), seen) in reads.iter().zip(seen) {
+                p.observe(name, *seq, s.raw, seen)?;
+            }
+            let mut again = p.collect_sent(mark, s.raw)?;
+            let (held, fired) = p.settled();
+            again.extend(fired);
+            (held, again)
+        };
+        if !again.is_empty() {
+            // Watches fired (those nodes changed, maybe after the requests), or an acquire's
+            // `exists` failed: read them again.
+            let fut = read_leases(&client, &inner.cfg, &again);
+            let seen = match call(OP, limit, fut)? {
+                Ok(r) => r,
+                Err(e) => return Err(inner.fail(&s, OP, e)),
+            };
+            let mut p = s.possibly.lock();
+            for ((name, seq), seen) in again.into_iter().zip(seen) {
+                if let Some(token) = p.observe(&name, seq, s.raw, seen)? {
+                    held.push((name, token));
                 }
             }
         }
+        let remaining = lease.min(s.negotiated);
+        let leases = held
+            .into_iter()
+            .map(|(name, token)| HeldLease {
+                name,
+                token,
+                remaining,
+            })
+            .collect();
         Ok(KeepAlive { remaining, leases })
     }
 
@@ -1164,41 +1196,48 @@ impl LeaseBackend for ZooKeeperBackend {
             s.check_connected(OP)?;
             let client = s.client()?;
             let sent = Instant::now();
-            // The name counts as possibly owned from the moment its create is sent.
-            let (seq, created) = {
+            // The name counts as possibly owned from the moment its create is sent. An `exists`
+            // with a watch is queued right behind the create: the server runs it after the
+            // create, so it shows the node's owner either way and arms the watch that spares
+            // keep-alives reading the node (see `held`).
+            let (seq, created, seen) = {
                 let mut p = s.possibly.lock();
-                p.seq += 1;
-                let seq = p.seq;
-                p.names.insert(name.clone(), seq);
-                (
-                    seq,
-                    client.create(&path, session.as_str().as_bytes(), &opts),
-                )
+                let seq = p.creating(name);
+                let created = client.create(&path, session.as_str().as_bytes(), &opts);
+                (seq, created, held::Sent::exists(&client, path.clone()))
             };
             match call(OP, limit, created)? {
                 Ok((stat, _)) => {
+                    // The `exists` reply is not waited for: the next keep-alive applies it
+                    // (its own reply comes after it).
+                    // It holds a clone of the client: never stashed once closing began.
+                    let mut p = s.possibly.lock();
+                    if s.client.lock().is_some() {
+                        p.stash(name, seq, seen);
+                    }
                     return Ok(Acquire::Acquired(Term {
                         name: name.clone(),
                         token: token(&stat)?,
                         remaining: s.remaining_at(sent),
-                    }))
+                    }));
                 }
                 Err(zk::Error::NodeExists) => {
-                    match call(OP, limit, client.check_stat(&path))? {
-                        Ok(Some(stat)) if stat.ephemeral_owner == s.raw => {
-                            return Ok(Acquire::Acquired(Term {
-                                name: name.clone(),
-                                token: token(&stat)?,
-                                remaining: s.remaining_at(sent),
-                            }))
-                        }
-                        Ok(Some(stat)) => {
-                            s.forget(name, seq);
-                            return Ok(Acquire::Held(inner.owner_of(&stat)?));
-                        }
-                        Ok(None) => continue, // released meanwhile: try again
+                    let seen = match call(OP, limit, seen.reply())? {
+                        Ok(seen) => seen,
                         Err(e) => return Err(inner.fail(&s, OP, e)),
+                    };
+                    let Some(stat) = seen.0 else {
+                        continue; // released meanwhile: try again
+                    };
+                    s.possibly.lock().observe(name, seq, s.raw, seen)?;
+                    if stat.ephemeral_owner == s.raw {
+                        return Ok(Acquire::Acquired(Term {
+                            name: name.clone(),
+                            token: token(&stat)?,
+                            remaining: s.remaining_at(sent),
+                        }));
                     }
+                    return Ok(Acquire::Held(inner.owner_of(&stat)?));
                 }
                 Err(zk::Error::NoNode) => inner.cfg.mkdirs(&client, &inner.cfg.leases, limit)?,
                 Err(e) => return Err(inner.fail(&s, OP, e)),
@@ -1221,7 +1260,7 @@ impl LeaseBackend for ZooKeeperBackend {
         };
         let limit = s.limit(&inner.cfg);
         let path = inner.cfg.lease_path(name);
-        let seq = s.possibly.lock().names.get(name).copied();
+        let seq = s.possibly.lock().seq_of(name);
         let stat = match call(OP, limit, client.check_stat(&path))? {
             Ok(Some(stat)) => stat,
             Ok(None) => return Ok(false),
@@ -1523,6 +1562,9 @@ fn watch_loop(
                 zk::SessionState::SyncConnected if disconnected => {
                     // Events during the disconnection may be lost (ZOOKEEPER-4698).
                     disconnected = false;
+                    if let Some(w) = rewatch(&cfg, &reader) {
+                        watcher = w;
+                    }
                     subs.publish(&Notification::Resync);
                 }
                 s if s.is_terminated() => {
@@ -1586,6 +1628,29 @@ fn watch_loop(
             }
             _ => {}
         }
+    }
+}
+
+/// Adds the reader's persistent recursive watch on the root again after a reconnect of the
+/// same session: `zookeeper-client` 0.11 does not (its `resend_watches` sends only data, exist
+/// and child watches), so the server would send no more events. `None` when the reader is
+/// stopped or disconnected again (the next reconnect retries).
+fn rewatch(cfg: &Cfg, reader: &Reader) -> Option<zk::PersistentWatcher> {
+    loop {
+        if reader.stopped.load(Ordering::SeqCst) {
+            return None;
+        }
+        let client = reader.client().ok()?;
+        let w = client.watch(&cfg.root, zk::AddWatchMode::PersistentRecursive);
+        match call("watching the root", cfg.request_timeout, w) {
+            Ok(Ok(w)) => return Some(w),
+            Ok(Err(e)) => log::warn!("watching the root again: {e}"),
+            Err(e) => log::warn!("watching the root again: {}", e.report()),
+        }
+        if client.state() != zk::SessionState::SyncConnected {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

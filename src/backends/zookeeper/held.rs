@@ -1,0 +1,331 @@
+//! The leases a ZooKeeper session holds, kept current by one data watch per lease node, so a
+//! keep-alive costs one cheap request however many leases the session holds.
+//!
+//! # Why a watch that has not fired proves the lease is still held
+//!
+//! Every entry in [`Held`] state carries a data watch armed by an `exists` whose reply showed
+//! the node owned by this session (`ephemeralOwner`) with czxid `token`, at some server instant
+//! `T_arm`. A data watch fires on the node's deletion or data change (and on the session's end).
+//! An ephemeral node's owner and czxid never change while it exists, so: *if the watch has not
+//! fired, the same node (same owner, same token) exists*.
+//!
+//! A keep-alive sends its requests (one `exists` of `{root}/leases`, plus an `exists` with a
+//! watch of every name to (re)read) in one batch; let `T0` be the instant the server processes
+//! the first of them. It must not report a lease whose node changed before `T0`. That holds
+//! because the events of such a change reach this process before the reply of the first
+//! request, and are recorded before that reply can be used:
+//!
+//! 1. ZooKeeper: a server applies changes in zxid order and triggers the watches of a change
+//!    while applying it, queueing the notification on the session's connection before any reply
+//!    to a request it processes afterwards ("a client sees a watch event before it sees the
+//!    reply of any later request"). After a reconnect, `SetWatches` (sent by the client before
+//!    any new request, and answered before one is sent) makes the server fire the events of
+//!    changes made since the client's last zxid.
+//! 2. `zookeeper-client` 0.11 (`session/mod.rs`, `handle_recv_buf`): one task reads the frames
+//!    of the connection in order and handles each synchronously: a notification goes through
+//!    `WatchManager::dispatch_server_event`, which sends the event into each matching oneshot
+//!    channel (`futures` oneshot: the send wakes the waker registered by the receiver's last
+//!    poll, on that task, before returning); a reply completes the caller's channel. So the
+//!    waker of a watch fires before the reply that follows its event is even delivered.
+//! 3. Here: each watch is polled once when it is stored (registering a [`Fire`] waker, or
+//!    finding the event already there), and a [`Fire`] appends `(name, watch id)` to `fired`
+//!    under a mutex. The keep-alive applies `fired` only after it has received every reply of
+//!    its batch, so every watch whose node changed before `T0` is marked dirty by then.
+//!
+//! Hence after the replies: a held entry that is not dirty was held at `T0` and is reported
+//! with its token. A dirty one is read again (a second round trip, only when a watch fired):
+//! owned with the same czxid, the same node existed throughout; otherwise it is lost.
+//!
+//! An acquire sends its create and an `exists` with a watch together and does not wait for the
+//! `exists` reply: it is stashed in the entry ([`Sent`]) and applied by the next keep-alive
+//! after its batch's replies (the `exists` was sent first, so its reply came first), as if the
+//! batch had read the node, and its watch is polled then (an event already delivered to it
+//! marks the entry dirty). An entry whose create's outcome is unknown (the create timed out, or
+//! the `exists` failed) is read in the batch (or in the second round), as every possibly-owned
+//! name was before. Watches armed after `T0` (by the batch's own reads or a concurrent acquire)
+//! observed the node owned after `T0`: reporting them is true too. An event recorded after the
+//! replies concerns a later change: applied by this keep-alive, it only costs the second read;
+//! otherwise it waits for the next keep-alive.
+//!
+//! The caveat is ZooKeeper's, not this module's: a reply reflects the server the session is
+//! connected to, which may lag the leader (as the multi read it replaces did).
+
+use crate::error::Result;
+use crate::types::{LeaseName, Token};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use zookeeper_client as zk;
+
+type Watch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
+/// What a reply showed of a lease node, with the watch its `exists` armed.
+pub(super) type Seen = (Option<zk::Stat>, zk::OneshotWatcher);
+
+type Reply = std::result::Result<Seen, zk::Error>;
+
+/// An `exists` with a watch, already sent, whose reply nobody has waited for yet.
+pub(super) struct Sent(Option<SentState>);
+
+enum SentState {
+    Waiting(Pin<Box<dyn Future<Output = Reply> + Send>>),
+    Done(Reply),
+}
+
+impl Sent {
+    /// Sends an `exists` with a watch of `path` now (queued behind every request sent before).
+    pub(super) fn exists(client: &zk::Client, path: String) -> Sent {
+        let c = client.clone();
+        let mut f: Pin<Box<dyn Future<Output = Reply> + Send>> =
+            Box::pin(async move { c.check_and_watch_stat(&path).await });
+        // The first poll sends the request.
+        let mut cx = Context::from_waker(Waker::noop());
+        Sent(Some(match f.as_mut().poll(&mut cx) {
+            Poll::Ready(r) => SentState::Done(r),
+            Poll::Pending => SentState::Waiting(f),
+        }))
+    }
+
+    /// Waits for the reply.
+    pub(super) async fn reply(mut self) -> Reply {
+        match self.0.take() {
+            Some(SentState::Waiting(f)) => f.await,
+            Some(SentState::Done(r)) => r,
+            None => Err(zk::Error::UnexpectedError("reply taken twice".into())),
+        }
+    }
+
+    /// The reply if it is in.
+    fn now(&mut self) -> Option<Reply> {
+        match self.0.take()? {
+            SentState::Done(r) => Some(r),
+            SentState::Waiting(mut f) => {
+                match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(r) => Some(r),
+                    Poll::Pending => {
+                        self.0 = Some(SentState::Waiting(f));
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Lease names with a sequence number (of a create, or of a watch).
+pub(super) type Numbered = Vec<(LeaseName, u64)>;
+
+type Fired = Arc<Mutex<Numbered>>;
+
+/// Records that the watch `id` of `name` fired (see the module docs, step 3).
+struct Fire {
+    name: LeaseName,
+    id: u64,
+    fired: Fired,
+}
+
+impl Wake for Fire {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.lock().push((self.name.clone(), self.id));
+    }
+}
+
+struct Held {
+    token: Token,
+    id: u64,
+    /// Kept to keep the watch registered; dropping it removes the watch.
+    _watch: Watch,
+}
+
+struct Entry {
+    /// The sequence number of the last create sent for the name.
+    seq: u64,
+    /// A create was sent whose outcome is not known here yet.
+    pending: bool,
+    /// The held node's watch fired: it may have changed.
+    dirty: bool,
+    held: Option<Held>,
+    /// The `exists` sent with the last create, when its acquire did not wait for the reply.
+    sent: Option<Sent>,
+}
+
+/// The possibly-owned lease names of one session.
+#[derive(Default)]
+pub(super) struct Leases {
+    seq: u64,
+    names: HashMap<LeaseName, Entry>,
+    fired: Fired,
+}
+
+impl Leases {
+    fn next(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Records that a create of `name` is about to be sent: the name counts as possibly owned
+    /// from then on. Returns the create's sequence number.
+    pub(super) fn creating(&mut self, name: &LeaseName) -> u64 {
+        let seq = self.next();
+        let e = self.names.entry(name.clone()).or_insert(Entry {
+            seq,
+            pending: true,
+            dirty: false,
+            held: None,
+            sent: None,
+        });
+        e.seq = seq;
+        e.pending = true;
+        e.sent = None;
+        seq
+    }
+
+    /// Drops the stashed `exists` (each holds a clone of the client, which must be dropped for
+    /// the client to close its session).
+    pub(super) fn drop_sent(&mut self) {
+        self.names.values_mut().for_each(|e| e.sent = None);
+    }
+
+    /// Keeps the `exists` sent with the create numbered `seq`, for the next keep-alive.
+    pub(super) fn stash(&mut self, name: &LeaseName, seq: u64, sent: Sent) {
+        if let Some(e) = self.names.get_mut(name).filter(|e| e.seq == seq) {
+            e.sent = Some(sent);
+        }
+    }
+
+    /// The sequence number of the last create of `name`.
+    pub(super) fn seq_of(&self, name: &LeaseName) -> Option<u64> {
+        self.names.get(name).map(|e| e.seq)
+    }
+
+    /// Forgets `name` unless another create of it was sent since `seq`.
+    pub(super) fn forget(&mut self, name: &LeaseName, seq: u64) {
+        if self.names.get(name).is_some_and(|e| e.seq == seq) {
+            self.names.remove(name);
+        }
+    }
+
+    /// Marks dirty the entries whose current watch fired.
+    fn apply_fires(&mut self) {
+        let fired = std::mem::take(&mut *self.fired.lock());
+        for (name, id) in fired {
+            if let Some(e) = self.names.get_mut(&name) {
+                if e.held.as_ref().is_some_and(|h| h.id == id) {
+                    e.dirty = true;
+                }
+            }
+        }
+    }
+
+    /// Applies what an `exists` (with a watch), sent after the create numbered `seq`, showed of
+    /// `name`'s node; returns its token when this session (`raw`) owns it.
+    pub(super) fn observe(
+        &mut self,
+        name: &LeaseName,
+        seq: u64,
+        raw: i64,
+        (stat, watcher): Seen,
+    ) -> Result<Option<Token>> {
+        let token = match &stat {
+            Some(stat) if stat.ephemeral_owner == raw => Some(super::token(stat)?),
+            _ => None,
+        };
+        let id = self.next();
+        let fired = self.fired.clone();
+        let Some(e) = self.names.get_mut(name) else {
+            return Ok(token); // released meanwhile
+        };
+        match token {
+            Some(token) => {
+                let mut watch: Watch = Box::pin(watcher.changed());
+                let waker = Waker::from(Arc::new(Fire {
+                    name: name.clone(),
+                    id,
+                    fired,
+                }));
+                // The first poll registers the waker, or finds the event already delivered.
+                let ready = watch
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_ready();
+                e.held = Some(Held {
+                    token,
+                    id,
+                    _watch: watch,
+                });
+                e.dirty = ready;
+                if e.seq == seq {
+                    e.pending = false;
+                }
+            }
+            None if e.seq == seq => {
+                self.names.remove(name);
+            }
+            None => {
+                // A newer create is pending; this node is not (or no longer) ours.
+                e.held = None;
+                e.dirty = false;
+            }
+        }
+        Ok(token)
+    }
+
+    /// The names a keep-alive must read (pending without a stashed `exists`, or dirty), with
+    /// their sequence numbers, and the last sequence number so far.
+    pub(super) fn unsure(&mut self) -> (Numbered, u64) {
+        self.apply_fires();
+        let reads = self
+            .names
+            .iter()
+            .filter(|(_, e)| (e.pending && e.sent.is_none()) || e.dirty)
+            .map(|(n, e)| (n.clone(), e.seq))
+            .collect();
+        (reads, self.seq)
+    }
+
+    /// After a keep-alive's replies: applies the stashed `exists` replies of the creates sent
+    /// before its requests (numbered up to `mark`; their replies came first). Returns the
+    /// names whose reply is missing or failed, to read.
+    pub(super) fn collect_sent(&mut self, mark: u64, raw: i64) -> Result<Numbered> {
+        let mut done = Vec::new();
+        let mut again = Vec::new();
+        for (name, e) in self.names.iter_mut() {
+            if e.seq > mark {
+                continue;
+            }
+            let Some(mut sent) = e.sent.take() else {
+                continue;
+            };
+            match sent.now() {
+                Some(Ok(seen)) => done.push((name.clone(), e.seq, seen)),
+                _ => again.push((name.clone(), e.seq)),
+            }
+        }
+        for (name, seq, seen) in done {
+            self.observe(&name, seq, raw, seen)?;
+        }
+        Ok(again)
+    }
+
+    /// After a keep-alive's replies (and the reads it sent applied): the leases held, and the
+    /// names whose watch fired, to read again.
+    pub(super) fn settled(&mut self) -> (Vec<(LeaseName, Token)>, Numbered) {
+        self.apply_fires();
+        let mut held = Vec::with_capacity(self.names.len());
+        let mut again = Vec::new();
+        for (name, e) in &self.names {
+            match &e.held {
+                Some(_) if e.dirty => again.push((name.clone(), e.seq)),
+                Some(h) => held.push((name.clone(), h.token)),
+                None => {}
+            }
+        }
+        (held, again)
+    }
+}
