@@ -53,8 +53,18 @@ pub(crate) fn redact(raw: &str) -> String {
     let Some(at) = raw.rfind('@') else {
         return raw.to_owned();
     };
+    // After `scheme://` only when what precedes it is a scheme: in `a:/:pw@://@` the password
+    // sits before the first `://`.
     let start = match raw.find("://") {
-        Some(i) if i < at => i + 3,
+        Some(i)
+            if i < at
+                && i > 0
+                && raw[..i]
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) =>
+        {
+            i + 3
+        }
         _ => 0,
     };
     let userinfo = &raw[start..at];
@@ -338,6 +348,14 @@ mod tests {
         assert_eq!(u.user.as_deref(), Some("bob"));
         assert_eq!(u.password.as_deref(), Some("s@cret"));
         assert!(!format!("{u:?}").contains("cret"));
+    }
+
+    #[test]
+    fn redaction_masks_a_password_before_a_later_scheme_separator() {
+        let r = redact("postgres:/:s3cr3t-PW@://@");
+        assert!(!r.contains("s3cr3t"), "{r}");
+        let r = redact("x y://u:s3cr3t@h");
+        assert!(!r.contains("s3cr3t"), "{r}");
     }
 
     #[test]
