@@ -100,7 +100,7 @@
 //! | operation | one server | cluster (`route_by_slot`) |
 //! |---|---|---|
 //! | open, owner | 1 | 1 |
-//! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per slot, pipelined to every node at once; cost grows with the leases held |
+//! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per node (per slot after a node refused: a slot moved), pipelined to every node at once; cost grows with the leases held |
 //! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
 //! | release, leave | 1 | 3 (a PTTL of the session first: an expired session changes nothing) |
 //! | join | 1 | 2 |
