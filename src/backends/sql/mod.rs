@@ -72,6 +72,7 @@ use crate::spi::{
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -218,8 +219,31 @@ pub(crate) fn with_conn<C: PoolConn, T>(
     }
 }
 
-/// A renewed session: its remaining µs and the (name, token) of the leases it holds.
-pub(crate) type Renewed = (i64, Vec<(String, i64)>);
+/// How many leases of its known list a keep-alive checks when their version is unchanged
+/// (a lease row changed by hand, which no statement of the backend counts, is found within
+/// ⌈held / SAMPLE⌉ keep-alives).
+pub(crate) const SAMPLE: usize = 2;
+
+/// What the backend knows of a session's leases, passed to a keep-alive: the version of the
+/// list it keeps and up to [`SAMPLE`] `(name, token)` of that list to check.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Known<'a> {
+    pub(crate) version: i64,
+    pub(crate) sample: &'a [(String, i64)],
+}
+
+/// A renewed session.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Renewed {
+    /// The remaining µs.
+    pub(crate) remaining_us: i64,
+    /// The version of the session's leases the list belongs to (when not listed: the
+    /// current one, which the caller passed).
+    pub(crate) version: i64,
+    /// The `(name, token)` of the leases held, when the version differs from the one passed
+    /// (or none was passed) or the sample was not all held; `None`: unchanged.
+    pub(crate) leases: Option<Vec<(String, i64)>>,
+}
 
 /// Outcome of one acquire statement.
 #[derive(Debug)]
@@ -290,8 +314,15 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn drop_tables(&self) -> DbResult<()>;
     /// Inserts the session; returns its remaining µs as the database measured it.
     fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64>;
-    /// `None` when the session is not live.
-    fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>>;
+    /// Renews the session; lists its leases only when their version differs from `known`'s
+    /// (always without `known`) or a lease of its sample is no longer held. `None` when the
+    /// session is not live.
+    fn keep_alive(
+        &self,
+        id: &str,
+        lease_ms: i64,
+        known: Option<Known<'_>>,
+    ) -> DbResult<Option<Renewed>>;
     /// Deletes the session, frees its leases, deletes its memberships.
     fn remove_session(&self, id: &str) -> DbResult<()>;
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow>;
@@ -397,6 +428,43 @@ pub struct SqlBackend {
     options: Options,
     last_purge: Mutex<Instant>,
     purging: Arc<AtomicBool>,
+    /// Per session, the version of its leases the last listing keep-alive answered, and that
+    /// list (a keep-alive answering "same version" reuses it).
+    known: Mutex<HashMap<SessionId, KnownLeases>>,
+}
+
+/// The leases of a session at one version of its lease set.
+#[derive(Debug)]
+struct KnownLeases {
+    version: i64,
+    leases: Vec<(LeaseName, Token)>,
+    /// Where the next sample starts.
+    next: usize,
+    /// The last keep-alive that used this list, and its lease: an entry unused for longer is
+    /// of a session that expired (or was abandoned) and is dropped.
+    used: Instant,
+    lease: Duration,
+}
+
+impl KnownLeases {
+    /// The version and the next [`SAMPLE`] leases to check, in turn.
+    fn sample(&mut self) -> (i64, Vec<(String, i64)>) {
+        let n = self.leases.len();
+        let take = SAMPLE.min(n);
+        let sample = (0..take)
+            .map(|i| {
+                let (name, t) = &self.leases[(self.next + i) % n];
+                (
+                    name.as_str().to_owned(),
+                    i64::try_from(t.get()).unwrap_or(i64::MAX),
+                )
+            })
+            .collect();
+        if n > 0 {
+            self.next = (self.next + take) % n;
+        }
+        (self.version, sample)
+    }
 }
 
 impl std::fmt::Debug for SqlBackend {
@@ -682,6 +750,7 @@ impl SqlBackendBuilder {
             options,
             last_purge: Mutex::new(Instant::now()),
             purging: Arc::new(AtomicBool::new(false)),
+            known: Mutex::new(HashMap::new()),
         })
     }
 }
@@ -853,6 +922,8 @@ impl SqlBackend {
             }
             *last = Instant::now();
         }
+        // Lists of sessions not kept alive for a whole lease: expired or abandoned.
+        self.known.lock().retain(|_, k| k.used.elapsed() <= k.lease);
         if self.purging.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -901,35 +972,104 @@ impl LeaseBackend for SqlBackend {
         })
     }
 
+    /// One statement (PostgreSQL) or two (MySQL) whatever the session holds: the leases are
+    /// read only when their version (bumped by every acquire of a new term, release and
+    /// take-over) differs from the list this backend keeps for the session, or when one of
+    /// a sample of [`SAMPLE`] listed leases is no longer held (a row changed by hand).
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         crate::backends::options::check_lease(lease)?;
-        let reply = self
-            .driver
-            .keep_alive(session.as_str(), ms(lease))
-            .map_err(|e| self.err("keeping a session alive", e))?;
-        let Some((remaining_us, rows)) = reply else {
-            self.driver
-                .remove_session(session.as_str())
-                .map_err(|e| self.err("removing an expired session", e))?;
-            return Err(Self::expired(session));
-        };
-        let remaining = remaining(remaining_us);
-        let leases = rows
-            .into_iter()
-            .map(|(name, t)| {
-                Ok(HeldLease {
-                    name: LeaseName::new(name)
-                        .map_err(|e| Error::backend("reading a lease name", e))?,
-                    token: token(t)?,
-                    remaining,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.maybe_purge();
-        Ok(KeepAlive { remaining, leases })
+        let mut ask = true;
+        loop {
+            let known = if ask {
+                self.known.lock().get_mut(session).map(KnownLeases::sample)
+            } else {
+                None
+            };
+            let reply = self
+                .driver
+                .keep_alive(
+                    session.as_str(),
+                    ms(lease),
+                    known.as_ref().map(|(version, sample)| Known {
+                        version: *version,
+                        sample,
+                    }),
+                )
+                .map_err(|e| self.err("keeping a session alive", e))?;
+            let Some(r) = reply else {
+                self.known.lock().remove(session);
+                self.driver
+                    .remove_session(session.as_str())
+                    .map_err(|e| self.err("removing an expired session", e))?;
+                return Err(Self::expired(session));
+            };
+            let remaining = remaining(r.remaining_us);
+            let held = |leases: &[(LeaseName, Token)]| KeepAlive {
+                remaining,
+                leases: leases
+                    .iter()
+                    .map(|(name, token)| HeldLease {
+                        name: name.clone(),
+                        token: *token,
+                        remaining,
+                    })
+                    .collect(),
+            };
+            let reply = match r.leases {
+                Some(rows) => {
+                    let leases = rows
+                        .into_iter()
+                        .map(|(name, t)| {
+                            Ok((
+                                LeaseName::new(name)
+                                    .map_err(|e| Error::backend("reading a lease name", e))?,
+                                token(t)?,
+                            ))
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let reply = held(&leases);
+                    self.known.lock().insert(
+                        session.clone(),
+                        KnownLeases {
+                            version: r.version,
+                            leases,
+                            next: 0,
+                            used: Instant::now(),
+                            lease,
+                        },
+                    );
+                    reply
+                }
+                None => {
+                    let mut cache = self.known.lock();
+                    match cache.get_mut(session) {
+                        Some(k) if known.is_some() && k.version == r.version => {
+                            k.used = Instant::now();
+                            k.lease = lease;
+                            held(&k.leases)
+                        }
+                        // "Unchanged" from a version this backend no longer keeps (a
+                        // concurrent keep-alive replaced it): ask again for the full list.
+                        _ if known.is_some() => {
+                            ask = false;
+                            continue;
+                        }
+                        _ => {
+                            return Err(Error::backend(
+                                "keeping a session alive",
+                                "the database answered \"unchanged\" to a keep-alive that knew no leases",
+                            ))
+                        }
+                    }
+                }
+            };
+            self.maybe_purge();
+            return Ok(reply);
+        }
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.known.lock().remove(session);
         self.driver
             .remove_session(session.as_str())
             .map_err(|e| self.err("closing a session", e))
