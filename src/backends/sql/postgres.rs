@@ -153,8 +153,9 @@ fn sql(t: &Tables) -> [String; 10] {
         // keep-alive, one statement: renew first (the one-time filters on `renewed` run the
         // UPDATE before the lease scan), then read the held leases FOR SHARE, but only when
         // the version of the session's leases differs from the one passed in ($3, NULL for
-        // none) or a lease of the sample passed in ($4, $5: names and tokens, at most
-        // `SAMPLE`) is no longer held; otherwise nothing scales with what the session holds.
+        // none) or fewer than $8 of the sample's (name, token) pairs ($4..$7, NULL for none;
+        // two primary key lookups whatever the plan) are still held; otherwise nothing scales
+        // with what the session holds.
         // Every statement that changes which leases a session holds (acquire of a new term,
         // take-over, release) bumps `version` under an exclusive lock on the session's row,
         // in the same statement as the change.
@@ -174,9 +175,9 @@ fn sql(t: &Tables) -> [String; 10] {
                          WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
                          RETURNING expires_at, version), \
              list AS MATERIALIZED (SELECT (SELECT version FROM renewed) IS DISTINCT FROM $3 \
-                         OR (SELECT count(*) FROM unnest($4::varchar[], $5::int8[]) AS k(name, token) \
-                             JOIN {l} x ON x.name = k.name AND x.token = k.token \
-                                       AND x.session_id = $1) < cardinality($4) AS yes), \
+                         OR (SELECT count(*) FROM {l} x WHERE x.session_id = $1 \
+                             AND ((x.name = $4 AND x.token = $5) OR (x.name = $6 AND x.token = $7))) \
+                            < $8 AS yes), \
              held AS (SELECT l.name, l.token FROM {l} l \
                       WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) \
                         AND (SELECT yes FROM list) FOR SHARE) \
@@ -303,8 +304,11 @@ fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::post
                 sid.clone(),
                 i8.clone(),
                 i8.clone(),
-                Type::VARCHAR_ARRAY,
-                Type::INT8_ARRAY,
+                name.clone(),
+                i8.clone(),
+                name.clone(),
+                i8.clone(),
+                i8.clone(),
             ],
         )?,
         remove: client.prepare_typed(&remove, std::slice::from_ref(&sid))?,
@@ -504,11 +508,19 @@ impl Driver for PgDriver {
     ) -> DbResult<Option<Renewed>> {
         let version = known.map(|k| k.version);
         let sample = known.map_or(&[][..], |k| k.sample);
-        let names: Vec<&str> = sample.iter().map(|(n, _)| n.as_str()).collect();
-        let tokens: Vec<i64> = sample.iter().map(|(_, t)| *t).collect();
+        let pair = |i: usize| {
+            sample
+                .get(i)
+                .map_or((None, None), |(n, t)| (Some(n.as_str()), Some(*t)))
+        };
+        let ((n1, t1), (n2, t2)) = (pair(0), pair(1));
+        let expected = sample.len().min(super::SAMPLE) as i64;
         self.run(|c, st| {
             let rows = c
-                .query(&st.keep_alive, &[&id, &lease_ms, &version, &names, &tokens])
+                .query(
+                    &st.keep_alive,
+                    &[&id, &lease_ms, &version, &n1, &t1, &n2, &t2, &expected],
+                )
                 .map_err(classify)?;
             let Some(first) = rows.first() else {
                 return Ok(None);
