@@ -187,15 +187,18 @@ impl Sql {
             // The renewal's read, one consistent read: the remaining time, the version of
             // the session's leases and whether they are listed: when the version differs
             // from the one passed in (NULL for none), or fewer than the count passed in of
-            // the sample's (name, token) pairs (NULL pairs for none) are still held.
-            // Otherwise the join's key is NULL and no lease row is read. The derived table
-            // (materialized: it has a LIMIT, on both servers) computes the flag once.
+            // the sample's (name, token) pairs (NULL pairs for none; a primary key lookup
+            // each) are still held. Otherwise the join's key is NULL and no lease row is read.
+            // The derived table (materialized: it has a LIMIT, on both servers) computes the
+            // flag once.
             ka_read: format!(
                 "SELECT d.rem, d.version, d.listed, l.name, l.token FROM \
                  (SELECT s.session_id, s.expires_at * 1000 - {NOW_US} AS rem, s.version, \
                          (s.version <> ? OR ? IS NULL OR \
-                          (SELECT COUNT(*) FROM {l} k WHERE k.session_id = s.session_id \
-                             AND ((k.name = ? AND k.token = ?) OR (k.name = ? AND k.token = ?))) \
+                          (SELECT COUNT(*) FROM {l} k \
+                           WHERE k.name = ? AND k.token = ? AND k.session_id = s.session_id) \
+                          + (SELECT COUNT(*) FROM {l} k \
+                           WHERE k.name = ? AND k.token = ? AND k.session_id = s.session_id) \
                           < ?) AS listed \
                   FROM {s} s WHERE s.session_id = ? LIMIT 1) d \
                  LEFT JOIN {l} l ON l.session_id = IF(d.listed, d.session_id, NULL)"

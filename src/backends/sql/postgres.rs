@@ -175,9 +175,10 @@ fn sql(t: &Tables) -> [String; 10] {
                          WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
                          RETURNING expires_at, version), \
              list AS MATERIALIZED (SELECT (SELECT version FROM renewed) IS DISTINCT FROM $3 \
-                         OR (SELECT count(*) FROM {l} x WHERE x.session_id = $1 \
-                             AND ((x.name = $4 AND x.token = $5) OR (x.name = $6 AND x.token = $7))) \
-                            < $8 AS yes), \
+                         OR (SELECT count(*) FROM {l} x \
+                             WHERE x.name = $4 AND x.token = $5 AND x.session_id = $1) \
+                          + (SELECT count(*) FROM {l} x \
+                             WHERE x.name = $6 AND x.token = $7 AND x.session_id = $1) < $8 AS yes), \
              held AS (SELECT l.name, l.token FROM {l} l \
                       WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) \
                         AND (SELECT yes FROM list) FOR SHARE) \
