@@ -944,6 +944,31 @@ pub fn keep_alive_reports_leases_changed_behind_its_back<D: Db>() {
     b.close_session(&s).unwrap();
 }
 
+/// Tables of an earlier version (no `version` column on the session table, with a session
+/// and a lease in them): `install_schema` adds the column, twice is the same as once, and
+/// the session keeps its lease and goes on.
+pub fn install_schema_migrates_older_tables<D: Db>() {
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let before = LeaseName::new("before").unwrap();
+    let t = acquired(&*b, &s, &before);
+    D::exec(&format!("ALTER TABLE {p}simba_session DROP COLUMN version"));
+    b.0.install_schema().unwrap();
+    b.0.install_schema().unwrap();
+    assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), ["before"]);
+    let after = LeaseName::new("after").unwrap();
+    acquired(&*b, &s, &after);
+    assert_eq!(
+        listed(&b.keep_alive(&s, lease).unwrap()),
+        ["after", "before"]
+    );
+    assert!(b.release(&s, &before, t.token).unwrap());
+    assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), ["after"]);
+    b.close_session(&s).unwrap();
+}
+
 /// What differs between the dialects in the shared SQL tests: a plain connection of the
 /// dialect's own crate does each of these.
 pub trait Db: 'static {
@@ -1063,6 +1088,11 @@ macro_rules! sql_suite {
             let b = sql_common::isolated(&<$db as sql_common::Db>::url());
             let mut t = <$db as sql_common::Db>::take_over(&b);
             sql_common::keep_alive_behind_a_take_over(b, &mut *t, true);
+        }
+
+        #[test]
+        fn install_schema_migrates_older_tables() {
+            sql_common::install_schema_migrates_older_tables::<$db>();
         }
 
         #[test]

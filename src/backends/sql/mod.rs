@@ -11,8 +11,8 @@
 //!
 //! | operation | PostgreSQL | MySQL / MariaDB |
 //! |---|---|---|
-//! | `acquire` | 1 (one statement: the upsert plus its report) | 2 (the upsert, then a read of the outcome) |
-//! | `keep_alive` | 1 (a CTE: the `UPDATE`, then the held leases `FOR SHARE`) | 2 (the `UPDATE`, then the held leases) |
+//! | `acquire` | 1 (one statement: both session rows locked, the upsert, the version bump, its report) | 2 (a multi-table `UPDATE` taking the row and bumping the versions, then a read of the outcome; 5 the first time a name is used) |
+//! | `keep_alive` | 1 (a CTE: the `UPDATE`, the version check, the held leases `FOR SHARE` only after a change) | 2 (the `UPDATE`, then one read listing the leases only after a change) |
 //! | `open_session` | 1 (`RETURNING` the remaining time) | 2 (the `INSERT`, then a read of the remaining time) |
 //! | `release`, `leave`, `owner`, `members` | 1 | 1 |
 //! | `join` | 1 | 1 (2 when already a member) |
@@ -23,6 +23,25 @@
 //! statement is one autocommit transaction that the server rolled back whole. An upsert that
 //! raced with a concurrent change of the same lease row (it saw the row change between its
 //! snapshot and its row lock) is retried the same way.
+//!
+//! # Keep-alive cost
+//!
+//! The session row carries a `version` of the session's leases: every statement that changes
+//! which leases a session holds (an acquire that begins a new term, for the acquirer and for
+//! the holder it takes over from, and a release) increments it, under an exclusive lock on
+//! the session's row and in the same statement as the change. The backend keeps, per
+//! session, the list of leases the last listing keep-alive answered and its version, and
+//! passes that version to the next keep-alive, which reads the held leases only when it
+//! differs; otherwise the backend answers with the list it kept. So a keep-alive costs the
+//! same with 1 or 1000 held leases, and a change (also a take-over that a keep-alive waited
+//! behind, see the statements) is reported at the next keep-alive. Each keep-alive also
+//! checks two of the listed leases in turn (one primary key lookup each): a lease row
+//! changed by hand, which no statement counts, is found within ⌈held ÷ 2⌉ keep-alives, at
+//! the next one for a session holding at most two. Tables created by earlier versions get the
+//! column from [`SqlBackend::install_schema`]; processes of an earlier version on the same
+//! tables do not count their changes, so while they run a take-over of theirs racing the
+//! holder's keep-alive is found by the sample rather than at once: upgrade the processes
+//! sharing a table prefix together.
 //!
 //! Every remaining time is the database's `expires_at − now`, measured in microseconds by the
 //! statement that answers and rounded **down** to whole milliseconds (`expires_at` is whole
@@ -38,13 +57,16 @@
 //! | | MySQL 8.0 | MariaDB 10.6+ | used here |
 //! |---|---|---|---|
 //! | shared row lock | `FOR SHARE`, `LOCK IN SHARE MODE` (kept for compatibility, equivalent) | `LOCK IN SHARE MODE` only | `LOCK IN SHARE MODE` |
-//! | upsert referring to the new row | row alias `INSERT … VALUES (…) AS new` (8.0.19+); `VALUES(col)` deprecated in 8.0.20 | `VALUES(col)`; no row alias | `INSERT … SELECT … ON DUPLICATE KEY UPDATE` naming the selected columns (valid on both, neither form needed) |
+//! | upsert referring to the new row | row alias `INSERT … VALUES (…) AS new` (8.0.19+); `VALUES(col)` deprecated in 8.0.20 | `VALUES(col)`; no row alias | `INSERT … SELECT … ON DUPLICATE KEY UPDATE` naming the selected columns (valid on both, neither form needed; `join`) |
 //! | `RETURNING` | no | `INSERT`/`DELETE … RETURNING` | not used: a second statement reads the outcome |
 //! | affected rows of an unchanged upsert | 0, or 1 with `CLIENT_FOUND_ROWS` | same | not used to decide anything |
 //! | statement time limit | `max_execution_time` (ms): read-only `SELECT`s only | `max_statement_time` (s): every statement | the server's own, per flavor |
 //! | lock waits | `innodb_lock_wait_timeout` (row locks), `lock_wait_timeout` (metadata locks), whole seconds | same | both, set to the query timeout rounded up |
 //! | UTC epoch µs | `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))` | same | fixed at statement start, no time-zone conversion |
 //! | named lock | `GET_LOCK(name, seconds)` / `RELEASE_LOCK` | same | schema installation |
+//! | multi-table `UPDATE`, one table under two aliases | yes, unless a key column is set | same | acquire and release change the lease row and bump the session versions in one statement |
+//! | `STRAIGHT_JOIN … ON` in an `UPDATE` | yes | yes | fixes the order acquire locks its rows in |
+//! | `ADD COLUMN IF NOT EXISTS` | no | yes | not used: `install_schema` reads `information_schema.COLUMNS` first |
 //!
 //! How each statement is bounded: on MariaDB by `max_statement_time` (the query timeout).
 //! On MySQL a `SELECT` by `max_execution_time`; an `INSERT`, `UPDATE` or `DELETE` (which
@@ -272,7 +294,7 @@ pub(crate) struct AcqReport {
     /// The acquirer's remaining µs; `None` (or not positive) when its session is not live.
     pub(crate) my_remaining: Option<i64>,
     /// The token of the term the statement began, if it reports one (PostgreSQL's
-    /// `RETURNING`). MySQL leaves it `None`: the lease row read after the upsert decides.
+    /// `RETURNING`). MySQL leaves it `None`: the lease row read after the `UPDATE` decides.
     pub(crate) new_token: Option<i64>,
     /// The lease row as the report read it: holder session, token, holder's remaining µs.
     pub(crate) holder: Option<String>,
@@ -826,7 +848,8 @@ impl SqlBackend {
     }
 
     /// Creates the three tables and their indexes if they do not exist (idempotent, safe to
-    /// run from several processes at once).
+    /// run from several processes at once), and adds the `version` column to a session table
+    /// created by an earlier version (run it after upgrading; the statements need it).
     pub fn install_schema(&self) -> Result<()> {
         self.driver
             .install_schema()
@@ -975,7 +998,7 @@ impl LeaseBackend for SqlBackend {
     /// One statement (PostgreSQL) or two (MySQL) whatever the session holds: the leases are
     /// read only when their version (bumped by every acquire of a new term, release and
     /// take-over) differs from the list this backend keeps for the session, or when one of
-    /// a sample of [`SAMPLE`] listed leases is no longer held (a row changed by hand).
+    /// a sample of two listed leases is no longer held (a row changed by hand).
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         crate::backends::options::check_lease(lease)?;
         let mut ask = true;

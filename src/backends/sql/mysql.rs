@@ -16,7 +16,14 @@
 //!   (`INSERT … VALUES (…) AS new`) that MariaDB rejects; `INSERT … SELECT` needs neither on
 //!   both. Neither `RETURNING` (MariaDB only) nor affected-row counts decide an outcome: the
 //!   count of an unchanged upsert is 0, or 1 with `CLIENT_FOUND_ROWS` (settable through
-//!   `mysql_opts`), so acquire reads the lease row after its upsert instead.
+//!   `mysql_opts`), so acquire reads the lease row after its `UPDATE` instead (below).
+//! * Acquire and release change the lease row and bump the `version` of the sessions'
+//!   leases in one multi-table `UPDATE` (both servers; the session table appears under two
+//!   aliases, allowed as no key column is set), with `STRAIGHT_JOIN` fixing the order the
+//!   rows are locked in. A name never acquired first gets a free row with token 0.
+//! * The keep-alive's read lists the leases only when their version changed: its join key
+//!   is `IF(listed, session_id, NULL)` on a materialized one-row derived table, so no lease
+//!   row is read otherwise (both servers skip a lookup of a NULL key).
 //! * Bounds on each statement: MariaDB's `max_statement_time` (seconds, fractional) bounds
 //!   every statement, reads and writes. MySQL's `max_execution_time` (ms) bounds read-only
 //!   `SELECT`s only, so on MySQL an `INSERT`/`UPDATE`/`DELETE` is bounded by the lock waits
@@ -522,7 +529,7 @@ fn renewed(rows: &[Vec<Value>]) -> DbResult<Option<Renewed>> {
     }))
 }
 
-/// The report read after an acquire's upsert (`acquire_report`): always one row, NULLs
+/// The report read after an acquire's `UPDATE` (`acquire_report`): always one row, NULLs
 /// where the session or the lease row is missing.
 fn acq_report(row: Option<Vec<Value>>) -> DbResult<AcqReport> {
     const WHAT: &str = "an acquire";
