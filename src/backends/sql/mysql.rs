@@ -194,18 +194,18 @@ impl Sql {
             // The renewal's read, one consistent read: the remaining time, the version of
             // the session's leases and whether they are listed: when the version differs
             // from the one passed in (NULL for none), or fewer than the count passed in of
-            // the sample's (name, token) pairs (NULL pairs for none; a primary key lookup
-            // each) are still held. Otherwise the join's key is NULL and no lease row is read.
-            // The derived table (materialized: it has a LIMIT, on both servers) computes the
-            // flag once.
+            // the sample's (token, name) pairs (NULL pairs for none; a lookup by name
+            // each, the primary key) are still held. Otherwise the join's key is NULL and no
+            // lease row is read. The derived table (materialized: it has a LIMIT, on both
+            // servers) computes the flag once.
             ka_read: format!(
                 "SELECT d.rem, d.version, d.listed, l.name, l.token FROM \
                  (SELECT s.session_id, s.expires_at * 1000 - {NOW_US} AS rem, s.version, \
                          (s.version <> ? OR ? IS NULL OR \
-                          (SELECT COUNT(*) FROM {l} k \
-                           WHERE k.name = ? AND k.token = ? AND k.session_id = s.session_id) \
-                          + (SELECT COUNT(*) FROM {l} k \
-                           WHERE k.name = ? AND k.token = ? AND k.session_id = s.session_id) \
+                          COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
+                                    FROM {l} k WHERE k.name = ?), 0) \
+                          + COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
+                                    FROM {l} k WHERE k.name = ?), 0) \
                           < ?) AS listed \
                   FROM {s} s WHERE s.session_id = ? LIMIT 1) d \
                  LEFT JOIN {l} l ON l.session_id = IF(d.listed, d.session_id, NULL)"
@@ -657,10 +657,10 @@ impl Driver for MyDriver {
         let params = vec![
             Value::from(version),
             Value::from(version),
-            n1,
             t1,
-            n2,
+            n1,
             t2,
+            n2,
             Value::from(sample.len().min(super::SAMPLE) as i64),
             Value::from(id),
         ];

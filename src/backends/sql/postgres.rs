@@ -153,9 +153,11 @@ fn sql(t: &Tables) -> [String; 10] {
         // keep-alive, one statement: renew first (the one-time filters on `renewed` run the
         // UPDATE before the lease scan), then read the held leases FOR SHARE, but only when
         // the version of the session's leases differs from the one passed in ($3, NULL for
-        // none) or fewer than $8 of the sample's (name, token) pairs ($4..$7, NULL for none;
-        // two primary key lookups whatever the plan) are still held; otherwise nothing scales
-        // with what the session holds.
+        // none) or fewer than $8 of the sample's (name, token) pairs ($4..$7, NULL for none)
+        // are still held; otherwise nothing scales with what the session holds. (Each pair is
+        // looked up by name alone: with `session_id = $1` in the WHERE clause a generic plan
+        // made while the table was small can walk the session's entries of
+        // `idx_lease_session` instead of the primary key.)
         // Every statement that changes which leases a session holds (acquire of a new term,
         // take-over, release) bumps `version` under an exclusive lock on the session's row,
         // in the same statement as the change.
@@ -175,10 +177,10 @@ fn sql(t: &Tables) -> [String; 10] {
                          WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
                          RETURNING expires_at, version), \
              list AS MATERIALIZED (SELECT (SELECT version FROM renewed) IS DISTINCT FROM $3 \
-                         OR (SELECT count(*) FROM {l} x \
-                             WHERE x.name = $4 AND x.token = $5 AND x.session_id = $1) \
-                          + (SELECT count(*) FROM {l} x \
-                             WHERE x.name = $6 AND x.token = $7 AND x.session_id = $1) < $8 AS yes), \
+                         OR coalesce((SELECT x.session_id = $1 AND x.token = $5 FROM {l} x \
+                                      WHERE x.name = $4), false)::int \
+                          + coalesce((SELECT x.session_id = $1 AND x.token = $7 FROM {l} x \
+                                      WHERE x.name = $6), false)::int < $8 AS yes), \
              held AS (SELECT l.name, l.token FROM {l} l \
                       WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) \
                         AND (SELECT yes FROM list) FOR SHARE) \
