@@ -239,12 +239,16 @@ fn sql(t: &Tables) -> [String; 10] {
                     (SELECT count(*) FROM note), (SELECT count(*) FROM bump)"
         ),
         // release: only by a live session (an expired one holds nothing, so changes nothing);
-        // its session row first (the lock order of acquire), whose version a release bumps
+        // its session row first (the lock order of acquire), whose version a release bumps.
+        // The lease row is found by name alone (`session_id::text` is no index key): with
+        // `session_id = $2` a generic plan made while the table was small walks the
+        // session's entries of `idx_lease_session` instead of the primary key.
         format!(
             "WITH me AS MATERIALIZED (SELECT 1 FROM {s} \
                     WHERE session_id = $2 AND expires_at > {NOW} FOR NO KEY UPDATE), \
              freed AS (UPDATE {l} SET session_id = '' \
-                    WHERE name = $1 AND session_id = $2 AND token = $3 AND EXISTS (SELECT 1 FROM me) \
+                    WHERE name = $1 AND session_id::text = $2::text AND token = $3 \
+                      AND EXISTS (SELECT 1 FROM me) \
                     RETURNING name), \
              bump AS (UPDATE {s} SET version = version + 1 \
                     WHERE session_id = $2 AND EXISTS (SELECT 1 FROM freed) RETURNING 1), \
