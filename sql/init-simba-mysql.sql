@@ -1,12 +1,16 @@
 -- simba-lease schema for MySQL 8 and MariaDB 10.11 (applied by `SqlBackend::install_schema`,
 -- idempotent). Times are database time in UTC epoch milliseconds. Names compare byte-wise
 -- (binary collations).
+-- Tables created before the `version` column: `SqlBackend::install_schema` adds it (MySQL 8 has
+-- no `add column if not exists`), or run
+--   alter table simba_session add column version bigint not null default 0;
 
 create table if not exists simba_session
 (
     session_id char(32) character set ascii collate ascii_bin not null primary key,
     expires_at bigint                                        not null comment 'database time, epoch ms',
     metadata   varchar(1024) character set utf8mb4 collate utf8mb4_bin not null default '',
+    version    bigint                                        not null default 0 comment 'bumped by every change of its leases',
     index idx_session_expires (expires_at)
 ) engine = InnoDB;
 

@@ -1,11 +1,14 @@
 -- simba-lease schema for PostgreSQL 14+ (applied by `SqlBackend::install_schema`, idempotent).
 -- Times are database time in UTC epoch milliseconds. Names compare byte-wise (collation "C").
+-- Tables created before the `version` column: `SqlBackend::install_schema` adds it, or run
+--   alter table simba_session add column if not exists version bigint not null default 0;
 
 create table if not exists simba_session
 (
     session_id char(32)      collate "C" not null primary key,
     expires_at bigint                    not null, -- database time, epoch ms
-    metadata   varchar(1024)             not null default ''
+    metadata   varchar(1024)             not null default '',
+    version    bigint                    not null default 0 -- bumped by every change of its leases
 );
 create index if not exists idx_session_expires on simba_session (expires_at);
 

@@ -64,6 +64,9 @@ impl Db for MySql {
             sessions,
         })
     }
+    fn exec(sql: &str) {
+        raw().query_drop(sql).unwrap();
+    }
 }
 
 #[test]
@@ -77,26 +80,40 @@ struct MyTakeOver {
 }
 
 impl TakeOver for MyTakeOver {
-    fn lock_holder(&mut self, sessions: &str, session: &simba_lease::SessionId) {
+    fn lock_holder(
+        &mut self,
+        sessions: &str,
+        holder: &simba_lease::SessionId,
+        taker: &simba_lease::SessionId,
+    ) {
         self.conn.query_drop("START TRANSACTION").unwrap();
-        let _: Vec<i64> = self
-            .conn
-            .exec(
-                format!("SELECT 1 FROM {sessions} WHERE session_id = ? LOCK IN SHARE MODE"),
-                (session.as_str(),),
-            )
-            .unwrap();
+        for s in [taker, holder] {
+            let _: Vec<i64> = self
+                .conn
+                .exec(
+                    format!("SELECT 1 FROM {sessions} WHERE session_id = ? FOR UPDATE"),
+                    (s.as_str(),),
+                )
+                .unwrap();
+        }
     }
     fn take_and_commit(
         &mut self,
-        leases: &str,
+        (sessions, leases): (&str, &str),
         name: &simba_lease::LeaseName,
-        to: &simba_lease::SessionId,
+        holder: &simba_lease::SessionId,
+        taker: &simba_lease::SessionId,
     ) {
         self.conn
             .exec_drop(
                 format!("UPDATE {leases} SET session_id = ?, token = token + 1 WHERE name = ?"),
-                (to.as_str(), name.as_str()),
+                (taker.as_str(), name.as_str()),
+            )
+            .unwrap();
+        self.conn
+            .exec_drop(
+                format!("UPDATE {sessions} SET version = version + 1 WHERE session_id IN (?, ?)"),
+                (holder.as_str(), taker.as_str()),
             )
             .unwrap();
         self.conn.query_drop("COMMIT").unwrap();

@@ -72,6 +72,9 @@ impl Db for Postgres {
         let app = format!("simba-lease/{}", b.0.table_prefix());
         Box::new(PgTakeOver { client: raw(), app })
     }
+    fn exec(sql: &str) {
+        raw().batch_execute(sql).unwrap();
+    }
 }
 
 #[test]
@@ -92,20 +95,30 @@ struct PgTakeOver {
 }
 
 impl TakeOver for PgTakeOver {
-    fn lock_holder(&mut self, sessions: &str, session: &simba_lease::SessionId) {
+    fn lock_holder(
+        &mut self,
+        sessions: &str,
+        holder: &simba_lease::SessionId,
+        taker: &simba_lease::SessionId,
+    ) {
         self.client.batch_execute("BEGIN").unwrap();
         self.client
             .query(
-                &format!("SELECT 1 FROM {sessions} WHERE session_id = $1::text::bpchar FOR SHARE"),
-                &[&session.as_str()],
+                &format!(
+                    "SELECT 1 FROM {sessions} \
+                     WHERE session_id IN ($1::text::bpchar, $2::text::bpchar) \
+                     ORDER BY session_id FOR NO KEY UPDATE"
+                ),
+                &[&holder.as_str(), &taker.as_str()],
             )
             .unwrap();
     }
     fn take_and_commit(
         &mut self,
-        leases: &str,
+        (sessions, leases): (&str, &str),
         name: &simba_lease::LeaseName,
-        to: &simba_lease::SessionId,
+        holder: &simba_lease::SessionId,
+        taker: &simba_lease::SessionId,
     ) {
         self.client
             .execute(
@@ -113,7 +126,16 @@ impl TakeOver for PgTakeOver {
                     "UPDATE {leases} SET session_id = $1::text::bpchar, token = token + 1 \
                      WHERE name = $2::text"
                 ),
-                &[&to.as_str(), &name.as_str()],
+                &[&taker.as_str(), &name.as_str()],
+            )
+            .unwrap();
+        self.client
+            .execute(
+                &format!(
+                    "UPDATE {sessions} SET version = version + 1 \
+                     WHERE session_id IN ($1::text::bpchar, $2::text::bpchar)"
+                ),
+                &[&holder.as_str(), &taker.as_str()],
             )
             .unwrap();
         self.client.batch_execute("COMMIT").unwrap();

@@ -767,23 +767,33 @@ pub fn notifications_by_dialect(b: Arc<Isolated>) {
     }
 }
 
-/// What a take-over does, held open by a test: lock the holder's session row (shared), then
-/// give the lease to another session, then commit.
+/// What a take-over does, held open by a test, as the backend's acquire does it: lock the
+/// holder's and the taker's session rows exclusively, then give the lease to the taker and
+/// bump the version of both sessions' leases, then commit.
 pub trait TakeOver {
-    /// Begins a transaction and locks `session`'s row in shared mode.
-    fn lock_holder(&mut self, sessions_table: &str, session: &SessionId);
-    /// Gives `name` to `to` with token + 1 and commits.
-    fn take_and_commit(&mut self, leases_table: &str, name: &LeaseName, to: &SessionId);
+    /// Begins a transaction and locks the session rows of `holder` and `taker`.
+    fn lock_holder(&mut self, sessions_table: &str, holder: &SessionId, taker: &SessionId);
+    /// Gives `name` to `taker` with token + 1, bumps both sessions' versions and commits.
+    fn take_and_commit(
+        &mut self,
+        tables: (&str, &str),
+        name: &LeaseName,
+        holder: &SessionId,
+        taker: &SessionId,
+    );
     /// Whether some statement of the backend waits for a row lock now.
     fn keep_alive_waits(&mut self) -> bool;
 }
 
 /// A keep-alive that waits behind a take-over (the take-over holds the holder's session row
-/// in shared mode) renews the session but no longer lists the lease taken; the leases not
-/// taken are still listed. Deterministic: the take-over is held open until the keep-alive is
-/// seen waiting for the lock.
-pub fn keep_alive_behind_a_take_over(b: Arc<Isolated>, raw: &mut dyn TakeOver) {
+/// locked) renews the session but no longer lists the lease taken; the leases not taken are
+/// still listed. Deterministic: the take-over is held open until the keep-alive is seen
+/// waiting for the lock. With `cached`, a keep-alive listed the leases before, so the backend
+/// keeps their list and its version: the take-over's version bump makes the next keep-alive
+/// read them again.
+pub fn keep_alive_behind_a_take_over(b: Arc<Isolated>, raw: &mut dyn TakeOver, cached: bool) {
     let p = b.0.table_prefix().to_owned();
+    let (sessions, leases) = (format!("{p}simba_session"), format!("{p}simba_lease"));
     let lease = Duration::from_secs(60);
     let holder = b.open_session(lease, &Metadata::default()).unwrap().id;
     let taker = b.open_session(lease, &Metadata::default()).unwrap().id;
@@ -797,7 +807,11 @@ pub fn keep_alive_behind_a_take_over(b: Arc<Isolated>, raw: &mut dyn TakeOver) {
             Acquire::Acquired(_)
         ));
     }
-    raw.lock_holder(&format!("{p}simba_session"), &holder);
+    if cached {
+        let ka = b.keep_alive(&holder, lease).unwrap();
+        assert_eq!(listed(&ka), ["kept", "taken"]);
+    }
+    raw.lock_holder(&sessions, &holder, &taker);
     let (b2, h2) = (b.clone(), holder.clone());
     let ka = std::thread::spawn(move || b2.keep_alive(&h2, lease));
     until(
@@ -805,11 +819,157 @@ pub fn keep_alive_behind_a_take_over(b: Arc<Isolated>, raw: &mut dyn TakeOver) {
         "the keep-alive waits for the row lock",
         || raw.keep_alive_waits(),
     );
-    raw.take_and_commit(&format!("{p}simba_lease"), &taken, &taker);
+    raw.take_and_commit((&sessions, &leases), &taken, &holder, &taker);
     let reply = ka.join().unwrap().expect("the session is live: renewed");
     let names: Vec<&LeaseName> = reply.leases.iter().map(|l| &l.name).collect();
     assert_eq!(names, [&kept], "the taken lease is not listed: {reply:?}");
     assert_eq!(b.owner(&taken).unwrap().unwrap().session, taker);
+    // And not at the next one either.
+    let again = b.keep_alive(&holder, lease).unwrap();
+    assert_eq!(listed(&again), ["kept"]);
+}
+
+/// The names a keep-alive listed, sorted.
+pub fn listed(ka: &KeepAlive) -> Vec<String> {
+    let mut names: Vec<String> = ka.leases.iter().map(|l| l.name.to_string()).collect();
+    names.sort();
+    names
+}
+
+fn acquired(b: &dyn LeaseBackend, s: &SessionId, name: &LeaseName) -> simba_lease::Term {
+    match b.acquire(s, name).unwrap() {
+        Acquire::Acquired(t) => t,
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+/// A keep-alive reads the session's leases only when their version changed (issue 11.3):
+/// a lease row planted by hand for the session, which no acquire counted, is not listed
+/// while the version stays the same (the backend reuses the list it kept), and is listed
+/// once a release or a new term changed the version, or by a backend that kept no list.
+pub fn keep_alive_lists_leases_only_when_they_changed<D: Db>() {
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let names: Vec<LeaseName> = (0..50)
+        .map(|i| LeaseName::new(format!("bound-{i:02}")).unwrap())
+        .collect();
+    let mut terms = Vec::new();
+    for n in &names {
+        terms.push(acquired(&*b, &s, n));
+    }
+    let all: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), all);
+    D::exec(&format!(
+        "INSERT INTO {p}simba_lease (name, session_id, token) VALUES ('planted', '{s}', 7)"
+    ));
+    for _ in 0..3 {
+        let ka = b.keep_alive(&s, lease).unwrap();
+        assert_eq!(listed(&ka), all, "the list kept, without the planted row");
+        for l in &ka.leases {
+            let t = terms.iter().find(|t| t.name == l.name).unwrap();
+            assert_eq!(l.token, t.token, "{}", l.name);
+        }
+    }
+    // A release changes the version: the leases are read again, the planted row with them.
+    assert!(b.release(&s, &names[0], terms[0].token).unwrap());
+    let mut expected: Vec<String> = all[1..].to_vec();
+    expected.push("planted".into());
+    expected.sort();
+    for _ in 0..2 {
+        assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), expected);
+    }
+    // So does a new term, listed with its token.
+    let again = acquired(&*b, &s, &names[0]);
+    assert!(again.token > terms[0].token);
+    let ka = b.keep_alive(&s, lease).unwrap();
+    let mut with_all = all.clone();
+    with_all.push("planted".into());
+    with_all.sort();
+    assert_eq!(listed(&ka), with_all);
+    let first = ka.leases.iter().find(|l| l.name == names[0]).unwrap();
+    assert_eq!(first.token, again.token);
+    // A re-acquire of a lease the session holds changes nothing.
+    assert_eq!(acquired(&*b, &s, &names[1]).token, terms[1].token);
+    assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), with_all);
+    // Another backend on the same tables kept no list: it reads them all.
+    let other = sibling(&D::url(), &b.0);
+    assert_eq!(listed(&other.keep_alive(&s, lease).unwrap()), with_all);
+    b.close_session(&s).unwrap();
+}
+
+/// Lease rows changed by hand behind the session's back (one given to another session, one
+/// deleted), which no statement of the backend counted: the keep-alive checks two of the
+/// leases it listed in turn (`SAMPLE`), finds them and reads the leases again, within
+/// ⌈5 / 2⌉ keep-alives; with at most two leases at the next one.
+pub fn keep_alive_reports_leases_changed_behind_its_back<D: Db>() {
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let names: Vec<LeaseName> = (0..5)
+        .map(|i| LeaseName::new(format!("tampered-{i}")).unwrap())
+        .collect();
+    for n in &names {
+        acquired(&*b, &s, n);
+    }
+    assert_eq!(b.keep_alive(&s, lease).unwrap().leases.len(), 5);
+    let other = SessionId::random();
+    D::exec(&format!(
+        "UPDATE {p}simba_lease SET session_id = '{other}' WHERE name = 'tampered-3'"
+    ));
+    D::exec(&format!(
+        "DELETE FROM {p}simba_lease WHERE name = 'tampered-4'"
+    ));
+    let expected: Vec<String> = names[..3].iter().map(|n| n.to_string()).collect();
+    let rounds = (1..=3)
+        .find(|_| listed(&b.keep_alive(&s, lease).unwrap()) == expected)
+        .expect("the keep-alive lists only the leases still held within 3 rounds");
+    eprintln!("changed leases found at keep-alive {rounds}");
+    for _ in 0..3 {
+        assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), expected);
+    }
+    D::exec(&format!(
+        "DELETE FROM {p}simba_lease WHERE name = 'tampered-2'"
+    ));
+    (1..=2)
+        .find(|_| listed(&b.keep_alive(&s, lease).unwrap()) == ["tampered-0", "tampered-1"])
+        .expect("the deleted lease is not listed within 2 rounds");
+    // Two leases: both are checked at every keep-alive, so a token changed by hand shows at
+    // the next one.
+    D::exec(&format!(
+        "UPDATE {p}simba_lease SET token = token + 1 WHERE name = 'tampered-0'"
+    ));
+    let ka = b.keep_alive(&s, lease).unwrap();
+    let t0 = ka.leases.iter().find(|l| l.name == names[0]).unwrap().token;
+    assert_eq!(Some(t0), b.owner(&names[0]).unwrap().map(|o| o.token));
+    b.close_session(&s).unwrap();
+}
+
+/// Tables of an earlier version (no `version` column on the session table, with a session
+/// and a lease in them): `install_schema` adds the column, twice is the same as once, and
+/// the session keeps its lease and goes on.
+pub fn install_schema_migrates_older_tables<D: Db>() {
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let before = LeaseName::new("before").unwrap();
+    let t = acquired(&*b, &s, &before);
+    D::exec(&format!("ALTER TABLE {p}simba_session DROP COLUMN version"));
+    b.0.install_schema().unwrap();
+    b.0.install_schema().unwrap();
+    assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), ["before"]);
+    let after = LeaseName::new("after").unwrap();
+    acquired(&*b, &s, &after);
+    assert_eq!(
+        listed(&b.keep_alive(&s, lease).unwrap()),
+        ["after", "before"]
+    );
+    assert!(b.release(&s, &before, t.token).unwrap());
+    assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), ["after"]);
+    b.close_session(&s).unwrap();
 }
 
 /// What differs between the dialects in the shared SQL tests: a plain connection of the
@@ -830,6 +990,8 @@ pub trait Db: 'static {
     fn with_time_zone(prefix: &str, tz: &str) -> SqlBackend;
     /// A plain connection for [`keep_alive_behind_a_take_over`] on `b`'s tables.
     fn take_over(b: &Isolated) -> Box<dyn TakeOver>;
+    /// Runs one statement on a plain connection (a change behind the backend's back).
+    fn exec(sql: &str);
 }
 
 /// An isolated backend for the TCK; the first call drops the tables of stale test prefixes.
@@ -921,7 +1083,29 @@ macro_rules! sql_suite {
         fn keep_alive_behind_a_take_over_does_not_list_the_lease() {
             let b = sql_common::isolated(&<$db as sql_common::Db>::url());
             let mut t = <$db as sql_common::Db>::take_over(&b);
-            sql_common::keep_alive_behind_a_take_over(b, &mut *t);
+            sql_common::keep_alive_behind_a_take_over(b, &mut *t, false);
+        }
+
+        #[test]
+        fn keep_alive_behind_a_take_over_with_a_kept_list_does_not_list_the_lease() {
+            let b = sql_common::isolated(&<$db as sql_common::Db>::url());
+            let mut t = <$db as sql_common::Db>::take_over(&b);
+            sql_common::keep_alive_behind_a_take_over(b, &mut *t, true);
+        }
+
+        #[test]
+        fn install_schema_migrates_older_tables() {
+            sql_common::install_schema_migrates_older_tables::<$db>();
+        }
+
+        #[test]
+        fn keep_alive_lists_leases_only_when_they_changed() {
+            sql_common::keep_alive_lists_leases_only_when_they_changed::<$db>();
+        }
+
+        #[test]
+        fn keep_alive_reports_leases_changed_behind_its_back() {
+            sql_common::keep_alive_reports_leases_changed_behind_its_back::<$db>();
         }
     };
 }

@@ -11,8 +11,8 @@
 //!
 //! | operation | PostgreSQL | MySQL / MariaDB |
 //! |---|---|---|
-//! | `acquire` | 1 (one statement: the upsert plus its report) | 2 (the upsert, then a read of the outcome) |
-//! | `keep_alive` | 1 (a CTE: the `UPDATE`, then the held leases `FOR SHARE`) | 2 (the `UPDATE`, then the held leases) |
+//! | `acquire` | 1 (one statement: both session rows locked, the upsert, the version bump, its report) | 2 (a multi-table `UPDATE` taking the row and bumping the versions, then a read of the outcome; 5 the first time a name is used) |
+//! | `keep_alive` | 1 (a CTE: the `UPDATE`, the version check, the held leases `FOR SHARE` only after a change) | 2 (the `UPDATE`, then one read listing the leases only after a change) |
 //! | `open_session` | 1 (`RETURNING` the remaining time) | 2 (the `INSERT`, then a read of the remaining time) |
 //! | `release`, `leave`, `owner`, `members` | 1 | 1 |
 //! | `join` | 1 | 1 (2 when already a member) |
@@ -23,6 +23,25 @@
 //! statement is one autocommit transaction that the server rolled back whole. An upsert that
 //! raced with a concurrent change of the same lease row (it saw the row change between its
 //! snapshot and its row lock) is retried the same way.
+//!
+//! # Keep-alive cost
+//!
+//! The session row carries a `version` of the session's leases: every statement that changes
+//! which leases a session holds (an acquire that begins a new term, for the acquirer and for
+//! the holder it takes over from, and a release) increments it, under an exclusive lock on
+//! the session's row and in the same statement as the change. The backend keeps, per
+//! session, the list of leases the last listing keep-alive answered and its version, and
+//! passes that version to the next keep-alive, which reads the held leases only when it
+//! differs; otherwise the backend answers with the list it kept. So a keep-alive costs the
+//! same with 1 or 1000 held leases, and a change (also a take-over that a keep-alive waited
+//! behind, see the statements) is reported at the next keep-alive. Each keep-alive also
+//! checks two of the listed leases in turn (one primary key lookup each): a lease row
+//! changed by hand, which no statement counts, is found within ⌈held ÷ 2⌉ keep-alives, at
+//! the next one for a session holding at most two. Tables created by earlier versions get the
+//! column from [`SqlBackend::install_schema`]; processes of an earlier version on the same
+//! tables do not count their changes, so while they run a take-over of theirs racing the
+//! holder's keep-alive is found by the sample rather than at once: upgrade the processes
+//! sharing a table prefix together.
 //!
 //! Every remaining time is the database's `expires_at − now`, measured in microseconds by the
 //! statement that answers and rounded **down** to whole milliseconds (`expires_at` is whole
@@ -38,13 +57,16 @@
 //! | | MySQL 8.0 | MariaDB 10.6+ | used here |
 //! |---|---|---|---|
 //! | shared row lock | `FOR SHARE`, `LOCK IN SHARE MODE` (kept for compatibility, equivalent) | `LOCK IN SHARE MODE` only | `LOCK IN SHARE MODE` |
-//! | upsert referring to the new row | row alias `INSERT … VALUES (…) AS new` (8.0.19+); `VALUES(col)` deprecated in 8.0.20 | `VALUES(col)`; no row alias | `INSERT … SELECT … ON DUPLICATE KEY UPDATE` naming the selected columns (valid on both, neither form needed) |
+//! | upsert referring to the new row | row alias `INSERT … VALUES (…) AS new` (8.0.19+); `VALUES(col)` deprecated in 8.0.20 | `VALUES(col)`; no row alias | `INSERT … SELECT … ON DUPLICATE KEY UPDATE` naming the selected columns (valid on both, neither form needed; `join`) |
 //! | `RETURNING` | no | `INSERT`/`DELETE … RETURNING` | not used: a second statement reads the outcome |
 //! | affected rows of an unchanged upsert | 0, or 1 with `CLIENT_FOUND_ROWS` | same | not used to decide anything |
 //! | statement time limit | `max_execution_time` (ms): read-only `SELECT`s only | `max_statement_time` (s): every statement | the server's own, per flavor |
 //! | lock waits | `innodb_lock_wait_timeout` (row locks), `lock_wait_timeout` (metadata locks), whole seconds | same | both, set to the query timeout rounded up |
 //! | UTC epoch µs | `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))` | same | fixed at statement start, no time-zone conversion |
 //! | named lock | `GET_LOCK(name, seconds)` / `RELEASE_LOCK` | same | schema installation |
+//! | multi-table `UPDATE`, one table under two aliases | yes, unless a key column is set | same | acquire and release change the lease row and bump the session versions in one statement |
+//! | `STRAIGHT_JOIN … ON` in an `UPDATE` | yes | yes | fixes the order acquire locks its rows in |
+//! | `ADD COLUMN IF NOT EXISTS` | no | yes | not used: `install_schema` reads `information_schema.COLUMNS` first |
 //!
 //! How each statement is bounded: on MariaDB by `max_statement_time` (the query timeout).
 //! On MySQL a `SELECT` by `max_execution_time`; an `INSERT`, `UPDATE` or `DELETE` (which
@@ -73,6 +95,7 @@ use crate::spi::{
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -219,8 +242,31 @@ pub(crate) fn with_conn<C: PoolConn, T>(
     }
 }
 
-/// A renewed session: its remaining µs and the (name, token) of the leases it holds.
-pub(crate) type Renewed = (i64, Vec<(String, i64)>);
+/// How many leases of its known list a keep-alive checks when their version is unchanged
+/// (a lease row changed by hand, which no statement of the backend counts, is found within
+/// ⌈held / SAMPLE⌉ keep-alives).
+pub(crate) const SAMPLE: usize = 2;
+
+/// What the backend knows of a session's leases, passed to a keep-alive: the version of the
+/// list it keeps and up to [`SAMPLE`] `(name, token)` of that list to check.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Known<'a> {
+    pub(crate) version: i64,
+    pub(crate) sample: &'a [(String, i64)],
+}
+
+/// A renewed session.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Renewed {
+    /// The remaining µs.
+    pub(crate) remaining_us: i64,
+    /// The version of the session's leases the list belongs to (when not listed: the
+    /// current one, which the caller passed).
+    pub(crate) version: i64,
+    /// The `(name, token)` of the leases held, when the version differs from the one passed
+    /// (or none was passed) or the sample was not all held; `None`: unchanged.
+    pub(crate) leases: Option<Vec<(String, i64)>>,
+}
 
 /// Outcome of one acquire statement.
 #[derive(Debug)]
@@ -249,7 +295,7 @@ pub(crate) struct AcqReport {
     /// The acquirer's remaining µs; `None` (or not positive) when its session is not live.
     pub(crate) my_remaining: Option<i64>,
     /// The token of the term the statement began, if it reports one (PostgreSQL's
-    /// `RETURNING`). MySQL leaves it `None`: the lease row read after the upsert decides.
+    /// `RETURNING`). MySQL leaves it `None`: the lease row read after the `UPDATE` decides.
     pub(crate) new_token: Option<i64>,
     /// The lease row as the report read it: holder session, token, holder's remaining µs.
     pub(crate) holder: Option<String>,
@@ -328,8 +374,15 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn drop_tables(&self) -> DbResult<()>;
     /// Inserts the session; returns its remaining µs as the database measured it.
     fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64>;
-    /// `None` when the session is not live.
-    fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>>;
+    /// Renews the session; lists its leases only when their version differs from `known`'s
+    /// (always without `known`) or a lease of its sample is no longer held. `None` when the
+    /// session is not live.
+    fn keep_alive(
+        &self,
+        id: &str,
+        lease_ms: i64,
+        known: Option<Known<'_>>,
+    ) -> DbResult<Option<Renewed>>;
     /// Deletes the session, frees its leases, deletes its memberships.
     fn remove_session(&self, id: &str) -> DbResult<()>;
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow>;
@@ -441,6 +494,43 @@ pub struct SqlBackend {
     options: Options,
     last_purge: Mutex<Instant>,
     purging: Arc<AtomicBool>,
+    /// Per session, the version of its leases the last listing keep-alive answered, and that
+    /// list (a keep-alive answering "same version" reuses it).
+    known: Mutex<HashMap<SessionId, KnownLeases>>,
+}
+
+/// The leases of a session at one version of its lease set.
+#[derive(Debug)]
+struct KnownLeases {
+    version: i64,
+    leases: Vec<(LeaseName, Token)>,
+    /// Where the next sample starts.
+    next: usize,
+    /// The last keep-alive that used this list, and its lease: an entry unused for longer is
+    /// of a session that expired (or was abandoned) and is dropped.
+    used: Instant,
+    lease: Duration,
+}
+
+impl KnownLeases {
+    /// The version and the next [`SAMPLE`] leases to check, in turn.
+    fn sample(&mut self) -> (i64, Vec<(String, i64)>) {
+        let n = self.leases.len();
+        let take = SAMPLE.min(n);
+        let sample = (0..take)
+            .map(|i| {
+                let (name, t) = &self.leases[(self.next + i) % n];
+                (
+                    name.as_str().to_owned(),
+                    i64::try_from(t.get()).unwrap_or(i64::MAX),
+                )
+            })
+            .collect();
+        if n > 0 {
+            self.next = (self.next + take) % n;
+        }
+        (self.version, sample)
+    }
 }
 
 impl std::fmt::Debug for SqlBackend {
@@ -726,6 +816,7 @@ impl SqlBackendBuilder {
             options,
             last_purge: Mutex::new(Instant::now()),
             purging: Arc::new(AtomicBool::new(false)),
+            known: Mutex::new(HashMap::new()),
         })
     }
 }
@@ -801,7 +892,8 @@ impl SqlBackend {
     }
 
     /// Creates the three tables and their indexes if they do not exist (idempotent, safe to
-    /// run from several processes at once).
+    /// run from several processes at once), and adds the `version` column to a session table
+    /// created by an earlier version (run it after upgrading; the statements need it).
     pub fn install_schema(&self) -> Result<()> {
         self.driver
             .install_schema()
@@ -922,6 +1014,8 @@ impl SqlBackend {
             }
             *last = Instant::now();
         }
+        // Lists of sessions not kept alive for a whole lease: expired or abandoned.
+        self.known.lock().retain(|_, k| k.used.elapsed() <= k.lease);
         if self.purging.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -970,35 +1064,104 @@ impl LeaseBackend for SqlBackend {
         })
     }
 
+    /// One statement (PostgreSQL) or two (MySQL) whatever the session holds: the leases are
+    /// read only when their version (bumped by every acquire of a new term, release and
+    /// take-over) differs from the list this backend keeps for the session, or when one of
+    /// a sample of two listed leases is no longer held (a row changed by hand).
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         crate::backends::options::check_lease(lease)?;
-        let reply = self
-            .driver
-            .keep_alive(session.as_str(), ms(lease))
-            .map_err(|e| self.err("keeping a session alive", e))?;
-        let Some((remaining_us, rows)) = reply else {
-            self.driver
-                .remove_session(session.as_str())
-                .map_err(|e| self.err("removing an expired session", e))?;
-            return Err(Self::expired(session));
-        };
-        let remaining = remaining(remaining_us);
-        let leases = rows
-            .into_iter()
-            .map(|(name, t)| {
-                Ok(HeldLease {
-                    name: LeaseName::new(name)
-                        .map_err(|e| Error::backend("reading a lease name", e))?,
-                    token: token(t)?,
-                    remaining,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.maybe_purge();
-        Ok(KeepAlive { remaining, leases })
+        let mut ask = true;
+        loop {
+            let known = if ask {
+                self.known.lock().get_mut(session).map(KnownLeases::sample)
+            } else {
+                None
+            };
+            let reply = self
+                .driver
+                .keep_alive(
+                    session.as_str(),
+                    ms(lease),
+                    known.as_ref().map(|(version, sample)| Known {
+                        version: *version,
+                        sample,
+                    }),
+                )
+                .map_err(|e| self.err("keeping a session alive", e))?;
+            let Some(r) = reply else {
+                self.known.lock().remove(session);
+                self.driver
+                    .remove_session(session.as_str())
+                    .map_err(|e| self.err("removing an expired session", e))?;
+                return Err(Self::expired(session));
+            };
+            let remaining = remaining(r.remaining_us);
+            let held = |leases: &[(LeaseName, Token)]| KeepAlive {
+                remaining,
+                leases: leases
+                    .iter()
+                    .map(|(name, token)| HeldLease {
+                        name: name.clone(),
+                        token: *token,
+                        remaining,
+                    })
+                    .collect(),
+            };
+            let reply = match r.leases {
+                Some(rows) => {
+                    let leases = rows
+                        .into_iter()
+                        .map(|(name, t)| {
+                            Ok((
+                                LeaseName::new(name)
+                                    .map_err(|e| Error::backend("reading a lease name", e))?,
+                                token(t)?,
+                            ))
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let reply = held(&leases);
+                    self.known.lock().insert(
+                        session.clone(),
+                        KnownLeases {
+                            version: r.version,
+                            leases,
+                            next: 0,
+                            used: Instant::now(),
+                            lease,
+                        },
+                    );
+                    reply
+                }
+                None => {
+                    let mut cache = self.known.lock();
+                    match cache.get_mut(session) {
+                        Some(k) if known.is_some() && k.version == r.version => {
+                            k.used = Instant::now();
+                            k.lease = lease;
+                            held(&k.leases)
+                        }
+                        // "Unchanged" from a version this backend no longer keeps (a
+                        // concurrent keep-alive replaced it): ask again for the full list.
+                        _ if known.is_some() => {
+                            ask = false;
+                            continue;
+                        }
+                        _ => {
+                            return Err(Error::backend(
+                                "keeping a session alive",
+                                "the database answered \"unchanged\" to a keep-alive that knew no leases",
+                            ))
+                        }
+                    }
+                }
+            };
+            self.maybe_purge();
+            return Ok(reply);
+        }
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
+        self.known.lock().remove(session);
         self.driver
             .remove_session(session.as_str())
             .map_err(|e| self.err("closing a session", e))

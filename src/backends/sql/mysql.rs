@@ -16,7 +16,14 @@
 //!   (`INSERT … VALUES (…) AS new`) that MariaDB rejects; `INSERT … SELECT` needs neither on
 //!   both. Neither `RETURNING` (MariaDB only) nor affected-row counts decide an outcome: the
 //!   count of an unchanged upsert is 0, or 1 with `CLIENT_FOUND_ROWS` (settable through
-//!   `mysql_opts`), so acquire reads the lease row after its upsert instead.
+//!   `mysql_opts`), so acquire reads the lease row after its `UPDATE` instead (below).
+//! * Acquire and release change the lease row and bump the `version` of the sessions'
+//!   leases in one multi-table `UPDATE` (both servers; the session table appears under two
+//!   aliases, allowed as no key column is set), with `STRAIGHT_JOIN` fixing the order the
+//!   rows are locked in. A name never acquired first gets a free row with token 0.
+//! * The keep-alive's read lists the leases only when their version changed: its join key
+//!   is `IF(listed, session_id, NULL)` on a materialized one-row derived table, so no lease
+//!   row is read otherwise (both servers skip a lookup of a NULL key).
 //! * Bounds on each statement: MariaDB's `max_statement_time` (seconds, fractional) bounds
 //!   every statement, reads and writes. MySQL's `max_execution_time` (ms) bounds read-only
 //!   `SELECT`s only, so on MySQL an `INSERT`/`UPDATE`/`DELETE` is bounded by the lock waits
@@ -28,7 +35,7 @@
 
 use super::tls::{SqlTls, SslMode};
 use super::{
-    with_conn, AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Flavor, Kind,
+    with_conn, AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Flavor, Kind, Known,
     Options, Pool, PoolConn, RawListing, Renewed, ServerVersion, Tables,
 };
 use crate::backends::BackendUrl;
@@ -160,6 +167,7 @@ struct Sql {
     rm_leases: String,
     rm_members: String,
     acquire: String,
+    acquire_new: String,
     acquire_report: String,
     release: String,
     owner: String,
@@ -174,15 +182,6 @@ struct Sql {
 impl Sql {
     fn new(t: &Tables) -> Self {
         let (s, l, m) = (&t.session, &t.lease, &t.member);
-        // The take-over condition, evaluated on the existing row: it holds for a free row or
-        // one whose holder's session expired or is gone. The holder's session row is read
-        // with a shared lock (a locking read sees the latest committed row), so a concurrent
-        // keep-alive of that session is serialized with this statement.
-        let take = format!(
-            "({l}.session_id <> s.session_id AND ({l}.session_id = '' OR \
-              COALESCE((SELECT h.expires_at FROM {s} h WHERE h.session_id = {l}.session_id \
-                        LOCK IN SHARE MODE), 0) <= {NOW}))"
-        );
         Sql {
             open: format!(
                 "INSERT INTO {s} (session_id, expires_at, metadata) VALUES (?, {NOW} + ?, ?)"
@@ -192,24 +191,51 @@ impl Sql {
             ka_update: format!(
                 "UPDATE {s} SET expires_at = {NOW} + ? WHERE session_id = ? AND expires_at > {NOW}"
             ),
+            // The renewal's read, one consistent read: the remaining time, the version of
+            // the session's leases and whether they are listed: when the version differs
+            // from the one passed in (NULL for none), or fewer than the count passed in of
+            // the sample's (token, name) pairs (NULL pairs for none; a lookup by name
+            // each, the primary key) are still held. Otherwise the join's key is NULL and no
+            // lease row is read. The derived table (materialized: it has a LIMIT, on both
+            // servers) computes the flag once.
             ka_read: format!(
-                "SELECT s.expires_at * 1000 - {NOW_US}, l.name, l.token FROM {s} s \
-                 LEFT JOIN {l} l ON l.session_id = s.session_id WHERE s.session_id = ?"
+                "SELECT d.rem, d.version, d.listed, l.name, l.token FROM \
+                 (SELECT s.session_id, s.expires_at * 1000 - {NOW_US} AS rem, s.version, \
+                         (s.version <> ? OR ? IS NULL OR \
+                          COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
+                                    FROM {l} k WHERE k.name = ?), 0) \
+                          + COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
+                                    FROM {l} k WHERE k.name = ?), 0) \
+                          < ?) AS listed \
+                  FROM {s} s WHERE s.session_id = ? LIMIT 1) d \
+                 LEFT JOIN {l} l ON l.session_id = IF(d.listed, d.session_id, NULL)"
             ),
             rm_session: format!("DELETE FROM {s} WHERE session_id = ?"),
             rm_leases: format!("UPDATE {l} SET session_id = '' WHERE session_id = ?"),
             rm_members: format!("DELETE FROM {m} WHERE session_id = ?"),
-            // One upsert. The token assignment comes first: MySQL evaluates the SET list left
-            // to right with already-updated values, and `take` reads only `session_id`, which
-            // is assigned last. Its outcome is read from the lease row afterwards, not from
-            // the affected-row count (which `CLIENT_FOUND_ROWS` changes).
+            // One multi-table UPDATE takes an existing lease row that is free or whose
+            // holder's session expired or is gone, and bumps the version of both sessions'
+            // leases with it. It locks (X, as every table it names is updated) the acquirer's
+            // session row, then the lease row, then the holder's session row: a keep-alive of
+            // the holder is serialized with it, and reads the holder's newest row. (Not in
+            // session id order as on PostgreSQL: a deadlock needs a holder that releases at
+            // the instant it expires, and is retried.) Its outcome is read from the lease row
+            // afterwards, not from the affected-row count (which `CLIENT_FOUND_ROWS`
+            // changes). MySQL updates a NULL-complemented row of an outer join nowhere.
             acquire: format!(
-                "INSERT INTO {l} (name, session_id, token) \
-                 SELECT ?, s.session_id, 1 FROM {s} s \
-                 WHERE s.session_id = ? AND s.expires_at > {NOW} LOCK IN SHARE MODE \
-                 ON DUPLICATE KEY UPDATE \
-                 token = IF({take}, {l}.token + 1, {l}.token), \
-                 session_id = IF({take}, s.session_id, {l}.session_id)"
+                "UPDATE {s} me STRAIGHT_JOIN {l} l ON l.name = ? \
+                 LEFT JOIN {s} h ON h.session_id = l.session_id \
+                 SET l.token = l.token + 1, l.session_id = me.session_id, \
+                     me.version = me.version + 1, h.version = h.version + 1 \
+                 WHERE me.session_id = ? AND me.expires_at > {NOW} \
+                   AND l.session_id <> me.session_id \
+                   AND (h.session_id IS NULL OR h.expires_at <= {NOW})"
+            ),
+            // A name never acquired gets a free row with token 0 first (the first term has
+            // token 1), which `acquire` then takes.
+            acquire_new: format!(
+                "INSERT INTO {l} (name, session_id, token) VALUES (?, '', 0) \
+                 ON DUPLICATE KEY UPDATE {l}.token = {l}.token"
             ),
             acquire_report: format!(
                 "SELECT (SELECT expires_at FROM {s} WHERE session_id = ?) * 1000 - {NOW_US}, \
@@ -218,11 +244,14 @@ impl Sql {
                    - {NOW_US} \
                  FROM (SELECT 1 AS one) d LEFT JOIN {l} l ON l.name = ?"
             ),
-            // Only by a live session (an expired one holds nothing, so changes nothing).
+            // Only by a live session (an expired one holds nothing, so changes nothing);
+            // bumps the version of the session's leases. Both rows change, so the count is
+            // 2 or 0, with or without `CLIENT_FOUND_ROWS`.
             release: format!(
-                "UPDATE {l} SET session_id = '' WHERE name = ? AND session_id = ? AND token = ? \
-                 AND EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = {l}.session_id \
-                             AND s.expires_at > {NOW})"
+                "UPDATE {s} me STRAIGHT_JOIN {l} l \
+                   ON l.name = ? AND l.session_id = me.session_id AND l.token = ? \
+                 SET l.session_id = '', me.version = me.version + 1 \
+                 WHERE me.session_id = ? AND me.expires_at > {NOW}"
             ),
             owner: format!(
                 "SELECT l.session_id, l.token, s.expires_at * 1000 - {NOW_US} FROM {l} l \
@@ -466,30 +495,41 @@ fn opened(row: Option<Vec<Value>>) -> DbResult<i64> {
     req_int("the new session's remaining time", &row, 0)
 }
 
-/// A keep-alive's read (`ka_read`): no row when the session is gone, else its remaining µs
-/// (not positive: expired) on every row, with a held lease's name and token (NULL, NULL
-/// when it holds none).
+/// A keep-alive's read (`ka_read`): no row when the session is gone, else on every row its
+/// remaining µs (not positive: expired), the version of its leases and whether they are
+/// listed (0 or 1), with a held lease's name and token (NULL, NULL when it holds none or they
+/// are not listed).
 fn renewed(rows: &[Vec<Value>]) -> DbResult<Option<Renewed>> {
     const WHAT: &str = "a keep-alive";
     let Some(first) = rows.first() else {
         return Ok(None);
     };
-    let remaining = req_int(WHAT, first, 0)?;
-    if remaining <= 0 {
+    let remaining_us = req_int(WHAT, first, 0)?;
+    if remaining_us <= 0 {
         return Ok(None);
     }
+    let version = req_int(WHAT, first, 1)?;
+    let listed = match req_int(WHAT, first, 2)? {
+        0 => false,
+        1 => true,
+        _ => return Err(bad(WHAT, first)),
+    };
     let mut leases = Vec::new();
     for r in rows {
-        match (opt_text(WHAT, r, 1)?, opt_int(WHAT, r, 2)?) {
-            (Some(name), Some(token)) => leases.push((name, token)),
+        match (opt_text(WHAT, r, 3)?, opt_int(WHAT, r, 4)?) {
+            (Some(name), Some(token)) if listed => leases.push((name, token)),
             (None, None) => {}
             _ => return Err(bad(WHAT, r)),
         }
     }
-    Ok(Some((remaining, leases)))
+    Ok(Some(Renewed {
+        remaining_us,
+        version,
+        leases: listed.then_some(leases),
+    }))
 }
 
-/// The report read after an acquire's upsert (`acquire_report`): always one row, NULLs
+/// The report read after an acquire's `UPDATE` (`acquire_report`): always one row, NULLs
 /// where the session or the lease row is missing.
 fn acq_report(row: Option<Vec<Value>>) -> DbResult<AcqReport> {
     const WHAT: &str = "an acquire";
@@ -514,6 +554,22 @@ fn holder(row: Option<Vec<Value>>) -> DbResult<Option<(String, i64, i64)>> {
         req_int(WHAT, &row, 1)?,
         req_int(WHAT, &row, 2)?,
     )))
+}
+
+/// Adds the `version` column to a session table of an earlier version (MySQL 8 has no
+/// `ADD COLUMN IF NOT EXISTS`; MariaDB has).
+fn add_version(c: &mut Conn, session: &str) -> std::result::Result<(), ::mysql::Error> {
+    let row: Option<Row> = c.exec_first(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'version'",
+        (session,),
+    )?;
+    if row.map(cells).and_then(|r| int(cell(&r, 0))) == Some(0) {
+        c.query_drop(format!(
+            "ALTER TABLE {session} ADD COLUMN version BIGINT NOT NULL DEFAULT 0"
+        ))?;
+    }
+    Ok(())
 }
 
 /// `join_check`: whether the session is live (a count of 1).
@@ -555,7 +611,10 @@ impl Driver for MyDriver {
             // DDL commits implicitly: serialize concurrent installers with a named lock.
             let got: Option<Row> = c.exec_first("SELECT GET_LOCK('simba_install', ?)", (secs,))?;
             let got = lock_granted(got.map(cells).as_deref());
-            let r = script.iter().try_for_each(|s| c.query_drop(s));
+            let r = script
+                .iter()
+                .try_for_each(|s| c.query_drop(s))
+                .and_then(|()| add_version(c, &self.tables.session));
             if got {
                 c.query_drop("DO RELEASE_LOCK('simba_install')")?;
             }
@@ -582,14 +641,36 @@ impl Driver for MyDriver {
         })
     }
 
-    fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>> {
+    fn keep_alive(
+        &self,
+        id: &str,
+        lease_ms: i64,
+        known: Option<Known<'_>>,
+    ) -> DbResult<Option<Renewed>> {
+        let version = known.map(|k| k.version);
+        let sample = known.map_or(&[][..], |k| k.sample);
+        let pair = |i: usize| match sample.get(i) {
+            Some((n, t)) => (Value::from(n.as_str()), Value::from(*t)),
+            None => (Value::NULL, Value::NULL),
+        };
+        let ((n1, t1), (n2, t2)) = (pair(0), pair(1));
+        let params = vec![
+            Value::from(version),
+            Value::from(version),
+            t1,
+            n1,
+            t2,
+            n2,
+            Value::from(sample.len().min(super::SAMPLE) as i64),
+            Value::from(id),
+        ];
         self.run(|c| {
-            // Two autocommit statements: the renewal, then the held leases read after it
-            // committed, so a take-over that committed while the UPDATE waited for the holder's
-            // session row is seen. (No rows changed can also mean a renewal to the same value
-            // within one millisecond: the read decides.)
+            // Two autocommit statements: the renewal, then one read after it committed, so
+            // a take-over that committed while the UPDATE waited for the holder's session
+            // row is seen, with the version it bumped. (No rows changed can also mean a
+            // renewal to the same value within one millisecond: the read decides.)
             c.exec_drop(&self.sql.ka_update, (lease_ms, id))?;
-            let rows: Vec<Row> = c.exec(&self.sql.ka_read, (id,))?;
+            let rows: Vec<Row> = c.exec(&self.sql.ka_read, params.clone())?;
             let rows: Vec<Vec<Value>> = rows.into_iter().map(cells).collect();
             renewed(&rows)
         })
@@ -607,23 +688,28 @@ impl Driver for MyDriver {
 
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow> {
         self.run(|c| {
-            // The upsert, then the lease row as committed: it is the acquirer's (a new term
-            // or the same one) or another live session's. Between the two statements the row
+            // The take, then the lease row as committed: it is the acquirer's (a new term or
+            // the same one) or another live session's. Between the two statements the row
             // can change only if the acquirer's session expired (then `my_remaining` says so)
-            // or the acquirer released it itself. The affected-row count is not used: it is
-            // 1 for both an insert and an unchanged row under `CLIENT_FOUND_ROWS`.
+            // or the acquirer released it itself. A name without a row gets a free one, and
+            // the take runs again.
             c.exec_drop(&self.sql.acquire, (name, id))?;
             let report: Option<Row> = c.exec_first(&self.sql.acquire_report, (id, name))?;
-            Ok(acq_report(report.map(cells))?.outcome(id))
+            let mut report = acq_report(report.map(cells))?;
+            if report.token.is_none() && report.my_remaining.is_some_and(|r| r > 0) {
+                c.exec_drop(&self.sql.acquire_new, (name,))?;
+                c.exec_drop(&self.sql.acquire, (name, id))?;
+                let again: Option<Row> = c.exec_first(&self.sql.acquire_report, (id, name))?;
+                report = acq_report(again.map(cells))?;
+            }
+            Ok(report.outcome(id))
         })
     }
 
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool> {
-        // The row matched always changes (`session_id` becomes ''), so the count is the same
-        // with or without `CLIENT_FOUND_ROWS`.
         self.run(|c| {
-            c.exec_drop(&self.sql.release, (name, id, token))?;
-            Ok(c.affected_rows() == 1)
+            c.exec_drop(&self.sql.release, (name, token, id))?;
+            Ok(c.affected_rows() > 0)
         })
     }
 
@@ -915,24 +1001,42 @@ mod tests {
         ] {
             assert!(opened(row.clone()).is_err(), "{row:?}");
         }
-        // Keep-alive rows.
+        // Keep-alive rows: remaining, version, listed, name, token.
+        let ka = |rem: i64, v: i64, leases: Option<Vec<(&str, i64)>>| {
+            Some(Renewed {
+                remaining_us: rem,
+                version: v,
+                leases: leases.map(|l| l.into_iter().map(|(n, t)| (n.to_owned(), t)).collect()),
+            })
+        };
         assert_eq!(renewed(&[]).unwrap(), None);
-        assert_eq!(renewed(&[vec![Int(-3), NULL, NULL]]).unwrap(), None);
         assert_eq!(
-            renewed(&[vec![Int(10), NULL, NULL]]).unwrap(),
-            Some((10, vec![]))
+            renewed(&[vec![Int(-3), Int(1), Int(1), NULL, NULL]]).unwrap(),
+            None
         );
         assert_eq!(
-            renewed(&[vec![Int(10), b(b"job"), Int(3)]]).unwrap(),
-            Some((10, vec![("job".to_owned(), 3)]))
+            renewed(&[vec![Int(10), Int(4), Int(1), NULL, NULL]]).unwrap(),
+            ka(10, 4, Some(vec![]))
+        );
+        assert_eq!(
+            renewed(&[vec![Int(10), Int(4), Int(0), NULL, NULL]]).unwrap(),
+            ka(10, 4, None)
+        );
+        assert_eq!(
+            renewed(&[vec![Int(10), Int(4), Int(1), b(b"job"), Int(3)]]).unwrap(),
+            ka(10, 4, Some(vec![("job", 3)]))
         );
         for rows in [
-            vec![vec![NULL, NULL, NULL]],
-            vec![vec![b(b"ten"), NULL, NULL]],
-            vec![vec![Int(10), b(b"\xff\xfe"), Int(3)]],
-            vec![vec![Int(10), b(b"job"), NULL]],
-            vec![vec![Int(10), NULL, Int(3)]],
-            vec![vec![Int(10), b(b"job"), b(b"three")]],
+            vec![vec![NULL, Int(1), Int(1), NULL, NULL]],
+            vec![vec![b(b"ten"), Int(1), Int(1), NULL, NULL]],
+            vec![vec![Int(10), NULL, Int(1), NULL, NULL]],
+            vec![vec![Int(10), Int(1), NULL, NULL, NULL]],
+            vec![vec![Int(10), Int(1), Int(2), NULL, NULL]],
+            vec![vec![Int(10), Int(1), Int(0), b(b"job"), Int(3)]],
+            vec![vec![Int(10), Int(1), Int(1), b(b"\xff\xfe"), Int(3)]],
+            vec![vec![Int(10), Int(1), Int(1), b(b"job"), NULL]],
+            vec![vec![Int(10), Int(1), Int(1), NULL, Int(3)]],
+            vec![vec![Int(10), Int(1), Int(1), b(b"job"), b(b"three")]],
         ] {
             assert!(renewed(&rows).is_err(), "{rows:?}");
         }

@@ -7,8 +7,8 @@
 //! reply claims more time than the database grants.
 
 use super::{
-    with_conn, AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Kind, Options, Pool,
-    PoolConn, RawListing, Renewed, Tables,
+    with_conn, AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Kind, Known, Options,
+    Pool, PoolConn, RawListing, Renewed, Tables,
 };
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
@@ -150,20 +150,42 @@ fn sql(t: &Tables) -> [String; 10] {
             "INSERT INTO {s} (session_id, expires_at, metadata) VALUES ($1, {NOW} + $2, $3) \
              RETURNING expires_at * 1000 - {NOW_US}"
         ),
-        // keep-alive, one statement: renew first (the one-time filter on `renewed` runs the
-        // UPDATE before the lease scan), then read the held leases FOR SHARE. A take-over holds
-        // the session row FOR SHARE until it commits, so the UPDATE waits for it; the lease
-        // scan still uses the statement's older snapshot, but locking a row that was updated
-        // since makes PostgreSQL recheck the newest version (READ COMMITTED), which no longer
-        // matches `session_id = $1`: a lease taken meanwhile is not listed.
+        // keep-alive, one statement: renew first (the one-time filters on `renewed` run the
+        // UPDATE before the lease scan), then read the held leases FOR SHARE, but only when
+        // the version of the session's leases differs from the one passed in ($3, NULL for
+        // none) or fewer than $8 of the sample's (name, token) pairs ($4..$7, NULL for none)
+        // are still held; otherwise nothing scales with what the session holds. (Each pair is
+        // looked up by name alone: with `session_id = $1` in the WHERE clause a generic plan
+        // made while the table was small can walk the session's entries of
+        // `idx_lease_session` instead of the primary key.)
+        // Every statement that changes which leases a session holds (acquire of a new term,
+        // take-over, release) bumps `version` under an exclusive lock on the session's row,
+        // in the same statement as the change.
+        //
+        // A take-over holds the holder's session row locked until it commits, so the UPDATE
+        // waits for it and then renews the newest row (READ COMMITTED), whose version the
+        // take-over bumped: the leases are listed. The lease scan still uses the statement's
+        // older snapshot, but locking a row that was updated since makes PostgreSQL recheck
+        // the newest version, which no longer matches `session_id = $1`: a lease taken
+        // meanwhile is not listed. The version returned is the snapshot's (`snap`): if a
+        // change committed after the snapshot, the list may miss a lease acquired meanwhile,
+        // but that version is older than the row's, so the next keep-alive lists again.
         format!(
             "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
+             snap AS MATERIALIZED (SELECT version FROM {s} WHERE session_id = $1), \
              renewed AS (UPDATE {s} SET expires_at = (SELECT ms FROM now) + $2 \
                          WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
-                         RETURNING expires_at), \
+                         RETURNING expires_at, version), \
+             list AS MATERIALIZED (SELECT (SELECT version FROM renewed) IS DISTINCT FROM $3 \
+                         OR coalesce((SELECT x.session_id = $1 AND x.token = $5 FROM {l} x \
+                                      WHERE x.name = $4), false)::int \
+                          + coalesce((SELECT x.session_id = $1 AND x.token = $7 FROM {l} x \
+                                      WHERE x.name = $6), false)::int < $8 AS yes), \
              held AS (SELECT l.name, l.token FROM {l} l \
-                      WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) FOR SHARE) \
+                      WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) \
+                        AND (SELECT yes FROM list) FOR SHARE) \
              SELECT (SELECT expires_at FROM renewed) * 1000 - (SELECT us FROM now) AS remaining, \
+                    (SELECT version FROM snap), (SELECT yes FROM list), \
                     held.name::text, held.token \
              FROM (SELECT 1) one LEFT JOIN held ON true"
         ),
@@ -180,19 +202,25 @@ fn sql(t: &Tables) -> [String; 10] {
              SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM freed), (SELECT count(*) FROM left_), \
                     (SELECT count(*) FROM note)"
         ),
-        // acquire: one upsert. Locks the acquirer's session row, then the holder's session row
-        // (FOR SHARE, whether or not it is live), then the lease row (ON CONFLICT); the update
+        // acquire: one upsert. Locks the acquirer's session row and the holder's (whether or
+        // not it is live) FOR NO KEY UPDATE, in session id order (two sessions taking over
+        // each other's leases cannot deadlock), then the lease row (ON CONFLICT); the update
         // only applies if the row still has the holder that was checked. A new term (a row
-        // from `up`) notifies `a:`; a re-acquire by the holder updates nothing and notifies
-        // nothing.
+        // from `up`) bumps the version of both sessions' leases and notifies `a:`; a
+        // re-acquire by the holder updates nothing and notifies nothing. (The holder's row is
+        // locked exclusively because its version changes with the take-over: a keep-alive of
+        // the holder waits, as it did behind the shared lock of earlier versions.)
         format!(
             "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
-             me AS MATERIALIZED (SELECT expires_at FROM {s} \
-                    WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) FOR SHARE), \
              cur AS MATERIALIZED (SELECT session_id, token FROM {l} WHERE name = $2), \
-             holder AS MATERIALIZED (SELECT h.expires_at FROM {s} h \
-                    WHERE h.session_id = (SELECT session_id FROM cur) AND h.session_id <> $1 \
-                      AND EXISTS (SELECT 1 FROM me) FOR SHARE), \
+             locked AS MATERIALIZED (SELECT session_id, expires_at FROM {s} \
+                    WHERE session_id = $1 OR session_id = (SELECT session_id FROM cur) \
+                    ORDER BY session_id FOR NO KEY UPDATE), \
+             me AS MATERIALIZED (SELECT expires_at FROM locked \
+                    WHERE session_id = $1 AND expires_at > (SELECT ms FROM now)), \
+             holder AS MATERIALIZED (SELECT expires_at FROM locked \
+                    WHERE session_id = (SELECT session_id FROM cur) AND session_id <> $1 \
+                      AND EXISTS (SELECT 1 FROM me)), \
              up AS (INSERT INTO {l} AS x (name, session_id, token) \
                     SELECT $2, $1, 1 FROM me \
                     WHERE NOT EXISTS (SELECT 1 FROM holder WHERE expires_at > (SELECT ms FROM now)) \
@@ -200,18 +228,33 @@ fn sql(t: &Tables) -> [String; 10] {
                     WHERE x.session_id <> EXCLUDED.session_id \
                       AND x.session_id = (SELECT session_id FROM cur) \
                     RETURNING x.token), \
+             bump AS (UPDATE {s} SET version = version + 1 \
+                    WHERE session_id IN (SELECT session_id FROM locked) AND EXISTS (SELECT 1 FROM up) \
+                    RETURNING 1), \
              note AS MATERIALIZED (SELECT pg_notify({ch}, 'a:' || $2) FROM up) \
              SELECT (SELECT expires_at FROM me) * 1000 - (SELECT us FROM now), \
                     (SELECT token FROM up), \
                     (SELECT session_id::text FROM cur), (SELECT token FROM cur), \
                     (SELECT expires_at FROM holder) * 1000 - (SELECT us FROM now), \
-                    (SELECT count(*) FROM note)"
+                    (SELECT count(*) FROM note), (SELECT count(*) FROM bump)"
         ),
-        // release: only by a live session (an expired one holds nothing, so changes nothing)
+        // release: only by a live session (an expired one holds nothing, so changes nothing);
+        // its session row first (the lock order of acquire), whose version a release bumps.
+        // The lease row is found by name alone (`session_id::text` is no index key): with
+        // `session_id = $2` a generic plan made while the table was small walks the
+        // session's entries of `idx_lease_session` instead of the primary key.
         format!(
-            "UPDATE {l} SET session_id = '' WHERE name = $1 AND session_id = $2 AND token = $3 \
-             AND EXISTS (SELECT 1 FROM {s} WHERE session_id = $2 AND expires_at > {NOW}) \
-             RETURNING pg_notify({ch}, 'r:' || name)"
+            "WITH me AS MATERIALIZED (SELECT 1 FROM {s} \
+                    WHERE session_id = $2 AND expires_at > {NOW} FOR NO KEY UPDATE), \
+             freed AS (UPDATE {l} SET session_id = '' \
+                    WHERE name = $1 AND session_id::text = $2::text AND token = $3 \
+                      AND EXISTS (SELECT 1 FROM me) \
+                    RETURNING name), \
+             bump AS (UPDATE {s} SET version = version + 1 \
+                    WHERE session_id = $2 AND EXISTS (SELECT 1 FROM freed) RETURNING 1), \
+             note AS MATERIALIZED (SELECT pg_notify({ch}, 'r:' || name) FROM freed) \
+             SELECT (SELECT count(*) FROM freed), (SELECT count(*) FROM note), \
+                    (SELECT count(*) FROM bump)"
         ),
         // owner
         format!(
@@ -262,7 +305,19 @@ fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::post
     let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
     Ok(Stmts {
         open: client.prepare_typed(&open, &[sid.clone(), i8.clone(), Type::VARCHAR])?,
-        keep_alive: client.prepare_typed(&keep_alive, &[sid.clone(), i8.clone()])?,
+        keep_alive: client.prepare_typed(
+            &keep_alive,
+            &[
+                sid.clone(),
+                i8.clone(),
+                i8.clone(),
+                name.clone(),
+                i8.clone(),
+                name.clone(),
+                i8.clone(),
+                i8.clone(),
+            ],
+        )?,
         remove: client.prepare_typed(&remove, std::slice::from_ref(&sid))?,
         acquire: client.prepare_typed(&acquire, &[sid.clone(), name.clone()])?,
         release: client.prepare_typed(&release, &[name.clone(), sid.clone(), i8.clone()])?,
@@ -420,12 +475,27 @@ impl Driver for PgDriver {
         let script = self
             .tables
             .script(include_str!("../../../sql/init-simba-postgresql.sql"));
+        let session = &self.tables.session;
         self.run_plain(|c| {
             let mut tx = c.transaction()?;
             // Serialize concurrent installers (CREATE ... IF NOT EXISTS races otherwise).
             tx.execute("SELECT pg_advisory_xact_lock(7283946120)", &[])?;
             for stmt in &script {
                 tx.batch_execute(stmt)?;
+            }
+            // Tables of earlier versions have no `version` column: add it (only then, as
+            // ALTER TABLE locks the table exclusively even when there is nothing to do).
+            let has: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_attribute \
+                     WHERE attrelid = to_regclass($1) AND attname = 'version' AND NOT attisdropped)",
+                    &[&session],
+                )?
+                .try_get(0)?;
+            if !has {
+                tx.batch_execute(&format!(
+                    "ALTER TABLE {session} ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0"
+                ))?;
             }
             tx.commit()
         })?;
@@ -454,26 +524,62 @@ impl Driver for PgDriver {
         })
     }
 
-    fn keep_alive(&self, id: &str, lease_ms: i64) -> DbResult<Option<Renewed>> {
+    fn keep_alive(
+        &self,
+        id: &str,
+        lease_ms: i64,
+        known: Option<Known<'_>>,
+    ) -> DbResult<Option<Renewed>> {
+        let version = known.map(|k| k.version);
+        let sample = known.map_or(&[][..], |k| k.sample);
+        let pair = |i: usize| {
+            sample
+                .get(i)
+                .map_or((None, None), |(n, t)| (Some(n.as_str()), Some(*t)))
+        };
+        let ((n1, t1), (n2, t2)) = (pair(0), pair(1));
+        let expected = sample.len().min(super::SAMPLE) as i64;
         self.run(|c, st| {
             let rows = c
-                .query(&st.keep_alive, &[&id, &lease_ms])
+                .query(
+                    &st.keep_alive,
+                    &[&id, &lease_ms, &version, &n1, &t1, &n2, &t2, &expected],
+                )
                 .map_err(classify)?;
             let Some(first) = rows.first() else {
                 return Ok(None);
             };
-            let Some(remaining) = col::<Option<i64>>(first, 0)? else {
+            let Some(remaining_us) = col::<Option<i64>>(first, 0)? else {
                 return Ok(None);
+            };
+            let (Some(version), Some(listed)) = (
+                col::<Option<i64>>(first, 1)?,
+                col::<Option<bool>>(first, 2)?,
+            ) else {
+                return Err(DbError::new(
+                    Kind::Other,
+                    "a keep-alive without the version of the session's leases",
+                ));
             };
             let mut leases = Vec::new();
             for r in &rows {
                 if let (Some(name), Some(token)) =
-                    (col::<Option<String>>(r, 1)?, col::<Option<i64>>(r, 2)?)
+                    (col::<Option<String>>(r, 3)?, col::<Option<i64>>(r, 4)?)
                 {
                     leases.push((name, token));
                 }
             }
-            Ok(Some((remaining, leases)))
+            if !listed && !leases.is_empty() {
+                return Err(DbError::new(
+                    Kind::Other,
+                    "a keep-alive listed leases it said were unchanged",
+                ));
+            }
+            Ok(Some(Renewed {
+                remaining_us,
+                version,
+                leases: listed.then_some(leases),
+            }))
         })
     }
 
@@ -497,9 +603,10 @@ impl Driver for PgDriver {
 
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool> {
         self.run(|c, st| {
-            c.execute(&st.release, &[&name, &id, &token])
-                .map(|n| n == 1)
-                .map_err(classify)
+            let r = c
+                .query_one(&st.release, &[&name, &id, &token])
+                .map_err(classify)?;
+            Ok(col::<i64>(&r, 0)? == 1)
         })
     }
 
