@@ -697,7 +697,13 @@ fn cluster_keep_alive_renews_terms_on_every_master() {
     }
     assert_eq!(nodes.len(), 3, "the leases span the three masters");
     let before: Vec<i64> = names.iter().map(expires).collect();
+    let by_node = b.inner.keep_alives_by_node();
     let ka = b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        b.inner.keep_alives_by_node(),
+        by_node + 1,
+        "one script per node, not slot by slot"
+    );
     assert_eq!(ka.leases.len(), names.len());
     for (n, was) in names.iter().zip(before) {
         let now = expires(n);

@@ -142,7 +142,8 @@ impl ConfigBuilder {
     /// queue: every process locking a name must use fair locks for the order to hold.
     /// [`Session::open`](crate::Session::open) fails with
     /// [`Error::Unsupported`](crate::Error::Unsupported) on a backend without queues.
-    /// [`Session::lock_queue`](crate::Session::lock_queue) lists the waiters.
+    /// [`Session::lock_queue`](crate::Session::lock_queue) lists the waiters. Semaphores and
+    /// elections do not queue.
     pub fn fair_locks(mut self, fair: bool) -> Self {
         self.config.fair_locks = fair;
         self

@@ -23,7 +23,15 @@ impl Session {
     /// exclude each other, like processes with different sessions do.
     pub fn lock(&self, name: impl IntoLeaseName) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        lock_until(&self.inner, name, None, false, None)?.ok_or(Error::Timeout {
+        lock_until(
+            &self.inner,
+            name,
+            None,
+            false,
+            self.inner.config.fair_locks(),
+            None,
+        )?
+        .ok_or(Error::Timeout {
             operation: "taking a lock",
             after: Duration::MAX,
             source: None,
@@ -46,7 +54,14 @@ impl Session {
     /// ```
     pub fn try_lock(&self, name: impl IntoLeaseName) -> Result<Option<LockGuard>> {
         let name = name.into_lease_name()?;
-        lock_until(&self.inner, name, Some(Instant::now()), true, None)
+        lock_until(
+            &self.inner,
+            name,
+            Some(Instant::now()),
+            true,
+            self.inner.config.fair_locks(),
+            None,
+        )
     }
 
     /// Takes the lock `name`, waiting at most `timeout`; [`Error::Timeout`] after that.
@@ -54,7 +69,14 @@ impl Session {
         let name = name.into_lease_name()?;
         // A timeout too large for an `Instant` means no deadline.
         let until = Instant::now().checked_add(timeout);
-        match lock_until(&self.inner, name, until, false, None)? {
+        match lock_until(
+            &self.inner,
+            name,
+            until,
+            false,
+            self.inner.config.fair_locks(),
+            None,
+        )? {
             Some(g) => Ok(g),
             None => Err(Error::Timeout {
                 operation: "waiting for a lock",
@@ -79,7 +101,14 @@ impl Session {
         let name = name.into_lease_name()?;
         // A timeout too large for an `Instant` means no deadline.
         let until = timeout.and_then(|t| Instant::now().checked_add(t));
-        match lock_until(&self.inner, name, until, false, Some(cancel))? {
+        match lock_until(
+            &self.inner,
+            name,
+            until,
+            false,
+            self.inner.config.fair_locks(),
+            Some(cancel),
+        )? {
             Some(g) => Ok(g),
             None => Err(Error::Timeout {
                 operation: "taking a lock",
@@ -107,11 +136,14 @@ impl Session {
     }
 }
 
+/// Takes the lock `name` by `until` (`None`: no deadline); `once`: one try, no waiting.
+/// `fair`: through the name's queue (see [`ConfigBuilder::fair_locks`](crate::ConfigBuilder::fair_locks)).
 pub(crate) fn lock_until(
     inner: &Arc<Inner>,
     name: LeaseName,
     until: Option<Instant>,
     once: bool,
+    fair: bool,
     cancel: Option<&Cancel>,
 ) -> Result<Option<LockGuard>> {
     const OP: &str = "taking a lock";
@@ -145,7 +177,7 @@ pub(crate) fn lock_until(
         }
     }
     let events = inner.listeners.channel(h);
-    let r = acquire_loop(inner, &name, h, until, once, cancel);
+    let r = acquire_loop(inner, &name, h, until, once, fair, cancel);
     match r {
         Ok(Some((session, term))) => Ok(Some(LockGuard {
             acquired: {
@@ -161,7 +193,7 @@ pub(crate) fn lock_until(
             done: false,
         })),
         other => {
-            if inner.config.fair_locks() {
+            if fair {
                 leave_queue(inner, &name);
             }
             inner.listeners.remove(h);
@@ -187,10 +219,10 @@ fn acquire_loop(
     h: HandleId,
     until: Option<Instant>,
     once: bool,
+    fair: bool,
     cancel: Option<&Cancel>,
 ) -> Result<Option<(SessionId, Term)>> {
     const OP: &str = "taking a lock";
-    let fair = inner.config.fair_locks();
     let retry = inner.config.retry_interval();
     // A blocking caller waits for a release of this name only: other names' releases
     // neither wake it nor reach this session. Registered once the name is found held

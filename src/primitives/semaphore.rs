@@ -161,21 +161,28 @@ impl Semaphore {
         loop {
             Cancel::check(cancel, OP)?;
             let seen: Vec<u64> = {
-                let s = inner.lock_shared();
+                let mut s = inner.lock_shared();
                 if !once {
-                    inner.check_waitable(&s)?;
+                    // While an expired session is reopened, wait for the new one.
+                    loop {
+                        Cancel::check(cancel, OP)?;
+                        inner.check_waitable(&s)?;
+                        if s.core.state().is_live() {
+                            break;
+                        }
+                        if !inner.wait_or_cancel(&mut s, until, cancel) {
+                            Cancel::check(cancel, OP)?;
+                            return Ok(None);
+                        }
+                    }
                 }
                 self.slots.iter().map(|n| s.core.releases_of(n)).collect()
             };
             for k in 0..n {
                 let i = (start + k) % n;
-                match lock_until(
-                    inner,
-                    self.slots[i].clone(),
-                    Some(Instant::now()),
-                    true,
-                    None,
-                ) {
+                // Plain acquires: a queue per permit would order nothing.
+                let slot = self.slots[i].clone();
+                match lock_until(inner, slot, Some(Instant::now()), true, false, None) {
                     Ok(Some(guard)) => {
                         return Ok(Some(Permit {
                             guard,

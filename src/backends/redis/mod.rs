@@ -401,13 +401,15 @@ pub struct RedisBackend {
     known: Mutex<HashMap<SessionId, KnownLeases>>,
     /// Cluster: which node serves each slot, and when that was read.
     slot_map: Mutex<Option<(Instant, Arc<SlotMap>)>>,
+    /// Cluster keep-alives sent one script per node (for tests).
+    by_node: std::sync::atomic::AtomicU64,
 }
 
 /// How long a cluster's slot map is trusted before a keep-alive reads it again.
 const SLOT_MAP_TTL: Duration = Duration::from_secs(30);
 
 /// Which node (an index) serves each hash slot, from `CLUSTER SLOTS`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct SlotMap {
     /// Slot ranges (first, last) with their node.
     ranges: Vec<(u16, u16, usize)>,
@@ -431,7 +433,11 @@ impl SlotMap {
             let first = u16::try_from(e.first()?.as_int()?).ok()?;
             let last = u16::try_from(e.get(1)?.as_int()?).ok()?;
             let master = e.get(2)?.as_array()?;
-            let node = format!("{}:{}", master.first()?.as_str()?, master.get(1)?.as_int()?);
+            // The node id where the reply has one (Redis 4+); the endpoint otherwise.
+            let node = match master.get(2).and_then(Reply::as_str) {
+                Some(id) if !id.is_empty() => id.to_owned(),
+                _ => format!("{}:{}", master.first()?.as_str()?, master.get(1)?.as_int()?),
+            };
             let i = match nodes.iter().position(|n| *n == node) {
                 Some(i) => i,
                 None => {
@@ -761,6 +767,7 @@ impl RedisBackend {
             stale: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
             slot_map: Mutex::new(None),
+            by_node: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -1214,9 +1221,14 @@ impl RedisBackend {
         &self,
         session: &SessionId,
         by_slot: &BTreeMap<u16, (Vec<String>, Vec<String>)>,
-        left_ms: u64,
+        remaining: Duration,
+        answered: Instant,
     ) -> Option<Vec<(Vec<String>, Option<Reply>)>> {
         let map = self.slot_map()?;
+        // Measured after reading the map, so a slow `CLUSTER SLOTS` does not stretch terms.
+        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
+            return Some(Vec::new());
+        };
         let mut nodes: BTreeMap<usize, (Vec<String>, Vec<String>)> = BTreeMap::new();
         for (slot, (lk, gk)) in by_slot {
             let node = map.node_of(*slot)?;
@@ -1242,19 +1254,25 @@ impl RedisBackend {
             })
             .collect();
         match self.scripting.eval_many(Role::KeepAlive, &calls) {
-            Ok(replies) => Some(
-                nodes
-                    .into_values()
-                    .zip(replies)
-                    .map(|((lk, _), r)| (lk, Some(r)))
-                    .collect(),
-            ),
+            Ok(replies) => {
+                self.by_node
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(
+                    nodes
+                        .into_values()
+                        .zip(replies)
+                        .map(|((lk, _), r)| (lk, Some(r)))
+                        .collect(),
+                )
+            }
             Err(e) => {
                 log::debug!(
                     "keep-alive of session {session} by node failed ({}); by slot",
                     e.report()
                 );
-                *self.slot_map.lock() = None;
+                // No by-node attempt for a while (a node down, slots moving): an empty map
+                // sends every keep-alive slot by slot until it is read again.
+                *self.slot_map.lock() = Some((Instant::now(), Arc::new(SlotMap::default())));
                 None
             }
         }
@@ -1268,8 +1286,10 @@ impl RedisBackend {
         by_slot: BTreeMap<u16, (Vec<String>, Vec<String>)>,
         remaining: Duration,
         answered: Instant,
-        left_ms: u64,
     ) -> Vec<(Vec<String>, Option<Reply>)> {
+        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
+            return Vec::new();
+        };
         let slots: Vec<(Vec<String>, Vec<String>)> = by_slot.into_values().collect();
         let calls: Vec<ScriptCall<'_>> = slots
             .iter()
@@ -1310,6 +1330,12 @@ impl RedisBackend {
             }
         };
         slots.into_iter().map(|(lk, _)| lk).zip(replies).collect()
+    }
+
+    /// How many cluster keep-alives went one script per node (not slot by slot).
+    #[doc(hidden)]
+    pub fn keep_alives_by_node(&self) -> u64 {
+        self.by_node.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The cluster's slot map, read again when older than 30 s; one node on one server.
@@ -1547,9 +1573,9 @@ impl LeaseBackend for RedisBackend {
             return Ok(KeepAlive { remaining, leases });
         };
         let left = Duration::from_millis(left_ms);
-        let batches = match self.keep_alive_by_node(session, &by_slot, left_ms) {
+        let batches = match self.keep_alive_by_node(session, &by_slot, remaining, answered) {
             Some(b) => b,
-            None => self.keep_alive_by_slot(session, by_slot, remaining, answered, left_ms),
+            None => self.keep_alive_by_slot(session, by_slot, remaining, answered),
         };
         let lease_prefix_len = self.keys.lease_prefix().len();
         let mut stale = self.stale.lock();
@@ -2032,7 +2058,7 @@ mod tests {
             Reply::Array(vec![
                 Reply::Data(b"127.0.0.1".to_vec()),
                 Reply::Int(port),
-                Reply::Data(b"id".to_vec()),
+                Reply::Data(format!("id-{port}").into_bytes()),
             ])
         };
         let range = |a: i64, b: i64, port: i64| {
@@ -2054,6 +2080,14 @@ mod tests {
         assert_eq!(m.node_of(5461), Some(1));
         assert_eq!(m.node_of(16383), Some(2));
         assert_eq!(m.node_of(16384), None);
+        // Without ids (or with empty ones) the endpoint names the node.
+        let bare = |port: i64| Reply::Array(vec![Reply::Data(b"h".to_vec()), Reply::Int(port)]);
+        let r = Reply::Array(vec![
+            Reply::Array(vec![Reply::Int(0), Reply::Int(9), bare(1)]),
+            Reply::Array(vec![Reply::Int(10), Reply::Int(19), bare(2)]),
+        ]);
+        let m = SlotMap::parse(&r).unwrap();
+        assert_ne!(m.node_of(0), m.node_of(10));
         assert!(SlotMap::parse(&Reply::Int(1)).is_none());
         assert!(SlotMap::parse(&Reply::Array(vec![Reply::Array(vec![Reply::Int(-1)])])).is_none());
     }

@@ -5,6 +5,11 @@
 //! (and deleted, as far as the ACL allows), so a waiter that stopped asking never blocks
 //! the queue even while its session lives.
 //!
+//! `mtime` is the wall clock of the server that led the write: after a leader change between
+//! servers whose clocks disagree, a place may be judged dead early (its waiter queues again
+//! at the back) or live too long (by the skew). Places only order waiters; no lease depends
+//! on them. `{root}/queues/{name}` is a container node, removed by the server once empty.
+//!
 //! Round trips per attempt: a list of the queue, a write of the own place (a create the
 //! first time, then a second list), a multi read of the places ahead (when there are any), a
 //! read of the lease node, and the acquire itself when first in line.
@@ -81,7 +86,15 @@ impl Inner {
                 let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acl));
                 let mut made = call(OP, limit, client.create(&prefix, data.as_bytes(), &opts))?;
                 if matches!(made, Err(zk::Error::NoNode)) {
-                    self.cfg.mkdirs(&client, &dir, limit)?;
+                    // `{root}/queues` persistent, the name's node a container: the server
+                    // deletes it once its last place is gone.
+                    let parent = format!("{}/queues", self.cfg.root);
+                    self.cfg.mkdirs(&client, &parent, limit)?;
+                    let copts = zk::CreateMode::Container.with_acls(zk::Acls::new(&acl));
+                    match call(OP, limit, client.create(&dir, &[], &copts))? {
+                        Ok(_) | Err(zk::Error::NodeExists) => {}
+                        Err(e) => return Err(self.fail(&s, OP, e)),
+                    }
                     made = call(OP, limit, client.create(&prefix, data.as_bytes(), &opts))?;
                 }
                 let (stat, seq) = made.map_err(|e| self.fail(&s, OP, e))?;
