@@ -29,3 +29,15 @@ create table if not exists simba_member
     primary key (group_name, session_id),
     index idx_member_session (session_id)
 ) engine = InnoDB;
+
+-- Fair-lock queues: one place per waiting session, ordered by seq, live while its session is
+-- and until expires_at (renewed by every attempt of its waiter).
+create table if not exists simba_queue
+(
+    name       varchar(128) character set ascii collate ascii_bin not null,
+    session_id char(32) character set ascii collate ascii_bin     not null,
+    seq        bigint                                             not null auto_increment,
+    expires_at bigint                                             not null comment 'database time, epoch ms',
+    primary key (name, session_id),
+    unique index idx_queue_seq (seq)
+) engine = InnoDB;

@@ -27,3 +27,15 @@ create table if not exists simba_member
     primary key (group_name, session_id)
 );
 create index if not exists idx_member_session on simba_member (session_id);
+
+-- Fair-lock queues: one place per waiting session, ordered by seq, live while its session is
+-- and until expires_at (renewed by every attempt of its waiter).
+create table if not exists simba_queue
+(
+    name       varchar(128) collate "C" not null,
+    session_id char(32)     collate "C" not null,
+    seq        bigint generated always as identity,
+    expires_at bigint                   not null, -- database time, epoch ms
+    primary key (name, session_id)
+);
+create index if not exists idx_queue_seq on simba_queue (name, seq);

@@ -98,6 +98,23 @@ impl LeaseBackend for Isolated {
     fn list(&self) -> Result<simba_lease::spi::Listing> {
         self.0.list()
     }
+    fn supports_queues(&self) -> bool {
+        self.0.supports_queues()
+    }
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<simba_lease::spi::Queued> {
+        self.0.acquire_queued(session, name, patience)
+    }
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.0.leave_queue(session, name)
+    }
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        self.0.queue(name)
+    }
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
         self.0.subscribe(sink)
     }

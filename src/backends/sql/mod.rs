@@ -1,8 +1,8 @@
 //! The SQL backends: PostgreSQL 14+ (feature `postgres`) and MySQL 8.0+ / MariaDB 10.6+
 //! (feature `mysql`), one [`SqlBackend`] type with a [`Dialect`].
 //!
-//! Three tables (`simba_session`, `simba_lease`, `simba_member`, optionally with a table
-//! prefix) hold the state; every time comparison uses the database's clock in UTC epoch
+//! Four tables (`simba_session`, `simba_lease`, `simba_member` and the fair-lock queue
+//! `simba_queue`, optionally with a table prefix) hold the state; every time comparison uses the database's clock in UTC epoch
 //! milliseconds, independent of the connection's time zone. The schemas are
 //! `sql/init-simba-postgresql.sql` and `sql/init-simba-mysql.sql`, embedded and applied by
 //! [`SqlBackend::install_schema`].
@@ -90,7 +90,7 @@ use crate::backends::url::redact;
 use crate::backends::BackendUrl;
 use crate::error::{BoxError, Error, Result};
 use crate::spi::{
-    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink,
+    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued,
     SessionGrant, SessionInfo, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
@@ -148,6 +148,7 @@ pub(crate) struct Tables {
     pub(crate) session: String,
     pub(crate) lease: String,
     pub(crate) member: String,
+    pub(crate) queue: String,
 }
 
 impl Tables {
@@ -157,6 +158,7 @@ impl Tables {
             session: format!("{prefix}simba_session"),
             lease: format!("{prefix}simba_lease"),
             member: format!("{prefix}simba_member"),
+            queue: format!("{prefix}simba_queue"),
         }
     }
 
@@ -393,6 +395,15 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn join(&self, id: &str, group: &str) -> DbResult<bool>;
     fn leave(&self, id: &str, group: &str) -> DbResult<bool>;
     fn members(&self, group: &str) -> DbResult<Vec<(String, String)>>;
+    /// Queues `id` behind `name` (once) and keeps its place `patience_ms` longer, deleting
+    /// the dead places of `name`; how many live places are ahead, `None` when the session is
+    /// not live. Text statements (not prepared with the others), so tables from before the
+    /// queue table still serve everything else.
+    fn queue_place(&self, id: &str, name: &str, patience_ms: i64) -> DbResult<Option<i64>>;
+    /// Deletes `id`'s place behind `name`; whether it had one.
+    fn queue_leave(&self, id: &str, name: &str) -> DbResult<bool>;
+    /// The sessions of the live places behind `name`, first first.
+    fn queue_list(&self, name: &str) -> DbResult<Vec<String>>;
     fn purge(&self, limit: usize) -> DbResult<usize>;
     /// A prepared `SELECT 1`.
     fn ping(&self) -> DbResult<()>;
@@ -1248,6 +1259,66 @@ impl LeaseBackend for SqlBackend {
         self.driver
             .leave(session.as_str(), group.as_str())
             .map_err(|e| self.err("leaving a group", e))
+    }
+
+    fn supports_queues(&self) -> bool {
+        true
+    }
+
+    /// The place (one statement on PostgreSQL, four on MySQL), then, first in line, the
+    /// acquire and the removal of the place; behind others, a read of the owner.
+    fn acquire_queued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<Queued> {
+        const OP: &str = "acquiring a lease in turn";
+        options::check_lease(patience)?;
+        let ms = i64::try_from(patience.as_millis()).unwrap_or(i64::MAX);
+        let ahead = self
+            .driver
+            .queue_place(session.as_str(), name.as_str(), ms)
+            .map_err(|e| self.err(OP, e))?
+            .ok_or_else(|| Self::expired(session))?;
+        let ahead = usize::try_from(ahead).unwrap_or(0);
+        if ahead > 0 {
+            let owner = self.owner(name)?;
+            if owner.as_ref().is_none_or(|o| o.session != *session) {
+                return Ok(Queued::Waiting { ahead, owner });
+            }
+        }
+        match self.acquire(session, name)? {
+            Acquire::Acquired(term) => {
+                if let Err(e) = self.driver.queue_leave(session.as_str(), name.as_str()) {
+                    // Skipped by the others once its patience runs out.
+                    log::warn!(
+                        "removing the place of {name} after taking it: {}",
+                        self.err(OP, e).report()
+                    );
+                }
+                Ok(Queued::Acquired(term))
+            }
+            Acquire::Held(owner) => Ok(Queued::Waiting {
+                ahead: 0,
+                owner: Some(owner),
+            }),
+        }
+    }
+
+    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.driver
+            .queue_leave(session.as_str(), name.as_str())
+            .map_err(|e| self.err("leaving a queue", e))
+    }
+
+    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        self.driver
+            .queue_list(name.as_str())
+            .map_err(|e| self.err("reading a queue", e))?
+            .iter()
+            .map(|s| session_id(s))
+            .collect()
     }
 
     fn members(&self, group: &GroupName) -> Result<Vec<Member>> {

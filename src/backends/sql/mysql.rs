@@ -295,6 +295,8 @@ pub(crate) struct MyDriver {
     pool: Pool<MyConn>,
     tables: Tables,
     sql: Sql,
+    /// Fair-lock queue statements, kept apart from `sql` (see `Driver::queue_place`).
+    queue_sql: QueueSql,
     timeout: Duration,
     server: Arc<OnceLock<ServerVersion>>,
 }
@@ -405,6 +407,7 @@ impl MyDriver {
         let driver = MyDriver {
             pool: Pool::new(options.pool_size, connect),
             sql: Sql::new(&tables),
+            queue_sql: QueueSql::new(&tables),
             tables,
             timeout: t,
             server,
@@ -601,7 +604,82 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
+/// The fair-lock queue statements (four autocommit statements place a waiter; a place
+/// counted by another waiter between them only reorders simultaneous arrivals).
+struct QueueSql {
+    live: String,
+    prune: String,
+    upsert: String,
+    ahead: String,
+    leave: String,
+    list: String,
+}
+
+impl QueueSql {
+    fn new(t: &Tables) -> Self {
+        let (s, q) = (&t.session, &t.queue);
+        QueueSql {
+            live: format!("SELECT COUNT(*) FROM {s} WHERE session_id = ? AND expires_at > {NOW}"),
+            // Dead places of the name: patience run out, or session gone.
+            prune: format!(
+                "DELETE q FROM {q} q LEFT JOIN {s} x \
+                 ON x.session_id = q.session_id AND x.expires_at > {NOW} \
+                 WHERE q.name = ? AND q.session_id <> ? \
+                 AND (q.expires_at <= {NOW} OR x.session_id IS NULL)"
+            ),
+            upsert: format!(
+                "INSERT INTO {q} (name, session_id, expires_at) VALUES (?, ?, {NOW} + ?) \
+                 ON DUPLICATE KEY UPDATE expires_at = {NOW} + ?"
+            ),
+            ahead: format!(
+                "SELECT COUNT(*) FROM {q} q JOIN {s} x \
+                 ON x.session_id = q.session_id AND x.expires_at > {NOW} \
+                 WHERE q.name = ? AND q.expires_at > {NOW} \
+                 AND q.seq < (SELECT me.seq FROM {q} me WHERE me.name = ? AND me.session_id = ?)"
+            ),
+            leave: format!("DELETE FROM {q} WHERE name = ? AND session_id = ?"),
+            list: format!(
+                "SELECT q.session_id FROM {q} q JOIN {s} x \
+                 ON x.session_id = q.session_id AND x.expires_at > {NOW} \
+                 WHERE q.name = ? AND q.expires_at > {NOW} ORDER BY q.seq"
+            ),
+        }
+    }
+}
+
 impl Driver for MyDriver {
+    fn queue_place(&self, id: &str, name: &str, patience_ms: i64) -> DbResult<Option<i64>> {
+        let q = &self.queue_sql;
+        self.run(|c| {
+            let live: Option<Row> = c.exec_first(&q.live, (id,))?;
+            let live = live.map(cells).unwrap_or_default();
+            if req_int("a session's liveness", &live, 0)? == 0 {
+                return Ok(None);
+            }
+            c.exec_drop(&q.prune, (name, id))?;
+            c.exec_drop(&q.upsert, (name, id, patience_ms, patience_ms))?;
+            let ahead: Option<Row> = c.exec_first(&q.ahead, (name, name, id))?;
+            let ahead = ahead.map(cells).unwrap_or_default();
+            Ok(Some(req_int("the places ahead", &ahead, 0)?))
+        })
+    }
+
+    fn queue_leave(&self, id: &str, name: &str) -> DbResult<bool> {
+        self.run(|c| {
+            c.exec_drop(&self.queue_sql.leave, (name, id))?;
+            Ok(c.affected_rows() > 0)
+        })
+    }
+
+    fn queue_list(&self, name: &str) -> DbResult<Vec<String>> {
+        self.run(|c| {
+            let rows: Vec<Row> = c.exec(&self.queue_sql.list, (name,))?;
+            rows.into_iter()
+                .map(|r| req_text("a queued session", &cells(r), 0))
+                .collect()
+        })
+    }
+
     fn install_schema(&self) -> DbResult<()> {
         let script = self
             .tables
@@ -625,8 +703,8 @@ impl Driver for MyDriver {
     fn drop_tables(&self) -> DbResult<()> {
         let t = &self.tables;
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}",
-            t.member, t.lease, t.session
+            "DROP TABLE IF EXISTS {}, {}, {}, {}",
+            t.queue, t.member, t.lease, t.session
         );
         self.run(|c| Ok(c.query_drop(&sql)?))
     }

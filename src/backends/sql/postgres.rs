@@ -300,6 +300,51 @@ fn sql(t: &Tables) -> [String; 10] {
     ]
 }
 
+/// The fair-lock queue statements (text, run unprepared): place, leave, list.
+fn queue_sql(t: &Tables) -> [String; 3] {
+    let (s, q) = (&t.session, &t.queue);
+    let ch = super::listen::channel_literal(t);
+    let live = |alias: &str| {
+        format!(
+            "EXISTS (SELECT 1 FROM {s} x WHERE x.session_id = {alias}.session_id \
+             AND x.expires_at > (SELECT ms FROM now))"
+        )
+    };
+    [
+        // place: $1 session, $2 name, $3 patience ms. Deletes the dead places of the name,
+        // upserts the own place (its seq kept), counts the live places before it.
+        format!(
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
+             me AS MATERIALIZED (SELECT 1 FROM {s} WHERE session_id = $1 \
+                    AND expires_at > (SELECT ms FROM now)), \
+             gone AS (DELETE FROM {q} q WHERE q.name = $2 AND q.session_id <> $1 \
+                    AND (q.expires_at <= (SELECT ms FROM now) OR NOT {live_q}) RETURNING 1), \
+             up AS (INSERT INTO {q} (name, session_id, expires_at) \
+                    SELECT $2, $1, (SELECT ms FROM now) + $3::int8 FROM me \
+                    ON CONFLICT (name, session_id) DO UPDATE SET expires_at = EXCLUDED.expires_at \
+                    RETURNING seq) \
+             SELECT (SELECT count(*) FROM me), \
+                    (SELECT count(*) FROM {q} q WHERE q.name = $2 AND q.seq < (SELECT seq FROM up) \
+                       AND q.expires_at > (SELECT ms FROM now) AND {live_q}), \
+                    (SELECT count(*) FROM gone)",
+            live_q = live("q"),
+        ),
+        // leave: $1 name, $2 session. Notifies a release, so the next in line tries at once.
+        format!(
+            "WITH gone AS (DELETE FROM {q} WHERE name = $1 AND session_id = $2 RETURNING name) \
+             SELECT (SELECT count(*) FROM gone), \
+                    (SELECT count(*) FROM (SELECT pg_notify({ch}, 'r:' || name) FROM gone) n)"
+        ),
+        // list: $1 name
+        format!(
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms) \
+             SELECT q.session_id::text FROM {q} q WHERE q.name = $1 \
+             AND q.expires_at > (SELECT ms FROM now) AND {live_q} ORDER BY q.seq",
+            live_q = live("q"),
+        ),
+    ]
+}
+
 fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::postgres::Error> {
     let [open, keep_alive, remove, acquire, release, owner, join, leave, members, purge] = sql(t);
     let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
@@ -350,6 +395,8 @@ fn pid(client: &mut Client) -> DbResult<u64> {
 pub(crate) struct PgDriver {
     pool: Pool<PgConn>,
     tables: Tables,
+    /// Fair-lock queue statements: place, leave, list.
+    queue_sql: [String; 3],
     timeout: Duration,
     /// The `LISTEN` connection's thread, started by the first subscription.
     listener: super::listen::Listener,
@@ -434,7 +481,9 @@ impl PgDriver {
             })
         };
         let pool = Pool::new(options.pool_size, connect);
+        let queue_sql = queue_sql(&tables);
         let driver = PgDriver {
+            queue_sql,
             pool,
             tables,
             timeout: options.query_timeout,
@@ -471,6 +520,35 @@ impl PgDriver {
 }
 
 impl Driver for PgDriver {
+    fn queue_place(&self, id: &str, name: &str, patience_ms: i64) -> DbResult<Option<i64>> {
+        self.run(|c, _| {
+            let r = c
+                .query_one(&self.queue_sql[0], &[&id, &name, &patience_ms])
+                .map_err(classify)?;
+            let live: i64 = col(&r, 0)?;
+            Ok(if live > 0 { Some(col(&r, 1)?) } else { None })
+        })
+    }
+
+    fn queue_leave(&self, id: &str, name: &str) -> DbResult<bool> {
+        self.run(|c, _| {
+            let r = c
+                .query_one(&self.queue_sql[1], &[&name, &id])
+                .map_err(classify)?;
+            Ok(col::<i64>(&r, 0)? > 0)
+        })
+    }
+
+    fn queue_list(&self, name: &str) -> DbResult<Vec<String>> {
+        self.run(|c, _| {
+            c.query(&self.queue_sql[2], &[&name])
+                .map_err(classify)?
+                .iter()
+                .map(|r| col(r, 0))
+                .collect()
+        })
+    }
+
     fn install_schema(&self) -> DbResult<()> {
         let script = self
             .tables
@@ -507,8 +585,8 @@ impl Driver for PgDriver {
     fn drop_tables(&self) -> DbResult<()> {
         let t = &self.tables;
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}",
-            t.member, t.lease, t.session
+            "DROP TABLE IF EXISTS {}, {}, {}, {}",
+            t.queue, t.member, t.lease, t.session
         );
         self.run_plain(|c| c.batch_execute(&sql))?;
         self.pool.flush_idle();
