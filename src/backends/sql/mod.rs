@@ -1453,12 +1453,14 @@ mod tests {
     fn script_gets_the_prefix() {
         let t = Tables::new("t1_");
         let stmts = t.script(include_str!("../../../sql/init-simba-mysql.sql"));
-        assert_eq!(stmts.len(), 3);
+        assert_eq!(stmts.len(), 4);
         assert!(stmts[0].contains("t1_simba_session"));
         assert!(stmts[0].contains("t1_idx_session_expires"));
+        assert!(stmts[3].contains("t1_simba_queue") && stmts[3].contains("t1_idx_queue_seq"));
         let pg = t.script(include_str!("../../../sql/init-simba-postgresql.sql"));
-        assert_eq!(pg.len(), 6);
+        assert_eq!(pg.len(), 8);
         assert!(pg[1].contains("t1_idx_session_expires on t1_simba_session"));
+        assert!(pg[7].contains("t1_idx_queue_seq on t1_simba_queue"));
     }
 
     #[test]
