@@ -181,6 +181,7 @@ macro_rules! tck_suite {
             queued_acquires_take_the_lease_in_arrival_order,
             fair_locks_are_granted_in_arrival_order,
             semaphore_admits_at_most_its_permits,
+            semaphore_waits_for_the_reopened_session,
             list_shows_live_sessions_leases_and_groups,
         );
     };

@@ -90,3 +90,44 @@ pub fn semaphore_admits_at_most_its_permits(h: &Harness) {
     });
     assert!(most.load(Ordering::SeqCst) >= 1);
 }
+
+/// A blocked `acquire` waits while an expired session is reopened (the reopen held back by
+/// the test), then takes a permit on the new session.
+pub fn semaphore_waits_for_the_reopened_session(h: &Harness) {
+    use super::gate::GatedOpens;
+    use crate::engine::SessionState;
+    use crate::spi::LeaseBackend;
+    use std::sync::Arc;
+    let gate = Arc::new(GatedOpens::new(h.backend(), h.patience));
+    let b: Arc<dyn LeaseBackend> = gate.clone();
+    let s = session(h, &b);
+    let old = s.id();
+    let pool = s.semaphore(lease_name("sem-reopen"), 1).unwrap();
+    gate.hold();
+    b.close_session(&old).unwrap();
+    h.until("the engine saw the expiry", || {
+        s.state() == SessionState::Expired
+    });
+    assert!(
+        matches!(pool.try_acquire(), Err(Error::SessionExpired { .. })),
+        "try_acquire does not wait"
+    );
+    let (calling_tx, calling_rx) = crossbeam_channel::bounded::<()>(1);
+    let opener = std::thread::spawn({
+        let gate = gate.clone();
+        move || {
+            let _ = calling_rx.recv();
+            gate.pass();
+        }
+    });
+    calling_tx.send(()).unwrap();
+    let permit = pool
+        .acquire_timeout(h.patience)
+        .expect("the permit waits for the reopened session");
+    opener.join().unwrap();
+    assert_ne!(s.id(), old);
+    assert!(permit.is_valid());
+    let holders = pool.holders().unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].1.session, s.id());
+}
