@@ -7,7 +7,6 @@ use crate::spi::{
     NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
-use crate::Config;
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -416,13 +415,14 @@ impl LeaseBackend for MemoryBackend {
         name: &LeaseName,
         patience: Duration,
     ) -> Result<Queued> {
+        crate::backends::options::check_lease(patience)?;
         let now = self.clock.now();
         let mut t = self.tables.lock();
         if t.live(session, now).is_none() {
             return Err(t.expired(session));
         }
         t.prune_queue(name, now);
-        let until = now.checked_add(patience).unwrap_or(now + Config::MAX_LEASE);
+        let until = now + patience;
         let q = t.queues.entry(name.clone()).or_default();
         let ahead = match q.iter().position(|(id, _)| id == session) {
             Some(i) => {

@@ -70,17 +70,16 @@ pub fn semaphore_admits_at_most_its_permits(h: &Harness) {
     drop((again, other));
     // Threads of two sessions take permits in turns: never more than 2 inside.
     let inside = AtomicUsize::new(0);
-    let most = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         for s in [&sa, &sd, &sa, &sd] {
-            let (inside, most) = (&inside, &most);
+            let inside = &inside;
             let patience = h.patience;
             scope.spawn(move || {
                 for _ in 0..4 {
                     let p = s.acquire_timeout(patience).expect("a permit");
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
                     assert!(now <= 2, "{now} holders of 2 permits");
+                    // Held a moment so that holders overlap (arranging, not asserting).
                     std::thread::sleep(Duration::from_millis(5));
                     inside.fetch_sub(1, Ordering::SeqCst);
                     p.release().unwrap();
@@ -88,7 +87,6 @@ pub fn semaphore_admits_at_most_its_permits(h: &Harness) {
             });
         }
     });
-    assert!(most.load(Ordering::SeqCst) >= 1);
 }
 
 /// A blocked `acquire` waits while an expired session is reopened (the reopen held back by
