@@ -41,10 +41,52 @@ end
 -- and never take such a term over.
 local BOUND = 9000000000000000
 
+-- Cluster anchors. A cluster term may be bound to an anchor: a string key, one per session
+-- and node, whose value (an epoch) names its incarnation and whose expiry the session's
+-- keep-alive renews, one key per node whatever the number of leases. A bound term records the
+-- anchor's key and epoch, and its own `expires` is a far deadline the keep-alive renews now and
+-- then. It is live while its own deadline is ahead and, where this node serves the anchor's
+-- slot, while the anchor lives with the same epoch. Where this node does not (slots moved), its
+-- own deadline alone counts: the holder counts on no more than that deadline either.
+-- Every script that judges a term on a cluster carries the flag allow-cross-slot-keys.
+
+-- What anchor `anchor` has left in ms while it holds `epoch`; nil once it is gone or holds
+-- another epoch; true when this node does not serve its slot (or the slot is moving).
+local function anchor_left(anchor, epoch, now, up)
+  local v = redis.pcall('GET', anchor)
+  if type(v) == 'table' then return true end
+  if v ~= epoch then return nil end
+  local p = redis.call('PTTL', anchor)
+  local left = p - (up - now)
+  if p <= 0 or left < 0 then return nil end
+  return left
+end
+
+-- A new epoch for an anchor: this server's TIME, which never repeats for one key.
+local function new_epoch()
+  local t = redis.call('TIME')
+  return t[1] .. '.' .. t[2]
+end
+
+-- Keeps `anchor` live for at least `ms`, created with a new epoch when it is gone; its epoch,
+-- or nil when this node does not serve its slot.
+local function anchor_keep(anchor, ms, now, up)
+  local v = redis.pcall('GET', anchor)
+  if type(v) == 'table' then return nil end
+  local p = redis.call('PTTL', anchor)
+  if not v or p <= 0 or p - (up - now) < 0 then
+    v = new_epoch()
+    redis.call('SET', anchor, v, 'PX', ms)
+  elseif p < ms then
+    redis.call('PEXPIRE', anchor, ms)
+  end
+  return v
+end
+
 -- What a term or membership with expiry `expires` of session `sid` has left in ms (now, up:
 -- clock()), or nil once it ran out. `sprefix` is the session key prefix (a bound term lives
--- as long as `sprefix{sid}`).
-local function left_of(expires, sid, now, up, sprefix)
+-- as long as `sprefix{sid}`); `anchor` and `epoch` those of a cluster term bound to an anchor.
+local function left_of(expires, sid, now, up, sprefix, anchor, epoch)
   if expires >= BOUND then
     local p = redis.call('PTTL', sprefix .. '{' .. sid .. '}')
     -- PTTL counts from the whole ms begun; never report more than is left.
@@ -53,40 +95,74 @@ local function left_of(expires, sid, now, up, sprefix)
     return left
   end
   if expires <= now then return nil end
-  return expires - up
+  local left = expires - up
+  if anchor and anchor ~= '' then
+    local a = anchor_left(anchor, epoch, now, up)
+    if not a then return nil end
+    if a ~= true and a < left then left = a end
+  end
+  return left
 end
 
 -- Takes `key` for `sid` for `ms` when free or its holder's term ran out (now, up: clock()).
 -- {1, token, remaining, new(1|0)} when held by sid; {0, token, remaining, holder} otherwise.
 -- A new term is published as 'acquired' on the key's channel (a re-acquire is not).
--- With `bind`, a new term is bound to sid's session (one node); otherwise it ends at up + ms.
-local function lease_acquire(key, sid, ms, now, up, sprefix, bind)
-  local h = redis.call('HMGET', key, 'session', 'token', 'expires')
+-- With `bind`, a new term is bound to sid's session (one node); with `anchor` (cluster), to
+-- that anchor of sid's when this node serves it, with its own deadline `horizon` ms ahead,
+-- and the reply gains the anchor's epoch; otherwise it ends at up + ms.
+local function lease_acquire(key, sid, ms, now, up, sprefix, bind, anchor, horizon)
+  local h = redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch')
   local holder, token, expires = h[1], tonumber(h[2] or '0'), tonumber(h[3] or '0')
   if holder and holder ~= '' then
-    local left = left_of(expires, holder, now, up, sprefix)
+    local left = left_of(expires, holder, now, up, sprefix, h[4], h[5])
     if left then
       if holder == sid then return {1, token, math.min(left, ms), 0} end
       return {0, token, left, holder}
     end
   end
   token = redis.call('HINCRBY', key, 'token', 1)
+  local epoch = nil
+  if anchor then epoch = anchor_keep(anchor, ms, now, up) end
+  if epoch then
+    redis.call('HSET', key, 'session', sid, 'expires', fmt(up + horizon), 'anchor', anchor,
+      'epoch', epoch)
+    redis.call('PUBLISH', key, 'acquired')
+    return {1, token, ms, 1, epoch}
+  end
   local ends = up + ms
   if bind then ends = BOUND end
   redis.call('HSET', key, 'session', sid, 'expires', fmt(ends))
+  if h[4] then redis.call('HDEL', key, 'anchor', 'epoch') end
   redis.call('PUBLISH', key, 'acquired')
   return {1, token, ms, 1}
 end
 
 -- Extends `key` to at least up + ms if sid holds it (now, up: clock()); its token, or false.
--- A bound term needs no extension.
+-- A term bound to its session needs no extension; one bound to an anchor is unbound (it then
+-- ends at up + ms, which the session outlives by no more than the caller measured).
 local function lease_extend(key, sid, ms, now, up, sprefix)
-  local h = redis.call('HMGET', key, 'session', 'token', 'expires')
+  local h = redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch')
   local expires = tonumber(h[3] or '0')
-  if h[1] ~= sid or not left_of(expires, sid, now, up, sprefix) then return false end
-  if expires < BOUND and up + ms > expires then
+  if h[1] ~= sid or not left_of(expires, sid, now, up, sprefix, h[4], h[5]) then return false end
+  if h[4] then
+    redis.call('HSET', key, 'expires', fmt(up + ms))
+    redis.call('HDEL', key, 'anchor', 'epoch')
+  elseif expires < BOUND and up + ms > expires then
     redis.call('HSET', key, 'expires', fmt(up + ms))
   end
+  return tonumber(h[2])
+end
+
+-- Binds `key`, if sid holds it, to anchor `anchor` (live, with `epoch`, on this node) with its
+-- own deadline at least `horizon` ms ahead; its token, or false.
+local function lease_rebind(key, sid, now, up, anchor, epoch, horizon)
+  local h = redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch')
+  local expires = tonumber(h[3] or '0')
+  if h[1] ~= sid or expires >= BOUND or not left_of(expires, sid, now, up, nil, h[4], h[5]) then
+    return false
+  end
+  redis.call('HSET', key, 'expires', fmt(math.max(expires, up + horizon)), 'anchor', anchor,
+    'epoch', epoch)
   return tonumber(h[2])
 end
 
@@ -164,9 +240,9 @@ end
 -- The reply of a queued acquire that must wait: {2, ahead, token, remaining, holder} while
 -- the lease is held, {2, ahead} while it is free.
 local function queue_waiting(key, ahead, now, up, sprefix)
-  local h = redis.call('HMGET', key, 'session', 'token', 'expires')
+  local h = redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch')
   if h[1] and h[1] ~= '' then
-    local left = left_of(tonumber(h[3] or '0'), h[1], now, up, sprefix)
+    local left = left_of(tonumber(h[3] or '0'), h[1], now, up, sprefix, h[4], h[5])
     if left then return {2, ahead, tonumber(h[2]), left, h[1]} end
   end
   return {2, ahead}

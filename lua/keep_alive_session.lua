@@ -1,6 +1,9 @@
 -- keep_alive, session slot (cluster): KEYS session, leases index, groups index;
--- ARGV lease ms, then lease names to drop from the index (not held for a lease or longer).
--- Returns {-1} once the session is gone, else {ms, {lease names}, {group names}}.
+-- ARGV lease ms, the version of the session's leases the caller knows ('' for none), then
+-- lease names to drop from the index (not held for a lease or longer).
+-- Returns {-1} once the session is gone, else {ms, version, 1, {lease names}, {group names}},
+-- or {ms, version, 0, {}, {group names}} when the index is still at the version the caller
+-- knows. Acquire, release and this script count every change of the index in the version.
 local ms = tonumber(ARGV[1])
 -- Alive means more than 0 ms left: the same test as acquire and join, so a session that one
 -- call found expired is never renewed by another.
@@ -10,7 +13,15 @@ if not session_left(KEYS[1]) then
 end
 redis.call('PEXPIRE', KEYS[1], ms)
 redis.call('HSET', KEYS[1], 'lease', ARGV[1])
-for i = 2, #ARGV do redis.call('SREM', KEYS[2], ARGV[i]) end
+local dropped = 0
+for i = 3, #ARGV do dropped = dropped + redis.call('SREM', KEYS[2], ARGV[i]) end
+local v
+if dropped > 0 then
+  v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+else
+  v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+end
 index_ttl(KEYS[2], ms)
 index_ttl(KEYS[3], ms)
-return {ms, redis.call('SMEMBERS', KEYS[2]), redis.call('SMEMBERS', KEYS[3])}
+if fmt(v) == ARGV[2] then return {ms, v, 0, {}, redis.call('SMEMBERS', KEYS[3])} end
+return {ms, v, 1, redis.call('SMEMBERS', KEYS[2]), redis.call('SMEMBERS', KEYS[3])}

@@ -1,3 +1,4 @@
+#!lua flags=allow-cross-slot-keys
 -- keep_alive, one slot of leases and groups (cluster): KEYS lease keys then group keys;
 -- ARGV sid, ms left of the session, number of lease keys.
 -- Returns one token (or 0 when not held) per lease key.

@@ -712,6 +712,160 @@ fn cluster_keep_alive_renews_terms_on_every_master() {
     b.close_session(&s).unwrap();
 }
 
+/// The master port serving `slot`.
+fn master_of(owners: &[(i64, i64, i64)], slot: u16) -> i64 {
+    let slot = i64::from(slot);
+    owners
+        .iter()
+        .find(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
+        .map(|o| o.2)
+        .expect("every slot is served")
+}
+
+fn hget(b: &Isolated, key: &str, field: &str) -> Option<String> {
+    b.command(&["HGET", key, field]).as_str().map(str::to_owned)
+}
+
+/// Issue 11.3: a cluster keep-alive renews one anchor per node; the terms bound to it are
+/// not rewritten (but for a small sample), whatever their number.
+#[test]
+fn cluster_keep_alive_renews_one_anchor_per_node_not_every_term() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let s = open(&*b, Duration::from_secs(10));
+    let names: Vec<LeaseName> = (0..60)
+        .map(|i| LeaseName::new(format!("anchored-{i}")).unwrap())
+        .collect();
+    for n in &names {
+        acquired(&*b, &s, n);
+    }
+    // The first keep-alive binds every term to its node's anchor.
+    assert_eq!(
+        b.keep_alive(&s, Duration::from_secs(10))
+            .unwrap()
+            .leases
+            .len(),
+        60
+    );
+    let anchors: std::collections::BTreeSet<String> = names
+        .iter()
+        .map(|n| {
+            let key = b.lease_key(n);
+            let anchor = hget(&b, &key, "anchor").expect("a bound term");
+            assert!(anchor.ends_with(s.as_str()), "{anchor}");
+            assert_eq!(
+                master_of(&owners, key_slot(&anchor)),
+                master_of(&owners, key_slot(&key)),
+                "{n}: the anchor lives on the term's node"
+            );
+            anchor
+        })
+        .collect();
+    assert_eq!(anchors.len(), 3, "one anchor per master: {anchors:?}");
+    for a in &anchors {
+        assert!(b.command(&["PTTL", a]).as_int().unwrap() > 0, "{a} expires");
+    }
+    let expires = |n: &LeaseName| hget(&b, &b.lease_key(n), "expires");
+    let before: Vec<_> = names.iter().map(expires).collect();
+    let ka = b.keep_alive(&s, Duration::from_secs(10)).unwrap();
+    assert_eq!(ka.leases.len(), 60);
+    let rewritten = names
+        .iter()
+        .zip(&before)
+        .filter(|(n, was)| expires(n) != **was)
+        .count();
+    assert!(
+        rewritten <= 2 * 3,
+        "{rewritten} of 60 terms rewritten; only the sample of 2 per node may be"
+    );
+    b.close_session(&s).unwrap();
+}
+
+/// A term whose anchor ended (the session's keep-alives stopped reaching its node) is free
+/// for others at once, and its holder's next keep-alive reports it lost.
+fn a_term_whose_anchor_ended_is_free_and_reported_lost(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let lease = Duration::from_secs(30);
+    let (s1, s2) = (open(&*b, lease), open(&*b, lease));
+    let name = LeaseName::new(format!(
+        "anchor-ended-{}",
+        &SessionId::random().as_str()[..8]
+    ))
+    .unwrap();
+    let first = acquired(&*b, &s1, &name);
+    assert_eq!(b.keep_alive(&s1, lease).unwrap().leases.len(), 1);
+    let anchor = hget(&b, &b.lease_key(&name), "anchor").expect("a bound term");
+    assert!(matches!(b.acquire(&s2, &name).unwrap(), Acquire::Held(_)));
+    b.command(&["DEL", &anchor]);
+    assert_eq!(
+        b.owner(&name).unwrap(),
+        None,
+        "no live holder once the anchor is gone"
+    );
+    let second = acquired(&*b, &s2, &name);
+    assert!(second.token > first.token);
+    assert!(
+        b.keep_alive(&s1, lease).unwrap().leases.is_empty(),
+        "the old holder learns of the loss"
+    );
+    assert_eq!(b.owner(&name).unwrap().unwrap().session, s2);
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
+}
+
+#[test]
+fn a_term_whose_anchor_ended_is_free_and_reported_lost_cluster() {
+    a_term_whose_anchor_ended_is_free_and_reported_lost(cluster);
+}
+
+#[test]
+fn a_term_whose_anchor_ended_is_free_and_reported_lost_routed_standalone() {
+    a_term_whose_anchor_ended_is_free_and_reported_lost(routed_standalone);
+}
+
+/// After a resharding, a term's node may no longer serve its anchor's slot: the term then
+/// lives by its own deadline alone (its holder counts on no more), and is free after it.
+#[test]
+fn a_term_whose_anchor_is_on_another_node_lives_by_its_own_deadline() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let lease = Duration::from_secs(30);
+    let (s1, s2) = (open(&*b, lease), open(&*b, lease));
+    let name = LeaseName::new(format!("moved-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let first = acquired(&*b, &s1, &name);
+    let key = b.lease_key(&name);
+    let here = master_of(&owners, key_slot(&key));
+    // An anchor key of s1's on another master, as if the slots had moved.
+    let elsewhere = (0u32..)
+        .map(|i| format!("{}:anchor:{{t{i}}}:{s1}", b.prefix))
+        .find(|k| master_of(&owners, key_slot(k)) != here)
+        .unwrap();
+    b.command(&["SET", &elsewhere, "e1", "PX", "60000"]);
+    let ends = server_now_ms(&b) + 1500;
+    b.command(&[
+        "HSET",
+        &key,
+        "anchor",
+        &elsewhere,
+        "epoch",
+        "e1",
+        "expires",
+        &ends.to_string(),
+    ]);
+    assert!(
+        matches!(b.acquire(&s2, &name).unwrap(), Acquire::Held(o) if o.session == s1),
+        "held while its own deadline is ahead"
+    );
+    until("the term's own deadline passes", || {
+        server_now_ms(&b) > ends
+    });
+    let second = acquired(&*b, &s2, &name);
+    assert!(second.token > first.token);
+    b.command(&["DEL", &elsewhere]);
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
+}
+
 /// Waits for a notification matching `pred`, skipping others.
 fn wait_for(
     rx: &crossbeam_channel::Receiver<Notification>,

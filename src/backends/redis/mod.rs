@@ -5,8 +5,9 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms, or the mark `9000000000000000`: bound to the session) |
+//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms, or the mark `9000000000000000`: bound to the session), and on a cluster `anchor`, `epoch` (bound to that anchor) |
 //! | `{prefix}:session:{sid}` | hash with `PX` = lease | `metadata`, `lease`, `v` (version of its set of leases) |
+//! | `{prefix}:anchor:{tag}:{sid}` | string with `PX`, cluster only | an epoch; one per session and node (`tag` picks a slot of that node) |
 //! | `{prefix}:session:{sid}:leases` | set, same slot | leases of the session |
 //! | `{prefix}:session:{sid}:groups` | set, same slot | groups the session joined |
 //! | `{prefix}:group:{group}` | sorted set | member session ids scored by expiry |
@@ -24,9 +25,9 @@
 //! hash rewritten or deleted behind the library's back). Deleting (or evicting) a session
 //! hash therefore ends its terms at once, while the holder learns it at its next keep-alive:
 //! run with `maxmemory-policy noeviction` (see the operating notes). Routed by slot (a
-//! cluster), a term lasts one session lease on the lease node's clock and every keep-alive
-//! extends it there, so that cost grows with the leases held; clients with and without
-//! `route_by_slot` on one server and prefix read each other's terms correctly. Earlier
+//! cluster), a term is bound to the session's *anchor* on the lease's node instead (see
+//! [Redis Cluster](#redis-cluster)); clients with and without `route_by_slot` on one server
+//! and prefix read each other's terms correctly. Earlier
 //! versions of this library read the mark as a far-future expiry: they never take a bound
 //! term over, but take over a dead one only after an upgrade. Release clears only the
 //! `session` field (the token stays) and publishes `released` on the lease key's channel;
@@ -95,12 +96,37 @@
 //! call and the later script, and a fresh grant by up to one lease, blocking the name (or
 //! keeping a stale member) that long.
 //!
+//! **Anchors.** A lease node cannot read the session hash (another slot, often another node),
+//! so each session keeps one *anchor* per node: a string key with an expiry, in a slot of that
+//! node, holding an epoch (the server's `TIME` when it was created). A new term is bound to
+//! the anchor of its node: it records the anchor's key and epoch, and its own `expires` is set
+//! 16 session leases ahead. It is live while that own deadline is ahead and the anchor lives
+//! with the recorded epoch (scripts read it with the flag `allow-cross-slot-keys`, Redis 7).
+//! A keep-alive then sends one script per node that renews the anchor (or creates it with a
+//! new epoch when it had ended, which ends every term bound to the old one) and rebinds only
+//! the terms this backend does not know bound there, those whose own deadline is less than
+//! 8 leases ahead (at most an eighth of the node's terms per keep-alive, plus all under 4
+//! leases), and a random sample of two (a term found lost in the sample makes the keep-alive
+//! check every term of that node). The session call lists the lease names only when the
+//! index's version changed. The cost of a keep-alive is therefore one anchor per node, plus
+//! on average `leases × interval ÷ 8 leases` rebinds (about 1 in 24 per keep-alive at the
+//! default interval of a third of the lease), not one write per term.
+//!
+//! After a resharding a term's node may no longer serve its anchor's slot (a script reading
+//! it gets "non local key", or an `ASK` for a slot being migrated): such a term then lives by
+//! its own deadline alone, and the holder counts on no more than that deadline either (it
+//! keeps, per term, an `Instant` no later than it). The next keep-alive after the slot map
+//! was read again (every 30 s) binds it to the anchor of its new node. The cost is liveness
+//! only: a holder that crashes while its term's anchor is elsewhere blocks that name until the
+//! term's own deadline, up to 16 leases. A keep-alive that falls back to one script per slot
+//! (a node refused) unbinds what it renews: those terms end one session lease ahead again.
+//!
 //! # Round trips
 //!
 //! | operation | one server | cluster (`route_by_slot`) |
 //! |---|---|---|
 //! | open, owner | 1 | 1 |
-//! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per node (per slot after a node refused: a slot moved), pipelined to every node at once; cost grows with the leases held |
+//! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per node renewing its anchor (per slot after a node refused: a slot moved), pipelined to every node at once; rebinds a few terms (see anchors above) |
 //! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
 //! | release, leave | 1 | 3 (a PTTL of the session first: an expired session changes nothing) |
 //! | join | 1 | 2 |
@@ -132,6 +158,8 @@
 //! quorum or synchronous commits (ZooKeeper, or SQL on synchronous replication). A step of the
 //! Redis hosts' clocks shortens or lengthens every lease at once.
 
+mod anchors;
+mod cluster_keep_alive;
 mod scripting;
 mod scripts;
 
@@ -346,6 +374,10 @@ impl Keys {
     fn groups_index(&self, sid: &SessionId) -> String {
         format!("{}:groups", self.session(sid))
     }
+    /// Cluster: the session's anchor on the node serving the slot of hash tag `tag`.
+    fn anchor(&self, tag: &str, sid: &SessionId) -> String {
+        format!("{}:anchor:{{{tag}}}:{sid}", self.prefix)
+    }
 
     /// The notification a message `payload` on `channel` means, if any.
     /// A lease channel carries `acquired` (a new term) or `released`; a group channel
@@ -401,6 +433,8 @@ pub struct RedisBackend {
     known: Mutex<HashMap<SessionId, KnownLeases>>,
     /// Cluster: which node serves each slot, and when that was read.
     slot_map: Mutex<Option<(Instant, Arc<SlotMap>)>>,
+    /// Routed: per session, its index and its terms bound to anchors, as last seen.
+    anchored: Mutex<HashMap<SessionId, anchors::Anchored>>,
     /// Cluster keep-alives sent one script per node (for tests).
     by_node: std::sync::atomic::AtomicU64,
 }
@@ -413,6 +447,8 @@ const SLOT_MAP_TTL: Duration = Duration::from_secs(30);
 struct SlotMap {
     /// Slot ranges (first, last) with their node.
     ranges: Vec<(u16, u16, usize)>,
+    /// Per node, a hash tag of one of its slots (where its anchors live).
+    tags: Vec<String>,
 }
 
 impl SlotMap {
@@ -420,6 +456,7 @@ impl SlotMap {
     fn one_node() -> Self {
         SlotMap {
             ranges: vec![(0, 16383, 0)],
+            tags: vec![anchors::tag_for_slot(0)],
         }
     }
 
@@ -447,7 +484,13 @@ impl SlotMap {
             };
             ranges.push((first, last, i));
         }
-        Some(SlotMap { ranges })
+        let tags = (0..nodes.len())
+            .map(|n| {
+                let first = ranges.iter().filter(|r| r.2 == n).map(|r| r.0).min();
+                anchors::tag_for_slot(first.unwrap_or_default())
+            })
+            .collect();
+        Some(SlotMap { ranges, tags })
     }
 
     fn node_of(&self, slot: u16) -> Option<usize> {
@@ -767,6 +810,7 @@ impl RedisBackend {
             stale: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
             slot_map: Mutex::new(None),
+            anchored: Mutex::new(HashMap::new()),
             by_node: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -946,10 +990,12 @@ impl RedisBackend {
         }
     }
 
-    /// Removes `member` from a session's `index` set (routed: the scripts of a slot cannot).
-    fn unindex(&self, index: &str, member: &str) -> Result<()> {
-        self.scripting
-            .command(Role::Other, &["SREM", index, member])?;
+    /// Removes `member` from a session's `index` set (routed: the scripts of a slot
+    /// cannot); with the session's key, a removal counts as a change of its leases.
+    fn unindex(&self, index: &str, member: &str, session: Option<&SessionId>) -> Result<()> {
+        let mut keys = vec![index.to_owned()];
+        keys.extend(session.map(|s| self.keys.session(s)));
+        self.eval(Role::Other, &scripts().unindex, &keys, &[member.to_owned()])?;
         Ok(())
     }
 
@@ -1150,11 +1196,20 @@ impl RedisBackend {
                 source: None,
             });
         }
+        // The session's anchor on the lease's node, by the slot map last read (none before
+        // the first keep-alive read one: the term is then bound by that keep-alive).
+        let anchor = self
+            .cached_slot_map()
+            .and_then(|m| Some(m.tags.get(m.node_of(key_slot(&lease_key))?)?.clone()))
+            .map(|tag| self.keys.anchor(&tag, sid));
+        let horizon = lease.saturating_mul(u64::from(anchors::HORIZON_LEASES));
         let mut keys = vec![lease_key];
         let mut args = vec![
             sid.to_string(),
             lease.to_string(),
             self.keys.session_prefix(),
+            anchor.clone().unwrap_or_default(),
+            horizon.to_string(),
         ];
         let script = match patience {
             None => &scripts().acquire_lease,
@@ -1165,7 +1220,19 @@ impl RedisBackend {
                 &scripts().acquire_lease_queued
             }
         };
+        let lease_sent = Instant::now();
         let r = self.eval(Role::Other, script, &keys, &args)?;
+        // A new term bound to the anchor: the reply ends with the anchor's epoch.
+        let (r, epoch) = match r {
+            Reply::Array(mut a) if a.len() == 5 && a[0].as_int() == Some(1) => {
+                let epoch = a.pop().and_then(|e| e.as_str().map(str::to_owned));
+                match epoch {
+                    Some(e) if !e.is_empty() && anchor.is_some() => (Reply::Array(a), Some(e)),
+                    _ => return Err(bad_reply(OP, &Reply::Array(a))),
+                }
+            }
+            r => (r, None),
+        };
         // The lease node answers about the lease only: a "gone" reply is not one of its.
         let r = match acquired(OP, &r, sid)? {
             Acquired::Expired => return Err(bad_reply(OP, &r)),
@@ -1196,6 +1263,21 @@ impl RedisBackend {
                 if let Some(m) = self.stale.lock().get_mut(sid) {
                     m.remove(name.as_str());
                 }
+                if let (Some(anchor), Some(epoch)) = (anchor, epoch) {
+                    let (anchor, epoch): (Arc<str>, Arc<str>) = (anchor.into(), epoch.into());
+                    let mut st = self.anchored.lock();
+                    let st = st.entry(sid.clone()).or_default();
+                    st.epochs.insert(anchor.clone(), epoch.clone());
+                    st.bind(
+                        name,
+                        anchors::Binding {
+                            anchor,
+                            epoch,
+                            token,
+                            until: lease_sent + Duration::from_millis(horizon),
+                        },
+                    );
+                }
                 // The term is adopted with the session's remaining time (a full lease covers
                 // a new term), or with what the lease node has left of a term the session
                 // already held, whichever is less.
@@ -1206,136 +1288,24 @@ impl RedisBackend {
                 })
             }
             held => {
-                self.unindex(&self.keys.leases_index(sid), name.as_str())?;
+                self.unindex(&self.keys.leases_index(sid), name.as_str(), Some(sid))?;
                 Ok(held)
             }
         }
-    }
-
-    /// Cluster keep-alive, one script per node: the slots grouped by the node serving them
-    /// (the `CLUSTER SLOTS` map, read at most every 30 s), each node's keys renewed by one
-    /// `keep_alive_node.lua` (script flag `allow-cross-slot-keys`). `None` when the map is
-    /// unknown or any node refused (a slot moved): the caller renews slot by slot, and the map
-    /// is read again next time.
-    fn keep_alive_by_node(
-        &self,
-        session: &SessionId,
-        by_slot: &BTreeMap<u16, (Vec<String>, Vec<String>)>,
-        remaining: Duration,
-        answered: Instant,
-    ) -> Option<Vec<(Vec<String>, Option<Reply>)>> {
-        let map = self.slot_map()?;
-        // Measured after reading the map, so a slow `CLUSTER SLOTS` does not stretch terms.
-        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
-            return Some(Vec::new());
-        };
-        let mut nodes: BTreeMap<usize, (Vec<String>, Vec<String>)> = BTreeMap::new();
-        for (slot, (lk, gk)) in by_slot {
-            let node = map.node_of(*slot)?;
-            let e = nodes.entry(node).or_default();
-            e.0.extend(lk.iter().cloned());
-            e.1.extend(gk.iter().cloned());
-        }
-        let calls: Vec<ScriptCall<'_>> = nodes
-            .values()
-            .map(|(lk, gk)| {
-                let first = lk.first().or(gk.first()).cloned().unwrap_or_default();
-                let mut args = vec![
-                    session.to_string(),
-                    left_ms.to_string(),
-                    lk.len().to_string(),
-                ];
-                args.extend(lk.iter().chain(gk).cloned());
-                ScriptCall {
-                    script: &scripts().keep_alive_node,
-                    keys: vec![first],
-                    args,
-                }
-            })
-            .collect();
-        match self.scripting.eval_many(Role::KeepAlive, &calls) {
-            Ok(replies) => {
-                self.by_node
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Some(
-                    nodes
-                        .into_values()
-                        .zip(replies)
-                        .map(|((lk, _), r)| (lk, Some(r)))
-                        .collect(),
-                )
-            }
-            Err(e) => {
-                log::debug!(
-                    "keep-alive of session {session} by node failed ({}); by slot",
-                    e.report()
-                );
-                // No by-node attempt for a while (a node down, slots moving): an empty map
-                // sends every keep-alive slot by slot until it is read again.
-                *self.slot_map.lock() = Some((Instant::now(), Arc::new(SlotMap::default())));
-                None
-            }
-        }
-    }
-
-    /// Cluster keep-alive, one script per slot (all pipelined), then slot by slot when the
-    /// batch failed: the lease keys of each call with its reply, if any.
-    fn keep_alive_by_slot(
-        &self,
-        session: &SessionId,
-        by_slot: BTreeMap<u16, (Vec<String>, Vec<String>)>,
-        remaining: Duration,
-        answered: Instant,
-    ) -> Vec<(Vec<String>, Option<Reply>)> {
-        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
-            return Vec::new();
-        };
-        let slots: Vec<(Vec<String>, Vec<String>)> = by_slot.into_values().collect();
-        let calls: Vec<ScriptCall<'_>> = slots
-            .iter()
-            .map(|(lk, gk)| ScriptCall {
-                script: &scripts().keep_alive_slot,
-                keys: lk.iter().chain(gk).cloned().collect(),
-                args: vec![
-                    session.to_string(),
-                    left_ms.to_string(),
-                    lk.len().to_string(),
-                ],
-            })
-            .collect();
-        let replies: Vec<Option<Reply>> = match self.scripting.eval_many(Role::KeepAlive, &calls) {
-            Ok(r) => r.into_iter().map(Some).collect(),
-            Err(e) => {
-                // One node failing must not cost the leases on the others: slot by slot.
-                log::warn!(
-                    "batched keep-alive of session {session} failed ({}); slot by slot",
-                    e.report()
-                );
-                calls
-                    .iter()
-                    .map(|c| {
-                        let left = slot_left(remaining, answered.elapsed())?;
-                        let mut args = c.args.clone();
-                        args[1] = left.to_string();
-                        self.eval(Role::KeepAlive, c.script, &c.keys, &args)
-                            .map_err(|e| {
-                                log::warn!(
-                                    "keep-alive of a slot of session {session} failed: {}",
-                                    e.report()
-                                )
-                            })
-                            .ok()
-                    })
-                    .collect()
-            }
-        };
-        slots.into_iter().map(|(lk, _)| lk).zip(replies).collect()
     }
 
     /// How many cluster keep-alives went one script per node (not slot by slot).
     #[doc(hidden)]
     pub fn keep_alives_by_node(&self) -> u64 {
         self.by_node.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The slot map last read, however old (never reads it); one node on one server.
+    fn cached_slot_map(&self) -> Option<Arc<SlotMap>> {
+        if !self.scripting.clustered() {
+            return Some(Arc::new(SlotMap::one_node()));
+        }
+        self.slot_map.lock().as_ref().map(|(_, m)| m.clone())
     }
 
     /// The cluster's slot map, read again when older than 30 s; one node on one server.
@@ -1456,8 +1426,13 @@ impl RedisBackend {
             ],
         )?;
         let freed = flag("releasing", &r)?;
+        if self.routed {
+            if let Some(s) = self.anchored.lock().get_mut(session) {
+                s.bound.remove(name);
+            }
+        }
         if freed && self.routed {
-            self.unindex(&index, name.as_str())?;
+            self.unindex(&index, name.as_str(), Some(session))?;
         }
         Ok(freed)
     }
@@ -1474,7 +1449,7 @@ impl RedisBackend {
         )?;
         let was = flag("leaving a group", &r)?;
         if self.routed {
-            self.unindex(&index, group.as_str())?;
+            self.unindex(&index, group.as_str(), None)?;
         }
         Ok(was)
     }
@@ -1508,7 +1483,6 @@ impl LeaseBackend for RedisBackend {
 
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         crate::backends::options::check_lease(lease)?;
-        const OP: &str = "keeping a session alive";
         let lease_ms = lease_ms(lease);
         let index = [
             self.keys.session(session),
@@ -1518,100 +1492,7 @@ impl LeaseBackend for RedisBackend {
         if !self.routed {
             return self.keep_alive_one_node(session, lease_ms, &index);
         }
-        let mut args = vec![lease_ms.to_string()];
-        let dropped: Vec<String> = self
-            .stale
-            .lock()
-            .get(session)
-            .map(|m| {
-                m.iter()
-                    .filter(|(_, since)| since.elapsed() >= lease)
-                    .map(|(n, _)| n.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        args.extend(dropped.iter().cloned());
-        let r = self.eval(
-            Role::KeepAlive,
-            &scripts().keep_alive_session,
-            &index,
-            &args,
-        )?;
-        let answered = Instant::now();
-        if gone(&r) {
-            self.stale.lock().remove(session);
-            return Err(self.expired(session));
-        }
-        let a = array_of(OP, &r, 3)?;
-        let remaining = renewed(OP, &r, lease_ms)?;
-        let names = strings(OP, &a[1])?;
-        let groups = strings(OP, &a[2])?;
-        for n in &names {
-            lease_in(OP, &r, n)?;
-        }
-        for g in &groups {
-            group_in(OP, &r, g)?;
-        }
-        if !dropped.is_empty() {
-            if let Some(m) = self.stale.lock().get_mut(session) {
-                for n in &dropped {
-                    m.remove(n);
-                }
-            }
-        }
-        let lease_keys: Vec<String> = names.iter().map(|n| self.keys.lease(n)).collect();
-        let group_keys: Vec<String> = groups.iter().map(|g| self.keys.group(g)).collect();
-        // One script per node (or, when that fails, per slot), pipelined to every node at
-        // once; each carries what the session has left minus the time since the session call
-        // answered.
-        let mut leases = Vec::new();
-        let by_slot = by_slot(&lease_keys, &group_keys);
-        if by_slot.is_empty() {
-            return Ok(KeepAlive { remaining, leases });
-        }
-        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
-            return Ok(KeepAlive { remaining, leases });
-        };
-        let left = Duration::from_millis(left_ms);
-        let batches = match self.keep_alive_by_node(session, &by_slot, remaining, answered) {
-            Some(b) => b,
-            None => self.keep_alive_by_slot(session, by_slot, remaining, answered),
-        };
-        let lease_prefix_len = self.keys.lease_prefix().len();
-        let mut stale = self.stale.lock();
-        for (lk, r) in batches {
-            let Some(r) = r else { continue };
-            // One token (0: not held) per lease key of the slot.
-            let tokens = array_of(OP, &r, lk.len())?;
-            for (key, t) in lk.iter().zip(tokens) {
-                let t = t
-                    .as_int()
-                    .filter(|t| *t >= 0)
-                    .ok_or_else(|| bad_reply(OP, &r))?;
-                let name = key
-                    .get(lease_prefix_len + 1..key.len().saturating_sub(1))
-                    .unwrap_or_default();
-                if t > 0 {
-                    if let Some(m) = stale.get_mut(session) {
-                        m.remove(name);
-                    }
-                    leases.push(HeldLease {
-                        name: lease_in(OP, &r, name)?,
-                        token: token(OP, t)?,
-                        remaining: left,
-                    });
-                } else {
-                    stale
-                        .entry(session.clone())
-                        .or_default()
-                        .entry(name.to_owned())
-                        .or_insert_with(Instant::now);
-                }
-            }
-        }
-        stale.retain(|_, m| !m.is_empty());
-        drop(stale);
-        Ok(KeepAlive { remaining, leases })
+        self.keep_alive_routed(session, lease, lease_ms, &index)
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
@@ -1638,7 +1519,7 @@ impl LeaseBackend for RedisBackend {
                 _ => Err(bad_reply(OP, &r)),
             };
         }
-        self.stale.lock().remove(session);
+        self.forget(session);
         let r = self.eval(Role::Other, &scripts().close_session, &index, &[])?;
         let a = array_of(OP, &r, 2)?;
         let names = strings(OP, &a[0])?;

@@ -1,0 +1,458 @@
+//! The routed keep-alive (Redis Cluster, or `route_by_slot`): the session call, then one
+//! script per node through the session's anchor there ([`super::anchors`]), or slot by slot
+//! when that cannot be done.
+
+use super::anchors::{self, Binding, Indexed};
+use super::scripting::{Reply, Role, ScriptCall};
+use super::scripts::scripts;
+use super::{
+    array_of, bad_reply, group_in, key_slot, lease_in, renewed, slot_left, strings, token,
+    RedisBackend, SlotMap,
+};
+use crate::error::Result;
+use crate::spi::{HeldLease, KeepAlive};
+use crate::types::{LeaseName, SessionId, Token};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const OP: &str = "keeping a session alive";
+
+/// What a keep-alive found of one indexed lease: its name, its token (`None`: not held)
+/// and the time its term has left.
+type Outcome = (LeaseName, Option<Token>, Duration);
+
+/// One node's share of a keep-alive: indices into the session's names, and group keys.
+#[derive(Default)]
+struct NodeWork {
+    leases: Vec<usize>,
+    groups: Vec<String>,
+}
+
+impl RedisBackend {
+    /// Routed keep-alive: `keep_alive_session.lua` on the session's slot (its lease names only
+    /// when the index changed since the version this backend knows), then the terms and
+    /// memberships on their nodes, each carrying what the session has left minus the time
+    /// since the session call answered.
+    pub(super) fn keep_alive_routed(
+        &self,
+        session: &SessionId,
+        lease: Duration,
+        lease_ms: u64,
+        index: &[String; 3],
+    ) -> Result<KeepAlive> {
+        let known = self
+            .anchored
+            .lock()
+            .get(session)
+            .and_then(|a| a.index.as_ref().map(|(v, _)| *v));
+        let dropped: Vec<String> = self
+            .stale
+            .lock()
+            .get(session)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, since)| since.elapsed() >= lease)
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut args = vec![
+            lease_ms.to_string(),
+            known.map(|v| v.to_string()).unwrap_or_default(),
+        ];
+        args.extend(dropped.iter().cloned());
+        let r = self.eval(Role::KeepAlive, &scripts().keep_alive_session, index, &args)?;
+        let answered = Instant::now();
+        if super::gone(&r) {
+            self.forget(session);
+            return Err(self.expired(session));
+        }
+        let a = array_of(OP, &r, 5)?;
+        let remaining = renewed(OP, &r, lease_ms)?;
+        let version = a[1].as_int().filter(|v| *v >= 0);
+        let listed = a[2].as_int().filter(|l| *l == 0 || *l == 1);
+        let (Some(version), Some(listed)) = (version, listed) else {
+            return Err(bad_reply(OP, &r));
+        };
+        let groups = strings(OP, &a[4])?;
+        for g in &groups {
+            group_in(OP, &r, g)?;
+        }
+        if !dropped.is_empty() {
+            if let Some(m) = self.stale.lock().get_mut(session) {
+                for n in &dropped {
+                    m.remove(n);
+                }
+            }
+        }
+        let names: Arc<Vec<Indexed>> = if listed == 1 {
+            let names = strings(OP, &a[3])?
+                .into_iter()
+                .map(|n| {
+                    Ok(Indexed {
+                        slot: key_slot(&self.keys.lease(&n)),
+                        name: lease_in(OP, &r, &n)?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let names = Arc::new(names);
+            let mut st = self.anchored.lock();
+            st.entry(session.clone()).or_default().index = Some((version, names.clone()));
+            names
+        } else {
+            let cached = self
+                .anchored
+                .lock()
+                .get(session)
+                .and_then(|s| match &s.index {
+                    Some((v, names)) if *v == version => Some(names.clone()),
+                    _ => None,
+                });
+            match cached {
+                Some(names) if strings(OP, &a[3])?.is_empty() => names,
+                Some(_) => return Err(bad_reply(OP, &r)),
+                // "Unchanged" from a version this backend no longer keeps (a concurrent
+                // keep-alive replaced it): ask again for the full list.
+                None => {
+                    if let Some(s) = self.anchored.lock().get_mut(session) {
+                        s.index = None;
+                    }
+                    return self.keep_alive_routed(session, lease, lease_ms, index);
+                }
+            }
+        };
+        let group_keys: Vec<String> = groups.iter().map(|g| self.keys.group(g)).collect();
+        let mut leases = Vec::with_capacity(names.len());
+        if names.is_empty() && group_keys.is_empty() {
+            return Ok(KeepAlive { remaining, leases });
+        }
+        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
+            return Ok(KeepAlive { remaining, leases });
+        };
+        let left = Duration::from_millis(left_ms);
+        let outcomes = match self.keep_alive_by_anchor(
+            session,
+            &names,
+            &group_keys,
+            remaining,
+            answered,
+            lease,
+            true,
+        )? {
+            Some(o) => o,
+            None => {
+                // The slot-by-slot scripts unbind what they renew: nothing known stays true.
+                if let Some(s) = self.anchored.lock().get_mut(session) {
+                    s.bound.clear();
+                    s.epochs.clear();
+                }
+                self.keep_alive_by_slot(session, &names, &group_keys, remaining, answered, left)?
+            }
+        };
+        let mut stale = self.stale.lock();
+        let mut missed = stale.remove(session).unwrap_or_default();
+        for (name, t, left) in outcomes {
+            match t {
+                Some(token) => {
+                    if !missed.is_empty() {
+                        missed.remove(name.as_str());
+                    }
+                    leases.push(HeldLease {
+                        name,
+                        token,
+                        remaining: left,
+                    });
+                }
+                None => {
+                    missed
+                        .entry(name.as_str().to_owned())
+                        .or_insert_with(Instant::now);
+                }
+            }
+        }
+        if !missed.is_empty() {
+            stale.insert(session.clone(), missed);
+        }
+        Ok(KeepAlive { remaining, leases })
+    }
+
+    /// Forgets what this backend knew of a session (closed or expired).
+    pub(super) fn forget(&self, session: &SessionId) {
+        self.stale.lock().remove(session);
+        self.anchored.lock().remove(session);
+    }
+
+    /// One `keep_alive_anchor.lua` per node (the `CLUSTER SLOTS` map, read at most every
+    /// 30 s), pipelined to every node at once: each renews the session's anchor there and
+    /// binds again the terms [`anchors::plan`] picks; the others are held while the anchor
+    /// lived with the epoch they were bound to, unless a sampled one was not held (changed
+    /// behind the library's back): that node's terms are then all checked, by one more call
+    /// (when `again`). `None` when the map is unknown or any node refused (a slot moved):
+    /// the caller renews slot by slot, and the map is read again after a while.
+    #[allow(clippy::too_many_arguments)]
+    fn keep_alive_by_anchor(
+        &self,
+        session: &SessionId,
+        names: &[Indexed],
+        group_keys: &[String],
+        remaining: Duration,
+        answered: Instant,
+        lease: Duration,
+        again: bool,
+    ) -> Result<Option<Vec<Outcome>>> {
+        let Some(map) = self.slot_map() else {
+            return Ok(None);
+        };
+        // Measured after reading the map, so a slow `CLUSTER SLOTS` does not stretch terms.
+        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
+            return Ok(Some(Vec::new()));
+        };
+        let left = Duration::from_millis(left_ms);
+        let Some(nodes) = by_node(&map, names, group_keys) else {
+            return Ok(None);
+        };
+        let horizon = lease.saturating_mul(anchors::HORIZON_LEASES);
+        let now = Instant::now();
+        let plans: Vec<(Arc<str>, Option<Arc<str>>, anchors::Plan)> = {
+            let st = self.anchored.lock();
+            let st = st.get(session);
+            nodes
+                .iter()
+                .map(|(node, w)| {
+                    let tag = map.tags.get(*node).map(String::as_str).unwrap_or_default();
+                    let anchor: Arc<str> = self.keys.anchor(tag, session).into();
+                    let known = st.and_then(|s| s.epochs.get(&anchor)).cloned();
+                    let plan = anchors::plan(st, &anchor, names, &w.leases, horizon, now);
+                    (anchor, known, plan)
+                })
+                .collect()
+        };
+        let horizon_ms = super::lease_ms(horizon).to_string();
+        let calls: Vec<ScriptCall<'_>> = plans
+            .iter()
+            .zip(nodes.values())
+            .map(|((anchor, known, plan), w)| {
+                let mut args = Vec::with_capacity(5 + plan.rebind.len() + w.groups.len());
+                args.extend([
+                    session.to_string(),
+                    left_ms.to_string(),
+                    known.as_deref().unwrap_or_default().to_owned(),
+                    horizon_ms.clone(),
+                    plan.rebind.len().to_string(),
+                ]);
+                args.extend(
+                    plan.rebind
+                        .iter()
+                        .map(|&i| self.keys.lease(names[i].name.as_str())),
+                );
+                args.extend(w.groups.iter().cloned());
+                ScriptCall {
+                    script: &scripts().keep_alive_anchor,
+                    keys: vec![anchor.to_string()],
+                    args,
+                }
+            })
+            .collect();
+        let sent = Instant::now();
+        let replies = match self.scripting.eval_many(Role::KeepAlive, &calls) {
+            Ok(r) => r,
+            Err(e) => {
+                log::debug!(
+                    "keep-alive of session {session} by node failed ({}); by slot",
+                    e.report()
+                );
+                // No by-node attempt for a while (a node down, slots moving): an empty map
+                // sends every keep-alive slot by slot until it is read again.
+                *self.slot_map.lock() = Some((Instant::now(), Arc::new(SlotMap::default())));
+                return Ok(None);
+            }
+        };
+        self.by_node
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut out = Vec::with_capacity(names.len());
+        let mut guard = self.anchored.lock();
+        let st = guard.entry(session.clone()).or_default();
+        let mut doubt = false;
+        for ((anchor, known, plan), r) in plans.into_iter().zip(replies) {
+            let (confirmed, epoch, tokens) = anchor_reply(&r, plan.rebind.len())?;
+            let confirmed = confirmed && known.as_deref() == Some(&*epoch);
+            st.epochs.insert(anchor.clone(), epoch.clone());
+            let sampled = &plan.rebind[plan.rebind.len() - plan.sampled..];
+            let missed = sampled
+                .iter()
+                .zip(&tokens[tokens.len() - plan.sampled..])
+                .any(|(_, t)| t.is_none());
+            if confirmed && missed {
+                // The anchor lives, yet a term it should vouch for is not held: trust
+                // nothing bound to it until each term was checked.
+                st.bound.retain(|_, b| b.anchor != anchor);
+                doubt = true;
+            }
+            for (i, token, until) in plan.trusted {
+                let name = names[i].name.clone();
+                if confirmed {
+                    out.push((
+                        name,
+                        Some(token),
+                        left.min(until.saturating_duration_since(now)),
+                    ));
+                } else {
+                    // The anchor ended (and began again): every term bound to it is over.
+                    st.bound.remove(&name);
+                    out.push((name, None, Duration::ZERO));
+                }
+            }
+            for (&i, t) in plan.rebind.iter().zip(tokens) {
+                let name = names[i].name.clone();
+                match t {
+                    Some(token) => st.bind(
+                        &name,
+                        Binding {
+                            anchor: anchor.clone(),
+                            epoch: epoch.clone(),
+                            token,
+                            until: sent + horizon,
+                        },
+                    ),
+                    None => {
+                        st.bound.remove(&name);
+                    }
+                }
+                out.push((name, t, left));
+            }
+        }
+        drop(guard);
+        if doubt && again {
+            return self.keep_alive_by_anchor(
+                session, names, group_keys, remaining, answered, lease, false,
+            );
+        }
+        Ok(Some(out))
+    }
+
+    /// Cluster keep-alive, one `keep_alive_slot.lua` per slot (all pipelined), then slot by
+    /// slot when the batch failed. Each extends (and unbinds) the session's terms there.
+    fn keep_alive_by_slot(
+        &self,
+        session: &SessionId,
+        names: &[Indexed],
+        group_keys: &[String],
+        remaining: Duration,
+        answered: Instant,
+        left: Duration,
+    ) -> Result<Vec<Outcome>> {
+        let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
+            return Ok(Vec::new());
+        };
+        let mut slots: BTreeMap<u16, (Vec<usize>, Vec<String>)> = BTreeMap::new();
+        for (i, n) in names.iter().enumerate() {
+            slots.entry(n.slot).or_default().0.push(i);
+        }
+        for g in group_keys {
+            slots.entry(key_slot(g)).or_default().1.push(g.clone());
+        }
+        let slots: Vec<(Vec<usize>, Vec<String>)> = slots.into_values().collect();
+        let calls: Vec<ScriptCall<'_>> = slots
+            .iter()
+            .map(|(lk, gk)| ScriptCall {
+                script: &scripts().keep_alive_slot,
+                keys: lk
+                    .iter()
+                    .map(|&i| self.keys.lease(names[i].name.as_str()))
+                    .chain(gk.iter().cloned())
+                    .collect(),
+                args: vec![
+                    session.to_string(),
+                    left_ms.to_string(),
+                    lk.len().to_string(),
+                ],
+            })
+            .collect();
+        let replies: Vec<Option<Reply>> = match self.scripting.eval_many(Role::KeepAlive, &calls) {
+            Ok(r) => r.into_iter().map(Some).collect(),
+            Err(e) => {
+                // One node failing must not cost the leases on the others: slot by slot.
+                log::warn!(
+                    "batched keep-alive of session {session} failed ({}); slot by slot",
+                    e.report()
+                );
+                calls
+                    .iter()
+                    .map(|c| {
+                        let left = slot_left(remaining, answered.elapsed())?;
+                        let mut args = c.args.clone();
+                        args[1] = left.to_string();
+                        self.eval(Role::KeepAlive, c.script, &c.keys, &args)
+                            .map_err(|e| {
+                                log::warn!(
+                                    "keep-alive of a slot of session {session} failed: {}",
+                                    e.report()
+                                )
+                            })
+                            .ok()
+                    })
+                    .collect()
+            }
+        };
+        let mut out = Vec::with_capacity(names.len());
+        for ((lk, _), r) in slots.into_iter().zip(replies) {
+            let Some(r) = r else { continue };
+            // One token (0: not held) per lease key of the slot.
+            let tokens = array_of(OP, &r, lk.len())?;
+            for (&i, t) in lk.iter().zip(tokens) {
+                let t = held_token(t).ok_or_else(|| bad_reply(OP, &r))?;
+                out.push((names[i].name.clone(), t, left));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The session's leases (indices into `names`) and group keys grouped by the node serving
+/// them; `None` when the map does not place one of them.
+fn by_node(
+    map: &SlotMap,
+    names: &[Indexed],
+    group_keys: &[String],
+) -> Option<BTreeMap<usize, NodeWork>> {
+    let mut nodes: BTreeMap<usize, NodeWork> = BTreeMap::new();
+    for (i, n) in names.iter().enumerate() {
+        let node = map.node_of(n.slot)?;
+        nodes.entry(node).or_default().leases.push(i);
+    }
+    for g in group_keys {
+        let node = map.node_of(key_slot(g))?;
+        nodes.entry(node).or_default().groups.push(g.clone());
+    }
+    Some(nodes)
+}
+
+/// A token in a keep-alive reply: `Some(None)` for 0 (not held), `None` if not a token.
+fn held_token(r: &Reply) -> Option<Option<Token>> {
+    match r.as_int()? {
+        0 => Some(None),
+        t => Some(Some(token(OP, t).ok()?)),
+    }
+}
+
+/// Decodes `keep_alive_anchor.lua`'s reply: `{confirmed (0|1), epoch, token…}` with one
+/// token (0: not held) per lease key sent.
+fn anchor_reply(r: &Reply, n: usize) -> Result<(bool, Arc<str>, Vec<Option<Token>>)> {
+    let a = array_of(OP, r, n + 2)?;
+    let confirmed = match a[0].as_int() {
+        Some(0) => false,
+        Some(1) => true,
+        _ => return Err(bad_reply(OP, r)),
+    };
+    let epoch: Arc<str> = a[1]
+        .as_str()
+        .filter(|e| !e.is_empty())
+        .ok_or_else(|| bad_reply(OP, r))?
+        .into();
+    let tokens = a[2..]
+        .iter()
+        .map(|t| held_token(t).ok_or_else(|| bad_reply(OP, r)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((confirmed, epoch, tokens))
+}
