@@ -866,6 +866,123 @@ fn a_term_whose_anchor_is_on_another_node_lives_by_its_own_deadline() {
     b.close_session(&s2).unwrap();
 }
 
+/// A connection to one cluster node.
+fn node(port: i64) -> redis::Connection {
+    let host = node_host();
+    redis::Client::open(format!("redis://{host}:{port}"))
+        .and_then(|c| c.get_connection())
+        .unwrap_or_else(|e| panic!("node {port}: {e}"))
+}
+
+/// Moves `slot` (with its keys) from master `from` to master `to`, as a resharding does.
+fn move_slot(slot: u16, from: i64, to: i64, masters: &[i64]) -> redis::RedisResult<()> {
+    let (mut a, mut b) = (node(from), node(to));
+    let a_id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut a)?;
+    let b_id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut b)?;
+    redis::cmd("CLUSTER")
+        .arg(&["SETSLOT", &slot.to_string(), "IMPORTING", &a_id])
+        .query::<()>(&mut b)?;
+    redis::cmd("CLUSTER")
+        .arg(&["SETSLOT", &slot.to_string(), "MIGRATING", &b_id])
+        .query::<()>(&mut a)?;
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut a)?;
+        if keys.is_empty() {
+            break;
+        }
+        let host = node_host();
+        redis::cmd("MIGRATE")
+            .arg(&[host.as_str(), &to.to_string(), "", "0", "5000", "KEYS"])
+            .arg(&keys)
+            .query::<()>(&mut a)?;
+    }
+    for &m in masters {
+        redis::cmd("CLUSTER")
+            .arg(&["SETSLOT", &slot.to_string(), "NODE", &b_id])
+            .query::<()>(&mut node(m))?;
+    }
+    Ok(())
+}
+
+fn node_host() -> String {
+    cluster_url()
+        .split("://")
+        .nth(1)
+        .and_then(|h| h.split(':').next())
+        .unwrap_or("127.0.0.1")
+        .to_owned()
+}
+
+/// Issue 11.3: a resharding moves a held term away from its anchor. It stays held (by its
+/// own deadline: a contender cannot take it), its holder keeps it, and once the holder read
+/// the new slot map the term is bound to the anchor of its new node, so that it ends with
+/// the session again (a contender takes it within a few leases, not the 16 of its own
+/// deadline).
+#[test]
+fn cluster_terms_stay_held_across_a_resharding_and_follow_their_slot() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let mut masters: Vec<i64> = owners.iter().map(|o| o.2).collect();
+    masters.sort_unstable();
+    masters.dedup();
+    let lease = Duration::from_secs(2);
+    let (s1, s2) = (open(&*b, lease), open(&*b, Duration::from_secs(60)));
+    let name = LeaseName::new(format!("resharded-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let key = b.lease_key(&name);
+    let slot = key_slot(&key);
+    let from = master_of(&owners, slot);
+    let to = *masters.iter().find(|m| **m != from).unwrap();
+    let first = acquired(&*b, &s1, &name);
+    assert_eq!(b.keep_alive(&s1, lease).unwrap().leases.len(), 1);
+    let anchor = hget(&b, &key, "anchor").expect("a bound term");
+    assert_eq!(master_of(&owners, key_slot(&anchor)), from);
+
+    /// Moves the slot back, whatever happens.
+    struct Back(u16, i64, i64, Vec<i64>);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            if let Err(e) = move_slot(self.0, self.1, self.2, &self.3) {
+                eprintln!("moving slot {} back failed: {e}", self.0);
+            }
+        }
+    }
+    move_slot(slot, from, to, &masters).unwrap();
+    let _back = Back(slot, to, from, masters.clone());
+
+    let held_by_s1 =
+        || matches!(b.acquire(&s2, &name).unwrap(), Acquire::Held(o) if o.session == s1);
+    assert!(held_by_s1(), "the moved term is held by its own deadline");
+    let ka = b.keep_alive(&s1, lease).unwrap();
+    assert_eq!(
+        ka.leases.iter().map(|l| l.token).collect::<Vec<_>>(),
+        vec![first.token],
+        "its holder keeps it"
+    );
+    assert!(held_by_s1());
+    // The holder reads the new map: the term moves to the anchor of its new node.
+    b.inner.forget_slot_map();
+    let ka = b.keep_alive(&s1, lease).unwrap();
+    assert_eq!(ka.leases.len(), 1, "{ka:?}");
+    let moved = hget(&b, &key, "anchor").expect("bound again");
+    assert_eq!(
+        master_of(&slot_owners(&b), key_slot(&moved)),
+        to,
+        "bound to the anchor on the term's new node"
+    );
+    assert!(held_by_s1());
+    // s1 stops: its term ends with its anchor, well before its own deadline (16 leases,
+    // beyond the patience of `acquired_until`).
+    assert!(lease * 16 > patience());
+    let second = acquired_until("s1's anchor on the new node ended", &*b, &s2, &name);
+    assert!(second.token > first.token);
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
+}
+
 /// Waits for a notification matching `pred`, skipping others.
 fn wait_for(
     rx: &crossbeam_channel::Receiver<Notification>,

@@ -1300,6 +1300,13 @@ impl RedisBackend {
         self.by_node.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Forgets the cluster's slot map: the next keep-alive reads it again (for tests that
+    /// move slots).
+    #[doc(hidden)]
+    pub fn forget_slot_map(&self) {
+        *self.slot_map.lock() = None;
+    }
+
     /// The slot map last read, however old (never reads it); one node on one server.
     fn cached_slot_map(&self) -> Option<Arc<SlotMap>> {
         if !self.scripting.clustered() {
