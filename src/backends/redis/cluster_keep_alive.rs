@@ -22,6 +22,18 @@ const OP: &str = "keeping a session alive";
 /// and the time its term has left.
 type Outcome = (LeaseName, Option<Token>, Duration);
 
+/// One keep-alive after its session call: what the node calls need.
+struct Round<'a> {
+    session: &'a SessionId,
+    /// The session's indexed leases.
+    names: &'a [Indexed],
+    group_keys: &'a [String],
+    /// What the session call renewed the session for.
+    remaining: Duration,
+    /// When the session call answered.
+    answered: Instant,
+}
+
 /// One node's share of a keep-alive: indices into the session's names, and group keys.
 #[derive(Default)]
 struct NodeWork {
@@ -131,15 +143,14 @@ impl RedisBackend {
             return Ok(KeepAlive { remaining, leases });
         };
         let left = Duration::from_millis(left_ms);
-        let outcomes = match self.keep_alive_by_anchor(
+        let round = Round {
             session,
-            &names,
-            &group_keys,
+            names: &names,
+            group_keys: &group_keys,
             remaining,
             answered,
-            lease,
-            true,
-        )? {
+        };
+        let outcomes = match self.keep_alive_by_anchor(&round, lease, true)? {
             Some(o) => o,
             None => {
                 // The slot-by-slot scripts unbind what they renew: nothing known stays true.
@@ -147,7 +158,7 @@ impl RedisBackend {
                     s.bound.clear();
                     s.epochs.clear();
                 }
-                self.keep_alive_by_slot(session, &names, &group_keys, remaining, answered, left)?
+                self.keep_alive_by_slot(&round, left)?
             }
         };
         let mut stale = self.stale.lock();
@@ -190,17 +201,19 @@ impl RedisBackend {
     /// behind the library's back): that node's terms are then all checked, by one more call
     /// (when `again`). `None` when the map is unknown or any node refused (a slot moved):
     /// the caller renews slot by slot, and the map is read again after a while.
-    #[allow(clippy::too_many_arguments)]
     fn keep_alive_by_anchor(
         &self,
-        session: &SessionId,
-        names: &[Indexed],
-        group_keys: &[String],
-        remaining: Duration,
-        answered: Instant,
+        round: &Round<'_>,
         lease: Duration,
         again: bool,
     ) -> Result<Option<Vec<Outcome>>> {
+        let Round {
+            session,
+            names,
+            group_keys,
+            remaining,
+            answered,
+        } = *round;
         let Some(map) = self.slot_map() else {
             return Ok(None);
         };
@@ -324,24 +337,21 @@ impl RedisBackend {
         }
         drop(guard);
         if doubt && again {
-            return self.keep_alive_by_anchor(
-                session, names, group_keys, remaining, answered, lease, false,
-            );
+            return self.keep_alive_by_anchor(round, lease, false);
         }
         Ok(Some(out))
     }
 
     /// Cluster keep-alive, one `keep_alive_slot.lua` per slot (all pipelined), then slot by
     /// slot when the batch failed. Each extends (and unbinds) the session's terms there.
-    fn keep_alive_by_slot(
-        &self,
-        session: &SessionId,
-        names: &[Indexed],
-        group_keys: &[String],
-        remaining: Duration,
-        answered: Instant,
-        left: Duration,
-    ) -> Result<Vec<Outcome>> {
+    fn keep_alive_by_slot(&self, round: &Round<'_>, left: Duration) -> Result<Vec<Outcome>> {
+        let Round {
+            session,
+            names,
+            group_keys,
+            remaining,
+            answered,
+        } = *round;
         let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
             return Ok(Vec::new());
         };
