@@ -53,8 +53,9 @@ pub(super) struct Anchored {
     pub index: Option<(i64, Arc<Vec<Indexed>>)>,
     /// Each anchor's epoch as last seen.
     pub epochs: HashMap<Arc<str>, Arc<str>>,
-    /// Bound terms by lease name.
-    pub bound: HashMap<LeaseName, Binding>,
+    /// Bound terms by lease name (looked up for every term on every keep-alive: a fast
+    /// hash; names are not attacker-chosen keys here).
+    pub bound: HashMap<LeaseName, Binding, foldhash::fast::RandomState>,
 }
 
 impl Anchored {
