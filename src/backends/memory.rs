@@ -3,8 +3,8 @@
 use crate::engine::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, Notification,
-    NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
+    Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
+    Notification, NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
@@ -32,6 +32,18 @@ struct Tables {
     /// Fair-lock queues: places in arrival order, each with its patience deadline.
     queues: HashMap<LeaseName, Vec<(SessionId, Instant)>>,
     last_purge: Option<Instant>,
+    /// Run-once job records, never removed (their tokens never reset).
+    jobs: HashMap<LeaseName, JobRow>,
+}
+
+/// A run-once job's record: its last claim.
+struct JobRow {
+    holder: SessionId,
+    token: u64,
+    started: Instant,
+    until: Instant,
+    /// The running phase: the claim ends with its holder's session too.
+    running: bool,
 }
 
 /// How often opens and keep-alives remove crashed sessions on their own.
@@ -403,6 +415,78 @@ impl LeaseBackend for MemoryBackend {
                 })
             })
             .collect())
+    }
+
+    fn supports_jobs(&self) -> bool {
+        true
+    }
+
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<JobClaim> {
+        crate::backends::jobs::check_at_most(at_most)?;
+        let now = self.clock.now();
+        let mut guard = self.tables.lock();
+        let t = &mut *guard;
+        if t.live(session, now).is_none() {
+            return Err(t.expired(session));
+        }
+        let sessions = &t.sessions;
+        let live = |id: &SessionId| sessions.get(id).is_some_and(|s| s.expires > now);
+        let mut token = 0;
+        if let Some(j) = t.jobs.get(name) {
+            if j.until > now && (!j.running || live(&j.holder)) {
+                return Ok(JobClaim::Busy {
+                    remaining: j.until - now,
+                });
+            }
+            token = j.token;
+        }
+        let token = Token::new(token + 1)?;
+        t.jobs.insert(
+            name.clone(),
+            JobRow {
+                holder: session.clone(),
+                token: token.get(),
+                started: now,
+                until: now + at_most,
+                running: true,
+            },
+        );
+        Ok(JobClaim::Claimed {
+            token,
+            remaining: at_most,
+        })
+    }
+
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> Result<bool> {
+        crate::backends::jobs::check_at_least(at_least)?;
+        let now = self.clock.now();
+        let mut guard = self.tables.lock();
+        let t = &mut *guard;
+        // An ended session holds nothing, so its finish changes nothing.
+        if t.live(session, now).is_none() {
+            return Ok(false);
+        }
+        match t.jobs.get_mut(name) {
+            Some(j)
+                if j.running && j.holder == *session && j.token == token.get() && j.until > now =>
+            {
+                j.running = false;
+                j.until = j.started + at_least;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     fn supports_queues(&self) -> bool {
