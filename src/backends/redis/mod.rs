@@ -132,6 +132,7 @@
 //! quorum or synchronous commits (ZooKeeper, or SQL on synchronous replication). A step of the
 //! Redis hosts' clocks shortens or lengthens every lease at once.
 
+mod jobs;
 mod scripting;
 mod scripts;
 
@@ -1686,6 +1687,33 @@ impl LeaseBackend for RedisBackend {
                 .ok_or_else(|| Error::backend("acquiring", "a queue reply to a plain acquire")),
             Acquired::Expired => Err(self.expired(session)),
         }
+    }
+
+    fn supports_jobs(&self) -> bool {
+        true
+    }
+
+    fn job_claims_end_with_session(&self) -> bool {
+        !self.routed
+    }
+
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<crate::spi::JobClaim> {
+        self.claim_job_script(session, name, at_most)
+    }
+
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> Result<bool> {
+        self.finish_job_script(session, name, token, at_least)
     }
 
     fn supports_queues(&self) -> bool {

@@ -61,4 +61,6 @@ scripts!(
     close_slot,
     purge_group,
     ping,
+    claim_job,
+    finish_job,
 );
