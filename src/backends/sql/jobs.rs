@@ -11,9 +11,10 @@
 //! takes nothing, one `SELECT` tells a missing row (inserted free, then the claim runs
 //! again), an expired claimer, or the time the name stays taken. A finish is one `UPDATE`.
 //!
-//! Round trips: claim 1 (MySQL 2: the claim, then a read of its token) when free, 2 when
-//! taken, 4 the first time a name is claimed (PostgreSQL adds `BEGIN` and `COMMIT` to
-//! each claim); finish 1.
+//! Round trips: a claim of a free job 4 on PostgreSQL (`BEGIN`, the row lock, the claim,
+//! `COMMIT`) and 2 on MySQL/MariaDB (the claim, then a read of its token); of a taken job
+//! one read more (MySQL: the claim that took nothing and the read); the first claim of a
+//! name also inserts its row and claims again. A finish is 1.
 
 use super::{remaining, token, Dialect, SqlBackend, Tables};
 use crate::backends::jobs::{check_at_least, check_at_most, ms};

@@ -13,8 +13,9 @@
 //! early or late by the skew, and a step of the leader's clock moves them at once (as it
 //! would a database's). Writes commit through a quorum, so tokens survive a leader change.
 //!
-//! Round trips: claim 1 read + 1 multi when free (+1 `exists` of the marker, +1 clock write
-//! when taken or run out); finish 1 read, 1 clock write, 1 multi.
+//! Round trips: a claim is a read and, when it takes the job, a multi; a running record adds
+//! the `exists` of its marker, and a record that is not new or dead adds the clock write
+//! (2 to 4 in all). A finish is a read, a clock write and a multi.
 
 use super::facade::{backend as zk_err, call};
 use super::{Inner, ZkSession};
