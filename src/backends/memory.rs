@@ -652,6 +652,60 @@ mod tests {
     use super::*;
     use crate::ManualClock;
 
+    /// The window boundaries on a manual clock: a claim ends exactly at `at_most`, a
+    /// finished one exactly at started + `at_least`, a running one with its session.
+    #[test]
+    fn job_claims_end_at_their_bounds() {
+        let clock = Arc::new(ManualClock::new());
+        let b = MemoryBackend::with_clock(clock.clone());
+        let (m, s) = (Metadata::default(), Duration::from_secs);
+        let a = b.open_session(s(100), &m).unwrap().id;
+        let c = b.open_session(s(100), &m).unwrap().id;
+        let n = LeaseName::new("job").unwrap();
+        let claimed = |r: JobClaim| match r {
+            JobClaim::Claimed { token, remaining } => (token.get(), remaining),
+            other => panic!("{other:?}"),
+        };
+        let left = |r: JobClaim| match r {
+            JobClaim::Busy { remaining } => remaining,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(claimed(b.claim_job(&a, &n, s(10)).unwrap()), (1, s(10)));
+        clock.advance(s(4));
+        assert_eq!(left(b.claim_job(&c, &n, s(10)).unwrap()), s(6));
+        clock.advance(s(6));
+        // at_most passed: free, and the late finish changes nothing.
+        let t2 = claimed(b.claim_job(&c, &n, s(10)).unwrap()).0;
+        assert_eq!(t2, 2);
+        let one = Token::new(1).unwrap();
+        assert!(!b.finish_job(&a, &n, one, s(0)).unwrap());
+        clock.advance(s(1));
+        assert!(b.finish_job(&c, &n, Token::new(2).unwrap(), s(3)).unwrap());
+        assert_eq!(left(b.claim_job(&a, &n, s(10)).unwrap()), s(2));
+        b.close_session(&c).unwrap();
+        assert_eq!(left(b.claim_job(&a, &n, s(10)).unwrap()), s(2));
+        clock.advance(s(2));
+        assert_eq!(claimed(b.claim_job(&a, &n, s(10)).unwrap()).0, 3);
+        // A running claim ends with its session.
+        b.close_session(&a).unwrap();
+        let d = b.open_session(s(100), &m).unwrap().id;
+        assert_eq!(claimed(b.claim_job(&d, &n, s(10)).unwrap()).0, 4);
+        // A finish whose at_least already passed frees the name at once.
+        clock.advance(s(5));
+        assert!(b.finish_job(&d, &n, Token::new(4).unwrap(), s(1)).unwrap());
+        assert_eq!(claimed(b.claim_job(&d, &n, s(10)).unwrap()).0, 5);
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            crate::Config::MAX_LEASE * 2,
+        ] {
+            assert!(matches!(
+                b.claim_job(&d, &n, bad),
+                Err(Error::InvalidConfig { .. })
+            ));
+        }
+    }
+
     #[test]
     fn opens_purge_crashed_sessions_at_most_once_per_interval() {
         let clock = Arc::new(ManualClock::new());
