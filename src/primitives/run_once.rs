@@ -56,7 +56,9 @@ impl Session {
     /// already run the job. If the finish fails (a backend error), the name stays taken until
     /// `at_most`, which is never shorter than `at_least`, unless the session ends first.
     /// Either way `job`'s result is returned. If `job` panics, the panic goes on unwinding and
-    /// the claim ends at `at_most` (or with the session).
+    /// the claim ends at `at_most` (or with the session). If the claim itself fails with a
+    /// backend error (a timeout, a lost reply), it may still have been made: the name may
+    /// then stay taken until `at_most` or the session's end, and the job did not run.
     ///
     /// Fails before any I/O with [`Error::InvalidName`] for a bad name and
     /// [`Error::InvalidConfig`] for an `at_most` under 1 ms or over

@@ -10,6 +10,8 @@
 //! whatever becomes of its session; the price of a crashed holder is the rest of `at_most`.
 //! With `wait_replicas`, a claim counts only once that many replicas acknowledged it
 //! (`WAIT`); otherwise it is given up (finished with no `at_least`) and the call fails.
+//! Like lease hashes, job hashes must never be evicted (`maxmemory-policy noeviction`): an
+//! evicted one starts its tokens again at 1.
 
 use super::scripting::{Reply, Role};
 use super::scripts::scripts;
