@@ -259,7 +259,8 @@ pub fn run_once_at_most_ends_an_overrunning_claim(h: &Harness) {
 
 /// A running claim of a session that was closed, or expired, is freed: at once where the
 /// backend tracks sessions from the job's record, otherwise at `at_most`. A finish by the
-/// ended session changes nothing.
+/// ended session changes nothing. Through the engine, a job whose session is closed while it
+/// runs is invalid at once, and its claim ends as well.
 pub fn run_once_claim_of_an_ended_session_is_freed(h: &Harness) {
     let b = h.backend();
     if !jobs_or_refused(h, &b) {
@@ -287,6 +288,22 @@ pub fn run_once_claim_of_an_ended_session_is_freed(h: &Harness) {
     assert!(!b.finish_job(&closed, &n1, t1, Duration::ZERO).unwrap());
     assert!(!b.finish_job(&expiring, &n2, t2, Duration::ZERO).unwrap());
     assert!(busy(b.claim_job(&other, &n1, long)), "still the new claim");
+    // Through the engine: a job sees its session's end at once, and the claim ends with it.
+    let one = Session::open(b.clone(), h.terminal_config()).expect("open");
+    let n3 = lease_name("job-lost");
+    let ran = one
+        .run_once(&n3, at_most, Duration::ZERO, |job| {
+            assert!(job.is_valid());
+            one.close().unwrap();
+            assert!(!job.is_valid(), "invalid once the session is closed");
+            assert!(matches!(job.check(), Err(Error::LeaseLost { .. })));
+            assert!(job.remaining().is_zero());
+            job.token()
+        })
+        .unwrap()
+        .expect("a free job runs");
+    let u3 = claim_when_free(h, &*b, &other, &n3, long, "a lost session's claim ends");
+    assert!(u3 > ran);
     h.until("the expired session cannot claim", || {
         matches!(
             b.claim_job(&expiring, &lease_name("job-late"), long),
