@@ -41,3 +41,15 @@ create table if not exists simba_queue
     primary key (name, session_id),
     unique index idx_queue_seq (seq)
 ) engine = InnoDB;
+
+-- Run-once jobs: one row per job name, never deleted (the token never resets). Taken until
+-- until_at, and while running (1) only as long as its session is live too.
+create table if not exists simba_job
+(
+    name       varchar(128) character set ascii collate ascii_bin not null primary key,
+    session_id char(32) character set ascii collate ascii_bin     not null default '' comment 'the last claimer',
+    token      bigint                                             not null comment 'claim number, never reset',
+    started_at bigint                                             not null default 0 comment 'database time, epoch ms',
+    until_at   bigint                                             not null default 0 comment 'database time, epoch ms',
+    running    tinyint                                            not null default 0
+) engine = InnoDB;

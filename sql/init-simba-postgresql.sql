@@ -39,3 +39,15 @@ create table if not exists simba_queue
     primary key (name, session_id)
 );
 create index if not exists idx_queue_seq on simba_queue (name, seq);
+
+-- Run-once jobs: one row per job name, never deleted (the token never resets). Taken until
+-- until_at, and while running (1) only as long as its session is live too.
+create table if not exists simba_job
+(
+    name       varchar(128) collate "C" not null primary key,
+    session_id char(32)     collate "C" not null default '', -- the last claimer
+    token      bigint                   not null,            -- claim number, never reset
+    started_at bigint                   not null default 0,  -- database time, epoch ms
+    until_at   bigint                   not null default 0,  -- database time, epoch ms
+    running    smallint                 not null default 0
+);

@@ -91,7 +91,7 @@ pub use engine::{
     SessionState, SystemClock,
 };
 pub use error::{BoxError, Error, Report, Result};
-pub use primitives::{Election, Group, LockGuard, Membership, Observer, Permit, Semaphore};
+pub use primitives::{Election, Group, Job, LockGuard, Membership, Observer, Permit, Semaphore};
 pub use types::{
     GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token, MAX_NAME_LEN,
 };

@@ -254,6 +254,29 @@ impl LeaseBackend for Isolated {
     fn queue(&self, name: &LeaseName) -> simba_lease::Result<Vec<SessionId>> {
         self.inner.queue(name)
     }
+    fn job_claims_end_with_session(&self) -> bool {
+        self.inner.job_claims_end_with_session()
+    }
+    fn supports_jobs(&self) -> bool {
+        self.inner.supports_jobs()
+    }
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> simba_lease::Result<simba_lease::spi::JobClaim> {
+        self.inner.claim_job(session, name, at_most)
+    }
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> simba_lease::Result<bool> {
+        self.inner.finish_job(session, name, token, at_least)
+    }
 
     fn list(&self) -> simba_lease::Result<simba_lease::spi::Listing> {
         self.inner.list()

@@ -3,8 +3,8 @@
 use crate::engine::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, Notification,
-    NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
+    Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
+    Notification, NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
@@ -32,6 +32,18 @@ struct Tables {
     /// Fair-lock queues: places in arrival order, each with its patience deadline.
     queues: HashMap<LeaseName, Vec<(SessionId, Instant)>>,
     last_purge: Option<Instant>,
+    /// Run-once job records, never removed (their tokens never reset).
+    jobs: HashMap<LeaseName, JobRow>,
+}
+
+/// A run-once job's record: its last claim.
+struct JobRow {
+    holder: SessionId,
+    token: u64,
+    started: Instant,
+    until: Instant,
+    /// The running phase: the claim ends with its holder's session too.
+    running: bool,
 }
 
 /// How often opens and keep-alives remove crashed sessions on their own.
@@ -405,6 +417,78 @@ impl LeaseBackend for MemoryBackend {
             .collect())
     }
 
+    fn supports_jobs(&self) -> bool {
+        true
+    }
+
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<JobClaim> {
+        crate::backends::jobs::check_at_most(at_most)?;
+        let now = self.clock.now();
+        let mut guard = self.tables.lock();
+        let t = &mut *guard;
+        if t.live(session, now).is_none() {
+            return Err(t.expired(session));
+        }
+        let sessions = &t.sessions;
+        let live = |id: &SessionId| sessions.get(id).is_some_and(|s| s.expires > now);
+        let mut token = 0;
+        if let Some(j) = t.jobs.get(name) {
+            if j.until > now && (!j.running || live(&j.holder)) {
+                return Ok(JobClaim::Busy {
+                    remaining: j.until - now,
+                });
+            }
+            token = j.token;
+        }
+        let token = Token::new(token + 1)?;
+        t.jobs.insert(
+            name.clone(),
+            JobRow {
+                holder: session.clone(),
+                token: token.get(),
+                started: now,
+                until: now + at_most,
+                running: true,
+            },
+        );
+        Ok(JobClaim::Claimed {
+            token,
+            remaining: at_most,
+        })
+    }
+
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> Result<bool> {
+        crate::backends::jobs::check_at_least(at_least)?;
+        let now = self.clock.now();
+        let mut guard = self.tables.lock();
+        let t = &mut *guard;
+        // An ended session holds nothing, so its finish changes nothing.
+        if t.live(session, now).is_none() {
+            return Ok(false);
+        }
+        match t.jobs.get_mut(name) {
+            Some(j)
+                if j.running && j.holder == *session && j.token == token.get() && j.until > now =>
+            {
+                j.running = false;
+                j.until = j.started + at_least;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     fn supports_queues(&self) -> bool {
         true
     }
@@ -567,6 +651,60 @@ impl LeaseBackend for MemoryBackend {
 mod tests {
     use super::*;
     use crate::ManualClock;
+
+    /// The window boundaries on a manual clock: a claim ends exactly at `at_most`, a
+    /// finished one exactly at started + `at_least`, a running one with its session.
+    #[test]
+    fn job_claims_end_at_their_bounds() {
+        let clock = Arc::new(ManualClock::new());
+        let b = MemoryBackend::with_clock(clock.clone());
+        let (m, s) = (Metadata::default(), Duration::from_secs);
+        let a = b.open_session(s(100), &m).unwrap().id;
+        let c = b.open_session(s(100), &m).unwrap().id;
+        let n = LeaseName::new("job").unwrap();
+        let claimed = |r: JobClaim| match r {
+            JobClaim::Claimed { token, remaining } => (token.get(), remaining),
+            other => panic!("{other:?}"),
+        };
+        let left = |r: JobClaim| match r {
+            JobClaim::Busy { remaining } => remaining,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(claimed(b.claim_job(&a, &n, s(10)).unwrap()), (1, s(10)));
+        clock.advance(s(4));
+        assert_eq!(left(b.claim_job(&c, &n, s(10)).unwrap()), s(6));
+        clock.advance(s(6));
+        // at_most passed: free, and the late finish changes nothing.
+        let t2 = claimed(b.claim_job(&c, &n, s(10)).unwrap()).0;
+        assert_eq!(t2, 2);
+        let one = Token::new(1).unwrap();
+        assert!(!b.finish_job(&a, &n, one, s(0)).unwrap());
+        clock.advance(s(1));
+        assert!(b.finish_job(&c, &n, Token::new(2).unwrap(), s(3)).unwrap());
+        assert_eq!(left(b.claim_job(&a, &n, s(10)).unwrap()), s(2));
+        b.close_session(&c).unwrap();
+        assert_eq!(left(b.claim_job(&a, &n, s(10)).unwrap()), s(2));
+        clock.advance(s(2));
+        assert_eq!(claimed(b.claim_job(&a, &n, s(10)).unwrap()).0, 3);
+        // A running claim ends with its session.
+        b.close_session(&a).unwrap();
+        let d = b.open_session(s(100), &m).unwrap().id;
+        assert_eq!(claimed(b.claim_job(&d, &n, s(10)).unwrap()).0, 4);
+        // A finish whose at_least already passed frees the name at once.
+        clock.advance(s(5));
+        assert!(b.finish_job(&d, &n, Token::new(4).unwrap(), s(1)).unwrap());
+        assert_eq!(claimed(b.claim_job(&d, &n, s(10)).unwrap()).0, 5);
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            crate::Config::MAX_LEASE * 2,
+        ] {
+            assert!(matches!(
+                b.claim_job(&d, &n, bad),
+                Err(Error::InvalidConfig { .. })
+            ));
+        }
+    }
 
     #[test]
     fn opens_purge_crashed_sessions_at_most_once_per_interval() {

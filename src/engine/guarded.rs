@@ -3,7 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, KeepAlive, LeaseBackend, Listing, NotifySink, Queued, SessionGrant, Subscription,
+    Acquire, JobClaim, KeepAlive, LeaseBackend, Listing, NotifySink, Queued, SessionGrant,
+    Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -92,6 +93,33 @@ impl LeaseBackend for PanicGuard {
     }
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
         guard("reading a lease's queue", || self.0.queue(name))
+    }
+    fn job_claims_end_with_session(&self) -> bool {
+        self.0.job_claims_end_with_session()
+    }
+    fn supports_jobs(&self) -> bool {
+        self.0.supports_jobs()
+    }
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<JobClaim> {
+        guard("claiming a job", || {
+            self.0.claim_job(session, name, at_most)
+        })
+    }
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> Result<bool> {
+        guard("finishing a job", || {
+            self.0.finish_job(session, name, token, at_least)
+        })
     }
     fn ping(&self) -> Result<()> {
         guard("pinging", || self.0.ping())

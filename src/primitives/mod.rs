@@ -1,15 +1,17 @@
-//! Elections, locks, semaphores, observers and groups: thin handles over a session's engine.
+//! Elections, locks, semaphores, run-once jobs, observers and groups: thin handles over a session's engine.
 
 mod election;
 mod group;
 mod lock;
 mod observer;
+mod run_once;
 mod semaphore;
 
 pub use election::Election;
 pub use group::{Group, Membership};
 pub use lock::LockGuard;
 pub use observer::Observer;
+pub use run_once::{check_job_window, Job};
 pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 
 use crate::error::Result;

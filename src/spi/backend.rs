@@ -58,6 +58,25 @@ pub enum Queued {
     },
 }
 
+/// Reply to [`LeaseBackend::claim_job`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobClaim {
+    /// The session holds the job's claim: it may run the job now.
+    Claimed {
+        /// The claim's fencing token: > 0, strictly increasing with every claim of the name,
+        /// never reset (a sequence of its own, apart from the lease of the same name).
+        token: Token,
+        /// Time the claim has left by the backend's clock (its `at_most`).
+        remaining: Duration,
+    },
+    /// Another session runs the job now, or ran it within its `at_least`.
+    Busy {
+        /// Time until the name is free at the latest, by the backend's clock (a running
+        /// claim may end sooner: when its job finishes, or its session ends).
+        remaining: Duration,
+    },
+}
+
 /// A live session as [`LeaseBackend::list`] sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -191,6 +210,64 @@ pub trait LeaseBackend: Send + Sync {
         let _ = name;
         Err(Error::Unsupported {
             operation: "fair locks (waiting queues)",
+            backend: self.kind(),
+        })
+    }
+
+    /// Whether the backend keeps run-once job claims ([`claim_job`](Self::claim_job),
+    /// [`finish_job`](Self::finish_job)).
+    fn supports_jobs(&self) -> bool {
+        false
+    }
+
+    /// Whether a running job claim ends with its holder's session (true on every backend
+    /// but a Redis Cluster, or Redis routed by slot, where the session lives in another slot
+    /// and a running claim lasts until its `at_most`).
+    fn job_claims_end_with_session(&self) -> bool {
+        true
+    }
+
+    /// Claims the run-once job `name` for `session` for at most `at_most` (by the backend's
+    /// clock).
+    ///
+    /// A job record lives apart from the lease of the same name and is never deleted. It is
+    /// free when it was never claimed, when its `until` (backend time) passed, or when it is
+    /// in the running phase and its holder's session ended (where the backend can tell; on a
+    /// Redis Cluster it cannot, so a running claim lasts until `at_most`). Claiming a free
+    /// record sets holder = `session`, token = previous token + 1, started = now,
+    /// until = now + `at_most`, phase running; a record that is not free answers
+    /// [`JobClaim::Busy`] (also for the session holding it). Fails with `SessionExpired` on an
+    /// expired session, and with [`Error::InvalidConfig`] for an `at_most` under 1 ms or over
+    /// [`Config::MAX_LEASE`](crate::Config::MAX_LEASE).
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<JobClaim> {
+        let _ = (session, name, at_most);
+        Err(Error::Unsupported {
+            operation: "run-once jobs",
+            backend: self.kind(),
+        })
+    }
+
+    /// Finishes `session`'s running claim of `name` with `token`: the record stays taken
+    /// until started + `at_least` (by the backend's clock; free at once if that passed) and
+    /// no longer depends on the session (closing it keeps the name taken until then).
+    ///
+    /// Returns whether `session` held that claim: a wrong session or token, a claim that
+    /// ran out (`at_most`) or ended with its session changes nothing.
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> Result<bool> {
+        let _ = (session, name, token, at_least);
+        Err(Error::Unsupported {
+            operation: "run-once jobs",
             backend: self.kind(),
         })
     }

@@ -8,7 +8,7 @@ mod backend;
 mod notify;
 
 pub use backend::{
-    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, Queued,
+    Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing, Queued,
     SessionGrant, SessionInfo,
 };
 pub use notify::{Notification, NotifySink, Subscribers, Subscription};

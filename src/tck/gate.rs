@@ -97,6 +97,29 @@ impl LeaseBackend for GatedOpens {
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
         self.inner.queue(name)
     }
+    fn job_claims_end_with_session(&self) -> bool {
+        self.inner.job_claims_end_with_session()
+    }
+    fn supports_jobs(&self) -> bool {
+        self.inner.supports_jobs()
+    }
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> crate::Result<crate::spi::JobClaim> {
+        self.inner.claim_job(session, name, at_most)
+    }
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> crate::Result<bool> {
+        self.inner.finish_job(session, name, token, at_least)
+    }
 
     fn list(&self) -> Result<crate::spi::Listing> {
         self.inner.list()

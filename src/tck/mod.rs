@@ -15,11 +15,13 @@ mod backend_cases;
 mod engine_cases;
 mod fair_cases;
 mod gate;
+mod job_cases;
 mod semaphore_cases;
 
 pub use backend_cases::*;
 pub use engine_cases::*;
 pub use fair_cases::*;
+pub use job_cases::*;
 pub use semaphore_cases::*;
 
 use crate::engine::Config;
@@ -183,6 +185,10 @@ macro_rules! tck_suite {
             semaphore_admits_at_most_its_permits,
             semaphore_waits_for_the_reopened_session,
             list_shows_live_sessions_leases_and_groups,
+            run_once_claims_once_per_window_with_increasing_tokens,
+            run_once_at_least_keeps_the_name_taken_after_a_fast_job,
+            run_once_at_most_ends_an_overrunning_claim,
+            run_once_claim_of_an_ended_session_is_freed,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

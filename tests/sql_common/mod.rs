@@ -115,6 +115,29 @@ impl LeaseBackend for Isolated {
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
         self.0.queue(name)
     }
+    fn job_claims_end_with_session(&self) -> bool {
+        self.0.job_claims_end_with_session()
+    }
+    fn supports_jobs(&self) -> bool {
+        self.0.supports_jobs()
+    }
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> simba_lease::Result<simba_lease::spi::JobClaim> {
+        self.0.claim_job(session, name, at_most)
+    }
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> simba_lease::Result<bool> {
+        self.0.finish_job(session, name, token, at_least)
+    }
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
         self.0.subscribe(sink)
     }

@@ -215,6 +215,29 @@ impl LeaseBackend for Isolated {
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
         self.b().queue(name)
     }
+    fn job_claims_end_with_session(&self) -> bool {
+        self.b().job_claims_end_with_session()
+    }
+    fn supports_jobs(&self) -> bool {
+        self.b().supports_jobs()
+    }
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> simba_lease::Result<simba_lease::spi::JobClaim> {
+        self.b().claim_job(session, name, at_most)
+    }
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> simba_lease::Result<bool> {
+        self.b().finish_job(session, name, token, at_least)
+    }
 
     fn list(&self) -> Result<simba_lease::spi::Listing> {
         self.b().list()

@@ -160,6 +160,7 @@
 
 mod anchors;
 mod cluster_keep_alive;
+mod jobs;
 mod scripting;
 mod scripts;
 
@@ -1574,6 +1575,33 @@ impl LeaseBackend for RedisBackend {
                 .ok_or_else(|| Error::backend("acquiring", "a queue reply to a plain acquire")),
             Acquired::Expired => Err(self.expired(session)),
         }
+    }
+
+    fn supports_jobs(&self) -> bool {
+        true
+    }
+
+    fn job_claims_end_with_session(&self) -> bool {
+        !self.routed
+    }
+
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<crate::spi::JobClaim> {
+        self.claim_job_script(session, name, at_most)
+    }
+
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> Result<bool> {
+        self.finish_job_script(session, name, token, at_least)
     }
 
     fn supports_queues(&self) -> bool {

@@ -62,4 +62,6 @@ scripts!(
     close_slot,
     purge_group,
     ping,
+    claim_job,
+    finish_job,
 );

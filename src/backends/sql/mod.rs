@@ -1,8 +1,8 @@
 //! The SQL backends: PostgreSQL 14+ (feature `postgres`) and MySQL 8.0+ / MariaDB 10.6+
 //! (feature `mysql`), one [`SqlBackend`] type with a [`Dialect`].
 //!
-//! Four tables (`simba_session`, `simba_lease`, `simba_member` and the fair-lock queue
-//! `simba_queue`, optionally with a table prefix) hold the state; every time comparison uses the database's clock in UTC epoch
+//! Five tables (`simba_session`, `simba_lease`, `simba_member`, the fair-lock queue
+//! `simba_queue` and the run-once jobs' `simba_job`, optionally with a table prefix) hold the state; every time comparison uses the database's clock in UTC epoch
 //! milliseconds, independent of the connection's time zone. The schemas are
 //! `sql/init-simba-postgresql.sql` and `sql/init-simba-mysql.sql`, embedded and applied by
 //! [`SqlBackend::install_schema`].
@@ -77,6 +77,7 @@
 //! local deadline ends the call's relevance anyway.
 
 #[cfg(feature = "postgres")]
+mod jobs;
 mod listen;
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -149,6 +150,7 @@ pub(crate) struct Tables {
     pub(crate) lease: String,
     pub(crate) member: String,
     pub(crate) queue: String,
+    pub(crate) job: String,
 }
 
 impl Tables {
@@ -159,6 +161,7 @@ impl Tables {
             lease: format!("{prefix}simba_lease"),
             member: format!("{prefix}simba_member"),
             queue: format!("{prefix}simba_queue"),
+            job: format!("{prefix}simba_job"),
         }
     }
 
@@ -404,6 +407,15 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn queue_leave(&self, id: &str, name: &str) -> DbResult<bool>;
     /// The sessions of the live places behind `name`, first first.
     fn queue_list(&self, name: &str) -> DbResult<Vec<String>>;
+    /// Run-once jobs (see [`jobs`]): the claim; the token and remaining µs when it took the
+    /// row.
+    fn job_claim(&self, id: &str, name: &str, at_most_ms: i64) -> DbResult<Option<(i64, i64)>>;
+    /// The job row as `id` sees it.
+    fn job_report(&self, id: &str, name: &str) -> DbResult<jobs::JobReport>;
+    /// Inserts the free job row if missing.
+    fn job_create(&self, name: &str) -> DbResult<()>;
+    /// Finishes `id`'s running claim with `token`; whether it did.
+    fn job_finish(&self, id: &str, name: &str, token: i64, at_least_ms: i64) -> DbResult<bool>;
     fn purge(&self, limit: usize) -> DbResult<usize>;
     /// A prepared `SELECT 1`.
     fn ping(&self) -> DbResult<()>;
@@ -1261,6 +1273,29 @@ impl LeaseBackend for SqlBackend {
             .map_err(|e| self.err("leaving a group", e))
     }
 
+    fn supports_jobs(&self) -> bool {
+        true
+    }
+
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<crate::spi::JobClaim> {
+        self.claim_job_sql(session, name, at_most)
+    }
+
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> Result<bool> {
+        self.finish_job_sql(session, name, token, at_least)
+    }
+
     fn supports_queues(&self) -> bool {
         true
     }
@@ -1453,14 +1488,16 @@ mod tests {
     fn script_gets_the_prefix() {
         let t = Tables::new("t1_");
         let stmts = t.script(include_str!("../../../sql/init-simba-mysql.sql"));
-        assert_eq!(stmts.len(), 4);
+        assert_eq!(stmts.len(), 5);
         assert!(stmts[0].contains("t1_simba_session"));
         assert!(stmts[0].contains("t1_idx_session_expires"));
         assert!(stmts[3].contains("t1_simba_queue") && stmts[3].contains("t1_idx_queue_seq"));
+        assert!(stmts[4].contains("t1_simba_job"));
         let pg = t.script(include_str!("../../../sql/init-simba-postgresql.sql"));
-        assert_eq!(pg.len(), 8);
+        assert_eq!(pg.len(), 9);
         assert!(pg[1].contains("t1_idx_session_expires on t1_simba_session"));
         assert!(pg[7].contains("t1_idx_queue_seq on t1_simba_queue"));
+        assert!(pg[8].contains("t1_simba_job"));
     }
 
     #[test]

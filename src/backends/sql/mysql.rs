@@ -297,6 +297,8 @@ pub(crate) struct MyDriver {
     sql: Sql,
     /// Fair-lock queue statements, kept apart from `sql` (see `Driver::queue_place`).
     queue_sql: QueueSql,
+    /// Run-once job statements.
+    job_sql: super::jobs::JobSql,
     timeout: Duration,
     server: Arc<OnceLock<ServerVersion>>,
 }
@@ -408,6 +410,7 @@ impl MyDriver {
             pool: Pool::new(options.pool_size, connect),
             sql: Sql::new(&tables),
             queue_sql: QueueSql::new(&tables),
+            job_sql: super::jobs::JobSql::new(&tables, super::Dialect::Mysql, NOW, NOW_US),
             tables,
             timeout: t,
             server,
@@ -664,6 +667,49 @@ impl Driver for MyDriver {
         })
     }
 
+    fn job_claim(&self, id: &str, name: &str, at_most_ms: i64) -> DbResult<Option<(i64, i64)>> {
+        let q = &self.job_sql;
+        self.run(|c| {
+            c.exec_drop(&q.claim, (id, at_most_ms, name, id))?;
+            if c.affected_rows() == 0 {
+                return Ok(None);
+            }
+            // Read after the claim committed; only the claimer's end can change it meanwhile.
+            let r: Option<Row> = c.exec_first(&q.claimed, (name, id))?;
+            match r.map(cells) {
+                Some(r) => Ok(Some((
+                    req_int("a job's token", &r, 0)?,
+                    req_int("a job's remaining time", &r, 1)?,
+                ))),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn job_report(&self, id: &str, name: &str) -> DbResult<super::jobs::JobReport> {
+        self.run(|c| {
+            let r: Option<Row> = c.exec_first(&self.job_sql.report, (id, name))?;
+            let r = r.map(cells).unwrap_or_default();
+            Ok(super::jobs::JobReport {
+                me_live: req_int("a session's liveness", &r, 0)? == 1,
+                exists: req_int("a job's row", &r, 1)? == 1,
+                taken: req_int("a job's state", &r, 2)? == 1,
+                remaining_us: req_int("a job's remaining time", &r, 3)?,
+            })
+        })
+    }
+
+    fn job_create(&self, name: &str) -> DbResult<()> {
+        self.run(|c| Ok(c.exec_drop(&self.job_sql.create, (name,))?))
+    }
+
+    fn job_finish(&self, id: &str, name: &str, token: i64, at_least_ms: i64) -> DbResult<bool> {
+        self.run(|c| {
+            c.exec_drop(&self.job_sql.finish, (at_least_ms, name, id, token, id))?;
+            Ok(c.affected_rows() > 0)
+        })
+    }
+
     fn queue_leave(&self, id: &str, name: &str) -> DbResult<bool> {
         self.run(|c| {
             c.exec_drop(&self.queue_sql.leave, (name, id))?;
@@ -703,8 +749,8 @@ impl Driver for MyDriver {
     fn drop_tables(&self) -> DbResult<()> {
         let t = &self.tables;
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}",
-            t.queue, t.member, t.lease, t.session
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}",
+            t.job, t.queue, t.member, t.lease, t.session
         );
         self.run(|c| Ok(c.query_drop(&sql)?))
     }

@@ -397,6 +397,8 @@ pub(crate) struct PgDriver {
     tables: Tables,
     /// Fair-lock queue statements: place, leave, list.
     queue_sql: [String; 3],
+    /// Run-once job statements.
+    job_sql: super::jobs::JobSql,
     timeout: Duration,
     /// The `LISTEN` connection's thread, started by the first subscription.
     listener: super::listen::Listener,
@@ -482,8 +484,10 @@ impl PgDriver {
         };
         let pool = Pool::new(options.pool_size, connect);
         let queue_sql = queue_sql(&tables);
+        let job_sql = super::jobs::JobSql::new(&tables, super::Dialect::Postgres, NOW, NOW_US);
         let driver = PgDriver {
             queue_sql,
+            job_sql,
             pool,
             tables,
             timeout: options.query_timeout,
@@ -520,6 +524,50 @@ impl PgDriver {
 }
 
 impl Driver for PgDriver {
+    fn job_claim(&self, id: &str, name: &str, at_most_ms: i64) -> DbResult<Option<(i64, i64)>> {
+        let q = &self.job_sql;
+        self.run(|c, _| {
+            let mut tx = c.transaction().map_err(classify)?;
+            tx.query_opt(&q.lock, &[&name]).map_err(classify)?;
+            let r = tx
+                .query_opt(&q.claim, &[&id, &name, &at_most_ms])
+                .map_err(classify)?;
+            tx.commit().map_err(classify)?;
+            r.map(|r| Ok((col(&r, 0)?, col(&r, 1)?))).transpose()
+        })
+    }
+
+    fn job_report(&self, id: &str, name: &str) -> DbResult<super::jobs::JobReport> {
+        self.run(|c, _| {
+            let r = c
+                .query_one(&self.job_sql.report, &[&id, &name])
+                .map_err(classify)?;
+            Ok(super::jobs::JobReport {
+                me_live: col::<i64>(&r, 0)? == 1,
+                exists: col::<i64>(&r, 1)? == 1,
+                taken: col::<i64>(&r, 2)? == 1,
+                remaining_us: col(&r, 3)?,
+            })
+        })
+    }
+
+    fn job_create(&self, name: &str) -> DbResult<()> {
+        self.run(|c, _| {
+            c.execute(&self.job_sql.create, &[&name])
+                .map_err(classify)
+                .map(drop)
+        })
+    }
+
+    fn job_finish(&self, id: &str, name: &str, token: i64, at_least_ms: i64) -> DbResult<bool> {
+        self.run(|c, _| {
+            let n = c
+                .execute(&self.job_sql.finish, &[&id, &name, &token, &at_least_ms])
+                .map_err(classify)?;
+            Ok(n > 0)
+        })
+    }
+
     fn queue_place(&self, id: &str, name: &str, patience_ms: i64) -> DbResult<Option<i64>> {
         self.run(|c, _| {
             let r = c
@@ -585,8 +633,8 @@ impl Driver for PgDriver {
     fn drop_tables(&self) -> DbResult<()> {
         let t = &self.tables;
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}",
-            t.queue, t.member, t.lease, t.session
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}",
+            t.job, t.queue, t.member, t.lease, t.session
         );
         self.run_plain(|c| c.batch_execute(&sql))?;
         self.pool.flush_idle();

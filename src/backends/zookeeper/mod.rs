@@ -98,6 +98,7 @@
 
 mod facade;
 mod held;
+mod jobs;
 mod queue;
 #[cfg(feature = "tls")]
 mod tls;
@@ -1397,6 +1398,29 @@ impl LeaseBackend for ZooKeeperBackend {
         }
         members.sort();
         Ok(members)
+    }
+
+    fn supports_jobs(&self) -> bool {
+        true
+    }
+
+    fn claim_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<crate::spi::JobClaim> {
+        self.inner.claim_job(session, name, at_most)
+    }
+
+    fn finish_job(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> Result<bool> {
+        self.inner.finish_job(session, name, token, at_least)
     }
 
     fn supports_queues(&self) -> bool {
