@@ -50,11 +50,22 @@ local BOUND = 9000000000000000
 -- own deadline alone counts: the holder counts on no more than that deadline either.
 -- Every script that judges a term on a cluster carries the flag allow-cross-slot-keys.
 
+-- The anchor's value (false when it is gone), or nil when this node does not serve its slot
+-- or the slot is moving. A plain GET is not enough: on the node importing a slot, a script
+-- that came through an ASK redirect reads a key not moved yet as missing. A read of two keys
+-- of the slot, one of which never exists, fails whenever the slot is migrating or importing
+-- (TRYAGAIN or ASK), and elsewhere with a redirect; on a stable slot it reads the anchor.
+local function anchor_read(anchor)
+  local r = redis.pcall('MGET', anchor, anchor .. ':probe')
+  if r.err then return nil end
+  return r[1]
+end
+
 -- What anchor `anchor` has left in ms while it holds `epoch`; nil once it is gone or holds
 -- another epoch; true when this node does not serve its slot (or the slot is moving).
 local function anchor_left(anchor, epoch, now, up)
-  local v = redis.pcall('GET', anchor)
-  if type(v) == 'table' then return true end
+  local v = anchor_read(anchor)
+  if v == nil then return true end
   if v ~= epoch then return nil end
   local p = redis.call('PTTL', anchor)
   local left = p - (up - now)
@@ -71,8 +82,8 @@ end
 -- Keeps `anchor` live for at least `ms`, created with a new epoch when it is gone; its epoch,
 -- or nil when this node does not serve its slot.
 local function anchor_keep(anchor, ms, now, up)
-  local v = redis.pcall('GET', anchor)
-  if type(v) == 'table' then return nil end
+  local v = anchor_read(anchor)
+  if v == nil then return nil end
   local p = redis.call('PTTL', anchor)
   if not v or p <= 0 or p - (up - now) < 0 then
     v = new_epoch()

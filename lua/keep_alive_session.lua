@@ -1,6 +1,7 @@
 -- keep_alive, session slot (cluster): KEYS session, leases index, groups index;
 -- ARGV lease ms, the version of the session's leases the caller knows ('' for none), then
--- lease names to drop from the index (not held for a lease or longer).
+-- lease names to drop from the index (not held for a lease or longer; dropped only when the
+-- index is still at the version the caller knows).
 -- Returns {-1} once the session is gone, else {ms, version, 1, {lease names}, {group names}},
 -- or {ms, version, 0, {}, {group names}} when the index is still at the version the caller
 -- knows. Acquire, release and this script count every change of the index in the version.
@@ -13,13 +14,13 @@ if not session_left(KEYS[1]) then
 end
 redis.call('PEXPIRE', KEYS[1], ms)
 redis.call('HSET', KEYS[1], 'lease', ARGV[1])
-local dropped = 0
-for i = 3, #ARGV do dropped = dropped + redis.call('SREM', KEYS[2], ARGV[i]) end
-local v
-if dropped > 0 then
-  v = redis.call('HINCRBY', KEYS[1], 'v', 1)
-else
-  v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+-- Names are dropped only from the index at the version the caller knows: an acquire since
+-- (which counts as a change) may be taking one of them again.
+local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+if #ARGV > 2 and fmt(v) == ARGV[2] then
+  local dropped = 0
+  for i = 3, #ARGV do dropped = dropped + redis.call('SREM', KEYS[2], ARGV[i]) end
+  if dropped > 0 then v = redis.call('HINCRBY', KEYS[1], 'v', 1) end
 end
 index_ttl(KEYS[2], ms)
 index_ttl(KEYS[3], ms)

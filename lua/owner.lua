@@ -1,4 +1,4 @@
-#!lua flags=allow-cross-slot-keys
+#!lua flags=allow-cross-slot-keys,no-writes
 -- owner: KEYS lease; ARGV session key prefix. {session, token, remaining ms} of a live
 -- holder, or {}.
 local h = redis.call('HMGET', KEYS[1], 'session', 'token', 'expires', 'anchor', 'epoch')

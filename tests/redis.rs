@@ -897,8 +897,9 @@ fn node(port: i64) -> redis::Connection {
         .unwrap_or_else(|e| panic!("node {port}: {e}"))
 }
 
-/// Moves `slot` (with its keys) from master `from` to master `to`, as a resharding does.
-fn move_slot(slot: u16, from: i64, to: i64, masters: &[i64]) -> redis::RedisResult<()> {
+/// The node ids of masters `from` and `to`, once `slot` is set MIGRATING on `from` and
+/// IMPORTING on `to` (the first step of moving it).
+fn begin_move(slot: u16, from: i64, to: i64) -> redis::RedisResult<(String, String)> {
     let (mut a, mut b) = (node(from), node(to));
     let a_id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut a)?;
     let b_id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut b)?;
@@ -908,20 +909,37 @@ fn move_slot(slot: u16, from: i64, to: i64, masters: &[i64]) -> redis::RedisResu
     redis::cmd("CLUSTER")
         .arg(&["SETSLOT", &slot.to_string(), "MIGRATING", &b_id])
         .query::<()>(&mut a)?;
+    Ok((a_id, b_id))
+}
+
+/// Moves `keys` from master `from` to master `to` (MIGRATE).
+fn migrate(from: i64, to: i64, keys: &[String]) -> redis::RedisResult<()> {
+    redis::cmd("MIGRATE")
+        .arg(&[
+            node_host().as_str(),
+            &to.to_string(),
+            "",
+            "0",
+            "5000",
+            "KEYS",
+        ])
+        .arg(keys)
+        .query::<()>(&mut node(from))
+}
+
+/// Moves `slot` (with its keys) from master `from` to master `to`, as a resharding does.
+fn move_slot(slot: u16, from: i64, to: i64, masters: &[i64]) -> redis::RedisResult<()> {
+    let (_, b_id) = begin_move(slot, from, to)?;
     loop {
         let keys: Vec<String> = redis::cmd("CLUSTER")
             .arg("GETKEYSINSLOT")
             .arg(slot)
             .arg(100)
-            .query(&mut a)?;
+            .query(&mut node(from))?;
         if keys.is_empty() {
             break;
         }
-        let host = node_host();
-        redis::cmd("MIGRATE")
-            .arg(&[host.as_str(), &to.to_string(), "", "0", "5000", "KEYS"])
-            .arg(&keys)
-            .query::<()>(&mut a)?;
+        migrate(from, to, &keys)?;
     }
     for &m in masters {
         redis::cmd("CLUSTER")
@@ -929,6 +947,67 @@ fn move_slot(slot: u16, from: i64, to: i64, masters: &[i64]) -> redis::RedisResu
             .query::<()>(&mut node(m))?;
     }
     Ok(())
+}
+
+/// Review of issue 11.3: while a slot moves, a script that reached the importing node
+/// through an ASK redirect must not read an anchor not moved yet as gone (a plain GET there
+/// answers nil): the term is judged by its own deadline, and nobody takes it.
+#[test]
+fn a_term_whose_anchor_is_still_moving_is_not_taken() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let mut masters: Vec<i64> = owners.iter().map(|o| o.2).collect();
+    masters.sort_unstable();
+    masters.dedup();
+    let lease = Duration::from_secs(30);
+    let (s1, s2) = (open(&*b, lease), open(&*b, lease));
+    let name = LeaseName::new(format!("moving-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let key = b.lease_key(&name);
+    acquired(&*b, &s1, &name);
+    // An anchor of s1's in the lease's own slot, so both move with it.
+    let anchor = format!("{}:anchor:{{{name}}}:{s1}", b.prefix);
+    let slot = key_slot(&key);
+    assert_eq!(key_slot(&anchor), slot);
+    let ends = server_now_ms(&b) + 60_000;
+    b.command(&["SET", &anchor, "e1", "PX", "60000"]);
+    b.command(&[
+        "HSET",
+        &key,
+        "anchor",
+        &anchor,
+        "epoch",
+        "e1",
+        "expires",
+        &ends.to_string(),
+    ]);
+    let from = master_of(&owners, slot);
+    let to = *masters.iter().find(|m| **m != from).unwrap();
+
+    /// Moves the rest of the slot to `to` (whatever happens), then back to `from`.
+    struct Finish(u16, i64, i64, Vec<i64>);
+    impl Drop for Finish {
+        fn drop(&mut self) {
+            let (slot, from, to, masters) = (self.0, self.1, self.2, &self.3);
+            let done =
+                move_slot(slot, from, to, masters).and_then(|_| move_slot(slot, to, from, masters));
+            if let Err(e) = done {
+                eprintln!("moving slot {slot} back failed: {e}");
+            }
+        }
+    }
+    begin_move(slot, from, to).unwrap();
+    let _finish = Finish(slot, from, to, masters.clone());
+    // Only the lease has moved: contenders are sent to `to` (ASK), the anchor is on `from`.
+    migrate(from, to, std::slice::from_ref(&key)).unwrap();
+    assert!(
+        matches!(b.acquire(&s2, &name).unwrap(), Acquire::Held(o) if o.session == s1),
+        "held: its anchor is still moving"
+    );
+    assert_eq!(b.owner(&name).unwrap().map(|o| o.session), Some(s1.clone()));
+    drop(_finish);
+    b.command(&["DEL", &anchor]);
+    b.close_session(&s1).unwrap();
+    b.close_session(&s2).unwrap();
 }
 
 fn node_host() -> String {

@@ -88,8 +88,10 @@ pub(super) struct Plan {
 /// `anchor`) between the terms the anchor vouches for and those to bind again: unknown,
 /// bound elsewhere or to another epoch, or with an own deadline less than half the horizon
 /// ahead (all those under a quarter, and of the rest the soonest, at most an eighth of the
-/// node's terms per keep-alive), plus a random sample of the trusted ones.
+/// node's terms per keep-alive), plus a random sample of the trusted ones. With `trust`
+/// false, every term is bound again.
 pub(super) fn plan(
+    trust: bool,
     st: Option<&Anchored>,
     anchor: &str,
     names: &[Indexed],
@@ -98,6 +100,10 @@ pub(super) fn plan(
     now: Instant,
 ) -> Plan {
     let mut plan = Plan::default();
+    if !trust {
+        plan.rebind = on_node.to_vec();
+        return plan;
+    }
     let known = st.and_then(|s| s.epochs.get(anchor));
     let (urgent, half) = (now + horizon / 4, now + horizon / 2);
     let mut due = Vec::new();
@@ -194,7 +200,7 @@ mod tests {
         st.bind(&names[40].name, bound("B", "e1", 1, now + horizon)); // another anchor
         st.bind(&names[41].name, bound("A", "e0", 1, now + horizon)); // an old epoch
         st.bound.remove(&names[42].name); // unknown
-        let p = plan(Some(&st), "A", &names, &all, horizon, now);
+        let p = plan(true, Some(&st), "A", &names, &all, horizon, now);
         assert_eq!(p.trusted.len() + p.rebind.len(), names.len());
         for i in [40, 41, 42] {
             assert!(p.rebind.contains(&i), "n{i}");
@@ -209,9 +215,12 @@ mod tests {
         seen.extend(p.trusted.iter().map(|t| t.0));
         seen.sort_unstable();
         assert_eq!(seen, all, "every lease once");
-        assert!(plan(None, "A", &names, &all, horizon, now)
+        assert!(plan(true, None, "A", &names, &all, horizon, now)
             .trusted
             .is_empty());
+        let distrust = plan(false, Some(&st), "A", &names, &all, horizon, now);
+        assert!(distrust.trusted.is_empty() && distrust.sampled == 0);
+        assert_eq!(distrust.rebind, all);
     }
 
     #[test]

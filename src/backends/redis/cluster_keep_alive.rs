@@ -198,8 +198,8 @@ impl RedisBackend {
     /// 30 s), pipelined to every node at once: each renews the session's anchor there and
     /// binds again the terms [`anchors::plan`] picks; the others are held while the anchor
     /// lived with the epoch they were bound to, unless a sampled one was not held (changed
-    /// behind the library's back): that node's terms are then all checked, by one more call
-    /// (when `again`). `None` when the map is unknown or any node refused (a slot moved):
+    /// behind the library's back): every term is then checked, by one more round that trusts
+    /// nothing (`again` false). `None` when the map is unknown or any node refused (a slot moved):
     /// the caller renews slot by slot, and the map is read again after a while.
     fn keep_alive_by_anchor(
         &self,
@@ -236,7 +236,7 @@ impl RedisBackend {
                     let tag = map.tags.get(*node).map(String::as_str).unwrap_or_default();
                     let anchor: Arc<str> = self.keys.anchor(tag, session).into();
                     let known = st.and_then(|s| s.epochs.get(&anchor)).cloned();
-                    let plan = anchors::plan(st, &anchor, names, &w.leases, horizon, now);
+                    let plan = anchors::plan(again, st, &anchor, names, &w.leases, horizon, now);
                     (anchor, known, plan)
                 })
                 .collect()

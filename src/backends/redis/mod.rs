@@ -101,13 +101,18 @@
 //! node, holding an epoch (the server's `TIME` when it was created). A new term is bound to
 //! the anchor of its node: it records the anchor's key and epoch, and its own `expires` is set
 //! 16 session leases ahead. It is live while that own deadline is ahead and the anchor lives
-//! with the recorded epoch (scripts read it with the flag `allow-cross-slot-keys`, Redis 7).
+//! with the recorded epoch (scripts read it with the flag `allow-cross-slot-keys`, Redis 7,
+//! together with a key of its slot that never exists, so that a slot being migrated or
+//! imported reads as "not here" rather than as "gone"). A grant keeps the anchor for at least
+//! one full session lease on its node, so a late grant to a session that died meanwhile keeps
+//! every term of that session on that node, not only the new one, up to one lease longer.
 //! A keep-alive then sends one script per node that renews the anchor (or creates it with a
 //! new epoch when it had ended, which ends every term bound to the old one) and rebinds only
-//! the terms this backend does not know bound there, those whose own deadline is less than
+//! the terms this backend does not know bound there (every new term once: a binding is
+//! trusted only after a keep-alive made it), those whose own deadline is less than
 //! 8 leases ahead (at most an eighth of the node's terms per keep-alive, plus all under 4
 //! leases), and a random sample of two (a term found lost in the sample makes the keep-alive
-//! check every term of that node). The session call lists the lease names only when the
+//! check every term once more, trusting none). The session call lists the lease names only when the
 //! index's version changed. The cost of a keep-alive is therefore one anchor per node, plus
 //! on average `leases × interval ÷ 8 leases` rebinds (about 1 in 24 per keep-alive at the
 //! default interval of a third of the lease), not one write per term.
@@ -118,7 +123,9 @@
 //! keeps, per term, an `Instant` no later than it). The next keep-alive after the slot map
 //! was read again (every 30 s) binds it to the anchor of its new node. The cost is liveness
 //! only: a holder that crashes while its term's anchor is elsewhere blocks that name until the
-//! term's own deadline, up to 16 leases. A keep-alive that falls back to one script per slot
+//! term's own deadline, up to 16 leases: in that window a term outlasts its session by more
+//! than the reference's cluster rule allows (one lease at most), the price of keep-alives
+//! that do not rewrite every term. A keep-alive that falls back to one script per slot
 //! (a node refused) unbinds what it renews: those terms end one session lease ahead again.
 //!
 //! # Round trips
@@ -141,7 +148,9 @@
 //! thing that keeps tokens increasing. Under an `allkeys-*` `maxmemory-policy` Redis may
 //! evict a lease hash when memory runs short, and that lease's next term starts again at
 //! token 1; `volatile-*` policies may evict session hashes, ending sessions (and, on one
-//! server, their terms) before their holders learn it. Run the Redis that holds these keys
+//! server, their terms) before their holders learn it, and may evict cluster anchors (keys
+//! with an expiry), ending every term of a session on that node before its holder learns
+//! it. Run the Redis that holds these keys
 //! with `maxmemory-policy noeviction` (the Redis default): a full instance then refuses
 //! writes, calls fail and terms end at their deadlines, but no token goes back. A separate
 //! logical database does not help, the policy is per instance.
@@ -1221,7 +1230,6 @@ impl RedisBackend {
                 &scripts().acquire_lease_queued
             }
         };
-        let lease_sent = Instant::now();
         let r = self.eval(Role::Other, script, &keys, &args)?;
         // A new term bound to the anchor: the reply ends with the anchor's epoch.
         let (r, epoch) = match r {
@@ -1264,20 +1272,13 @@ impl RedisBackend {
                 if let Some(m) = self.stale.lock().get_mut(sid) {
                     m.remove(name.as_str());
                 }
+                // The anchor's epoch only: the term itself is trusted once a keep-alive bound
+                // it again (one rebind per new term). A binding recorded here could outlive
+                // a slot-by-slot keep-alive running meanwhile, which unbinds it on the server.
                 if let (Some(anchor), Some(epoch)) = (anchor, epoch) {
-                    let (anchor, epoch): (Arc<str>, Arc<str>) = (anchor.into(), epoch.into());
                     let mut st = self.anchored.lock();
                     let st = st.entry(sid.clone()).or_default();
-                    st.epochs.insert(anchor.clone(), epoch.clone());
-                    st.bind(
-                        name,
-                        anchors::Binding {
-                            anchor,
-                            epoch,
-                            token,
-                            until: lease_sent + Duration::from_millis(horizon),
-                        },
-                    );
+                    st.epochs.insert(anchor.into(), epoch.into());
                 }
                 // The term is adopted with the session's remaining time (a full lease covers
                 // a new term), or with what the lease node has left of a term the session
