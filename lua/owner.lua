@@ -1,8 +1,10 @@
--- owner: KEYS lease; ARGV session key prefix. {session, token, remaining ms} of a live
--- holder, or {}.
-local h = redis.call('HMGET', KEYS[1], 'session', 'token', 'expires')
+-- owner: KEYS lease; ARGV session key prefix. {session, token, remaining ms, value} of a live
+-- holder, or {}. The value is the term's only if it was set for this token (`vtoken`).
+local h = redis.call('HMGET', KEYS[1], 'session', 'token', 'expires', 'value', 'vtoken')
 if not h[1] or h[1] == '' then return {} end
 local now, up = clock()
 local left = left_of(tonumber(h[3] or '0'), h[1], now, up, ARGV[1])
 if not left then return {} end
-return {h[1], tonumber(h[2]), left}
+local value = ''
+if h[4] and h[5] == h[2] then value = h[4] end
+return {h[1], tonumber(h[2]), left, value}

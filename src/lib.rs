@@ -93,7 +93,8 @@ pub use engine::{
 pub use error::{BoxError, Error, Report, Result};
 pub use primitives::{Election, Group, LockGuard, Membership, Observer, Permit, Semaphore};
 pub use types::{
-    GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token, MAX_NAME_LEN,
+    check_value, GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token,
+    MAX_NAME_LEN, MAX_VALUE_LEN,
 };
 
 /// The README's examples, compiled and run as doc tests.

@@ -254,6 +254,7 @@ fn candidates_retry_after_the_retry_interval_or_at_once_on_a_release() {
         session: SessionId::random(),
         token: Token::new(2).unwrap(),
         remaining: 500 * MS,
+        value: String::new(),
     };
     c.on_attempt(1, &name("a"), t0, t0 + MS, Ok(Acquire::Held(owner)));
     let next = c.next_wake().unwrap();
@@ -702,6 +703,7 @@ fn a_notification_during_a_running_read_or_attempt_runs_it_again_at_once() {
         session: SessionId::random(),
         token: Token::new(2).unwrap(),
         remaining: 900 * MS,
+        value: String::new(),
     };
     c.on_owner(5, t0 + 2 * MS, Ok(Some(holder.clone())));
     c.on_attempt(1, &name("a"), t0, t0 + 2 * MS, Ok(Acquire::Held(holder)));

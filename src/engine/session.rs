@@ -27,6 +27,7 @@ enum Work {
     Run(SessionId, Task),
     Release(SessionId, LeaseName, Token),
     Leave(SessionId, GroupName),
+    Join(SessionId, GroupName),
     CloseBackend(SessionId),
     Reopen,
 }
@@ -41,6 +42,9 @@ pub(crate) struct Shared {
     /// Groups joined through live [`Membership`](crate::Membership) guards, with their count;
     /// re-joined when the session is reopened.
     pub(crate) joined: BTreeMap<GroupName, usize>,
+    /// The term value of each election candidate that has one (see
+    /// [`Election::set_value`](crate::Election::set_value)): a new term starts with it.
+    pub(crate) values: BTreeMap<HandleId, String>,
     /// A reopen was queued and has not finished.
     reopening: bool,
     /// What the router delivers to this session (the core's interest at the last dispatch).
@@ -158,6 +162,7 @@ impl Session {
                 core,
                 reserved: BTreeMap::new(),
                 joined: BTreeMap::new(),
+                values: BTreeMap::new(),
                 reopening: false,
                 interest: Interest::default(),
                 ticker_at: None,
@@ -363,11 +368,20 @@ impl Inner {
         id: &SessionId,
         f: impl FnOnce(&mut Core) -> R,
     ) -> Option<R> {
+        self.with_session_shared(id, |s| f(&mut s.core))
+    }
+
+    /// [`Inner::with_session`] with everything the lock guards.
+    fn with_session_shared<R>(
+        &self,
+        id: &SessionId,
+        f: impl FnOnce(&mut Shared) -> R,
+    ) -> Option<R> {
         let mut s = self.shared.lock();
         if s.core.session() != id {
             return None;
         }
-        let r = f(&mut s.core);
+        let r = f(&mut s);
         self.dispatch(&mut s, true);
         Some(r)
     }
@@ -503,6 +517,11 @@ impl Inner {
     /// Queues leaving `group` as session `id` on the work thread (for `Drop`).
     pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
         self.queue(Work::Leave(id.clone(), group.clone()));
+    }
+
+    /// Queues joining `group` as session `id` on the work thread (an election's candidates).
+    pub(crate) fn join_later(&self, id: &SessionId, group: &GroupName) {
+        self.queue(Work::Join(id.clone(), group.clone()));
     }
 
     /// Releases a term of session `id` on the backend from the calling thread.
@@ -665,13 +684,7 @@ impl Inner {
         }
         {
             match w {
-                Work::Run(id, Task::Attempt(h, name)) => {
-                    let sent = self.now();
-                    let reply = self.backend.acquire(&id, &name);
-                    let now = self.now();
-                    // A reply for an expired predecessor is dropped: its grants die with it.
-                    self.with_session(&id, |c| c.on_attempt(h, &name, sent, now, reply));
-                }
+                Work::Run(id, Task::Attempt(h, name)) => self.attempt(id, h, name),
                 Work::Run(id, Task::Owner(h, name)) => {
                     let reply = self.backend.owner(&name);
                     let now = self.now();
@@ -692,12 +705,67 @@ impl Inner {
                         log::warn!("leaving {group} failed: {}", e.report());
                     }
                 }
+                Work::Join(id, group) => {
+                    match self.backend.join(&id, &group) {
+                        Ok(()) => {}
+                        // Re-joined by the reopen that follows, if any.
+                        Err(e @ Error::SessionExpired { .. }) => {
+                            log::debug!("joining {group}: {}", e.report())
+                        }
+                        Err(e) => log::warn!("joining {group} failed: {}", e.report()),
+                    }
+                    // Left meanwhile (its leave may have reached the backend first).
+                    if !self.shared.lock().joined.contains_key(&group) {
+                        let _ = self.backend.leave(&id, &group);
+                    }
+                }
                 Work::CloseBackend(id) => {
                     if let Err(e) = self.backend.close_session(&id) {
                         log::warn!("closing session {id} failed: {}", e.report());
                     }
                 }
                 Work::Reopen => self.reopen(),
+            }
+        }
+    }
+
+    /// A candidate's attempt, with the candidate's term value. A value changed while the
+    /// attempt was in flight is set on the term it won (the change and the adoption are
+    /// ordered by the lock: whichever comes second sees the other).
+    fn attempt(&self, id: SessionId, h: HandleId, name: LeaseName) {
+        let value = self
+            .shared
+            .lock()
+            .values
+            .get(&h)
+            .cloned()
+            .unwrap_or_default();
+        let sent = self.now();
+        let reply = if value.is_empty() {
+            self.backend.acquire(&id, &name)
+        } else {
+            self.backend.acquire_with_value(&id, &name, &value)
+        };
+        let now = self.now();
+        let granted = match &reply {
+            Ok(crate::spi::Acquire::Acquired(t)) => Some(t.token),
+            _ => None,
+        };
+        // A reply for an expired predecessor is dropped: its grants die with it.
+        let fix = self.with_session_shared(&id, |s| {
+            s.core.on_attempt(h, &name, sent, now, reply);
+            let held = s.core.term_of(&name, super::Holder::Election(h));
+            let current = s.values.get(&h).map_or("", String::as_str);
+            match (granted, held) {
+                (Some(g), Some(t)) if t.token == g && current != value => {
+                    Some((g, current.to_owned()))
+                }
+                _ => None,
+            }
+        });
+        if let Some((token, v)) = fix.flatten() {
+            if let Err(e) = self.backend.set_value(&id, &name, token, &v) {
+                log::warn!("setting the value of {name} failed: {}", e.report());
             }
         }
     }

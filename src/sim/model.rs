@@ -230,6 +230,7 @@ impl Model {
                         session: holder.clone(),
                         token: Token::new(*token).expect("held leases have a token"),
                         remaining: Duration::from_nanos(h.expires - now),
+                        value: String::new(),
                     }));
                 }
             }
@@ -288,6 +289,7 @@ impl Model {
             session: s.clone(),
             token: Token::new(l.token).ok()?,
             remaining: Duration::from_nanos(row.expires - now),
+            value: String::new(),
         })
     }
 }

@@ -621,6 +621,7 @@ fn owner_at(op: &'static str, r: &Reply, holder: &str) -> Result<Owner> {
         session,
         token,
         remaining,
+        value: String::new(),
     })
 }
 
@@ -707,6 +708,7 @@ fn queued(op: &'static str, r: &Reply, rest: &[Reply], sid: &SessionId) -> Resul
                 session: session_in(op, r, holder)?,
                 token: token(op, t.as_int().ok_or_else(|| bad_reply(op, r))?)?,
                 remaining: millis(op, r, left.as_int().ok_or_else(|| bad_reply(op, r))?)?,
+                value: String::new(),
             };
             if owner.session == *sid {
                 return Err(bad_reply(op, r));
@@ -1759,6 +1761,35 @@ impl LeaseBackend for RedisBackend {
             .collect()
     }
 
+    fn supports_values(&self) -> bool {
+        true
+    }
+
+    /// One script on the lease's node (`set_value.lua`), on every layout: the term's own
+    /// expiry (or, bound to its session on one node, the session hash) decides whether it
+    /// still lasts. Not waited for by replicas (`wait_replicas`): a value is no fence.
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        crate::types::check_value(value)?;
+        let r = self.eval(
+            Role::Other,
+            &scripts().set_value,
+            &[self.keys.lease(name.as_str())],
+            &[
+                session.to_string(),
+                token.to_string(),
+                value.to_owned(),
+                self.keys.session_prefix(),
+            ],
+        )?;
+        flag("setting a term value", &r)
+    }
+
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
         if !self.live_before_routed_change(session)? {
             return Ok(false);
@@ -1776,9 +1807,12 @@ impl LeaseBackend for RedisBackend {
         )?;
         match r.as_array() {
             Some([]) => Ok(None),
-            Some([holder, _, _]) => {
+            Some([holder, _, _, value]) => {
                 let holder = holder.as_str().ok_or_else(|| bad_reply(OP, &r))?;
-                Ok(Some(owner_at(OP, &r, holder)?))
+                let value = value.as_str().ok_or_else(|| bad_reply(OP, &r))?;
+                let mut owner = owner_at(OP, &r, holder)?;
+                value.clone_into(&mut owner.value);
+                Ok(Some(owner))
             }
             _ => Err(bad_reply(OP, &r)),
         }

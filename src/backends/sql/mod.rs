@@ -338,8 +338,8 @@ impl AcqReport {
 pub(crate) struct RawListing {
     /// `(session id, remaining µs, metadata)`.
     pub(crate) sessions: Vec<(String, i64, String)>,
-    /// `(name, holder, token, holder's remaining µs)`.
-    pub(crate) leases: Vec<(String, String, i64, i64)>,
+    /// `(name, holder, token, holder's remaining µs, term value)`.
+    pub(crate) leases: Vec<(String, String, i64, i64, String)>,
     /// `(group, member session id, metadata)`, sorted by group then session.
     pub(crate) members: Vec<(String, String, String)>,
 }
@@ -389,8 +389,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn remove_session(&self, id: &str) -> DbResult<()>;
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow>;
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool>;
-    /// The live holder: session, token, remaining µs.
-    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>>;
+    /// The live holder: session, token, remaining µs, the term's value (empty for none).
+    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64, String)>>;
+    /// Sets the value of `id`'s live term of `name` with `token`; whether it is held so
+    /// (and the value now set).
+    fn set_value(&self, id: &str, name: &str, token: i64, value: &str) -> DbResult<bool>;
     /// `false` when the session is not live.
     fn join(&self, id: &str, group: &str) -> DbResult<bool>;
     fn leave(&self, id: &str, group: &str) -> DbResult<bool>;
@@ -1204,6 +1207,7 @@ impl LeaseBackend for SqlBackend {
                     session: session_id(&s)?,
                     token: token(t)?,
                     remaining: remaining(remaining_us),
+                    value: String::new(),
                 })),
                 AcqRow::Raced if Instant::now() < deadline && attempt < 50 => {
                     attempt += 1;
@@ -1233,14 +1237,35 @@ impl LeaseBackend for SqlBackend {
             .driver
             .owner(name.as_str())
             .map_err(|e| self.err("reading a lease owner", e))?;
-        row.map(|(s, t, us)| {
+        row.map(|(s, t, us, value)| {
             Ok(Owner {
                 session: session_id(&s)?,
                 token: token(t)?,
                 remaining: remaining(us),
+                value,
             })
         })
         .transpose()
+    }
+
+    fn supports_values(&self) -> bool {
+        true
+    }
+
+    /// One statement changing the lease row alone (on MySQL a second read when it changed
+    /// nothing: the same value again).
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        crate::types::check_value(value)?;
+        let t = i64::try_from(token.get()).unwrap_or(i64::MAX);
+        self.driver
+            .set_value(session.as_str(), name.as_str(), t, value)
+            .map_err(|e| self.err("setting a term value", e))
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
@@ -1360,7 +1385,7 @@ impl LeaseBackend for SqlBackend {
                 metadata: meta(m)?,
             });
         }
-        for (name, holder, t, us) in raw.leases {
+        for (name, holder, t, us, value) in raw.leases {
             out.leases.push(LeaseInfo {
                 name: LeaseName::new(name)
                     .map_err(|e| Error::backend("reading a lease name", e))?,
@@ -1368,6 +1393,7 @@ impl LeaseBackend for SqlBackend {
                     session: session_id(&holder)?,
                     token: token(t)?,
                     remaining: remaining(us),
+                    value,
                 },
             });
         }

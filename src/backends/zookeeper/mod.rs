@@ -860,7 +860,15 @@ impl Inner {
             session: SessionId::from_u64(stat.ephemeral_owner as u64),
             token: token(stat)?,
             remaining,
+            value: String::new(),
         })
+    }
+
+    /// [`Inner::owner_of`] with the term's value from the node's data.
+    fn owner_with_value(&self, data: &[u8], stat: &zk::Stat) -> Result<Owner> {
+        let mut owner = self.owner_of(stat)?;
+        owner.value = value_of(data);
+        Ok(owner)
     }
 
     /// The time the session with ZooKeeper id `raw` has left: known for a session of this
@@ -895,6 +903,21 @@ impl Inner {
 
 /// The token of a lease node: its czxid, which is positive (a zxid of 0 or below is no
 /// creation a server could have made).
+/// A lease node's data: the holder's session id, then after a line feed the term's value
+/// (none until the holder sets one; the node lives for one term only).
+fn lease_data(session: &SessionId, value: &str) -> Vec<u8> {
+    format!("{session}\n{value}").into_bytes()
+}
+
+/// The term value in a lease node's data (empty when there is none, or it is not UTF-8).
+fn value_of(data: &[u8]) -> String {
+    std::str::from_utf8(data)
+        .ok()
+        .and_then(|d| d.split_once('\n'))
+        .map(|(_, v)| v.to_owned())
+        .unwrap_or_default()
+}
+
 fn token(stat: &zk::Stat) -> Result<Token> {
     u64::try_from(stat.czxid)
         .ok()
@@ -1203,7 +1226,7 @@ impl LeaseBackend for ZooKeeperBackend {
             let (seq, created, seen) = {
                 let mut p = s.possibly.lock();
                 let seq = p.creating(name);
-                let created = client.create(&path, session.as_str().as_bytes(), &opts);
+                let created = client.create(&path, &lease_data(session, ""), &opts);
                 (seq, created, held::Sent::exists(&client, path.clone()))
             };
             match call(OP, limit, created)? {
@@ -1286,11 +1309,61 @@ impl LeaseBackend for ZooKeeperBackend {
         let inner = &self.inner;
         let client = inner.reader.client()?;
         let path = inner.cfg.lease_path(name);
-        match call(OP, inner.cfg.request_timeout, client.check_stat(&path))? {
-            Ok(Some(stat)) => Ok(Some(inner.owner_of(&stat)?)),
-            Ok(None) => Ok(None),
+        match call(OP, inner.cfg.request_timeout, client.get_data(&path))? {
+            Ok((data, stat)) => Ok(Some(inner.owner_with_value(&data, &stat)?)),
+            Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(zk_err(OP, e)),
         }
+    }
+
+    fn supports_values(&self) -> bool {
+        true
+    }
+
+    /// Two round trips on the session's own client: the node's stat (its owner and czxid
+    /// must be the session and the token), then a `setData` of that node version. The data
+    /// change fires the holder's watch (its next keep-alive reads the node once) and the
+    /// readers' recursive watch ([`Notification::Acquired`]).
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        const OP: &str = "setting a term value";
+        crate::types::check_value(value)?;
+        let inner = &self.inner;
+        let Some(s) = inner.live_or_none(session) else {
+            return Ok(false);
+        };
+        let Ok(client) = s.client() else {
+            return Ok(false);
+        };
+        let limit = s.limit(&inner.cfg);
+        let path = inner.cfg.lease_path(name);
+        let data = lease_data(session, value);
+        for _ in 0..8 {
+            let stat = match call(OP, limit, client.check_stat(&path))? {
+                Ok(Some(stat)) => stat,
+                Ok(None) => return Ok(false),
+                Err(e) => return inner.fail_unchanged(&s, OP, e),
+            };
+            if stat.ephemeral_owner != s.raw || stat.czxid as u64 != token.get() {
+                return Ok(false);
+            }
+            match call(OP, limit, client.set_data(&path, &data, Some(stat.version)))? {
+                Ok(_) => return Ok(true),
+                // Another value set meanwhile (by this session): read the version again.
+                Err(zk::Error::BadVersion) => continue,
+                Err(zk::Error::NoNode) => return Ok(false),
+                Err(e) => return inner.fail_unchanged(&s, OP, e),
+            }
+        }
+        Err(Error::backend(
+            OP,
+            format!("lease node {name} kept changing"),
+        ))
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
@@ -1455,8 +1528,8 @@ impl LeaseBackend for ZooKeeperBackend {
             }
             let results = call(OP, limit, r.commit())?.map_err(|e| zk_err(OP, e))?;
             for (name, r) in names.into_iter().zip(results) {
-                if let zk::MultiReadResult::Data { stat, .. } = r {
-                    match inner.owner_of(&stat) {
+                if let zk::MultiReadResult::Data { data, stat } = r {
+                    match inner.owner_with_value(&data, &stat) {
                         Ok(owner) => out.leases.push(LeaseInfo { name, owner }),
                         Err(e) => log::warn!("lease node {name}: {}", e.report()),
                     }
@@ -1601,8 +1674,11 @@ fn watch_loop(
                     subs.publish(&Notification::Released(name));
                 }
             }
-            // A lease node is created only for a new term (a re-acquire finds it existing).
-            zk::EventType::NodeCreated if ev.path.starts_with(&leases) => {
+            // A lease node is created only for a new term (a re-acquire finds it existing);
+            // its data changes only with the term's value.
+            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
+                if ev.path.starts_with(&leases) =>
+            {
                 if let Ok(name) = LeaseName::new(&ev.path[leases.len()..]) {
                     subs.publish(&Notification::Acquired(name));
                 }
