@@ -16,11 +16,13 @@ mod engine_cases;
 mod fair_cases;
 mod gate;
 mod semaphore_cases;
+mod value_cases;
 
 pub use backend_cases::*;
 pub use engine_cases::*;
 pub use fair_cases::*;
 pub use semaphore_cases::*;
+pub use value_cases::*;
 
 use crate::engine::Config;
 use crate::spi::LeaseBackend;
@@ -183,6 +185,8 @@ macro_rules! tck_suite {
             semaphore_admits_at_most_its_permits,
             semaphore_waits_for_the_reopened_session,
             list_shows_live_sessions_leases_and_groups,
+            term_values_belong_to_their_term,
+            observers_see_leader_values_and_candidates,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

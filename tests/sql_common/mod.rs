@@ -101,6 +101,26 @@ impl LeaseBackend for Isolated {
     fn supports_queues(&self) -> bool {
         self.0.supports_queues()
     }
+    fn supports_values(&self) -> bool {
+        self.0.supports_values()
+    }
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: simba_lease::Token,
+        value: &str,
+    ) -> simba_lease::Result<bool> {
+        self.0.set_value(session, name, token, value)
+    }
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> simba_lease::Result<simba_lease::spi::Acquire> {
+        self.0.acquire_with_value(session, name, value)
+    }
     fn acquire_queued(
         &self,
         session: &SessionId,
