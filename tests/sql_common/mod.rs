@@ -996,8 +996,12 @@ pub fn install_schema_migrates_older_tables<D: Db>() {
     let before = LeaseName::new("before").unwrap();
     let t = acquired(&*b, &s, &before);
     D::exec(&format!("ALTER TABLE {p}simba_session DROP COLUMN version"));
-    D::exec(&format!("ALTER TABLE {p}simba_lease DROP COLUMN term_value"));
-    D::exec(&format!("ALTER TABLE {p}simba_lease DROP COLUMN value_token"));
+    D::exec(&format!(
+        "ALTER TABLE {p}simba_lease DROP COLUMN term_value"
+    ));
+    D::exec(&format!(
+        "ALTER TABLE {p}simba_lease DROP COLUMN value_token"
+    ));
     b.0.install_schema().unwrap();
     b.0.install_schema().unwrap();
     assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), ["before"]);
