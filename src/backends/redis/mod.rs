@@ -1067,12 +1067,14 @@ impl RedisBackend {
         }
     }
 
-    /// One node: `acquire.lua`, or with `patience` (fair locks) `acquire_queued.lua`.
+    /// One node: `acquire.lua` (with `value`, the term's value is set in the same script),
+    /// or with `patience` (fair locks) `acquire_queued.lua`.
     fn acquire_one_node(
         &self,
         sid: &SessionId,
         name: &LeaseName,
         patience: Option<Duration>,
+        value: Option<&str>,
     ) -> Result<Acquired> {
         const OP: &str = "acquiring";
         let mut keys = vec![
@@ -1086,7 +1088,10 @@ impl RedisBackend {
             self.keys.session_prefix(),
         ];
         let s = match patience {
-            None => &scripts().acquire,
+            None => {
+                args.extend(value.map(str::to_owned));
+                &scripts().acquire
+            }
             Some(p) => {
                 keys.push(self.keys.queue(name.as_str()));
                 keys.push(self.keys.queue_deadlines(name.as_str()));
@@ -1121,6 +1126,35 @@ impl RedisBackend {
                 ))
             }
             _ => Ok(r),
+        }
+    }
+
+    /// A plain acquire; on one node with `value`, the term's value is set by the same script.
+    fn acquire_valued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: Option<&str>,
+    ) -> Result<Acquire> {
+        let r = if self.routed {
+            self.acquire_routed(session, name, None)?
+        } else {
+            self.acquire_one_node(session, name, None, value)?
+        };
+        match r {
+            Acquired::Term {
+                token, remaining, ..
+            } => Ok(Acquire::Acquired(Term {
+                name: name.clone(),
+                token,
+                remaining,
+            })),
+            Acquired::Held(owner) => Ok(Acquire::Held(owner)),
+            // Only queued acquires answer so.
+            Acquired::Queued { owner, .. } => owner
+                .map(Acquire::Held)
+                .ok_or_else(|| Error::backend("acquiring", "a queue reply to a plain acquire")),
+            Acquired::Expired => Err(self.expired(session)),
         }
     }
 
@@ -1668,26 +1702,28 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        let r = if self.routed {
-            self.acquire_routed(session, name, None)?
-        } else {
-            self.acquire_one_node(session, name, None)?
-        };
-        match r {
-            Acquired::Term {
-                token, remaining, ..
-            } => Ok(Acquire::Acquired(Term {
-                name: name.clone(),
-                token,
-                remaining,
-            })),
-            Acquired::Held(owner) => Ok(Acquire::Held(owner)),
-            // Only queued acquires answer so.
-            Acquired::Queued { owner, .. } => owner
-                .map(Acquire::Held)
-                .ok_or_else(|| Error::backend("acquiring", "a queue reply to a plain acquire")),
-            Acquired::Expired => Err(self.expired(session)),
+        self.acquire_valued(session, name, None)
+    }
+
+    /// One node: one script takes the term and sets its value. Routed (a cluster): the
+    /// acquire, then `set_value.lua` (the default).
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> Result<Acquire> {
+        crate::types::check_value(value)?;
+        if !self.routed {
+            return self.acquire_valued(session, name, Some(value).filter(|v| !v.is_empty()));
         }
+        let reply = self.acquire_valued(session, name, None)?;
+        if let Acquire::Acquired(term) = &reply {
+            if !value.is_empty() {
+                self.set_value(session, name, term.token, value)?;
+            }
+        }
+        Ok(reply)
     }
 
     fn supports_queues(&self) -> bool {
@@ -1704,7 +1740,7 @@ impl LeaseBackend for RedisBackend {
         let r = if self.routed {
             self.acquire_routed(session, name, Some(patience))?
         } else {
-            self.acquire_one_node(session, name, Some(patience))?
+            self.acquire_one_node(session, name, Some(patience), None)?
         };
         match r {
             Acquired::Term {
