@@ -5,7 +5,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms, or the mark `9000000000000000`: bound to the session) |
+//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms, or the mark `9000000000000000`: bound to the session); `value`, `vtoken` (a term value and the token of the term it was set for: shown only while that term lasts) |
 //! | `{prefix}:session:{sid}` | hash with `PX` = lease | `metadata`, `lease`, `v` (version of its set of leases) |
 //! | `{prefix}:session:{sid}:leases` | set, same slot | leases of the session |
 //! | `{prefix}:session:{sid}:groups` | set, same slot | groups the session joined |
@@ -31,7 +31,7 @@
 //! term over, but take over a dead one only after an upgrade. Release clears only the
 //! `session` field (the token stays) and publishes `released` on the lease key's channel;
 //! the script that grants a new term publishes `acquired` there (a re-acquire by the holder
-//! publishes nothing); joins and leaves publish on the group key's channel. One pub/sub
+//! publishes nothing), and so does one that sets a term's value; joins and leaves publish on the group key's channel. One pub/sub
 //! connection per backend (on its own thread, speaking RESP3, so Redis 6 or later) turns
 //! those into [`Notification`]s and skips anything else the server sends; when it drops,
 //! subscribers get [`Notification::Resync`] and it resubscribes with backoff (a read
@@ -99,7 +99,8 @@
 //!
 //! | operation | one server | cluster (`route_by_slot`) |
 //! |---|---|---|
-//! | open, owner | 1 | 1 |
+//! | open, owner, set a term value | 1 | 1 |
+//! | acquire with a term value | 1 (the same script) | 3 (4): the acquire, then the value |
 //! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per node (per slot after a node refused: a slot moved), pipelined to every node at once; cost grows with the leases held |
 //! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
 //! | release, leave | 1 | 3 (a PTTL of the session first: an expired session changes nothing) |

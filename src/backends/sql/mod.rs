@@ -17,6 +17,13 @@
 //! | `release`, `leave`, `owner`, `members` | 1 | 1 |
 //! | `join` | 1 | 1 (2 when already a member) |
 //! | `close_session` | 1 | 3 |
+//! | `set_value` | 1 (the lease row alone is updated; notifies `a:`) | 1 (2 when the value was already set: the count of changed rows is then 0, a read tells) |
+//! | `acquire_with_value` | `acquire` + `set_value` | `acquire` + `set_value` |
+//!
+//! A term's value lives in the lease row (`term_value`, with `value_token`, the token of the
+//! term it was set for): `owner` and `list` show it only while that term lasts, so a new term
+//! starts without it and no acquire statement changed. Tables of an earlier version get both
+//! columns from [`SqlBackend::install_schema`].
 //!
 //! Deadlocks and serialization failures (PostgreSQL SQLSTATE `40001`/`40P01`, MySQL error
 //! 1213) are retried inside the backend, a few times within the query timeout, because every

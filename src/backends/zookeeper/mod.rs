@@ -4,7 +4,7 @@
 //!
 //! | path | kind | content |
 //! |---|---|---|
-//! | `{root}/leases/{name}` | ephemeral | the holder's session id; owner = `ephemeralOwner`, token = `czxid` |
+//! | `{root}/leases/{name}` | ephemeral | the holder's session id, a line feed and the term's value (empty until set; the node lives one term); owner = `ephemeralOwner`, token = `czxid` |
 //! | `{root}/groups/{group}` | container | — |
 //! | `{root}/groups/{group}/{sessionId}` | ephemeral | the member session's metadata |
 //! | `{root}/queues/{name}/q-{sessionId}-{n}` | ephemeral sequential | a fair-lock waiter's place: its patience in ms (see `queue.rs`) |
@@ -33,7 +33,9 @@
 //! `exists` of `{root}/leases`, or of the few lease nodes whose create's outcome is unknown),
 //! whatever the number of leases held, plus 1 when a held node's watch fired (see below);
 //! release: 2
-//! (read owner and czxid, then delete that version); join: 1 (2–3 when the group node is
+//! (read owner and czxid, then delete that version); set a term value: 2 (read owner and
+//! czxid, then `setData` of that version; the holder's next keep-alive reads the node once,
+//! its watch having fired); acquire with a value: 3 (the create, then the value); join: 1 (2–3 when the group node is
 //! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
 //! the root); list: 4 plus 3 per group (sync, children of `leases` and `groups`, one multi
 //! read of the lease nodes, then each group's members).
@@ -55,7 +57,8 @@
 //! session (`zookeeper-client` 0.11 sets only data, exist and child watches again), and a
 //! recursive one sees a member node created under a group that did not exist
 //! yet without any per-group bookkeeping; a lease node's creation (a new term) becomes
-//! [`Notification::Acquired`], its deletion [`Notification::Released`], a member node's
+//! [`Notification::Acquired`] (so does a change of its data: a new term value), its deletion
+//! [`Notification::Released`], a member node's
 //! creation or deletion [`Notification::GroupChanged`], and a reconnect of the reader
 //! [`Notification::Resync`] (events during a disconnection may be lost, ZOOKEEPER-4698). The
 //! price: every node change under the root is sent to every backend instance's reader.
