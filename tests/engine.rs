@@ -458,8 +458,9 @@ fn dropping_handles_and_the_session_does_no_io_on_the_dropping_thread() {
     drop(guard);
     drop(e);
     drop(membership);
-    until("two releases and a leave ran", || {
-        gate.io_done("release").len() == 2 && gate.io_done("leave").len() == 1
+    // The leaves: the group's and the election's candidates group's.
+    until("two releases and two leaves ran", || {
+        gate.io_done("release").len() == 2 && gate.io_done("leave").len() == 2
     });
     let owner = gate
         .inner
