@@ -22,6 +22,14 @@ pub(crate) struct Args {
 }
 
 /// `s` on one line: control characters (a newline in metadata) escaped, the rest as given.
+/// A term value as the last column of a lease row: nothing when there is none.
+fn value_column(value: &str) -> String {
+    match value {
+        "" => String::new(),
+        v => format!("  {}", one_line(v)),
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
@@ -108,12 +116,12 @@ fn list(a: &Args, backend: &dyn LeaseBackend) -> Result<ExitCode> {
         );
         for x in &l.leases {
             println!(
-                "{:<32} {:<34} {:>8} {:>12}  {}",
+                "{:<32} {:<34} {:>8} {:>12}{}",
                 x.name.as_str(),
                 x.owner.session.as_str(),
                 x.owner.token.get(),
                 secs(x.owner.remaining),
-                one_line(&x.owner.value)
+                value_column(&x.owner.value)
             );
         }
     }
@@ -173,12 +181,12 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     for (n, o) in &leases {
         match o {
             Some(o) => println!(
-                "{:<32} {:<34} {:>8} {:>12}  {}",
+                "{:<32} {:<34} {:>8} {:>12}{}",
                 n.as_str(),
                 o.session.as_str(),
                 o.token.get(),
                 format!("{:.3}s", o.remaining.as_secs_f64()),
-                one_line(&o.value)
+                value_column(&o.value)
             ),
             None => println!("{:<32} {:<34} {:>8} {:>12}", n.as_str(), "(free)", "-", "-"),
         }
