@@ -43,7 +43,10 @@
 //!    same term.
 //! 4. Every remaining time is measured by the backend's clock.
 //! 5. Names: 1–128 characters of `[A-Za-z0-9._:-]`, not `.` or `..`, case-sensitive; metadata
-//!    at most 1024 bytes. Bad input is a typed [`Error`] before any I/O.
+//!    and term values at most 1024 bytes. Bad input is a typed [`Error`] before any I/O.
+//! 6. A term's value ([`Owner::value`], set by its holder: [`Election::set_value`],
+//!    [`LockGuard::set_value`]) belongs to that term: only its live holder sets it, and a
+//!    new term starts without it.
 //!
 //! ## How a session keeps its leases
 //!
