@@ -1590,7 +1590,7 @@ fn show_event(e: &Event) -> String {
 /// for odd ones (so terms with and without a value follow each other).
 fn candidate_value(id: &SessionId) -> String {
     let n = super::model::session_no(id);
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         format!("s{n}")
     } else {
         String::new()
