@@ -45,6 +45,9 @@ pub(crate) struct Shared {
     /// The term value of each election candidate that has one (see
     /// [`Election::set_value`](crate::Election::set_value)): a new term starts with it.
     pub(crate) values: BTreeMap<HandleId, String>,
+    /// Counts the changes of `values` (the engine's write of a value that changed during an
+    /// attempt checks it was the last).
+    pub(crate) value_changes: u64,
     /// A reopen was queued and has not finished.
     reopening: bool,
     /// What the router delivers to this session (the core's interest at the last dispatch).
@@ -163,6 +166,7 @@ impl Session {
                 reserved: BTreeMap::new(),
                 joined: BTreeMap::new(),
                 values: BTreeMap::new(),
+                value_changes: 0,
                 reopening: false,
                 interest: Interest::default(),
                 ticker_at: None,
@@ -731,7 +735,9 @@ impl Inner {
 
     /// A candidate's attempt, with the candidate's term value. A value changed while the
     /// attempt was in flight is set on the term it won (the change and the adoption are
-    /// ordered by the lock: whichever comes second sees the other).
+    /// ordered by the lock: whichever comes second sees the other), and set again if it
+    /// changed once more while that write was in flight (whose arrival may then follow the
+    /// newer value's own write).
     fn attempt(&self, id: SessionId, h: HandleId, name: LeaseName) {
         let value = self
             .shared
@@ -758,14 +764,31 @@ impl Inner {
             let current = s.values.get(&h).map_or("", String::as_str);
             match (granted, held) {
                 (Some(g), Some(t)) if t.token == g && current != value => {
-                    Some((g, current.to_owned()))
+                    Some((g, current.to_owned(), s.value_changes))
                 }
                 _ => None,
             }
         });
-        if let Some((token, v)) = fix.flatten() {
+        let Some((token, mut v, mut seen)) = fix.flatten() else {
+            return;
+        };
+        for _ in 0..16 {
             if let Err(e) = self.backend.set_value(&id, &name, token, &v) {
                 log::warn!("setting the value of {name} failed: {}", e.report());
+                return;
+            }
+            let s = self.shared.lock();
+            let held = s.core.session() == &id
+                && s.core
+                    .term_of(&name, super::Holder::Election(h))
+                    .is_some_and(|t| t.token == token);
+            if !held || s.value_changes == seen {
+                return;
+            }
+            seen = s.value_changes;
+            match s.values.get(&h).map_or("", String::as_str) {
+                current if current == v => return,
+                current => current.clone_into(&mut v),
             }
         }
     }

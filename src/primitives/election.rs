@@ -55,7 +55,9 @@ impl Session {
         let inner = &self.inner;
         let h = inner.next_handle();
         if let Some(v) = value.filter(|v| !v.is_empty()) {
-            inner.lock_shared().values.insert(h, v);
+            let mut s = inner.lock_shared();
+            s.values.insert(h, v);
+            s.value_changes += 1;
         }
         if let Err(e) = enter(inner, &name, h) {
             inner.lock_shared().values.remove(&h);

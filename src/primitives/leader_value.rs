@@ -153,6 +153,7 @@ impl Election {
             } else {
                 s.values.insert(self.handle, value.clone());
             }
+            s.value_changes += 1;
             let held = s.core.term_of(&self.name, Holder::Election(self.handle));
             let valid = held.filter(|t| s.core.is_valid(&t.name, t.token, now));
             valid.map(|t| (s.core.session().clone(), t))
