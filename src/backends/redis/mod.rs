@@ -31,9 +31,9 @@
 //! term over, but take over a dead one only after an upgrade. Release clears only the
 //! `session` field (the token stays) and publishes `released` on the lease key's channel;
 //! the script that grants a new term publishes `acquired` there (a re-acquire by the holder
-//! publishes nothing), and so does one that sets a term's value; joins and leaves publish on the group key's channel. One pub/sub
-//! connection per backend (on its own thread, speaking RESP3, so Redis 6 or later) turns
-//! those into [`Notification`]s and skips anything else the server sends; when it drops,
+//! publishes nothing), and so does one that sets a term's value; joins and leaves publish on
+//! the group key's channel. One pub/sub connection per backend (on its own thread, speaking
+//! RESP3, so Redis 6 or later) turns those into [`Notification`]s and skips anything else the server sends; when it drops,
 //! subscribers get [`Notification::Resync`] and it resubscribes with backoff (a read
 //! interrupted by a stop and continue of the process is simply read again). Every time
 //! decision uses Redis `TIME` inside the scripts; remaining times are rounded down to whole

@@ -35,8 +35,8 @@
 //! release: 2
 //! (read owner and czxid, then delete that version); set a term value: 2 (read owner and
 //! czxid, then `setData` of that version; the holder's next keep-alive reads the node once,
-//! its watch having fired); acquire with a value: 3 (the create, then the value); join: 1 (2–3 when the group node is
-//! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
+//! its watch having fired); acquire with a value: 3 (the create, then the value); join: 1
+//! (2–3 when the group node is missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
 //! the root); list: 4 plus 3 per group (sync, children of `leases` and `groups`, one multi
 //! read of the lease nodes, then each group's members).
 //!
@@ -58,9 +58,8 @@
 //! recursive one sees a member node created under a group that did not exist
 //! yet without any per-group bookkeeping; a lease node's creation (a new term) becomes
 //! [`Notification::Acquired`] (so does a change of its data: a new term value), its deletion
-//! [`Notification::Released`], a member node's
-//! creation or deletion [`Notification::GroupChanged`], and a reconnect of the reader
-//! [`Notification::Resync`] (events during a disconnection may be lost, ZOOKEEPER-4698). The
+//! [`Notification::Released`], a member node's creation or deletion
+//! [`Notification::GroupChanged`], and a reconnect of the reader [`Notification::Resync`] (events during a disconnection may be lost, ZOOKEEPER-4698). The
 //! price: every node change under the root is sent to every backend instance's reader.
 //!
 //! # TLS
@@ -904,8 +903,6 @@ impl Inner {
     }
 }
 
-/// The token of a lease node: its czxid, which is positive (a zxid of 0 or below is no
-/// creation a server could have made).
 /// A lease node's data: the holder's session id, then after a line feed the term's value
 /// (none until the holder sets one; the node lives for one term only).
 fn lease_data(session: &SessionId, value: &str) -> Vec<u8> {
@@ -921,6 +918,8 @@ fn value_of(data: &[u8]) -> String {
         .unwrap_or_default()
 }
 
+/// The token of a lease node: its czxid, which is positive (a zxid of 0 or below is no
+/// creation a server could have made).
 fn token(stat: &zk::Stat) -> Result<Token> {
     u64::try_from(stat.czxid)
         .ok()
