@@ -126,9 +126,9 @@ impl Election {
     /// backend without term values, and [`Error::LeaseLost`] if the backend found the term
     /// gone (the value still applies to the next term).
     ///
-    /// On backends that cannot take a term and set its value in one step (all but memory and
-    /// Redis on one server), a term won with a value is set right after it is taken:
-    /// observers may briefly see the new leader with an empty value first.
+    /// On backends that cannot take a term and set its value in one step (all but memory,
+    /// PostgreSQL and Redis on one server), a term won with a value is set right after it is
+    /// taken: observers may briefly see the new leader with an empty value first.
     ///
     /// ```
     /// use simba_lease::{Config, Session, backends::MemoryBackend};

@@ -56,6 +56,16 @@ pub fn term_values_belong_to_their_term(h: &Harness) {
         Err(Error::InvalidValue { .. })
     ));
     assert_eq!(owner(&*b, &name).expect("held").value, v2);
+    // A re-acquire with a value by the holder keeps the term and sets the value.
+    let again = granted(b.acquire_with_value(&s1, &name, "re-acquired"));
+    assert_eq!(again.token, t1.token);
+    assert_eq!(owner(&*b, &name).expect("held").value, "re-acquired");
+    assert!(b.set_value(&s1, &name, t1.token, v2).expect("set_value"));
+    // Another session's acquire with a value takes nothing and sets nothing.
+    assert!(matches!(
+        b.acquire_with_value(&s2, &name, "not mine"),
+        Ok(Acquire::Held(o)) if o.session == s1
+    ));
     match b.list() {
         Err(Error::Unsupported { .. }) => {}
         r => {

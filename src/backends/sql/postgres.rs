@@ -80,6 +80,8 @@ struct Stmts {
     keep_alive: Statement,
     remove: Statement,
     acquire: Statement,
+    /// `acquire` that gives a new term the value `$3` in the same upsert.
+    acquire_valued: Statement,
     release: Statement,
     owner: Statement,
     set_value: Statement,
@@ -315,6 +317,35 @@ fn sql(t: &Tables) -> [String; 11] {
     ]
 }
 
+/// The acquire statement (of lease table `l`) that gives a new term the value `$3` in its
+/// upsert: the inserted row and the take-over both set `term_value` and `value_token` (the
+/// new token: in `DO UPDATE SET`, `x.token` is the row's token before the update). A
+/// re-acquire by the holder updates nothing, as in `acquire`.
+fn acquire_with_value(acquire: &str, l: &str) -> String {
+    let swap = |s: &str, from: &str, to: &str| {
+        assert_eq!(
+            s.matches(from).count(),
+            1,
+            "the acquire statement has one {from:?}"
+        );
+        s.replacen(from, to, 1)
+    };
+    let s = swap(
+        acquire,
+        &format!("INSERT INTO {l} AS x (name, session_id, token) SELECT $2, $1, 1 FROM me"),
+        &format!(
+            "INSERT INTO {l} AS x (name, session_id, token, term_value, value_token) \
+             SELECT $2, $1, 1, $3, 1 FROM me"
+        ),
+    );
+    swap(
+        &s,
+        "SET session_id = EXCLUDED.session_id, token = x.token + 1",
+        "SET session_id = EXCLUDED.session_id, token = x.token + 1, \
+         term_value = EXCLUDED.term_value, value_token = x.token + 1",
+    )
+}
+
 /// The fair-lock queue statements (text, run unprepared): place, leave, list.
 fn queue_sql(t: &Tables) -> [String; 3] {
     let (s, q) = (&t.session, &t.queue);
@@ -380,6 +411,10 @@ fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::post
             ],
         )?,
         remove: client.prepare_typed(&remove, std::slice::from_ref(&sid))?,
+        acquire_valued: client.prepare_typed(
+            &acquire_with_value(&acquire, &t.lease),
+            &[sid.clone(), name.clone(), Type::VARCHAR],
+        )?,
         acquire: client.prepare_typed(&acquire, &[sid.clone(), name.clone()])?,
         release: client.prepare_typed(&release, &[name.clone(), sid.clone(), i8.clone()])?,
         owner: client.prepare_typed(&owner, std::slice::from_ref(&name))?,
@@ -713,6 +748,24 @@ impl Driver for PgDriver {
         })
     }
 
+    fn acquire_with_value(&self, id: &str, name: &str, value: &str) -> DbResult<(AcqRow, bool)> {
+        self.run(|c, st| {
+            let r = c
+                .query_one(&st.acquire_valued, &[&id, &name, &value])
+                .map_err(classify)?;
+            let report = AcqReport {
+                my_remaining: col(&r, 0)?,
+                new_token: col(&r, 1)?,
+                holder: col(&r, 2)?,
+                token: col(&r, 3)?,
+                holder_remaining: col(&r, 4)?,
+            };
+            // Only a new term (a row from the upsert) got the value.
+            let set = report.new_token.is_some();
+            Ok((report.outcome(id), set))
+        })
+    }
+
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool> {
         self.run(|c, st| {
             let r = c
@@ -901,5 +954,33 @@ impl Driver for PgDriver {
 
     fn listener_name(&self) -> Option<String> {
         Some(self.listener.name().to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_valued_acquire_sets_the_value_in_the_upsert_only() {
+        let t = Tables::new("p_");
+        let acquire = sql(&t)[3].clone();
+        let valued = acquire_with_value(&acquire, &t.lease);
+        assert!(valued.contains(
+            "INSERT INTO p_simba_lease AS x (name, session_id, token, term_value, value_token) \
+             SELECT $2, $1, 1, $3, 1 FROM me"
+        ));
+        assert!(valued.contains("term_value = EXCLUDED.term_value, value_token = x.token + 1"));
+        // Everything else is the acquire statement.
+        let back = valued
+            .replace(
+                ", term_value, value_token) SELECT $2, $1, 1, $3, 1",
+                ") SELECT $2, $1, 1",
+            )
+            .replace(
+                ", term_value = EXCLUDED.term_value, value_token = x.token + 1",
+                "",
+            );
+        assert_eq!(back, acquire);
     }
 }
