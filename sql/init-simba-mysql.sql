@@ -1,9 +1,12 @@
 -- simba-lease schema for MySQL 8 and MariaDB 10.11 (applied by `SqlBackend::install_schema`,
 -- idempotent). Times are database time in UTC epoch milliseconds. Names compare byte-wise
 -- (binary collations).
--- Tables created before the `version` column: `SqlBackend::install_schema` adds it (MySQL 8 has
--- no `add column if not exists`), or run
+-- Tables created before the `version` column (or the lease table's `term_value` and
+-- `value_token`): `SqlBackend::install_schema` adds them (MySQL 8 has no `add column if not
+-- exists`), or run
 --   alter table simba_session add column version bigint not null default 0;
+--   alter table simba_lease add column term_value varchar(1024) character set utf8mb4
+--     collate utf8mb4_bin null, add column value_token bigint null;
 
 create table if not exists simba_session
 (
@@ -19,6 +22,8 @@ create table if not exists simba_lease
     name       varchar(128) character set ascii collate ascii_bin not null primary key,
     session_id char(32) character set ascii collate ascii_bin     not null default '' comment 'empty = free',
     token      bigint                                             not null comment 'term number, never reset',
+    term_value  varchar(1024) character set utf8mb4 collate utf8mb4_bin null comment 'the value set for term value_token',
+    value_token bigint                                            null comment 'a later term shows no value',
     index idx_lease_session (session_id)
 ) engine = InnoDB;
 

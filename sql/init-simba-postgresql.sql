@@ -1,7 +1,10 @@
 -- simba-lease schema for PostgreSQL 14+ (applied by `SqlBackend::install_schema`, idempotent).
 -- Times are database time in UTC epoch milliseconds. Names compare byte-wise (collation "C").
--- Tables created before the `version` column: `SqlBackend::install_schema` adds it, or run
+-- Tables created before the `version` column (or the lease table's `term_value` and
+-- `value_token`): `SqlBackend::install_schema` adds them, or run
 --   alter table simba_session add column if not exists version bigint not null default 0;
+--   alter table simba_lease add column if not exists term_value varchar(1024),
+--     add column if not exists value_token bigint;
 
 create table if not exists simba_session
 (
@@ -16,7 +19,9 @@ create table if not exists simba_lease
 (
     name       varchar(128) collate "C" not null primary key,
     session_id char(32)     collate "C" not null default '', -- empty = free
-    token      bigint                   not null             -- term number, never reset
+    token      bigint                   not null,            -- term number, never reset
+    term_value varchar(1024),                                -- the value set for term value_token
+    value_token bigint                                       -- (a later term shows no value)
 );
 create index if not exists idx_lease_session on simba_lease (session_id);
 

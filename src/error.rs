@@ -36,6 +36,14 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// A term value longer than 1024 bytes (see [`Owner::value`](crate::Owner::value)).
+    #[error("invalid term value ({len} bytes): at most {max} bytes of UTF-8 are allowed")]
+    InvalidValue {
+        /// Length of the rejected value in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A fencing token of zero (tokens start at 1).
     #[error("invalid token {value}: tokens are greater than zero")]
     InvalidToken {

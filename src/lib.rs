@@ -43,7 +43,10 @@
 //!    same term.
 //! 4. Every remaining time is measured by the backend's clock.
 //! 5. Names: 1–128 characters of `[A-Za-z0-9._:-]`, not `.` or `..`, case-sensitive; metadata
-//!    at most 1024 bytes. Bad input is a typed [`Error`] before any I/O.
+//!    and term values at most 1024 bytes. Bad input is a typed [`Error`] before any I/O.
+//! 6. A term's value ([`Owner::value`], set by its holder: [`Election::set_value`],
+//!    [`LockGuard::set_value`]) belongs to that term: only its live holder sets it, and a
+//!    new term starts without it.
 //!
 //! ## How a session keeps its leases
 //!
@@ -93,7 +96,8 @@ pub use engine::{
 pub use error::{BoxError, Error, Report, Result};
 pub use primitives::{Election, Group, Job, LockGuard, Membership, Observer, Permit, Semaphore};
 pub use types::{
-    GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token, MAX_NAME_LEN,
+    check_value, GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token,
+    MAX_NAME_LEN, MAX_VALUE_LEN,
 };
 
 /// The README's examples, compiled and run as doc tests.

@@ -519,6 +519,41 @@ fn status_lists_everything_on_zookeeper() {
 }
 
 #[test]
+fn status_and_watch_show_the_term_value() {
+    let url = redis_url();
+    let backend = connect(&url).unwrap();
+    let session = Session::open(backend, Config::default()).unwrap();
+    let name = format!("value-{}", tag());
+    let guard = session.lock(name.as_str()).unwrap();
+    guard.set_value("host-7 v1").unwrap();
+    let o = simba(&["status", &url, &name, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["leases"][0]["value"], "host-7 v1", "{v}");
+    let text = stdout(&simba(&["status", &url]));
+    assert!(text.contains("host-7 v1"), "{text}");
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_simba"))
+        .args(["watch", &url, &name, "--events", "1", "--for", "60s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.ends_with("value host-7 v1"), "{first}");
+    guard.set_value("host-7 v2").unwrap();
+    let next = lines.next().unwrap().unwrap();
+    assert!(next.ends_with("value host-7 v2"), "{next}");
+    assert!(
+        next.contains(&format!("token {}", guard.token().get())),
+        "{next}"
+    );
+    assert!(watch.wait().unwrap().success());
+    guard.unlock().unwrap();
+    session.close().unwrap();
+    cleanup_redis(&url);
+}
+
+#[test]
 fn status_shows_the_holder_and_watch_follows_it() {
     let url = redis_url();
     let backend = connect(&url).unwrap();

@@ -17,6 +17,8 @@ struct Gate {
     hang_keep_alive: AtomicBool,
     hang_acquire: AtomicBool,
     keep_alives: AtomicUsize,
+    /// Acquires that reached the gate.
+    acquires_started: AtomicUsize,
     /// Keep-alives of this session only hang (while `hang_keep_alive` is set).
     hang_only: Mutex<Option<SessionId>>,
     /// A join waits before reaching the backend / after it joined (a slow reply).
@@ -87,6 +89,7 @@ impl LeaseBackend for Gate {
         r
     }
     fn acquire(&self, s: &SessionId, n: &LeaseName) -> Result<Acquire> {
+        self.acquires_started.fetch_add(1, Ordering::SeqCst);
         hang_while(&self.hang_acquire);
         if self.panic_acquire.swap(false, Ordering::SeqCst) {
             panic!("acquire exploded");
@@ -119,6 +122,12 @@ impl LeaseBackend for Gate {
     }
     fn purge_expired(&self) -> Result<usize> {
         self.inner.purge_expired()
+    }
+    fn supports_values(&self) -> bool {
+        self.inner.supports_values()
+    }
+    fn set_value(&self, s: &SessionId, n: &LeaseName, t: Token, v: &str) -> Result<bool> {
+        self.inner.set_value(s, n, t, v)
     }
     fn subscribe(
         &self,
@@ -458,8 +467,9 @@ fn dropping_handles_and_the_session_does_no_io_on_the_dropping_thread() {
     drop(guard);
     drop(e);
     drop(membership);
-    until("two releases and a leave ran", || {
-        gate.io_done("release").len() == 2 && gate.io_done("leave").len() == 1
+    // The leaves: the group's and the election's candidates group's.
+    until("two releases and two leaves ran", || {
+        gate.io_done("release").len() == 2 && gate.io_done("leave").len() == 2
     });
     let owner = gate
         .inner
@@ -575,4 +585,26 @@ fn a_reopen_that_cannot_succeed_makes_expiry_terminal() {
         session.lock_timeout("x", PATIENCE),
         Err(Error::SessionExpired { .. })
     ));
+}
+
+#[test]
+fn a_value_changed_while_an_attempt_hangs_is_set_on_the_term_it_wins() {
+    let gate = Arc::new(Gate::default());
+    let session = Session::open(gate.clone(), config()).unwrap();
+    gate.hang_acquire.store(true, Ordering::SeqCst);
+    let e = session.election_with_value("valued", "v1").unwrap();
+    until("the attempt (with v1) hangs", || {
+        gate.acquires_started.load(Ordering::SeqCst) == 1
+    });
+    // Not the leader yet: the new value is kept for the term being taken.
+    e.set_value("v2").unwrap();
+    gate.hang_acquire.store(false, Ordering::SeqCst);
+    let term = e.wait_elected(PATIENCE).unwrap();
+    until("the term shows the newer value", || {
+        e.leader()
+            .unwrap()
+            .is_some_and(|o| o.token == term.token && o.value == "v2")
+    });
+    assert_eq!(e.value(), "v2");
+    session.close().unwrap();
 }

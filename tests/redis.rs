@@ -240,6 +240,26 @@ impl LeaseBackend for Isolated {
     fn supports_queues(&self) -> bool {
         self.inner.supports_queues()
     }
+    fn supports_values(&self) -> bool {
+        self.inner.supports_values()
+    }
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: simba_lease::Token,
+        value: &str,
+    ) -> simba_lease::Result<bool> {
+        self.inner.set_value(session, name, token, value)
+    }
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> simba_lease::Result<simba_lease::spi::Acquire> {
+        self.inner.acquire_with_value(session, name, value)
+    }
     fn acquire_queued(
         &self,
         session: &SessionId,

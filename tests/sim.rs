@@ -3,7 +3,7 @@
 //!
 //! - `SIMBA_SIM_SEEDS=N` (default 2000) seeds, from `SIMBA_SIM_FIRST` (default 0).
 //! - Replay one seed with its trace: `SIMBA_SIM_SEED=123 cargo test --features sim --test sim replay -- --nocapture`
-//!   (add `SIMBA_SIM_PREMISE=token_reset` or `clock_step` for a premise run).
+//!   (add `SIMBA_SIM_PREMISE=token_reset`, `clock_step` or `stale_values` for a premise run).
 //! - Nightly: `SIMBA_SIM_SEEDS=100000 cargo test --release --features sim --test sim seeds -- --nocapture`.
 
 use simba_lease::sim::{run, Kind, Outcome, Premises, SimConfig, MIXES};
@@ -154,6 +154,19 @@ fn clock_step_is_detected() {
     };
     let o = find(premises, Kind::DoubleBeliever, 50);
     assert!(o.report().contains("DoubleBeliever"));
+}
+
+#[test]
+fn stale_values_are_detected() {
+    let premises = Premises {
+        stale_values: true,
+        ..Premises::default()
+    };
+    let o = find(premises, Kind::ForeignValue, 50);
+    assert!(o.report().contains("ForeignValue"));
+    assert!(o
+        .replay_command()
+        .contains("SIMBA_SIM_PREMISE=stale_values"));
 }
 
 #[test]

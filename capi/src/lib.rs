@@ -348,6 +348,7 @@ impl From<Error> for Fail {
         let status = match &e {
             Error::InvalidName { .. }
             | Error::InvalidMetadata { .. }
+            | Error::InvalidValue { .. }
             | Error::InvalidToken { .. }
             | Error::InvalidSessionId { .. }
             | Error::InvalidConfig { .. }

@@ -22,6 +22,8 @@ struct SessionRow {
 struct LeaseRow {
     session: Option<SessionId>,
     token: u64,
+    /// The current term's value (a new term starts empty).
+    value: String,
 }
 
 #[derive(Default)]
@@ -116,6 +118,7 @@ impl Tables {
         let lease = self.leases.entry(name.clone()).or_insert(LeaseRow {
             session: None,
             token: 0,
+            value: String::new(),
         });
         if let Some(holder) = lease.session.clone().filter(|h| h != session) {
             if let Some(row) = self.sessions.get(&holder).filter(|s| s.expires > now) {
@@ -124,6 +127,7 @@ impl Tables {
                         session: holder,
                         token,
                         remaining: row.expires - now,
+                        value: lease.value.clone(),
                     };
                     return Ok((Acquire::Held(owner), false));
                 }
@@ -133,6 +137,7 @@ impl Tables {
         if new_term {
             lease.token += 1;
             lease.session = Some(session.clone());
+            lease.value.clear();
         }
         let token = Token::new(lease.token)?;
         if let Some(row) = self.sessions.get_mut(session) {
@@ -155,6 +160,7 @@ impl Tables {
             session: holder.clone(),
             token: Token::new(l.token).ok()?,
             remaining: row.expires - now,
+            value: l.value.clone(),
         })
     }
 
@@ -493,6 +499,66 @@ impl LeaseBackend for MemoryBackend {
         true
     }
 
+    fn supports_values(&self) -> bool {
+        true
+    }
+
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        crate::types::check_value(value)?;
+        let now = self.clock.now();
+        let mut t = self.tables.lock();
+        if t.live(session, now).is_none() {
+            return Ok(false);
+        }
+        let set = match t.leases.get_mut(name) {
+            Some(l) if l.session.as_ref() == Some(session) && l.token == token.get() => {
+                value.clone_into(&mut l.value);
+                true
+            }
+            _ => false,
+        };
+        drop(t);
+        if set {
+            self.subscribers
+                .publish(&Notification::Acquired(name.clone()));
+        }
+        Ok(set)
+    }
+
+    /// One step: the term is never seen without its value.
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> Result<Acquire> {
+        crate::types::check_value(value)?;
+        let now = self.clock.now();
+        let mut t = self.tables.lock();
+        if t.live(session, now).is_none() {
+            return Err(t.expired(session));
+        }
+        let (reply, new_term) = t.take(session, name, now)?;
+        let set = matches!(reply, Acquire::Acquired(_)) && !value.is_empty();
+        if set {
+            if let Some(l) = t.leases.get_mut(name) {
+                value.clone_into(&mut l.value);
+            }
+        }
+        drop(t);
+        if new_term || set {
+            self.subscribers
+                .publish(&Notification::Acquired(name.clone()));
+        }
+        Ok(reply)
+    }
+
     fn acquire_queued(
         &self,
         session: &SessionId,
@@ -606,6 +672,7 @@ impl LeaseBackend for MemoryBackend {
                         session: s.clone(),
                         token,
                         remaining: row.expires - now,
+                        value: l.value.clone(),
                     },
                 });
             }

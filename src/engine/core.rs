@@ -183,8 +183,9 @@ pub struct Health {
     pub failures: u32,
 }
 
-/// The owner an observer saw last (`None` inside: nobody held the lease).
-type LastOwner = Option<(SessionId, Token)>;
+/// The owner an observer saw last with its term's value (`None` inside: nobody held the
+/// lease). A change of the value within one term is reported like a change of holder.
+type LastOwner = Option<(SessionId, Token, String)>;
 
 /// What outlives a backend session when the engine reopens a new one: the candidates,
 /// observers and group watchers (terms never do).
@@ -684,6 +685,7 @@ impl Core {
                         session: self.session.clone(),
                         token: term.token,
                         remaining: term.remaining,
+                        value: String::new(),
                     }))
                 }
             }
@@ -943,7 +945,9 @@ impl Core {
         }
         match reply {
             Ok(owner) => {
-                let key = owner.as_ref().map(|o| (o.session.clone(), o.token));
+                let key = owner
+                    .as_ref()
+                    .map(|o| (o.session.clone(), o.token, o.value.clone()));
                 if w.last.as_ref() != Some(&key) {
                     w.last = Some(key);
                     let name = w.s.key.clone();

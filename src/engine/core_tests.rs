@@ -254,6 +254,7 @@ fn candidates_retry_after_the_retry_interval_or_at_once_on_a_release() {
         session: SessionId::random(),
         token: Token::new(2).unwrap(),
         remaining: 500 * MS,
+        value: String::new(),
     };
     c.on_attempt(1, &name("a"), t0, t0 + MS, Ok(Acquire::Held(owner)));
     let next = c.next_wake().unwrap();
@@ -702,6 +703,7 @@ fn a_notification_during_a_running_read_or_attempt_runs_it_again_at_once() {
         session: SessionId::random(),
         token: Token::new(2).unwrap(),
         remaining: 900 * MS,
+        value: String::new(),
     };
     c.on_owner(5, t0 + 2 * MS, Ok(Some(holder.clone())));
     c.on_attempt(1, &name("a"), t0, t0 + 2 * MS, Ok(Acquire::Held(holder)));
@@ -752,4 +754,42 @@ fn a_notification_concerns_only_the_names_this_session_waits_for() {
     c.stop_waiting(&name("a"));
     assert!(!c.interest().0.contains(&name("a")));
     assert!(c.notify(&Notification::Resync, t0));
+}
+
+#[test]
+fn an_observer_reports_a_new_value_of_the_same_term_once() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    c.add_observer(5, name("a"), t0);
+    c.tick(t0);
+    c.take_outputs();
+    let holder = |value: &str| Owner {
+        session: SessionId::from_u64(7),
+        token: Token::new(2).unwrap(),
+        remaining: 900 * MS,
+        value: value.to_owned(),
+    };
+    let changes = |c: &mut Core, at: Instant, value: &str| {
+        c.tick(at);
+        c.take_outputs();
+        c.on_owner(5, at, Ok(Some(holder(value))));
+        let out = c.take_outputs();
+        events(&out)
+            .into_iter()
+            .filter(|e| matches!(e, Event::LeaderChanged { .. }))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(changes(&mut c, t0 + MS, "").len(), 1, "the first read");
+    assert!(changes(&mut c, t0 + 400 * MS, "").is_empty(), "unchanged");
+    let e = changes(&mut c, t0 + 800 * MS, "10.0.0.7:80");
+    assert_eq!(
+        e,
+        vec![Event::LeaderChanged {
+            name: name("a"),
+            owner: Some(holder("10.0.0.7:80")),
+        }],
+        "the same term with a new value"
+    );
+    assert!(changes(&mut c, t0 + 1200 * MS, "10.0.0.7:80").is_empty());
 }

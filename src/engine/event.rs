@@ -73,11 +73,13 @@ pub enum Event {
         /// Why.
         reason: LossReason,
     },
-    /// An observed lease changed hands (or became free: `owner` is `None`).
+    /// An observed lease changed hands (or became free: `owner` is `None`), or its holder
+    /// changed the term's value: then `owner` has the same session and token as before and
+    /// the new [`Owner::value`].
     LeaderChanged {
         /// The lease.
         name: LeaseName,
-        /// The new holder with its token.
+        /// The new holder with its token and term value.
         owner: Option<Owner>,
     },
     /// A watched group's membership changed.

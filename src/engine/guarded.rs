@@ -76,6 +76,30 @@ impl LeaseBackend for PanicGuard {
     fn supports_queues(&self) -> bool {
         self.0.supports_queues()
     }
+    fn supports_values(&self) -> bool {
+        self.0.supports_values()
+    }
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        guard("setting a term value", || {
+            self.0.set_value(session, name, token, value)
+        })
+    }
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> Result<Acquire> {
+        guard("acquiring a lease", || {
+            self.0.acquire_with_value(session, name, value)
+        })
+    }
     fn acquire_queued(
         &self,
         session: &SessionId,

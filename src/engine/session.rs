@@ -27,6 +27,7 @@ enum Work {
     Run(SessionId, Task),
     Release(SessionId, LeaseName, Token),
     Leave(SessionId, GroupName),
+    Join(SessionId, GroupName),
     CloseBackend(SessionId),
     Reopen,
 }
@@ -41,6 +42,12 @@ pub(crate) struct Shared {
     /// Groups joined through live [`Membership`](crate::Membership) guards, with their count;
     /// re-joined when the session is reopened.
     pub(crate) joined: BTreeMap<GroupName, usize>,
+    /// The term value of each election candidate that has one (see
+    /// [`Election::set_value`](crate::Election::set_value)): a new term starts with it.
+    pub(crate) values: BTreeMap<HandleId, String>,
+    /// Counts the changes of `values` (the engine's write of a value that changed during an
+    /// attempt checks it was the last).
+    pub(crate) value_changes: u64,
     /// A reopen was queued and has not finished.
     reopening: bool,
     /// What the router delivers to this session (the core's interest at the last dispatch).
@@ -158,6 +165,8 @@ impl Session {
                 core,
                 reserved: BTreeMap::new(),
                 joined: BTreeMap::new(),
+                values: BTreeMap::new(),
+                value_changes: 0,
                 reopening: false,
                 interest: Interest::default(),
                 ticker_at: None,
@@ -363,11 +372,20 @@ impl Inner {
         id: &SessionId,
         f: impl FnOnce(&mut Core) -> R,
     ) -> Option<R> {
+        self.with_session_shared(id, |s| f(&mut s.core))
+    }
+
+    /// [`Inner::with_session`] with everything the lock guards.
+    fn with_session_shared<R>(
+        &self,
+        id: &SessionId,
+        f: impl FnOnce(&mut Shared) -> R,
+    ) -> Option<R> {
         let mut s = self.shared.lock();
         if s.core.session() != id {
             return None;
         }
-        let r = f(&mut s.core);
+        let r = f(&mut s);
         self.dispatch(&mut s, true);
         Some(r)
     }
@@ -503,6 +521,11 @@ impl Inner {
     /// Queues leaving `group` as session `id` on the work thread (for `Drop`).
     pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
         self.queue(Work::Leave(id.clone(), group.clone()));
+    }
+
+    /// Queues joining `group` as session `id` on the work thread (an election's candidates).
+    pub(crate) fn join_later(&self, id: &SessionId, group: &GroupName) {
+        self.queue(Work::Join(id.clone(), group.clone()));
     }
 
     /// Releases a term of session `id` on the backend from the calling thread.
@@ -665,13 +688,7 @@ impl Inner {
         }
         {
             match w {
-                Work::Run(id, Task::Attempt(h, name)) => {
-                    let sent = self.now();
-                    let reply = self.backend.acquire(&id, &name);
-                    let now = self.now();
-                    // A reply for an expired predecessor is dropped: its grants die with it.
-                    self.with_session(&id, |c| c.on_attempt(h, &name, sent, now, reply));
-                }
+                Work::Run(id, Task::Attempt(h, name)) => self.attempt(id, h, name),
                 Work::Run(id, Task::Owner(h, name)) => {
                     let reply = self.backend.owner(&name);
                     let now = self.now();
@@ -692,12 +709,86 @@ impl Inner {
                         log::warn!("leaving {group} failed: {}", e.report());
                     }
                 }
+                Work::Join(id, group) => {
+                    match self.backend.join(&id, &group) {
+                        Ok(()) => {}
+                        // Re-joined by the reopen that follows, if any.
+                        Err(e @ Error::SessionExpired { .. }) => {
+                            log::debug!("joining {group}: {}", e.report())
+                        }
+                        Err(e) => log::warn!("joining {group} failed: {}", e.report()),
+                    }
+                    // Left meanwhile (its leave may have reached the backend first).
+                    if !self.shared.lock().joined.contains_key(&group) {
+                        let _ = self.backend.leave(&id, &group);
+                    }
+                }
                 Work::CloseBackend(id) => {
                     if let Err(e) = self.backend.close_session(&id) {
                         log::warn!("closing session {id} failed: {}", e.report());
                     }
                 }
                 Work::Reopen => self.reopen(),
+            }
+        }
+    }
+
+    /// A candidate's attempt, with the candidate's term value. A value changed while the
+    /// attempt was in flight is set on the term it won (the change and the adoption are
+    /// ordered by the lock: whichever comes second sees the other), and set again if it
+    /// changed once more while that write was in flight (whose arrival may then follow the
+    /// newer value's own write).
+    fn attempt(&self, id: SessionId, h: HandleId, name: LeaseName) {
+        let value = self
+            .shared
+            .lock()
+            .values
+            .get(&h)
+            .cloned()
+            .unwrap_or_default();
+        let sent = self.now();
+        let reply = if value.is_empty() {
+            self.backend.acquire(&id, &name)
+        } else {
+            self.backend.acquire_with_value(&id, &name, &value)
+        };
+        let now = self.now();
+        let granted = match &reply {
+            Ok(crate::spi::Acquire::Acquired(t)) => Some(t.token),
+            _ => None,
+        };
+        // A reply for an expired predecessor is dropped: its grants die with it.
+        let fix = self.with_session_shared(&id, |s| {
+            s.core.on_attempt(h, &name, sent, now, reply);
+            let held = s.core.term_of(&name, super::Holder::Election(h));
+            let current = s.values.get(&h).map_or("", String::as_str);
+            match (granted, held) {
+                (Some(g), Some(t)) if t.token == g && current != value => {
+                    Some((g, current.to_owned(), s.value_changes))
+                }
+                _ => None,
+            }
+        });
+        let Some((token, mut v, mut seen)) = fix.flatten() else {
+            return;
+        };
+        for _ in 0..16 {
+            if let Err(e) = self.backend.set_value(&id, &name, token, &v) {
+                log::warn!("setting the value of {name} failed: {}", e.report());
+                return;
+            }
+            let s = self.shared.lock();
+            let held = s.core.session() == &id
+                && s.core
+                    .term_of(&name, super::Holder::Election(h))
+                    .is_some_and(|t| t.token == token);
+            if !held || s.value_changes == seen {
+                return;
+            }
+            seen = s.value_changes;
+            match s.values.get(&h).map_or("", String::as_str) {
+                current if current == v => return,
+                current => current.clone_into(&mut v),
             }
         }
     }

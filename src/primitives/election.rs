@@ -11,7 +11,7 @@ use crossbeam_channel::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-type EventCallback = Box<dyn FnMut(&Event) + Send>;
+pub(super) type EventCallback = Box<dyn FnMut(&Event) + Send>;
 
 impl Session {
     /// Enters the election `name` as a candidate. The candidate tries at once, then every
@@ -33,7 +33,7 @@ impl Session {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn election(&self, name: impl IntoLeaseName) -> Result<Election> {
-        self.election_inner(name.into_lease_name()?, None)
+        self.election_inner(name.into_lease_name()?, None, None)
     }
 
     /// Like [`Session::election`], with a callback that receives the election's events in
@@ -43,13 +43,26 @@ impl Session {
         name: impl IntoLeaseName,
         on_event: impl FnMut(&Event) + Send + 'static,
     ) -> Result<Election> {
-        self.election_inner(name.into_lease_name()?, Some(Box::new(on_event)))
+        self.election_inner(name.into_lease_name()?, Some(Box::new(on_event)), None)
     }
 
-    fn election_inner(&self, name: LeaseName, cb: Option<EventCallback>) -> Result<Election> {
+    pub(super) fn election_inner(
+        &self,
+        name: LeaseName,
+        cb: Option<EventCallback>,
+        value: Option<String>,
+    ) -> Result<Election> {
         let inner = &self.inner;
         let h = inner.next_handle();
-        enter(inner, &name, h)?;
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            let mut s = inner.lock_shared();
+            s.values.insert(h, v);
+            s.value_changes += 1;
+        }
+        if let Err(e) = enter(inner, &name, h) {
+            inner.lock_shared().values.remove(&h);
+            return Err(e);
+        }
         let events = inner.listeners.channel(h);
         if let Some(cb) = cb {
             inner.listeners.callback(h, cb);
@@ -63,7 +76,8 @@ impl Session {
     }
 }
 
-/// Reserves `name` for candidate `h` in this session and registers it with the engine.
+/// Reserves `name` for candidate `h` in this session and registers it with the engine; the
+/// session joins the election's candidates group (on the work thread).
 fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
     {
         let mut s = inner.lock_shared();
@@ -74,6 +88,7 @@ fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
         }
         s.reserved
             .insert(name.clone(), (h, std::thread::current().id()));
+        super::leader_value::join_candidates(inner, &mut s, name);
     }
     let now = inner.now();
     inner.with_core(|c| c.add_candidate(h, name.clone(), now));
@@ -82,9 +97,9 @@ fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
 
 /// A candidate in an election. Dropping it resigns.
 pub struct Election {
-    inner: Arc<Inner>,
-    handle: HandleId,
-    name: LeaseName,
+    pub(super) inner: Arc<Inner>,
+    pub(super) handle: HandleId,
+    pub(super) name: LeaseName,
     events: Receiver<Event>,
 }
 
@@ -216,8 +231,14 @@ impl Election {
     fn withdraw(&self, wait: bool) -> Result<()> {
         let inner = &self.inner;
         let now = inner.now();
-        let (id, held) =
-            inner.with_core(|c| (c.session().clone(), c.remove_candidate(self.handle, now)));
+        let (id, was, held) = inner.with_core(|c| {
+            let was = c.is_candidate(self.handle);
+            (
+                c.session().clone(),
+                was,
+                c.remove_candidate(self.handle, now),
+            )
+        });
         let r = held.and_then(|held| match held {
             Some(term) if !wait => {
                 inner.release_later(&id, &term.name, term.token);
@@ -230,6 +251,9 @@ impl Election {
             None => Ok(()),
         });
         inner.unreserve(&self.name, self.handle);
+        if was {
+            super::leader_value::leave_candidates(inner, &self.name, wait);
+        }
         r
     }
 }
@@ -242,6 +266,7 @@ impl Drop for Election {
             Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a candidate: {}", e.report()),
             Err(e) => log::warn!("resigning from {} failed: {}", self.name, e.report()),
         }
+        self.inner.lock_shared().values.remove(&self.handle);
         self.inner.drop_listeners(self.handle);
     }
 }

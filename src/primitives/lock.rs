@@ -340,10 +340,10 @@ impl Drop for WaitingForRelease<'_> {
 /// Check [`LockGuard::is_valid`] (or pass [`LockGuard::token`] to the protected resource)
 /// before acting on the lock: it ends without the guard being dropped if the session is lost.
 pub struct LockGuard {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
     handle: HandleId,
-    session: SessionId,
-    term: Term,
+    pub(super) session: SessionId,
+    pub(super) term: Term,
     events: Receiver<Event>,
     done: bool,
     /// When the guard was made (for the hold time metric).

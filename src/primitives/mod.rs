@@ -2,6 +2,7 @@
 
 mod election;
 mod group;
+mod leader_value;
 mod lock;
 mod observer;
 mod run_once;

@@ -10,9 +10,10 @@ use crossbeam_channel::Receiver;
 use std::sync::Arc;
 
 impl Session {
-    /// Observes the lease `name`: [`Event::LeaderChanged`] with the holder and its token,
-    /// first for the current holder, then at every change (read again on every release
-    /// notification and every `renew_interval / 2`).
+    /// Observes the lease `name`: [`Event::LeaderChanged`] with the holder, its token and
+    /// its term's value, first for the current holder, then at every change of holder or
+    /// value (read again on every notification of a release, a new term or a new value, and
+    /// every `renew_interval / 2`; MySQL only polls).
     ///
     /// ```
     /// use simba_lease::{Config, Event, Session, backends::MemoryBackend};

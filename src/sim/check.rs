@@ -95,6 +95,8 @@ pub enum Kind {
     TermNotEnded,
     /// The backend accepted a keep-alive or acquire of a session after it had ended.
     SessionRevived,
+    /// An observer saw a term with a value its holder did not give it (another term's).
+    ForeignValue,
 }
 
 /// One violation of the contract.

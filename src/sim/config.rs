@@ -60,15 +60,19 @@ pub struct Premises {
     pub token_reset: bool,
     /// The backend's clock jumps forward (an NTP step, a VM migration).
     pub clock_step: bool,
+    /// The backend keeps a term's value into the next term (a value not bound to its term).
+    pub stale_values: bool,
 }
 
 impl Premises {
-    /// Reads `SIMBA_SIM_PREMISE` (`token_reset`, `clock_step`, both comma-separated, or unset).
+    /// Reads `SIMBA_SIM_PREMISE` (`token_reset`, `clock_step`, `stale_values`,
+    /// comma-separated, or unset).
     pub fn from_env() -> Self {
         let v = std::env::var("SIMBA_SIM_PREMISE").unwrap_or_default();
         Premises {
             token_reset: v.contains("token_reset"),
             clock_step: v.contains("clock_step"),
+            stale_values: v.contains("stale_values"),
         }
     }
 
@@ -80,6 +84,9 @@ impl Premises {
         }
         if self.clock_step {
             v.push("clock_step");
+        }
+        if self.stale_values {
+            v.push("stale_values");
         }
         v.join(",")
     }

@@ -10,15 +10,17 @@
 //! work queue, locks, unlocks and resigns from their callers, and replies only reach the
 //! engine of the session they were sent for. Client processes pause for longer than their
 //! lease and resume as if nothing happened, and their clocks run at a rate `1 ± d` within the
-//! drift bound. Two [`Premises`] break the backend on purpose (lost writes, a clock step) so
-//! the tests show the checker finds what it must.
+//! drift bound. Three [`Premises`] break the backend on purpose (lost writes, a clock step, a
+//! term value kept into the next term) so the tests show the checker finds what it must.
 //!
 //! The [checker](check) then verifies the contract over what every session *believed*
 //! ([`Belief`]: exactly when the engine's `is_valid` holds, mapped to the backend's true time):
 //! one believer per lease at every true instant, strictly increasing tokens, nothing after
 //! expiry but the losses, no silent loss (every loss reaches its holder at the step the term
-//! stops being valid), resign and close ending terms, observers never seeing a token go back,
-//! and no session renewed after it ended.
+//! stops being valid), resign and close ending terms, observers never seeing a token go back
+//! nor a term with a value its holder did not give it (candidates of even-numbered sessions
+//! take their terms with a value, the others without), and no session renewed after it
+//! ended.
 //!
 //! ```
 //! use simba_lease::sim::{run, Premises, SimConfig};

@@ -33,6 +33,8 @@ struct SessionRow {
 struct LeaseRow {
     session: Option<SessionId>,
     token: u64,
+    /// The current term's value (a new term starts without one).
+    value: String,
 }
 
 /// The backend's tables (cloned whole for a replica snapshot).
@@ -72,6 +74,8 @@ pub struct Model {
     ended: BTreeSet<SessionId>,
     /// Successful keep-alives or acquires of a session after it ended: (true time, session).
     pub revivals: Vec<(u64, SessionId)>,
+    /// Premise `stale_values`: a new term keeps the previous term's value.
+    pub stale_values: bool,
 }
 
 impl Model {
@@ -85,6 +89,7 @@ impl Model {
             grants: Vec::new(),
             ended: BTreeSet::new(),
             revivals: Vec::new(),
+            stale_values: false,
         }
     }
 
@@ -209,6 +214,18 @@ impl Model {
 
     /// Acquires `name` for `id` at true time `t`.
     pub fn acquire(&mut self, t: u64, id: &SessionId, name: &LeaseName) -> Result<Acquire> {
+        self.acquire_with_value(t, id, name, "")
+    }
+
+    /// Acquires `name` for `id` at true time `t`; the term held then gets `value` unless it
+    /// is empty (in one step, as `LeaseBackend::acquire_with_value` may).
+    pub fn acquire_with_value(
+        &mut self,
+        t: u64,
+        id: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> Result<Acquire> {
         let now = self.clock(t);
         let Some(me) = self.live(id, now) else {
             self.ended.insert(id.clone());
@@ -222,6 +239,7 @@ impl Model {
         if let Some(LeaseRow {
             session: Some(holder),
             token,
+            value: held_value,
         }) = &row
         {
             if holder != id {
@@ -230,6 +248,7 @@ impl Model {
                         session: holder.clone(),
                         token: Token::new(*token).expect("held leases have a token"),
                         remaining: Duration::from_nanos(h.expires - now),
+                        value: held_value.clone(),
                     }));
                 }
             }
@@ -237,11 +256,18 @@ impl Model {
         let lease = self.tables.leases.entry(name.clone()).or_insert(LeaseRow {
             session: None,
             token: 0,
+            value: String::new(),
         });
         let new_term = lease.session.as_ref() != Some(id);
         if new_term {
             lease.token += 1;
             lease.session = Some(id.clone());
+            if !self.stale_values {
+                lease.value.clear();
+            }
+        }
+        if !value.is_empty() {
+            value.clone_into(&mut lease.value);
         }
         let token = Token::new(lease.token).expect("token advanced above zero");
         if let Some(row) = self.tables.sessions.get_mut(id) {
@@ -288,6 +314,7 @@ impl Model {
             session: s.clone(),
             token: Token::new(l.token).ok()?,
             remaining: Duration::from_nanos(row.expires - now),
+            value: l.value.clone(),
         })
     }
 }

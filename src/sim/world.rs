@@ -550,6 +550,7 @@ impl World<'_> {
             let at = self.rng.range(end / 5, 3 * end / 4);
             self.push(at, Ev::ClockStep);
         }
+        self.model.stale_values = cfg.premises.stale_values;
     }
 
     fn exp_delay(&mut self, per_sec: f64) -> Option<u64> {
@@ -746,9 +747,12 @@ impl World<'_> {
             Op::Owner(_, n) => Ok(Rep::Owner(self.model.owner(t, n))),
             Op::Members(_, g) => Ok(Rep::Members(self.model.members(t, g))),
             Op::Join(g) => self.model.join(t, &sid(), g).map(|()| Rep::Done),
-            Op::Attempt(_, n) | Op::Lock(_, n) => {
-                self.model.acquire(t, &sid(), n).map(Rep::Acquire)
+            Op::Attempt(_, n) => {
+                let value = candidate_value(&sid());
+                let r = self.model.acquire_with_value(t, &sid(), n, &value);
+                r.map(Rep::Acquire)
             }
+            Op::Lock(_, n) => self.model.acquire(t, &sid(), n).map(Rep::Acquire),
             Op::Release(n, tok) | Op::Unlock(n, tok) | Op::Resign(n, tok) => {
                 if self.model.release(&sid(), n, *tok) {
                     freed.push(n.clone());
@@ -1307,6 +1311,13 @@ impl World<'_> {
                 if last.is_none_or(|l| o.token > l) {
                     self.clients[c].observed.insert(h, o.token);
                 }
+                if !o.value.is_empty() && o.value != candidate_value(&o.session) {
+                    let what = format!(
+                        "an observer of {name} saw token {} of {} with the value {:?}",
+                        o.token, o.session, o.value
+                    );
+                    self.violation(Kind::ForeignValue, c, Some(&name), what);
+                }
             }
             Event::Elected { term } => {
                 self.open_belief(c, h.unwrap_or(0), &term.name, term.token, false);
@@ -1572,5 +1583,16 @@ fn show_event(e: &Event) -> String {
             format!("MembersChanged {group}: [{}]", m.join(" "))
         }
         other => format!("{other:?}"),
+    }
+}
+
+/// The term value a candidate of session `id` gives its terms: its session number, or none
+/// for odd ones (so terms with and without a value follow each other).
+fn candidate_value(id: &SessionId) -> String {
+    let n = super::model::session_no(id);
+    if n.is_multiple_of(2) {
+        format!("s{n}")
+    } else {
+        String::new()
     }
 }

@@ -169,6 +169,54 @@ pub trait LeaseBackend: Send + Sync {
     /// Tokens are never affected.
     fn purge_expired(&self) -> Result<usize>;
 
+    /// Whether the backend keeps term values ([`set_value`](Self::set_value),
+    /// [`acquire_with_value`](Self::acquire_with_value), [`Owner::value`]).
+    fn supports_values(&self) -> bool {
+        false
+    }
+
+    /// Sets the value of `session`'s term of `name` with `token` (at most
+    /// [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) bytes; the caller checks). Only the live
+    /// holder of that very term may: returns whether it was set (`false`: the term is not
+    /// held, or has another token). The value belongs to the term: a new term starts
+    /// without it (release and take-over leave nothing behind). A change is notified as
+    /// [`Notification::Acquired`](super::Notification::Acquired) where the backend notifies,
+    /// so observers read the owner again. The default fails with [`Error::Unsupported`].
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        let _ = (session, name, token, value);
+        Err(Error::Unsupported {
+            operation: "term values",
+            backend: self.kind(),
+        })
+    }
+
+    /// [`acquire`](Self::acquire), then, if the session holds the lease and `value` is not
+    /// empty, [`set_value`](Self::set_value) on the term: two round trips, between which
+    /// observers may see the term without its value. A backend may override it to do both
+    /// at once. A failure of the second step is returned (the grant is then a stray that
+    /// the engine releases at its next keep-alive); `false` from it (the term was lost at
+    /// once) still returns the grant, whose loss the next keep-alive reports.
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> Result<Acquire> {
+        let reply = self.acquire(session, name)?;
+        if let Acquire::Acquired(term) = &reply {
+            if !value.is_empty() {
+                self.set_value(session, name, term.token, value)?;
+            }
+        }
+        Ok(reply)
+    }
+
     /// Whether the backend keeps waiting queues ([`acquire_queued`](Self::acquire_queued),
     /// [`leave_queue`](Self::leave_queue), [`queue`](Self::queue)) for fair locks.
     fn supports_queues(&self) -> bool {

@@ -9,8 +9,8 @@ use std::sync::{Arc, Weak};
 pub enum Notification {
     /// A lease was released (or its holder's session closed): candidates may take it now.
     Released(LeaseName),
-    /// A lease passed to a new holder (a new term, not a re-acquire by its holder): observers
-    /// may read the new owner now.
+    /// A lease passed to a new holder (a new term, not a re-acquire by its holder), or its
+    /// holder changed the term's value: observers may read the owner now.
     Acquired(LeaseName),
     /// A group's membership changed.
     GroupChanged(GroupName),

@@ -83,6 +83,26 @@ impl LeaseBackend for GatedOpens {
     fn supports_queues(&self) -> bool {
         self.inner.supports_queues()
     }
+    fn supports_values(&self) -> bool {
+        self.inner.supports_values()
+    }
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: crate::Token,
+        value: &str,
+    ) -> crate::Result<bool> {
+        self.inner.set_value(session, name, token, value)
+    }
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> crate::Result<crate::spi::Acquire> {
+        self.inner.acquire_with_value(session, name, value)
+    }
     fn acquire_queued(
         &self,
         session: &SessionId,

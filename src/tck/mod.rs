@@ -17,12 +17,14 @@ mod fair_cases;
 mod gate;
 mod job_cases;
 mod semaphore_cases;
+mod value_cases;
 
 pub use backend_cases::*;
 pub use engine_cases::*;
 pub use fair_cases::*;
 pub use job_cases::*;
 pub use semaphore_cases::*;
+pub use value_cases::*;
 
 use crate::engine::Config;
 use crate::spi::LeaseBackend;
@@ -189,6 +191,8 @@ macro_rules! tck_suite {
             run_once_at_least_keeps_the_name_taken_after_a_fast_job,
             run_once_at_most_ends_an_overrunning_claim,
             run_once_claim_of_an_ended_session_is_freed,
+            term_values_belong_to_their_term,
+            observers_see_leader_values_and_candidates,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

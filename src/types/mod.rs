@@ -8,4 +8,4 @@ mod term;
 pub use metadata::Metadata;
 pub use name::{GroupName, LeaseName, MAX_NAME_LEN};
 pub use session_id::SessionId;
-pub use term::{Member, Owner, Term, Token};
+pub use term::{check_value, Member, Owner, Term, Token, MAX_VALUE_LEN};

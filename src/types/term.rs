@@ -67,6 +67,31 @@ pub struct Owner {
     pub token: Token,
     /// Time left by the backend's clock.
     pub remaining: Duration,
+    /// The value the holder attached to this term (e.g. its address), empty when none: see
+    /// [`Election::set_value`](crate::Election::set_value). Every backend's
+    /// [`owner`](crate::spi::LeaseBackend::owner) and [`list`](crate::spi::LeaseBackend::list)
+    /// fill it; the holder named by an acquire that found the lease taken may leave it empty.
+    pub value: String,
+}
+
+/// The longest term value, in bytes of UTF-8.
+pub const MAX_VALUE_LEN: usize = 1024;
+
+/// Checks a term value: at most [`MAX_VALUE_LEN`] bytes, else [`Error::InvalidValue`].
+///
+/// ```
+/// use simba_lease::{check_value, Error};
+/// assert!(check_value("10.0.0.7:8080").is_ok());
+/// assert!(matches!(check_value(&"x".repeat(1025)), Err(Error::InvalidValue { len: 1025, .. })));
+/// ```
+pub fn check_value(value: &str) -> Result<()> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::InvalidValue {
+            len: value.len(),
+            max: MAX_VALUE_LEN,
+        });
+    }
+    Ok(())
 }
 
 /// A live member of a group.

@@ -101,6 +101,26 @@ impl LeaseBackend for Isolated {
     fn supports_queues(&self) -> bool {
         self.0.supports_queues()
     }
+    fn supports_values(&self) -> bool {
+        self.0.supports_values()
+    }
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: simba_lease::Token,
+        value: &str,
+    ) -> simba_lease::Result<bool> {
+        self.0.set_value(session, name, token, value)
+    }
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> simba_lease::Result<simba_lease::spi::Acquire> {
+        self.0.acquire_with_value(session, name, value)
+    }
     fn acquire_queued(
         &self,
         session: &SessionId,
@@ -987,9 +1007,10 @@ pub fn keep_alive_reports_leases_changed_behind_its_back<D: Db>() {
     b.close_session(&s).unwrap();
 }
 
-/// Tables of an earlier version (no `version` column on the session table, with a session
-/// and a lease in them): `install_schema` adds the column, twice is the same as once, and
-/// the session keeps its lease and goes on.
+/// Tables of an earlier version (no `version` column on the session table, no value columns
+/// on the lease table, with a session and a lease in them): `install_schema` adds the
+/// columns, twice is the same as once, and the session keeps its lease and goes on (and sets
+/// its term's value).
 pub fn install_schema_migrates_older_tables<D: Db>() {
     let b = isolated(&D::url());
     let p = b.0.table_prefix().to_owned();
@@ -998,9 +1019,19 @@ pub fn install_schema_migrates_older_tables<D: Db>() {
     let before = LeaseName::new("before").unwrap();
     let t = acquired(&*b, &s, &before);
     D::exec(&format!("ALTER TABLE {p}simba_session DROP COLUMN version"));
+    D::exec(&format!(
+        "ALTER TABLE {p}simba_lease DROP COLUMN term_value"
+    ));
+    D::exec(&format!(
+        "ALTER TABLE {p}simba_lease DROP COLUMN value_token"
+    ));
     b.0.install_schema().unwrap();
     b.0.install_schema().unwrap();
     assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), ["before"]);
+    // The term values work on the migrated lease table.
+    assert_eq!(b.owner(&before).unwrap().unwrap().value, "");
+    assert!(b.set_value(&s, &before, t.token, "migrated").unwrap());
+    assert_eq!(b.owner(&before).unwrap().unwrap().value, "migrated");
     let after = LeaseName::new("after").unwrap();
     acquired(&*b, &s, &after);
     assert_eq!(

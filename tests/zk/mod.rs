@@ -201,6 +201,26 @@ impl LeaseBackend for Isolated {
     fn supports_queues(&self) -> bool {
         self.b().supports_queues()
     }
+    fn supports_values(&self) -> bool {
+        self.b().supports_values()
+    }
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: simba_lease::Token,
+        value: &str,
+    ) -> simba_lease::Result<bool> {
+        self.b().set_value(session, name, token, value)
+    }
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> simba_lease::Result<simba_lease::spi::Acquire> {
+        self.b().acquire_with_value(session, name, value)
+    }
     fn acquire_queued(
         &self,
         session: &SessionId,

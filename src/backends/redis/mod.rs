@@ -5,7 +5,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms, or the mark `9000000000000000`: bound to the session), and on a cluster `anchor`, `epoch` (bound to that anchor) |
+//! | `{prefix}:lease:{name}` | hash, never expires | `session`, `token`, `expires` (Redis `TIME`, ms, or the mark `9000000000000000`: bound to the session); on a cluster `anchor`, `epoch` (bound to that anchor); `value`, `vtoken` (a term value and the token of the term it was set for: shown only while that term lasts) |
 //! | `{prefix}:session:{sid}` | hash with `PX` = lease | `metadata`, `lease`, `v` (version of its set of leases) |
 //! | `{prefix}:anchor:{tag}:{sid}` | string with `PX`, cluster only | an epoch; one per session and node (`tag` picks a slot of that node) |
 //! | `{prefix}:session:{sid}:leases` | set, same slot | leases of the session |
@@ -32,9 +32,9 @@
 //! term over, but take over a dead one only after an upgrade. Release clears only the
 //! `session` field (the token stays) and publishes `released` on the lease key's channel;
 //! the script that grants a new term publishes `acquired` there (a re-acquire by the holder
-//! publishes nothing); joins and leaves publish on the group key's channel. One pub/sub
-//! connection per backend (on its own thread, speaking RESP3, so Redis 6 or later) turns
-//! those into [`Notification`]s and skips anything else the server sends; when it drops,
+//! publishes nothing), and so does one that sets a term's value; joins and leaves publish on
+//! the group key's channel. One pub/sub connection per backend (on its own thread, speaking
+//! RESP3, so Redis 6 or later) turns those into [`Notification`]s and skips anything else the server sends; when it drops,
 //! subscribers get [`Notification::Resync`] and it resubscribes with backoff (a read
 //! interrupted by a stop and continue of the process is simply read again). Every time
 //! decision uses Redis `TIME` inside the scripts; remaining times are rounded down to whole
@@ -132,7 +132,8 @@
 //!
 //! | operation | one server | cluster (`route_by_slot`) |
 //! |---|---|---|
-//! | open, owner | 1 | 1 |
+//! | open, owner, set a term value | 1 | 1 |
+//! | acquire with a term value | 1 (the same script) | 3 (4): the acquire, then the value |
 //! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per node renewing its anchor (per slot after a node refused: a slot moved), pipelined to every node at once; rebinds a few terms (see anchors above) |
 //! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
 //! | release, leave | 1 | 3 (a PTTL of the session first: an expired session changes nothing) |
@@ -674,6 +675,7 @@ fn owner_at(op: &'static str, r: &Reply, holder: &str) -> Result<Owner> {
         session,
         token,
         remaining,
+        value: String::new(),
     })
 }
 
@@ -760,6 +762,7 @@ fn queued(op: &'static str, r: &Reply, rest: &[Reply], sid: &SessionId) -> Resul
                 session: session_in(op, r, holder)?,
                 token: token(op, t.as_int().ok_or_else(|| bad_reply(op, r))?)?,
                 remaining: millis(op, r, left.as_int().ok_or_else(|| bad_reply(op, r))?)?,
+                value: String::new(),
             };
             if owner.session == *sid {
                 return Err(bad_reply(op, r));
@@ -1121,12 +1124,14 @@ impl RedisBackend {
         }
     }
 
-    /// One node: `acquire.lua`, or with `patience` (fair locks) `acquire_queued.lua`.
+    /// One node: `acquire.lua` (with `value`, the term's value is set in the same script),
+    /// or with `patience` (fair locks) `acquire_queued.lua`.
     fn acquire_one_node(
         &self,
         sid: &SessionId,
         name: &LeaseName,
         patience: Option<Duration>,
+        value: Option<&str>,
     ) -> Result<Acquired> {
         const OP: &str = "acquiring";
         let mut keys = vec![
@@ -1140,7 +1145,10 @@ impl RedisBackend {
             self.keys.session_prefix(),
         ];
         let s = match patience {
-            None => &scripts().acquire,
+            None => {
+                args.extend(value.map(str::to_owned));
+                &scripts().acquire
+            }
             Some(p) => {
                 keys.push(self.keys.queue(name.as_str()));
                 keys.push(self.keys.queue_deadlines(name.as_str()));
@@ -1175,6 +1183,35 @@ impl RedisBackend {
                 ))
             }
             _ => Ok(r),
+        }
+    }
+
+    /// A plain acquire; on one node with `value`, the term's value is set by the same script.
+    fn acquire_valued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: Option<&str>,
+    ) -> Result<Acquire> {
+        let r = if self.routed {
+            self.acquire_routed(session, name, None)?
+        } else {
+            self.acquire_one_node(session, name, None, value)?
+        };
+        match r {
+            Acquired::Term {
+                token, remaining, ..
+            } => Ok(Acquire::Acquired(Term {
+                name: name.clone(),
+                token,
+                remaining,
+            })),
+            Acquired::Held(owner) => Ok(Acquire::Held(owner)),
+            // Only queued acquires answer so.
+            Acquired::Queued { owner, .. } => owner
+                .map(Acquire::Held)
+                .ok_or_else(|| Error::backend("acquiring", "a queue reply to a plain acquire")),
+            Acquired::Expired => Err(self.expired(session)),
         }
     }
 
@@ -1556,26 +1593,28 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        let r = if self.routed {
-            self.acquire_routed(session, name, None)?
-        } else {
-            self.acquire_one_node(session, name, None)?
-        };
-        match r {
-            Acquired::Term {
-                token, remaining, ..
-            } => Ok(Acquire::Acquired(Term {
-                name: name.clone(),
-                token,
-                remaining,
-            })),
-            Acquired::Held(owner) => Ok(Acquire::Held(owner)),
-            // Only queued acquires answer so.
-            Acquired::Queued { owner, .. } => owner
-                .map(Acquire::Held)
-                .ok_or_else(|| Error::backend("acquiring", "a queue reply to a plain acquire")),
-            Acquired::Expired => Err(self.expired(session)),
+        self.acquire_valued(session, name, None)
+    }
+
+    /// One node: one script takes the term and sets its value. Routed (a cluster): the
+    /// acquire, then `set_value.lua` (the default).
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> Result<Acquire> {
+        crate::types::check_value(value)?;
+        if !self.routed {
+            return self.acquire_valued(session, name, Some(value).filter(|v| !v.is_empty()));
         }
+        let reply = self.acquire_valued(session, name, None)?;
+        if let Acquire::Acquired(term) = &reply {
+            if !value.is_empty() {
+                self.set_value(session, name, term.token, value)?;
+            }
+        }
+        Ok(reply)
     }
 
     fn supports_jobs(&self) -> bool {
@@ -1619,7 +1658,7 @@ impl LeaseBackend for RedisBackend {
         let r = if self.routed {
             self.acquire_routed(session, name, Some(patience))?
         } else {
-            self.acquire_one_node(session, name, Some(patience))?
+            self.acquire_one_node(session, name, Some(patience), None)?
         };
         match r {
             Acquired::Term {
@@ -1676,6 +1715,35 @@ impl LeaseBackend for RedisBackend {
             .collect()
     }
 
+    fn supports_values(&self) -> bool {
+        true
+    }
+
+    /// One script on the lease's node (`set_value.lua`), on every layout: the term's own
+    /// expiry (or, bound to its session on one node, the session hash) decides whether it
+    /// still lasts. Not waited for by replicas (`wait_replicas`): a value is no fence.
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        crate::types::check_value(value)?;
+        let r = self.eval(
+            Role::Other,
+            &scripts().set_value,
+            &[self.keys.lease(name.as_str())],
+            &[
+                session.to_string(),
+                token.to_string(),
+                value.to_owned(),
+                self.keys.session_prefix(),
+            ],
+        )?;
+        flag("setting a term value", &r)
+    }
+
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
         if !self.live_before_routed_change(session)? {
             return Ok(false);
@@ -1693,9 +1761,12 @@ impl LeaseBackend for RedisBackend {
         )?;
         match r.as_array() {
             Some([]) => Ok(None),
-            Some([holder, _, _]) => {
+            Some([holder, _, _, value]) => {
                 let holder = holder.as_str().ok_or_else(|| bad_reply(OP, &r))?;
-                Ok(Some(owner_at(OP, &r, holder)?))
+                let value = value.as_str().ok_or_else(|| bad_reply(OP, &r))?;
+                let mut owner = owner_at(OP, &r, holder)?;
+                value.clone_into(&mut owner.value);
+                Ok(Some(owner))
             }
             _ => Err(bad_reply(OP, &r)),
         }

@@ -52,6 +52,7 @@ scripts!(
     queue,
     release,
     owner,
+    set_value,
     join,
     join_group,
     leave,

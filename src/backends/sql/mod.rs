@@ -17,6 +17,14 @@
 //! | `release`, `leave`, `owner`, `members` | 1 | 1 |
 //! | `join` | 1 | 1 (2 when already a member) |
 //! | `close_session` | 1 | 3 |
+//! | `set_value` | 1 (the lease row alone is updated; notifies `a:`) | 1 (2 when the value was already set: the count of changed rows is then 0, a read tells) |
+//! | `acquire_with_value` | 1 (the acquire statement's upsert sets the new term's value; 2 for a re-acquire by the holder) | `acquire` + `set_value` |
+//!
+//! A term's value lives in the lease row (`term_value`, with `value_token`, the token of the
+//! term it was set for): `owner` and `list` show it only while that term lasts, so a new term
+//! starts without it whatever statement began it. Tables of an earlier version get both
+//! columns from [`SqlBackend::install_schema`]; the statements need them, so run it after
+//! upgrading (as for the session table's `version`).
 //!
 //! Deadlocks and serialization failures (PostgreSQL SQLSTATE `40001`/`40P01`, MySQL error
 //! 1213) are retried inside the backend, a few times within the query timeout, because every
@@ -154,7 +162,7 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
-    fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str) -> Self {
         Tables {
             prefix: prefix.to_owned(),
             session: format!("{prefix}simba_session"),
@@ -341,8 +349,8 @@ impl AcqReport {
 pub(crate) struct RawListing {
     /// `(session id, remaining µs, metadata)`.
     pub(crate) sessions: Vec<(String, i64, String)>,
-    /// `(name, holder, token, holder's remaining µs)`.
-    pub(crate) leases: Vec<(String, String, i64, i64)>,
+    /// `(name, holder, token, holder's remaining µs, term value)`.
+    pub(crate) leases: Vec<(String, String, i64, i64, String)>,
     /// `(group, member session id, metadata)`, sorted by group then session.
     pub(crate) members: Vec<(String, String, String)>,
 }
@@ -391,9 +399,18 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// Deletes the session, frees its leases, deletes its memberships.
     fn remove_session(&self, id: &str) -> DbResult<()>;
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow>;
+    /// [`Driver::acquire`] that gives a new term `value` in the same statement where the
+    /// dialect can; whether it did (the default cannot).
+    fn acquire_with_value(&self, id: &str, name: &str, value: &str) -> DbResult<(AcqRow, bool)> {
+        let _ = value;
+        Ok((self.acquire(id, name)?, false))
+    }
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool>;
-    /// The live holder: session, token, remaining µs.
-    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>>;
+    /// The live holder: session, token, remaining µs, the term's value (empty for none).
+    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64, String)>>;
+    /// Sets the value of `id`'s live term of `name` with `token`; whether it is held so
+    /// (and the value now set).
+    fn set_value(&self, id: &str, name: &str, token: i64, value: &str) -> DbResult<bool>;
     /// `false` when the session is not live.
     fn join(&self, id: &str, group: &str) -> DbResult<bool>;
     fn leave(&self, id: &str, group: &str) -> DbResult<bool>;
@@ -916,7 +933,8 @@ impl SqlBackend {
 
     /// Creates the three tables and their indexes if they do not exist (idempotent, safe to
     /// run from several processes at once), and adds the `version` column to a session table
-    /// created by an earlier version (run it after upgrading; the statements need it).
+    /// and the `term_value` and `value_token` columns to a lease table created by an earlier
+    /// version (run it after upgrading; the statements need them).
     pub fn install_schema(&self) -> Result<()> {
         self.driver
             .install_schema()
@@ -999,6 +1017,70 @@ impl SqlBackend {
     /// connection ids), to find them in `pg_stat_activity` or `SHOW PROCESSLIST`.
     pub fn connection_ids(&self) -> Vec<u64> {
         self.driver.connection_ids()
+    }
+
+    /// An acquire (with `value`, one that gives a new term the value where the dialect can),
+    /// run again while it raced a concurrent change of the row; the reply and whether the
+    /// value was set.
+    fn acquire_valued(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: Option<&str>,
+    ) -> Result<(Acquire, bool)> {
+        let deadline = options::deadline(self.options.query_timeout);
+        let mut attempt = 0u32;
+        loop {
+            let (row, set) = match value {
+                None => self
+                    .driver
+                    .acquire(session.as_str(), name.as_str())
+                    .map(|r| (r, false)),
+                Some(v) => self
+                    .driver
+                    .acquire_with_value(session.as_str(), name.as_str(), v),
+            }
+            .map_err(|e| self.err("acquiring a lease", e))?;
+            return match row {
+                AcqRow::Expired => Err(Self::expired(session)),
+                AcqRow::Acquired {
+                    token: t,
+                    remaining_us,
+                } => Ok((
+                    Acquire::Acquired(Term {
+                        name: name.clone(),
+                        token: token(t)?,
+                        remaining: remaining(remaining_us),
+                    }),
+                    set,
+                )),
+                AcqRow::Held {
+                    session: s,
+                    token: t,
+                    remaining_us,
+                } => Ok((
+                    Acquire::Held(Owner {
+                        session: session_id(&s)?,
+                        token: token(t)?,
+                        remaining: remaining(remaining_us),
+                        value: String::new(),
+                    }),
+                    false,
+                )),
+                AcqRow::Raced if Instant::now() < deadline && attempt < 50 => {
+                    attempt += 1;
+                    std::thread::sleep(crate::rand::jitter(Duration::from_millis(
+                        1 << attempt.min(5),
+                    )));
+                    continue;
+                }
+                AcqRow::Raced => Err(Error::Timeout {
+                    operation: "acquiring a lease under contention",
+                    after: self.options.query_timeout,
+                    source: None,
+                }),
+            };
+        }
     }
 
     fn err(&self, operation: &'static str, e: DbError) -> Error {
@@ -1191,46 +1273,26 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        let deadline = options::deadline(self.options.query_timeout);
-        let mut attempt = 0u32;
-        loop {
-            let row = self
-                .driver
-                .acquire(session.as_str(), name.as_str())
-                .map_err(|e| self.err("acquiring a lease", e))?;
-            return match row {
-                AcqRow::Expired => Err(Self::expired(session)),
-                AcqRow::Acquired {
-                    token: t,
-                    remaining_us,
-                } => Ok(Acquire::Acquired(Term {
-                    name: name.clone(),
-                    token: token(t)?,
-                    remaining: remaining(remaining_us),
-                })),
-                AcqRow::Held {
-                    session: s,
-                    token: t,
-                    remaining_us,
-                } => Ok(Acquire::Held(Owner {
-                    session: session_id(&s)?,
-                    token: token(t)?,
-                    remaining: remaining(remaining_us),
-                })),
-                AcqRow::Raced if Instant::now() < deadline && attempt < 50 => {
-                    attempt += 1;
-                    std::thread::sleep(crate::rand::jitter(Duration::from_millis(
-                        1 << attempt.min(5),
-                    )));
-                    continue;
-                }
-                AcqRow::Raced => Err(Error::Timeout {
-                    operation: "acquiring a lease under contention",
-                    after: self.options.query_timeout,
-                    source: None,
-                }),
-            };
+        self.acquire_valued(session, name, None).map(|(a, _)| a)
+    }
+
+    /// PostgreSQL: one statement takes a new term and sets its value (a re-acquire by the
+    /// holder sets it with a second one). MySQL: the acquire, then `set_value`.
+    fn acquire_with_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> Result<Acquire> {
+        crate::types::check_value(value)?;
+        if value.is_empty() {
+            return self.acquire(session, name);
         }
+        let (reply, set) = self.acquire_valued(session, name, Some(value))?;
+        if let (Acquire::Acquired(term), false) = (&reply, set) {
+            self.set_value(session, name, term.token, value)?;
+        }
+        Ok(reply)
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
@@ -1245,14 +1307,35 @@ impl LeaseBackend for SqlBackend {
             .driver
             .owner(name.as_str())
             .map_err(|e| self.err("reading a lease owner", e))?;
-        row.map(|(s, t, us)| {
+        row.map(|(s, t, us, value)| {
             Ok(Owner {
                 session: session_id(&s)?,
                 token: token(t)?,
                 remaining: remaining(us),
+                value,
             })
         })
         .transpose()
+    }
+
+    fn supports_values(&self) -> bool {
+        true
+    }
+
+    /// One statement changing the lease row alone (on MySQL a second read when it changed
+    /// nothing: the same value again).
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        crate::types::check_value(value)?;
+        let t = i64::try_from(token.get()).unwrap_or(i64::MAX);
+        self.driver
+            .set_value(session.as_str(), name.as_str(), t, value)
+            .map_err(|e| self.err("setting a term value", e))
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
@@ -1395,7 +1478,7 @@ impl LeaseBackend for SqlBackend {
                 metadata: meta(m)?,
             });
         }
-        for (name, holder, t, us) in raw.leases {
+        for (name, holder, t, us, value) in raw.leases {
             out.leases.push(LeaseInfo {
                 name: LeaseName::new(name)
                     .map_err(|e| Error::backend("reading a lease name", e))?,
@@ -1403,6 +1486,7 @@ impl LeaseBackend for SqlBackend {
                     session: session_id(&holder)?,
                     token: token(t)?,
                     remaining: remaining(us),
+                    value,
                 },
             });
         }

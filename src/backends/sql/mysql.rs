@@ -49,6 +49,8 @@ use std::time::Duration;
 const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 /// The same instant in whole ms (rounded down).
 const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+/// The value of the lease row `l`'s current term: set only for the token it was set with.
+const TERM_VALUE: &str = "COALESCE(CASE WHEN l.value_token = l.token THEN l.term_value END, '')";
 
 /// The oldest servers accepted.
 const REQUIRED: &str = "MySQL 8.0 or later, or MariaDB 10.6 or later";
@@ -171,6 +173,8 @@ struct Sql {
     acquire_report: String,
     release: String,
     owner: String,
+    set_value: String,
+    value_check: String,
     join: String,
     join_check: String,
     leave: String,
@@ -254,9 +258,23 @@ impl Sql {
                  WHERE me.session_id = ? AND me.expires_at > {NOW}"
             ),
             owner: format!(
-                "SELECT l.session_id, l.token, s.expires_at * 1000 - {NOW_US} FROM {l} l \
-                 JOIN {s} s ON s.session_id = l.session_id \
+                "SELECT l.session_id, l.token, s.expires_at * 1000 - {NOW_US}, {TERM_VALUE} \
+                 FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
                  WHERE l.name = ? AND s.expires_at > {NOW}"
+            ),
+            // Only by the live holder of the term with that token. The affected-row count
+            // is 0 when the value was already set (without `CLIENT_FOUND_ROWS`), so a 0 is
+            // checked by `value_check`.
+            set_value: format!(
+                "UPDATE {l} SET term_value = ?, value_token = token \
+                 WHERE name = ? AND session_id = ? AND token = ? \
+                 AND EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = {l}.session_id \
+                             AND s.expires_at > {NOW})"
+            ),
+            value_check: format!(
+                "SELECT COUNT(*) FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
+                 WHERE l.name = ? AND l.session_id = ? AND l.token = ? \
+                 AND l.value_token = l.token AND l.term_value = ? AND s.expires_at > {NOW}"
             ),
             join: format!(
                 "INSERT INTO {m} (group_name, session_id) \
@@ -550,7 +568,7 @@ fn acq_report(row: Option<Vec<Value>>) -> DbResult<AcqReport> {
 }
 
 /// A live holder (`owner`): session, token, remaining µs, all required.
-fn holder(row: Option<Vec<Value>>) -> DbResult<Option<(String, i64, i64)>> {
+fn holder(row: Option<Vec<Value>>) -> DbResult<Option<(String, i64, i64, String)>> {
     const WHAT: &str = "a lease owner";
     let Some(row) = row else {
         return Ok(None);
@@ -559,7 +577,29 @@ fn holder(row: Option<Vec<Value>>) -> DbResult<Option<(String, i64, i64)>> {
         req_text(WHAT, &row, 0)?,
         req_int(WHAT, &row, 1)?,
         req_int(WHAT, &row, 2)?,
+        req_text(WHAT, &row, 3)?,
     )))
+}
+
+/// Adds the `term_value` and `value_token` columns to a lease table of an earlier version.
+fn add_value(c: &mut Conn, lease: &str) -> std::result::Result<(), ::mysql::Error> {
+    for (column, def) in [
+        (
+            "term_value",
+            "VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL",
+        ),
+        ("value_token", "BIGINT NULL"),
+    ] {
+        let row: Option<Row> = c.exec_first(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+            (lease, column),
+        )?;
+        if row.map(cells).and_then(|r| int(cell(&r, 0))) == Some(0) {
+            c.query_drop(format!("ALTER TABLE {lease} ADD COLUMN {column} {def}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Adds the `version` column to a session table of an earlier version (MySQL 8 has no
@@ -738,7 +778,8 @@ impl Driver for MyDriver {
             let r = script
                 .iter()
                 .try_for_each(|s| c.query_drop(s))
-                .and_then(|()| add_version(c, &self.tables.session));
+                .and_then(|()| add_version(c, &self.tables.session))
+                .and_then(|()| add_value(c, &self.tables.lease));
             if got {
                 c.query_drop("DO RELEASE_LOCK('simba_install')")?;
             }
@@ -837,10 +878,21 @@ impl Driver for MyDriver {
         })
     }
 
-    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>> {
+    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64, String)>> {
         self.run(|c| {
             let r: Option<Row> = c.exec_first(&self.sql.owner, (name,))?;
             holder(r.map(cells))
+        })
+    }
+
+    fn set_value(&self, id: &str, name: &str, token: i64, value: &str) -> DbResult<bool> {
+        self.run(|c| {
+            c.exec_drop(&self.sql.set_value, (value, name, id, token))?;
+            if c.affected_rows() > 0 {
+                return Ok(true);
+            }
+            let r: Option<Row> = c.exec_first(&self.sql.value_check, (name, id, token, value))?;
+            live(r.map(cells))
         })
     }
 
@@ -922,7 +974,7 @@ impl Driver for MyDriver {
              WHERE expires_at > {NOW} ORDER BY session_id"
         );
         let leases = format!(
-            "SELECT l.name, l.session_id, l.token, s.expires_at * 1000 - {NOW_US} \
+            "SELECT l.name, l.session_id, l.token, s.expires_at * 1000 - {NOW_US}, {TERM_VALUE} \
              FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
              WHERE s.expires_at > {NOW} ORDER BY l.name"
         );
@@ -948,6 +1000,7 @@ impl Driver for MyDriver {
                     req_text("a session id", &r, 1)?,
                     req_int("a token", &r, 2)?,
                     req_int("a remaining time", &r, 3)?,
+                    req_text("a term value", &r, 4)?,
                 ));
             }
             for r in c.query::<Row, _>(&members)? {

@@ -71,14 +71,20 @@ impl PgTls {
 const NOW: &str = "(floor(extract(epoch FROM statement_timestamp()) * 1000)::int8)";
 /// The same instant in µs.
 const NOW_US: &str = "((extract(epoch FROM statement_timestamp()) * 1000000)::int8)";
+/// The value of the lease row `l`'s current term: set only for the token it was set with.
+const TERM_VALUE: &str =
+    "coalesce(CASE WHEN l.value_token = l.token THEN l.term_value END, '')::text";
 
 struct Stmts {
     open: Statement,
     keep_alive: Statement,
     remove: Statement,
     acquire: Statement,
+    /// `acquire` that gives a new term the value `$3` in the same upsert.
+    acquire_valued: Statement,
     release: Statement,
     owner: Statement,
+    set_value: Statement,
     join: Statement,
     leave: Statement,
     members: Statement,
@@ -139,7 +145,7 @@ fn count(n: i64) -> DbResult<usize> {
     usize::try_from(n).map_err(|_| DbError::new(Kind::Other, format!("count {n} from PostgreSQL")))
 }
 
-fn sql(t: &Tables) -> [String; 10] {
+fn sql(t: &Tables) -> [String; 11] {
     let (s, l, m) = (&t.session, &t.lease, &t.member);
     // Every change publishes on the prefix's channel with `pg_notify` inside its own
     // statement, so a notification is sent exactly when the change commits (see `listen`).
@@ -256,11 +262,22 @@ fn sql(t: &Tables) -> [String; 10] {
              SELECT (SELECT count(*) FROM freed), (SELECT count(*) FROM note), \
                     (SELECT count(*) FROM bump)"
         ),
-        // owner
+        // owner, with the term's value (stored with the token it belongs to)
         format!(
-            "SELECT l.session_id::text, l.token, s.expires_at * 1000 - {NOW_US} FROM {l} l \
-             JOIN {s} s ON s.session_id = l.session_id \
+            "SELECT l.session_id::text, l.token, s.expires_at * 1000 - {NOW_US}, {TERM_VALUE} \
+             FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
              WHERE l.name = $1 AND s.expires_at > {NOW}"
+        ),
+        // set_value: $1 name, $2 session, $3 token, $4 value. Only the live holder of that
+        // term; the lease row alone is locked (the session is read, not locked), so it cannot
+        // deadlock with acquire. Notifies `a:`: observers read the owner again.
+        format!(
+            "WITH up AS (UPDATE {l} SET term_value = $4, value_token = token \
+                    WHERE name = $1 AND session_id::text = $2::text AND token = $3 \
+                      AND EXISTS (SELECT 1 FROM {s} WHERE session_id = $2 AND expires_at > {NOW}) \
+                    RETURNING name), \
+             note AS MATERIALIZED (SELECT pg_notify({ch}, 'a:' || name) FROM up) \
+             SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM note)"
         ),
         // join
         format!(
@@ -298,6 +315,35 @@ fn sql(t: &Tables) -> [String; 10] {
              SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM left_), (SELECT count(*) FROM note)"
         ),
     ]
+}
+
+/// The acquire statement (of lease table `l`) that gives a new term the value `$3` in its
+/// upsert: the inserted row and the take-over both set `term_value` and `value_token` (the
+/// new token: in `DO UPDATE SET`, `x.token` is the row's token before the update). A
+/// re-acquire by the holder updates nothing, as in `acquire`.
+fn acquire_with_value(acquire: &str, l: &str) -> String {
+    let swap = |s: &str, from: &str, to: &str| {
+        assert_eq!(
+            s.matches(from).count(),
+            1,
+            "the acquire statement has one {from:?}"
+        );
+        s.replacen(from, to, 1)
+    };
+    let s = swap(
+        acquire,
+        &format!("INSERT INTO {l} AS x (name, session_id, token) SELECT $2, $1, 1 FROM me"),
+        &format!(
+            "INSERT INTO {l} AS x (name, session_id, token, term_value, value_token) \
+             SELECT $2, $1, 1, $3, 1 FROM me"
+        ),
+    );
+    swap(
+        &s,
+        "SET session_id = EXCLUDED.session_id, token = x.token + 1",
+        "SET session_id = EXCLUDED.session_id, token = x.token + 1, \
+         term_value = EXCLUDED.term_value, value_token = x.token + 1",
+    )
 }
 
 /// The fair-lock queue statements (text, run unprepared): place, leave, list.
@@ -346,7 +392,8 @@ fn queue_sql(t: &Tables) -> [String; 3] {
 }
 
 fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::postgres::Error> {
-    let [open, keep_alive, remove, acquire, release, owner, join, leave, members, purge] = sql(t);
+    let [open, keep_alive, remove, acquire, release, owner, set_value, join, leave, members, purge] =
+        sql(t);
     let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
     Ok(Stmts {
         open: client.prepare_typed(&open, &[sid.clone(), i8.clone(), Type::VARCHAR])?,
@@ -364,9 +411,17 @@ fn prepare(client: &mut Client, t: &Tables) -> std::result::Result<Stmts, ::post
             ],
         )?,
         remove: client.prepare_typed(&remove, std::slice::from_ref(&sid))?,
+        acquire_valued: client.prepare_typed(
+            &acquire_with_value(&acquire, &t.lease),
+            &[sid.clone(), name.clone(), Type::VARCHAR],
+        )?,
         acquire: client.prepare_typed(&acquire, &[sid.clone(), name.clone()])?,
         release: client.prepare_typed(&release, &[name.clone(), sid.clone(), i8.clone()])?,
         owner: client.prepare_typed(&owner, std::slice::from_ref(&name))?,
+        set_value: client.prepare_typed(
+            &set_value,
+            &[name.clone(), sid.clone(), i8.clone(), Type::VARCHAR],
+        )?,
         join: client.prepare_typed(&join, &[sid.clone(), name.clone()])?,
         leave: client.prepare_typed(&leave, &[name.clone(), sid.clone()])?,
         members: client.prepare_typed(&members, &[name])?,
@@ -601,7 +656,7 @@ impl Driver for PgDriver {
         let script = self
             .tables
             .script(include_str!("../../../sql/init-simba-postgresql.sql"));
-        let session = &self.tables.session;
+        let (session, lease) = (&self.tables.session, &self.tables.lease);
         self.run_plain(|c| {
             let mut tx = c.transaction()?;
             // Serialize concurrent installers (CREATE ... IF NOT EXISTS races otherwise).
@@ -621,6 +676,20 @@ impl Driver for PgDriver {
             if !has {
                 tx.batch_execute(&format!(
                     "ALTER TABLE {session} ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0"
+                ))?;
+            }
+            // Lease tables from before term values have neither value column: add both.
+            let has: bool = tx
+                .query_one(
+                    "SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = to_regclass($1) \
+                     AND attname IN ('term_value', 'value_token') AND NOT attisdropped",
+                    &[&lease],
+                )?
+                .try_get(0)?;
+            if !has {
+                tx.batch_execute(&format!(
+                    "ALTER TABLE {lease} ADD COLUMN IF NOT EXISTS term_value varchar(1024), \
+                     ADD COLUMN IF NOT EXISTS value_token bigint"
                 ))?;
             }
             tx.commit()
@@ -727,6 +796,24 @@ impl Driver for PgDriver {
         })
     }
 
+    fn acquire_with_value(&self, id: &str, name: &str, value: &str) -> DbResult<(AcqRow, bool)> {
+        self.run(|c, st| {
+            let r = c
+                .query_one(&st.acquire_valued, &[&id, &name, &value])
+                .map_err(classify)?;
+            let report = AcqReport {
+                my_remaining: col(&r, 0)?,
+                new_token: col(&r, 1)?,
+                holder: col(&r, 2)?,
+                token: col(&r, 3)?,
+                holder_remaining: col(&r, 4)?,
+            };
+            // Only a new term (a row from the upsert) got the value.
+            let set = report.new_token.is_some();
+            Ok((report.outcome(id), set))
+        })
+    }
+
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool> {
         self.run(|c, st| {
             let r = c
@@ -736,12 +823,21 @@ impl Driver for PgDriver {
         })
     }
 
-    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64)>> {
+    fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64, String)>> {
         self.run(|c, st| {
             let Some(r) = c.query_opt(&st.owner, &[&name]).map_err(classify)? else {
                 return Ok(None);
             };
-            Ok(Some((col(&r, 0)?, col(&r, 1)?, col(&r, 2)?)))
+            Ok(Some((col(&r, 0)?, col(&r, 1)?, col(&r, 2)?, col(&r, 3)?)))
+        })
+    }
+
+    fn set_value(&self, id: &str, name: &str, token: i64, value: &str) -> DbResult<bool> {
+        self.run(|c, st| {
+            let r = c
+                .query_one(&st.set_value, &[&name, &id, &token, &value])
+                .map_err(classify)?;
+            Ok(col::<i64>(&r, 0)? == 1)
         })
     }
 
@@ -824,7 +920,8 @@ impl Driver for PgDriver {
              WHERE expires_at > {NOW} ORDER BY session_id"
         );
         let leases = format!(
-            "SELECT l.name::text, l.session_id::text, l.token, s.expires_at * 1000 - {NOW_US} \
+            "SELECT l.name::text, l.session_id::text, l.token, s.expires_at * 1000 - {NOW_US}, \
+                    {TERM_VALUE} \
              FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
              WHERE s.expires_at > {NOW} ORDER BY l.name"
         );
@@ -845,8 +942,13 @@ impl Driver for PgDriver {
                     .push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
             }
             for r in tx.query(&leases, &[])? {
-                out.leases
-                    .push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
+                out.leases.push((
+                    r.try_get(0)?,
+                    r.try_get(1)?,
+                    r.try_get(2)?,
+                    r.try_get(3)?,
+                    r.try_get(4)?,
+                ));
             }
             for r in tx.query(&members, &[])? {
                 out.members
@@ -900,5 +1002,33 @@ impl Driver for PgDriver {
 
     fn listener_name(&self) -> Option<String> {
         Some(self.listener.name().to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_valued_acquire_sets_the_value_in_the_upsert_only() {
+        let t = Tables::new("p_");
+        let acquire = sql(&t)[3].clone();
+        let valued = acquire_with_value(&acquire, &t.lease);
+        assert!(valued.contains(
+            "INSERT INTO p_simba_lease AS x (name, session_id, token, term_value, value_token) \
+             SELECT $2, $1, 1, $3, 1 FROM me"
+        ));
+        assert!(valued.contains("term_value = EXCLUDED.term_value, value_token = x.token + 1"));
+        // Everything else is the acquire statement.
+        let back = valued
+            .replace(
+                ", term_value, value_token) SELECT $2, $1, 1, $3, 1",
+                ") SELECT $2, $1, 1",
+            )
+            .replace(
+                ", term_value = EXCLUDED.term_value, value_token = x.token + 1",
+                "",
+            );
+        assert_eq!(back, acquire);
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! | path | kind | content |
 //! |---|---|---|
-//! | `{root}/leases/{name}` | ephemeral | the holder's session id; owner = `ephemeralOwner`, token = `czxid` |
+//! | `{root}/leases/{name}` | ephemeral | the holder's session id, a line feed and the term's value (empty until set; the node lives one term); owner = `ephemeralOwner`, token = `czxid` |
 //! | `{root}/groups/{group}` | container | — |
 //! | `{root}/groups/{group}/{sessionId}` | ephemeral | the member session's metadata |
 //! | `{root}/queues/{name}/q-{sessionId}-{n}` | ephemeral sequential | a fair-lock waiter's place: its patience in ms (see `queue.rs`) |
@@ -33,8 +33,10 @@
 //! `exists` of `{root}/leases`, or of the few lease nodes whose create's outcome is unknown),
 //! whatever the number of leases held, plus 1 when a held node's watch fired (see below);
 //! release: 2
-//! (read owner and czxid, then delete that version); join: 1 (2–3 when the group node is
-//! missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
+//! (read owner and czxid, then delete that version); set a term value: 2 (read owner and
+//! czxid, then `setData` of that version; the holder's next keep-alive reads the node once,
+//! its watch having fired); acquire with a value: 3 (the create, then the value); join: 1
+//! (2–3 when the group node is missing); leave: 1; owner: 1; members: 3 (sync, children, multi read); ping: 1 (`exists` of
 //! the root); list: 4 plus 3 per group (sync, children of `leases` and `groups`, one multi
 //! read of the lease nodes, then each group's members).
 //!
@@ -55,9 +57,9 @@
 //! session (`zookeeper-client` 0.11 sets only data, exist and child watches again), and a
 //! recursive one sees a member node created under a group that did not exist
 //! yet without any per-group bookkeeping; a lease node's creation (a new term) becomes
-//! [`Notification::Acquired`], its deletion [`Notification::Released`], a member node's
-//! creation or deletion [`Notification::GroupChanged`], and a reconnect of the reader
-//! [`Notification::Resync`] (events during a disconnection may be lost, ZOOKEEPER-4698). The
+//! [`Notification::Acquired`] (so does a change of its data: a new term value), its deletion
+//! [`Notification::Released`], a member node's creation or deletion
+//! [`Notification::GroupChanged`], and a reconnect of the reader [`Notification::Resync`] (events during a disconnection may be lost, ZOOKEEPER-4698). The
 //! price: every node change under the root is sent to every backend instance's reader.
 //!
 //! # TLS
@@ -861,7 +863,15 @@ impl Inner {
             session: SessionId::from_u64(stat.ephemeral_owner as u64),
             token: token(stat)?,
             remaining,
+            value: String::new(),
         })
+    }
+
+    /// [`Inner::owner_of`] with the term's value from the node's data.
+    fn owner_with_value(&self, data: &[u8], stat: &zk::Stat) -> Result<Owner> {
+        let mut owner = self.owner_of(stat)?;
+        owner.value = value_of(data);
+        Ok(owner)
     }
 
     /// The time the session with ZooKeeper id `raw` has left: known for a session of this
@@ -892,6 +902,21 @@ impl Inner {
         }
         (n, next)
     }
+}
+
+/// A lease node's data: the holder's session id, then after a line feed the term's value
+/// (none until the holder sets one; the node lives for one term only).
+fn lease_data(session: &SessionId, value: &str) -> Vec<u8> {
+    format!("{session}\n{value}").into_bytes()
+}
+
+/// The term value in a lease node's data (empty when there is none, or it is not UTF-8).
+fn value_of(data: &[u8]) -> String {
+    std::str::from_utf8(data)
+        .ok()
+        .and_then(|d| d.split_once('\n'))
+        .map(|(_, v)| v.to_owned())
+        .unwrap_or_default()
 }
 
 /// The token of a lease node: its czxid, which is positive (a zxid of 0 or below is no
@@ -1204,7 +1229,7 @@ impl LeaseBackend for ZooKeeperBackend {
             let (seq, created, seen) = {
                 let mut p = s.possibly.lock();
                 let seq = p.creating(name);
-                let created = client.create(&path, session.as_str().as_bytes(), &opts);
+                let created = client.create(&path, &lease_data(session, ""), &opts);
                 (seq, created, held::Sent::exists(&client, path.clone()))
             };
             match call(OP, limit, created)? {
@@ -1287,11 +1312,61 @@ impl LeaseBackend for ZooKeeperBackend {
         let inner = &self.inner;
         let client = inner.reader.client()?;
         let path = inner.cfg.lease_path(name);
-        match call(OP, inner.cfg.request_timeout, client.check_stat(&path))? {
-            Ok(Some(stat)) => Ok(Some(inner.owner_of(&stat)?)),
-            Ok(None) => Ok(None),
+        match call(OP, inner.cfg.request_timeout, client.get_data(&path))? {
+            Ok((data, stat)) => Ok(Some(inner.owner_with_value(&data, &stat)?)),
+            Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(zk_err(OP, e)),
         }
+    }
+
+    fn supports_values(&self) -> bool {
+        true
+    }
+
+    /// Two round trips on the session's own client: the node's stat (its owner and czxid
+    /// must be the session and the token), then a `setData` of that node version. The data
+    /// change fires the holder's watch (its next keep-alive reads the node once) and the
+    /// readers' recursive watch ([`Notification::Acquired`]).
+    fn set_value(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> Result<bool> {
+        const OP: &str = "setting a term value";
+        crate::types::check_value(value)?;
+        let inner = &self.inner;
+        let Some(s) = inner.live_or_none(session) else {
+            return Ok(false);
+        };
+        let Ok(client) = s.client() else {
+            return Ok(false);
+        };
+        let limit = s.limit(&inner.cfg);
+        let path = inner.cfg.lease_path(name);
+        let data = lease_data(session, value);
+        for _ in 0..8 {
+            let stat = match call(OP, limit, client.check_stat(&path))? {
+                Ok(Some(stat)) => stat,
+                Ok(None) => return Ok(false),
+                Err(e) => return inner.fail_unchanged(&s, OP, e),
+            };
+            if stat.ephemeral_owner != s.raw || stat.czxid as u64 != token.get() {
+                return Ok(false);
+            }
+            match call(OP, limit, client.set_data(&path, &data, Some(stat.version)))? {
+                Ok(_) => return Ok(true),
+                // Another value set meanwhile (by this session): read the version again.
+                Err(zk::Error::BadVersion) => continue,
+                Err(zk::Error::NoNode) => return Ok(false),
+                Err(e) => return inner.fail_unchanged(&s, OP, e),
+            }
+        }
+        Err(Error::backend(
+            OP,
+            format!("lease node {name} kept changing"),
+        ))
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
@@ -1479,8 +1554,8 @@ impl LeaseBackend for ZooKeeperBackend {
             }
             let results = call(OP, limit, r.commit())?.map_err(|e| zk_err(OP, e))?;
             for (name, r) in names.into_iter().zip(results) {
-                if let zk::MultiReadResult::Data { stat, .. } = r {
-                    match inner.owner_of(&stat) {
+                if let zk::MultiReadResult::Data { data, stat } = r {
+                    match inner.owner_with_value(&data, &stat) {
                         Ok(owner) => out.leases.push(LeaseInfo { name, owner }),
                         Err(e) => log::warn!("lease node {name}: {}", e.report()),
                     }
@@ -1625,8 +1700,11 @@ fn watch_loop(
                     subs.publish(&Notification::Released(name));
                 }
             }
-            // A lease node is created only for a new term (a re-acquire finds it existing).
-            zk::EventType::NodeCreated if ev.path.starts_with(&leases) => {
+            // A lease node is created only for a new term (a re-acquire finds it existing);
+            // its data changes only with the term's value.
+            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
+                if ev.path.starts_with(&leases) =>
+            {
                 if let Ok(name) = LeaseName::new(&ev.path[leases.len()..]) {
                     subs.publish(&Notification::Acquired(name));
                 }

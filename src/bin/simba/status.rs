@@ -22,6 +22,14 @@ pub(crate) struct Args {
 }
 
 /// `s` on one line: control characters (a newline in metadata) escaped, the rest as given.
+/// A term value as the last column of a lease row: nothing when there is none.
+fn value_column(value: &str) -> String {
+    match value {
+        "" => String::new(),
+        v => format!("  {}", one_line(v)),
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
@@ -59,7 +67,8 @@ fn list(a: &Args, backend: &dyn LeaseBackend) -> Result<ExitCode> {
             .map(|x| {
                 json!({"name": x.name.as_str(), "holder": x.owner.session.as_str(),
                        "token": x.owner.token.get(),
-                       "remaining_ms": x.owner.remaining.as_millis() as u64})
+                       "remaining_ms": x.owner.remaining.as_millis() as u64,
+                       "value": x.owner.value.as_str()})
             })
             .collect();
         let groups: Vec<_> = l
@@ -102,16 +111,17 @@ fn list(a: &Args, backend: &dyn LeaseBackend) -> Result<ExitCode> {
     }
     if !l.leases.is_empty() {
         println!(
-            "\n{:<32} {:<34} {:>8} {:>12}",
+            "\n{:<32} {:<34} {:>8} {:>12}  value",
             "lease", "holder", "token", "time left"
         );
         for x in &l.leases {
             println!(
-                "{:<32} {:<34} {:>8} {:>12}",
+                "{:<32} {:<34} {:>8} {:>12}{}",
                 x.name.as_str(),
                 x.owner.session.as_str(),
                 x.owner.token.get(),
-                secs(x.owner.remaining)
+                secs(x.owner.remaining),
+                value_column(&x.owner.value)
             );
         }
     }
@@ -144,7 +154,8 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             .iter()
             .map(|(n, o)| match o {
                 Some(o) => json!({"name": n.as_str(), "holder": o.session.as_str(),
-                                  "token": o.token.get(), "remaining_ms": o.remaining.as_millis() as u64}),
+                                  "token": o.token.get(), "remaining_ms": o.remaining.as_millis() as u64,
+                                  "value": o.value.as_str()}),
                 None => json!({"name": n.as_str(), "holder": null}),
             })
             .collect();
@@ -163,18 +174,19 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     }
     if !leases.is_empty() {
         println!(
-            "{:<32} {:<34} {:>8} {:>12}",
+            "{:<32} {:<34} {:>8} {:>12}  value",
             "lease", "holder", "token", "time left"
         );
     }
     for (n, o) in &leases {
         match o {
             Some(o) => println!(
-                "{:<32} {:<34} {:>8} {:>12}",
+                "{:<32} {:<34} {:>8} {:>12}{}",
                 n.as_str(),
                 o.session.as_str(),
                 o.token.get(),
-                format!("{:.3}s", o.remaining.as_secs_f64())
+                format!("{:.3}s", o.remaining.as_secs_f64()),
+                value_column(&o.value)
             ),
             None => println!("{:<32} {:<34} {:>8} {:>12}", n.as_str(), "(free)", "-", "-"),
         }
@@ -202,7 +214,8 @@ pub(crate) struct WatchArgs {
     for_: Option<Duration>,
 }
 
-/// Prints one line per change of holder: the time since the start, the holder and token.
+/// Prints one line per change of holder or of its term's value: the time since the start,
+/// the holder, the token and the value (when there is one).
 pub(crate) fn watch(a: WatchArgs) -> Result<ExitCode> {
     let session = Session::open(connect(&a.url)?, Config::default())?;
     let observer = session.observe(a.name.as_str())?;
@@ -211,17 +224,22 @@ pub(crate) fn watch(a: WatchArgs) -> Result<ExitCode> {
     let mut seen = 0;
     let print = |owner: Option<&simba_lease::Owner>| match owner {
         Some(o) => println!(
-            "{:>10.3}s {} holder {} token {} ({:.3}s left)",
+            "{:>10.3}s {} holder {} token {} ({:.3}s left){}",
             start.elapsed().as_secs_f64(),
             a.name,
             o.session.as_str(),
             o.token.get(),
-            o.remaining.as_secs_f64()
+            o.remaining.as_secs_f64(),
+            match o.value.as_str() {
+                "" => String::new(),
+                v => format!(" value {}", one_line(v)),
+            }
         ),
         None => println!("{:>10.3}s {} free", start.elapsed().as_secs_f64(), a.name),
     };
     // Only changes are printed: the observer's first event may repeat the state read here.
-    let key = |o: Option<&simba_lease::Owner>| o.map(|o| (o.session.clone(), o.token));
+    let key =
+        |o: Option<&simba_lease::Owner>| o.map(|o| (o.session.clone(), o.token, o.value.clone()));
     let first = observer.leader()?;
     let mut last = key(first.as_ref());
     print(first.as_ref());
