@@ -1,9 +1,9 @@
 #!lua flags=allow-cross-slot-keys
 -- set_value: KEYS lease; ARGV sid, token, value, session key prefix. Sets the value of sid's
 -- term with this token while the term lasts (a bound term: while its session hash lives; a
--- cluster term: while its anchor does). The
--- value is stored with its term's token (`vtoken`), so a later term never shows it. Publishes
--- 'acquired' on the lease's channel (observers read the owner again). 1 if set, else 0.
+-- cluster term: while its anchor does). The value is stored with its term's token
+-- (`vtoken`), so a later term never shows it. Publishes 'acquired' on the lease's channel
+-- (observers read the owner again). 1 if set, else 0.
 local h = redis.call('HMGET', KEYS[1], 'session', 'token', 'expires', 'anchor', 'epoch')
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 0 end
 local now, up = clock()
