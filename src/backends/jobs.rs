@@ -37,6 +37,12 @@ pub(crate) fn check_at_least(at_least: Duration) -> Result<()> {
 }
 
 /// Whole milliseconds of a checked duration, rounded down.
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper"
+))]
 pub(crate) fn ms(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
 }

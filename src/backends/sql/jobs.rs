@@ -40,11 +40,13 @@ pub(crate) struct JobReport {
 #[derive(Clone, Debug)]
 pub(crate) struct JobSql {
     /// PostgreSQL: `$1` name. Locks the row (in the claim's transaction).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) lock: String,
     /// PostgreSQL: `$1` session, `$2` name, `$3` at_most ms; returns token and remaining µs.
     /// MySQL: session, at_most, name, session.
     pub(crate) claim: String,
     /// MySQL: name, session; the token and remaining µs of the session's running claim.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) claimed: String,
     /// PostgreSQL: `$1` session, `$2` name. MySQL: session, name. One row: me live, row
     /// exists, taken, remaining µs.

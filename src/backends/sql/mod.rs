@@ -84,8 +84,8 @@
 //! connection is dropped (the server may still finish the statement). On both, the engine's
 //! local deadline ends the call's relevance anyway.
 
-#[cfg(feature = "postgres")]
 mod jobs;
+#[cfg(feature = "postgres")]
 mod listen;
 #[cfg(feature = "mysql")]
 mod mysql;
