@@ -115,6 +115,16 @@ local function left_of(expires, sid, now, up, sprefix, anchor, epoch)
   return left
 end
 
+-- A lease hash's term: {session, token, expires, anchor, epoch, then the extra fields asked}.
+local function term_of(key, ...)
+  return redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch', ...)
+end
+
+-- What the term `h` (term_of) of its holder h[1] has left (left_of), or nil once it ran out.
+local function term_left(h, now, up, sprefix)
+  return left_of(tonumber(h[3] or '0'), h[1], now, up, sprefix, h[4], h[5])
+end
+
 -- Takes `key` for `sid` for `ms` when free or its holder's term ran out (now, up: clock()).
 -- {1, token, remaining, new(1|0)} when held by sid; {0, token, remaining, holder} otherwise.
 -- A new term is published as 'acquired' on the key's channel (a re-acquire is not).
@@ -122,10 +132,10 @@ end
 -- that anchor of sid's when this node serves it, with its own deadline `horizon` ms ahead,
 -- and the reply gains the anchor's epoch; otherwise it ends at up + ms.
 local function lease_acquire(key, sid, ms, now, up, sprefix, bind, anchor, horizon)
-  local h = redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch')
-  local holder, token, expires = h[1], tonumber(h[2] or '0'), tonumber(h[3] or '0')
+  local h = term_of(key)
+  local holder, token = h[1], tonumber(h[2] or '0')
   if holder and holder ~= '' then
-    local left = left_of(expires, holder, now, up, sprefix, h[4], h[5])
+    local left = term_left(h, now, up, sprefix)
     if left then
       if holder == sid then return {1, token, math.min(left, ms), 0} end
       return {0, token, left, holder}
@@ -152,9 +162,9 @@ end
 -- A term bound to its session needs no extension; one bound to an anchor is unbound (it then
 -- ends at up + ms, which the session outlives by no more than the caller measured).
 local function lease_extend(key, sid, ms, now, up, sprefix)
-  local h = redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch')
+  local h = term_of(key)
   local expires = tonumber(h[3] or '0')
-  if h[1] ~= sid or not left_of(expires, sid, now, up, sprefix, h[4], h[5]) then return false end
+  if h[1] ~= sid or not term_left(h, now, up, sprefix) then return false end
   if h[4] then
     redis.call('HSET', key, 'expires', fmt(up + ms))
     redis.call('HDEL', key, 'anchor', 'epoch')
@@ -167,9 +177,9 @@ end
 -- Binds `key`, if sid holds it, to anchor `anchor` (live, with `epoch`, on this node) with its
 -- own deadline at least `horizon` ms ahead; its token, or false.
 local function lease_rebind(key, sid, now, up, anchor, epoch, horizon)
-  local h = redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch')
+  local h = term_of(key)
   local expires = tonumber(h[3] or '0')
-  if h[1] ~= sid or expires >= BOUND or not left_of(expires, sid, now, up, nil, h[4], h[5]) then
+  if h[1] ~= sid or expires >= BOUND or not term_left(h, now, up, nil) then
     return false
   end
   redis.call('HSET', key, 'expires', fmt(math.max(expires, up + horizon)), 'anchor', anchor,
@@ -251,9 +261,9 @@ end
 -- The reply of a queued acquire that must wait: {2, ahead, token, remaining, holder} while
 -- the lease is held, {2, ahead} while it is free.
 local function queue_waiting(key, ahead, now, up, sprefix)
-  local h = redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch')
+  local h = term_of(key)
   if h[1] and h[1] ~= '' then
-    local left = left_of(tonumber(h[3] or '0'), h[1], now, up, sprefix, h[4], h[5])
+    local left = term_left(h, now, up, sprefix)
     if left then return {2, ahead, tonumber(h[2]), left, h[1]} end
   end
   return {2, ahead}

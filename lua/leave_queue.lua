@@ -4,9 +4,9 @@
 -- `released` on the lease's channel, so the next in line tries at once.
 local removed = place_remove(KEYS[1], KEYS[2], ARGV[1])
 if removed == 1 then
-  local h = redis.call('HMGET', KEYS[3], 'session', 'expires', 'anchor', 'epoch')
+  local h = term_of(KEYS[3])
   local now, up = clock()
-  if not h[1] or h[1] == '' or not left_of(tonumber(h[2] or '0'), h[1], now, up, ARGV[2], h[3], h[4]) then
+  if not h[1] or h[1] == '' or not term_left(h, now, up, ARGV[2]) then
     redis.call('PUBLISH', KEYS[3], 'released')
   end
 end

@@ -4,10 +4,10 @@
 -- session is live: an expired session holds nothing, so its release changes nothing. The
 -- token stays; 1 if freed (one node: a change of the session's leases).
 if KEYS[3] and not session_left(KEYS[3]) then return 0 end
-local h = redis.call('HMGET', KEYS[1], 'session', 'token', 'expires', 'anchor', 'epoch')
+local h = term_of(KEYS[1])
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 0 end
 local now, up = clock()
-if not left_of(tonumber(h[3] or '0'), ARGV[1], now, up, ARGV[4], h[4], h[5]) then return 0 end
+if not term_left(h, now, up, ARGV[4]) then return 0 end
 if KEYS[2] then redis.call('SREM', KEYS[2], ARGV[3]) end
 if KEYS[3] then redis.call('HINCRBY', KEYS[3], 'v', 1) end
 return lease_free(KEYS[1], ARGV[1])

@@ -544,8 +544,7 @@ mod reader {
     use simba_lease::backends::ZooKeeperBackend;
     use simba_lease::spi::{Acquire, LeaseBackend, Notification};
     use simba_lease::{tck, Metadata};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     #[test]
     fn expired_reader_reconnects_and_resyncs() {
@@ -558,13 +557,7 @@ mod reader {
             .root(a.root())
             .build()
             .unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let _sub = a
-            .subscribe(Arc::new(move |n: &Notification| {
-                let _ = tx.send(n.clone());
-            }))
-            .unwrap()
-            .expect("notifications");
+        let (rx, _sub) = zk::notifications(&a);
         let h = tck::Harness::new(|| unreachable!());
         // A session of `a` with a longer timeout than the reader's: once the server expired
         // it (its node is gone), it expired the reader too.
@@ -583,17 +576,12 @@ mod reader {
         });
         while rx.try_recv().is_ok() {}
         proxy.heal();
-        let end = Instant::now() + h.patience;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match rx
-                .recv_timeout(left)
-                .expect("Resync after the reader reconnected")
-            {
-                Notification::Resync => break,
-                _ => continue,
-            }
-        }
+        zk::wait_for(
+            &rx,
+            h.patience,
+            "Resync after the reader reconnected",
+            |n| *n == Notification::Resync,
+        );
         // The new reader's watch and reads work.
         let sb = b
             .open_session(Duration::from_secs(30), &Metadata::default())
@@ -608,17 +596,9 @@ mod reader {
             a.owner(&name).unwrap().map(|o| o.session) == Some(sb.clone())
         });
         assert!(b.release(&sb, &name, t.token).unwrap());
-        let end = Instant::now() + h.patience;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match rx
-                .recv_timeout(left)
-                .expect("release notified by the new reader")
-            {
-                Notification::Released(n) if n == name => break,
-                _ => continue,
-            }
-        }
+        zk::wait_for(&rx, h.patience, "release notified by the new reader", |n| {
+            *n == Notification::Released(name.clone())
+        });
         b.close_session(&sb).unwrap();
     }
 
@@ -635,27 +615,14 @@ mod reader {
             .root(a.root())
             .build()
             .unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let _sub = a
-            .subscribe(Arc::new(move |n: &Notification| {
-                let _ = tx.send(n.clone());
-            }))
-            .unwrap()
-            .expect("notifications");
+        let (rx, _sub) = zk::notifications(&a);
         let h = tck::Harness::new(|| unreachable!());
         let sb = b
             .open_session(Duration::from_secs(30), &Metadata::default())
             .unwrap()
             .id;
         let notified = |what: &str, want: &dyn Fn(&Notification) -> bool| {
-            let end = Instant::now() + h.patience;
-            loop {
-                let left = end.saturating_duration_since(Instant::now());
-                let n = rx.recv_timeout(left).unwrap_or_else(|_| panic!("{what}"));
-                if want(&n) {
-                    break;
-                }
-            }
+            zk::wait_for(&rx, h.patience, what, want)
         };
         let release = |prefix: &str| {
             let name = tck::lease_name(prefix);
@@ -885,19 +852,12 @@ mod acquired_notification {
     use super::zk;
     use simba_lease::spi::{Acquire, LeaseBackend, Notification};
     use simba_lease::{tck, Metadata};
-    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     #[test]
     fn a_new_term_is_notified_as_acquired() {
         let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let _sub = b
-            .subscribe(Arc::new(move |n: &Notification| {
-                let _ = tx.send(n.clone());
-            }))
-            .unwrap()
-            .expect("notifications");
+        let (rx, _sub) = zk::notifications(&b);
         let lease = Duration::from_secs(30);
         let s1 = b.open_session(lease, &Metadata::default()).unwrap().id;
         let s2 = b.open_session(lease, &Metadata::default()).unwrap().id;

@@ -6,10 +6,43 @@ pub mod raw;
 
 use simba_lease::backends::zookeeper::{ZooKeeperBackend, ZooKeeperBuilder};
 use simba_lease::spi::{
-    Acquire, KeepAlive, LeaseBackend, NotifySink, Queued, SessionGrant, Subscription,
+    Acquire, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant, Subscription,
 };
 use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, SessionId, Token};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The notifications of `b`, delivered into a channel while the returned subscription lives.
+pub fn notifications(
+    b: &dyn LeaseBackend,
+) -> (crossbeam_channel::Receiver<Notification>, Subscription) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let sub = b
+        .subscribe(Arc::new(move |n: &Notification| {
+            let _ = tx.send(n.clone());
+        }))
+        .unwrap()
+        .expect("notifications");
+    (rx, sub)
+}
+
+/// Waits up to `patience` for a notification `want` accepts, skipping others; panics with
+/// `what` when none came.
+pub fn wait_for(
+    rx: &crossbeam_channel::Receiver<Notification>,
+    patience: Duration,
+    what: &str,
+    want: impl Fn(&Notification) -> bool,
+) {
+    let end = Instant::now() + patience;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let n = rx.recv_timeout(left).unwrap_or_else(|_| panic!("{what}"));
+        if want(&n) {
+            return;
+        }
+    }
+}
 
 /// `host:port,…` of the standalone server: `SIMBA_ZK_URL` (as `.ci/servers.sh` exports it)
 /// or `127.0.0.1:2181`.
