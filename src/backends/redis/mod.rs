@@ -463,12 +463,16 @@ struct SlotMap {
 }
 
 impl SlotMap {
-    /// Every slot on one node (one server).
-    fn one_node() -> Self {
-        SlotMap {
-            ranges: vec![(0, 16383, 0)],
-            tags: vec![anchors::tag_for_slot(0)],
-        }
+    /// Every slot on one node (one server), built once.
+    fn one_node() -> Arc<Self> {
+        static ONE: std::sync::OnceLock<Arc<SlotMap>> = std::sync::OnceLock::new();
+        ONE.get_or_init(|| {
+            Arc::new(SlotMap {
+                ranges: vec![(0, 16383, 0)],
+                tags: vec![anchors::tag_for_slot(0)],
+            })
+        })
+        .clone()
     }
 
     /// Decodes a `CLUSTER SLOTS` reply (`[[first, last, [host, port, …], replicas…], …]`);
@@ -1349,7 +1353,7 @@ impl RedisBackend {
     /// The slot map last read, however old (never reads it); one node on one server.
     fn cached_slot_map(&self) -> Option<Arc<SlotMap>> {
         if !self.scripting.clustered() {
-            return Some(Arc::new(SlotMap::one_node()));
+            return Some(SlotMap::one_node());
         }
         self.slot_map.lock().as_ref().map(|(_, m)| m.clone())
     }
@@ -1357,7 +1361,7 @@ impl RedisBackend {
     /// The cluster's slot map, read again when older than 30 s; one node on one server.
     fn slot_map(&self) -> Option<Arc<SlotMap>> {
         if !self.scripting.clustered() {
-            return Some(Arc::new(SlotMap::one_node()));
+            return Some(SlotMap::one_node());
         }
         if let Some((at, m)) = &*self.slot_map.lock() {
             if at.elapsed() < SLOT_MAP_TTL {
