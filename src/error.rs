@@ -157,6 +157,36 @@ pub enum Error {
         /// The backend's [`kind`](crate::spi::LeaseBackend::kind).
         backend: &'static str,
     },
+    /// TLS with the server could not be set up: its certificate was refused, it refused
+    /// ours, or it does not speak TLS. Nothing was sent in plaintext instead (only
+    /// `sslmode=prefer` falls back to plaintext, and only when the server offers no TLS).
+    /// [`failure`](TlsFailure) says why; the driver's error is the source.
+    ///
+    /// Not [transient](Error::is_transient): the same call fails the same way until the
+    /// server's certificate or the client's TLS options change.
+    #[error("TLS failed while {operation}: {failure}")]
+    Tls {
+        /// What was being done.
+        operation: &'static str,
+        /// Why.
+        failure: TlsFailure,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The server refused the credentials (user name and password, or ACL user). Neither
+    /// this error nor its source holds the password.
+    ///
+    /// Not [transient](Error::is_transient): the same call fails the same way until the
+    /// credentials change.
+    #[error("authentication failed while {operation}")]
+    Authentication {
+        /// What was being done.
+        operation: &'static str,
+        /// The server's or driver's error.
+        #[source]
+        source: BoxError,
+    },
     /// The backend failed; the driver's error is the source.
     #[error("backend error while {operation}")]
     Backend {
@@ -168,12 +198,80 @@ pub enum Error {
     },
 }
 
+/// Why TLS could not be set up (see [`Error::Tls`]).
+///
+/// ```
+/// use simba_lease::{Error, TlsFailure};
+/// # fn connect() -> Result<(), Error> { Ok(()) }
+/// match connect() {
+///     Err(Error::Tls { failure: TlsFailure::UnknownIssuer, .. }) => {
+///         eprintln!("give the server's CA with ?ca=/path/to/ca.pem");
+///     }
+///     Err(Error::Authentication { .. }) => eprintln!("check the user and password"),
+///     _ => {}
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server's certificate chain does not lead to a trusted CA (`ca`, or the platform's
+    /// roots without it).
+    UnknownIssuer,
+    /// The server's certificate has expired (or is not valid yet).
+    Expired,
+    /// The server's certificate is not valid for the host name (or IP address) of the URL.
+    NameMismatch,
+    /// The server's certificate was refused for another reason (revoked, bad signature,
+    /// wrong purpose, unreadable).
+    BadCertificate,
+    /// The server requires a client certificate and none was given (`cert` and `key`), or
+    /// it refused the one given. (PostgreSQL and MySQL check client certificates while
+    /// authenticating: they refuse with [`Error::Authentication`] instead.)
+    ClientCertificate,
+    /// The server does not speak TLS on this port, or does not offer it.
+    NotOffered,
+    /// The handshake failed otherwise (no common protocol version or cipher suite, …).
+    Handshake,
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFailure::UnknownIssuer => "the server's certificate is not signed by a trusted CA",
+            TlsFailure::Expired => "the server's certificate has expired or is not valid yet",
+            TlsFailure::NameMismatch => "the server's certificate is not valid for this host name",
+            TlsFailure::BadCertificate => "the server's certificate was refused",
+            TlsFailure::ClientCertificate => {
+                "the server requires a client certificate, or refused the one given"
+            }
+            TlsFailure::NotOffered => "the server does not speak TLS here",
+            TlsFailure::Handshake => "the TLS handshake failed",
+        })
+    }
+}
+
 impl Error {
-    /// Wraps a driver error as [`Error::Backend`].
+    /// Wraps a driver error as [`Error::Backend`], or as [`Error::Tls`] or
+    /// [`Error::Authentication`] when its chain shows a TLS or authentication failure.
+    ///
+    /// ```
+    /// use simba_lease::Error;
+    /// let e = Error::backend("connecting", "connection refused");
+    /// assert!(matches!(e, Error::Backend { .. }));
+    /// let e = Error::backend("connecting", "password missing");
+    /// assert!(matches!(e, Error::Authentication { .. }));
+    /// ```
     pub fn backend(operation: &'static str, source: impl Into<BoxError>) -> Self {
-        Error::Backend {
-            operation,
-            source: source.into(),
+        use crate::backends::failure::{classify, Failure};
+        let source = source.into();
+        match classify(&*source) {
+            Some(Failure::Tls(failure)) => Error::Tls {
+                operation,
+                failure,
+                source,
+            },
+            Some(Failure::Authentication) => Error::Authentication { operation, source },
+            None => Error::Backend { operation, source },
         }
     }
 
@@ -217,8 +315,8 @@ impl Error {
     }
 
     /// Whether trying the same call again later may succeed: a timeout or a backend
-    /// failure (connection, server). Bad input, a lost term, an expired or closed session
-    /// and configuration errors are not transient.
+    /// failure (connection, server). Bad input, a lost term, an expired or closed session,
+    /// configuration errors, TLS and authentication failures are not transient.
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Timeout { .. } | Error::Backend { .. })
     }

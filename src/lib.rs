@@ -93,7 +93,7 @@ pub use engine::{
     Cancel, Clock, Config, ConfigBuilder, Event, Health, LossReason, ManualClock, Session,
     SessionState, SystemClock,
 };
-pub use error::{BoxError, Error, Report, Result};
+pub use error::{BoxError, Error, Report, Result, TlsFailure};
 pub use primitives::{Election, Group, Job, LockGuard, Membership, Observer, Permit, Semaphore};
 pub use types::{
     check_value, GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token,

@@ -343,8 +343,10 @@ fn server_flavor_and_version_are_detected() {
 #[cfg(feature = "tls")]
 mod tls {
     use super::sql_common::tls::{
-        assert_connects, assert_fails, bad_options_are_named, env_url, file, trusted, with,
+        assert_auth_fails, assert_connects, assert_tls_fails, bad_options_are_named, env_url, file,
+        trusted, with,
     };
+    use simba_lease::{Error, TlsFailure};
 
     fn url() -> String {
         env_url(
@@ -395,7 +397,7 @@ mod tls {
     fn plaintext_to_a_tls_only_server_fails_clearly() {
         // MariaDB checks the user's REQUIRE SSL before require_secure_transport.
         for opts in ["", "sslmode=disable"] {
-            assert_fails(&with(&url(), opts), "Access denied");
+            assert_auth_fails(&with(&url(), opts), "Access denied");
         }
     }
 
@@ -412,6 +414,16 @@ mod tls {
                 &format!("sslmode={mode}&ca={}", file("ca.pem")),
             ));
             assert!(
+                matches!(
+                    e,
+                    Error::Tls {
+                        failure: TlsFailure::NotOffered,
+                        ..
+                    }
+                ),
+                "{mode}: {e:?}"
+            );
+            assert!(
                 e.report().to_string().contains("secure connection"),
                 "{mode}: {}",
                 e.report()
@@ -424,12 +436,12 @@ mod tls {
         assert_connects(&with(&url(), "sslmode=require"));
         assert_connects(&with(&url(), "sslmode=prefer"));
         assert_connects(&with(&expired(), "sslmode=require"));
-        assert_fails(
+        assert_tls_fails(
             &with(
                 &url(),
                 &format!("sslmode=require&ca={}", file("other-ca.pem")),
             ),
-            "UnknownIssuer",
+            TlsFailure::UnknownIssuer,
         );
     }
 
@@ -437,31 +449,34 @@ mod tls {
     fn with_another_ca_fails() {
         // (Without `ca` the mysql crate trusts the Mozilla roots, which do not hold the CI's
         // CA either.)
-        assert_fails(&with(&url(), "sslmode=verify-full"), "UnknownIssuer");
-        assert_fails(
+        assert_tls_fails(
+            &with(&url(), "sslmode=verify-full"),
+            TlsFailure::UnknownIssuer,
+        );
+        assert_tls_fails(
             &with(
                 &url(),
                 &format!("sslmode=verify-full&ca={}", file("other-ca.pem")),
             ),
-            "UnknownIssuer",
+            TlsFailure::UnknownIssuer,
         );
     }
 
     #[test]
     fn expired_certificate_fails() {
-        assert_fails(&trusted(&expired()), "Expired");
-        assert_fails(
+        assert_tls_fails(&trusted(&expired()), TlsFailure::Expired);
+        assert_tls_fails(
             &with(
                 &expired(),
                 &format!("sslmode=verify-ca&ca={}", file("ca.pem")),
             ),
-            "Expired",
+            TlsFailure::Expired,
         );
     }
 
     #[test]
     fn host_name_mismatch_fails_verify_full_only() {
-        assert_fails(&trusted(&wrong_host()), "not valid for name");
+        assert_tls_fails(&trusted(&wrong_host()), TlsFailure::NameMismatch);
         assert_connects(&with(
             &wrong_host(),
             &format!("sslmode=verify-ca&ca={}", file("ca.pem")),
@@ -474,7 +489,7 @@ mod tls {
         let pw = "Wr0ng-Pa55word";
         let u = url().replacen("simba-secret", pw, 1);
         let e = super::sql_common::tls::connect_err(&trusted(&u));
-        assert!(matches!(e, simba_lease::Error::Backend { .. }), "{e:?}");
+        assert!(matches!(e, Error::Authentication { .. }), "{e:?}");
         let report = e.report().to_string();
         assert!(report.contains("Access denied"), "{report}");
         for text in [e.to_string(), format!("{e:?}"), report] {
@@ -490,7 +505,7 @@ mod tls {
             &trusted(&u),
             &format!("cert={}&key={}", file("client.pem"), file("client.key")),
         ));
-        assert_fails(&trusted(&u), "Access denied");
+        assert_auth_fails(&trusted(&u), "Access denied");
     }
 
     #[test]

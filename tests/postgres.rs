@@ -385,10 +385,11 @@ fn dropping_the_backend_closes_the_listening_connection() {
 #[cfg(feature = "tls")]
 mod tls {
     use super::sql_common::tls::{
-        assert_connects, assert_fails, bad_options_are_named, env_url, file, trusted, with,
+        assert_auth_fails, assert_connects, assert_tls_fails, bad_options_are_named, env_url, file,
+        trusted, with,
     };
     use simba_lease::spi::{LeaseBackend, Notification};
-    use simba_lease::Metadata;
+    use simba_lease::{Metadata, TlsFailure};
     use std::time::Duration;
 
     fn url() -> String {
@@ -457,7 +458,7 @@ mod tls {
     #[test]
     fn plaintext_to_a_tls_only_server_fails_clearly() {
         for opts in ["", "sslmode=disable"] {
-            assert_fails(&with(&url(), opts), "no encryption");
+            assert_auth_fails(&with(&url(), opts), "no encryption");
         }
     }
 
@@ -468,44 +469,50 @@ mod tls {
         assert_connects(&with(&url(), "sslmode=prefer"));
         assert_connects(&with(&expired(), "sslmode=require"));
         // With a CA, `require` checks the chain.
-        assert_fails(
+        assert_tls_fails(
             &with(
                 &url(),
                 &format!("sslmode=require&ca={}", file("other-ca.pem")),
             ),
-            "UnknownIssuer",
+            TlsFailure::UnknownIssuer,
         );
     }
 
     #[test]
     fn without_the_ca_or_with_another_ca_fails() {
         // The platform's roots do not hold the CI's throwaway CA.
-        assert_fails(&with(&url(), "sslmode=verify-full"), "UnknownIssuer");
-        assert_fails(&with(&url(), "sslmode=verify-ca"), "UnknownIssuer");
-        assert_fails(
+        assert_tls_fails(
+            &with(&url(), "sslmode=verify-full"),
+            TlsFailure::UnknownIssuer,
+        );
+        assert_tls_fails(
+            &with(&url(), "sslmode=verify-ca"),
+            TlsFailure::UnknownIssuer,
+        );
+        assert_tls_fails(
             &with(
                 &url(),
                 &format!("sslmode=verify-full&ca={}", file("other-ca.pem")),
             ),
-            "UnknownIssuer",
+            TlsFailure::UnknownIssuer,
         );
     }
 
     #[test]
     fn expired_certificate_fails() {
-        assert_fails(&trusted(&expired()), "Expired");
-        assert_fails(
+        assert_tls_fails(&trusted(&expired()), TlsFailure::Expired);
+        assert_tls_fails(
             &with(
                 &expired(),
                 &format!("sslmode=verify-ca&ca={}", file("ca.pem")),
             ),
-            "Expired",
+            TlsFailure::Expired,
         );
     }
 
     #[test]
     fn host_name_mismatch_fails_verify_full_only() {
-        assert_fails(&trusted(&wrong_host()), "not valid for name");
+        assert_tls_fails(&trusted(&wrong_host()), TlsFailure::NameMismatch);
         // verify-ca checks the chain, not the name.
         assert_connects(&with(
             &wrong_host(),
@@ -520,7 +527,10 @@ mod tls {
         let pw = "Wr0ng-Pa55word";
         let u = url().replacen("simba-secret", pw, 1);
         let e = super::sql_common::tls::connect_err(&trusted(&u));
-        assert!(matches!(e, simba_lease::Error::Backend { .. }), "{e:?}");
+        assert!(
+            matches!(e, simba_lease::Error::Authentication { .. }),
+            "{e:?}"
+        );
         let report = e.report().to_string();
         assert!(
             report.contains("password authentication failed"),
@@ -547,7 +557,7 @@ mod tls {
                 file("client.key")
             ),
         ));
-        assert_fails(&trusted(&u), "certificate");
+        assert_auth_fails(&trusted(&u), "certificate");
     }
 
     #[test]

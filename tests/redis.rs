@@ -403,6 +403,23 @@ fn open(b: &dyn LeaseBackend, lease: Duration) -> SessionId {
     b.open_session(lease, &Metadata::default()).unwrap().id
 }
 
+/// A user or password the server refuses is `Error::Authentication` (ACL `WRONGPASS`), on
+/// one server and through a cluster's seeds, and no error text shows the password.
+#[test]
+fn a_refused_password_is_an_authentication_error() {
+    let pw = "Wr0ng-Pa55word";
+    for url in [standalone_url(), cluster_url()] {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let url = format!("{scheme}://no-such-user-{}:{pw}@{rest}", std::process::id());
+        let e = RedisBackend::connect(&url).expect_err("refused");
+        assert!(matches!(e, Error::Authentication { .. }), "{url}: {e:?}");
+        for text in [e.to_string(), format!("{e:?}"), e.report().to_string()] {
+            assert!(!text.contains(pw), "{text}");
+        }
+        assert!(!e.is_transient());
+    }
+}
+
 #[test]
 fn replica_paused_acquisitions_fail_clearly_and_leave_no_lease() {
     REPLICA_GATE.exclusive(|| {
@@ -1760,6 +1777,7 @@ fn notifications_survive_stop_and_continue() {
 #[cfg(feature = "tls")]
 mod tls {
     use super::*;
+    use simba_lease::TlsFailure;
 
     pub(super) fn url() -> String {
         env_url("SIMBA_REDIS_TLS_URL", "rediss://127.0.0.1:6390")
@@ -1787,12 +1805,13 @@ mod tls {
         }
     }
 
-    /// `connect` fails with a `Backend` error whose chain names `reason` (rustls's words).
-    fn assert_handshake_fails(url: &str, reason: &str) {
+    /// `connect` fails with `Error::Tls` for `failure`.
+    fn assert_handshake_fails(url: &str, failure: TlsFailure) {
         let e = backend_error(url);
-        assert!(matches!(e, Error::Backend { .. }), "{url}: {e:?}");
-        let report = e.report().to_string();
-        assert!(report.contains(reason), "{url}: {report}");
+        assert!(
+            matches!(&e, Error::Tls { failure: f, .. } if *f == failure),
+            "{url}: {e:?}"
+        );
     }
 
     // A 2 s lease: the debug build's TLS handshakes of new pool connections take hundreds of
@@ -1825,7 +1844,10 @@ mod tls {
     #[test]
     fn tls_without_the_ca_fails() {
         // The platform's roots do not hold the CI's throwaway CA.
-        assert_handshake_fails(&with_options(&url(), "connect_timeout=3s"), "UnknownIssuer");
+        assert_handshake_fails(
+            &with_options(&url(), "connect_timeout=3s"),
+            TlsFailure::UnknownIssuer,
+        );
     }
 
     #[test]
@@ -1835,20 +1857,20 @@ mod tls {
                 &url(),
                 &format!("ca={}&connect_timeout=3s", file("other-ca.pem")),
             ),
-            "UnknownIssuer",
+            TlsFailure::UnknownIssuer,
         );
     }
 
     #[test]
     fn tls_certificate_for_another_host_fails() {
         let url = env_url("SIMBA_REDIS_TLS_WRONG_HOST_URL", "rediss://127.0.0.1:6392");
-        assert_handshake_fails(&trusted(&url), "not valid for name");
+        assert_handshake_fails(&trusted(&url), TlsFailure::NameMismatch);
     }
 
     #[test]
     fn tls_expired_certificate_fails() {
         let url = env_url("SIMBA_REDIS_TLS_EXPIRED_URL", "rediss://127.0.0.1:6391");
-        assert_handshake_fails(&trusted(&url), "Expired");
+        assert_handshake_fails(&trusted(&url), TlsFailure::Expired);
     }
 
     #[test]
@@ -1868,7 +1890,7 @@ mod tls {
         for text in [e.to_string(), format!("{e:?}"), e.report().to_string()] {
             assert!(!text.contains(pw), "{text}");
         }
-        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+        assert!(matches!(e, Error::Authentication { .. }), "{e:?}");
     }
 
     #[test]
@@ -1880,10 +1902,7 @@ mod tls {
             &format!("cert={}&key={}", file("client.pem"), file("client.key")),
         );
         RedisBackend::connect(&u).unwrap().ping().unwrap();
-        let e = backend_error(&trusted(&auth_url));
-        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
-        let report = e.report().to_string();
-        assert!(report.contains("CertificateRequired"), "{report}");
+        assert_handshake_fails(&trusted(&auth_url), TlsFailure::ClientCertificate);
         let e = simba_lease::connect(&with_options(
             &trusted(&url()),
             &format!("cert={}", file("client.pem")),
@@ -1965,13 +1984,13 @@ mod tls {
 
     #[test]
     fn tls_cluster_with_another_ca_fails() {
-        let e = backend_error(&with_options(
-            &cluster_url(),
-            &format!("ca={}&connect_timeout=3s", file("other-ca.pem")),
-        ));
-        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
-        let report = e.report().to_string();
-        assert!(report.contains("UnknownIssuer"), "{report}");
+        assert_handshake_fails(
+            &with_options(
+                &cluster_url(),
+                &format!("ca={}&connect_timeout=3s", file("other-ca.pem")),
+            ),
+            TlsFailure::UnknownIssuer,
+        );
     }
 }
 

@@ -66,6 +66,11 @@ typedef enum simba_status {
   SIMBA_PANIC = 16,
   // Any other error.
   SIMBA_ERROR = 17,
+  // TLS could not be set up (the server's certificate was refused, or the server refused
+  // the client's, or it does not speak TLS); the message says why. Not transient.
+  SIMBA_TLS = 18,
+  // The server refused the credentials (user, password). Not transient.
+  SIMBA_AUTHENTICATION = 19,
 } simba_status;
 
 // What an event is.

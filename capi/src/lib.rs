@@ -116,6 +116,11 @@ pub enum simba_status {
     SIMBA_PANIC = 16,
     /// Any other error.
     SIMBA_ERROR = 17,
+    /// TLS could not be set up (the server's certificate was refused, or the server refused
+    /// the client's, or it does not speak TLS); the message says why. Not transient.
+    SIMBA_TLS = 18,
+    /// The server refused the credentials (user, password). Not transient.
+    SIMBA_AUTHENTICATION = 19,
 }
 
 use simba_status::*;
@@ -363,6 +368,8 @@ impl From<Error> for Fail {
             Error::Closed => SIMBA_CLOSED,
             Error::UnsupportedServer { .. } => SIMBA_UNSUPPORTED_SERVER,
             Error::Backend { .. } => SIMBA_BACKEND,
+            Error::Tls { .. } => SIMBA_TLS,
+            Error::Authentication { .. } => SIMBA_AUTHENTICATION,
             _ => SIMBA_ERROR,
         };
         // `report()` adds the driver's words; it never contains a password.
@@ -417,7 +424,7 @@ pub extern "C" fn simba_last_error() -> *const c_char {
 }
 
 /// Every status, in order of value.
-const STATUSES: [(simba_status, &CStr); 18] = [
+const STATUSES: [(simba_status, &CStr); 20] = [
     (SIMBA_OK, c"SIMBA_OK"),
     (SIMBA_BUSY, c"SIMBA_BUSY"),
     (SIMBA_TIMEOUT, c"SIMBA_TIMEOUT"),
@@ -436,6 +443,8 @@ const STATUSES: [(simba_status, &CStr); 18] = [
     (SIMBA_BACKEND, c"SIMBA_BACKEND"),
     (SIMBA_PANIC, c"SIMBA_PANIC"),
     (SIMBA_ERROR, c"SIMBA_ERROR"),
+    (SIMBA_TLS, c"SIMBA_TLS"),
+    (SIMBA_AUTHENTICATION, c"SIMBA_AUTHENTICATION"),
 ];
 
 /// The name of a status value (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`;
@@ -1659,7 +1668,7 @@ mod tests {
             let got = unsafe { CStr::from_ptr(simba_status_name(i as i32)) };
             assert_eq!(got, *name);
         }
-        for v in [-1, 18, i32::MAX] {
+        for v in [-1, 20, i32::MAX] {
             let got = unsafe { CStr::from_ptr(simba_status_name(v)) };
             assert_eq!(got, c"SIMBA_UNKNOWN");
         }

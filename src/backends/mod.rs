@@ -1,5 +1,6 @@
 //! Backends: the in-memory one here, the others behind their Cargo features.
 
+pub(crate) mod failure;
 pub(crate) mod jobs;
 mod memory;
 pub mod options;

@@ -639,6 +639,15 @@ impl Inner {
                     }
                     return;
                 }
+                Err(e @ (Error::Tls { .. } | Error::Authentication { .. })) => {
+                    // Not transient, but fixed outside this process (a renewed certificate,
+                    // a restored password): keep trying, loudly.
+                    log::error!(
+                        "reopening an expired session failed, retrying: {}",
+                        e.report()
+                    );
+                    std::thread::sleep(retry + crate::rand::jitter(retry / 2));
+                }
                 Err(e) if !e.is_transient() => {
                     // Retrying cannot help (e.g. the server now grants less than the lease):
                     // expiry becomes terminal, and waiters get `SessionExpired` at once.

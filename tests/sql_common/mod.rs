@@ -1186,7 +1186,7 @@ macro_rules! sql_suite {
 #[cfg(feature = "tls")]
 pub mod tls {
     use simba_lease::backends::SqlBackend;
-    use simba_lease::Error;
+    use simba_lease::{Error, TlsFailure};
 
     /// The environment variable `var`, else `default`.
     pub fn env_url(var: &str, default: &str) -> String {
@@ -1220,16 +1220,32 @@ pub mod tls {
         }
     }
 
-    /// Connecting fails with a `Backend` error whose report names `reason`, and no error
-    /// text shows the URL's password.
-    pub fn assert_fails(url: &str, reason: &str) {
-        let e = connect_err(url);
-        assert!(matches!(e, Error::Backend { .. }), "{url}: {e:?}");
-        let report = e.report().to_string();
-        assert!(report.contains(reason), "{url}: {report}");
-        for text in [e.to_string(), format!("{e:?}"), report] {
+    /// No text of `e` shows the URL's password.
+    fn no_password(e: &Error) {
+        for text in [e.to_string(), format!("{e:?}"), e.report().to_string()] {
             assert!(!text.contains("simba-secret"), "{text}");
         }
+    }
+
+    /// Connecting fails with `Error::Tls` for `failure`, and no error text shows the URL's
+    /// password.
+    pub fn assert_tls_fails(url: &str, failure: TlsFailure) {
+        let e = connect_err(url);
+        assert!(
+            matches!(&e, Error::Tls { failure: f, .. } if *f == failure),
+            "{url}: {e:?}"
+        );
+        no_password(&e);
+    }
+
+    /// Connecting fails with `Error::Authentication` whose report names `reason` (the
+    /// server's words), and no error text shows the URL's password.
+    pub fn assert_auth_fails(url: &str, reason: &str) {
+        let e = connect_err(url);
+        assert!(matches!(e, Error::Authentication { .. }), "{url}: {e:?}");
+        let report = e.report().to_string();
+        assert!(report.contains(reason), "{url}: {report}");
+        no_password(&e);
     }
 
     /// Connecting works (building a backend opens a connection).

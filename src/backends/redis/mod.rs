@@ -67,7 +67,8 @@
 //! the CA certificates to trust; default: the platform's roots), `cert` and `key` (PEM files
 //! of a client certificate and its key, both or neither). A file that cannot be read or holds
 //! no certificate/key fails with [`Error::InvalidConfig`] naming the option; a failed handshake
-//! (unknown CA, wrong host name, expired certificate) fails `connect` with [`Error::Backend`].
+//! (unknown CA, wrong host name, expired certificate) fails `connect` with [`Error::Tls`], a
+//! refused ACL user or password with [`Error::Authentication`].
 //! These options on a `redis://` URL are refused (never a plaintext fallback). Without the
 //! feature, `rediss://` is refused.
 //!

@@ -935,9 +935,29 @@ impl ClusterScripting {
             .iter()
             .map(|u| open_client(u, &opts.tls))
             .collect::<Result<Vec<_>>>()?;
-        let pools = Pools::connect(opts, open, OP)?;
+        let diagnose = opts.clone();
+        let pools = Pools::connect(opts, open, OP).map_err(|e| match e {
+            Error::Backend { .. } => seed_failure(&seeds, &diagnose, OP).unwrap_or(e),
+            e => e,
+        })?;
         Ok(ClusterScripting { seeds, pools })
     }
+}
+
+/// The cluster client keeps each seed's failure as text only: after it failed, the seeds are
+/// tried one by one alone, so that a TLS or authentication failure is reported as such.
+fn seed_failure(
+    seeds: &[redis::Client],
+    opts: &ConnectOptions,
+    operation: &'static str,
+) -> Option<Error> {
+    seeds.iter().find_map(|seed| {
+        let e = connect(seed, opts)
+            .and_then(|mut con| redis::cmd("PING").query::<redis::Value>(&mut con))
+            .err()?;
+        let e = Error::backend(operation, e);
+        matches!(e, Error::Tls { .. } | Error::Authentication { .. }).then_some(e)
+    })
 }
 
 impl RedisScripting for ClusterScripting {

@@ -606,7 +606,7 @@ impl std::fmt::Debug for SqlBackend {
 /// `cert`) or key (`key`), fails with [`Error::InvalidConfig`] naming the option; `sslmode`
 /// other than `disable` without the `tls` feature fails the same way naming `sslmode`. An
 /// unknown CA, an expired certificate or a host-name mismatch fails the build with
-/// [`Error::Backend`], whose [`report`](Error::report) names the cause (rustls's words). The
+/// [`Error::Tls`], and a refused password with [`Error::Authentication`]. The
 /// PostgreSQL `LISTEN` connection uses the same settings as the pool. Passwords come from the
 /// URL (PostgreSQL: SCRAM-SHA-256, over TLS SCRAM-SHA-256-PLUS bound to the TLS session
 /// where the server offers it, or md5, as the server asks) and never appear in an error or
@@ -1095,7 +1095,7 @@ impl SqlBackend {
             },
             _ => match e.source.downcast::<Error>() {
                 Ok(inner) => *inner,
-                Err(source) => Error::Backend { operation, source },
+                Err(source) => Error::backend(operation, source),
             },
         }
     }

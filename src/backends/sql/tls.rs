@@ -22,8 +22,8 @@
 //! A TLS option with `sslmode=disable`, an unreadable file or one without a PEM certificate
 //! (`ca`, `cert`) or key (`key`) is an [`Error::InvalidConfig`] naming the option; TLS
 //! without the Cargo feature `tls` is an [`Error::InvalidConfig`] naming `sslmode`. A failed
-//! handshake (unknown CA, expired certificate, wrong host name) fails with
-//! [`Error::Backend`] whose [`report`](Error::report) names the cause.
+//! handshake (unknown CA, expired certificate, wrong host name) fails with [`Error::Tls`]
+//! naming the [`TlsFailure`](crate::TlsFailure).
 
 #![cfg_attr(
     not(all(feature = "tls", feature = "postgres", feature = "mysql")),

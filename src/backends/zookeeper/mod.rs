@@ -83,8 +83,8 @@
 //! `zookeeper-client` retries a refused handshake without saying why until its deadline, the
 //! backend shakes hands itself (the same trust, client certificate and host check) when it is
 //! built and whenever a connect fails: an unknown CA, an expired certificate, a wrong host name
-//! or a client certificate the server refused fails with [`Error::Backend`] whose
-//! [`report`](Error::report) gives rustls's reason. A `zookeeper://` URL (feature `tls` on)
+//! or a client certificate the server refused fails with [`Error::Tls`] naming the
+//! [`TlsFailure`](crate::TlsFailure) and the server. A `zookeeper://` URL (feature `tls` on)
 //! whose server answers a TLS handshake fails with an [`Error::Backend`] saying so. Digest
 //! auth works over TLS as without.
 //!
@@ -403,7 +403,7 @@ impl ZooKeeperBuilder {
     /// With [`tls`](Self::tls), the PEM files are read first (one that cannot be read or
     /// holds no certificate or key is an [`Error::InvalidConfig`] naming its option), then a
     /// handshake with the servers is tried: when none completes one, `build` fails with
-    /// [`Error::Backend`] whose [`report`](Error::report) gives rustls's reason.
+    /// [`Error::Tls`] naming the [`TlsFailure`](crate::TlsFailure).
     pub fn build(self) -> Result<ZooKeeperBackend> {
         if self.connect.trim().is_empty() {
             return Err(Error::config("connect", "no ZooKeeper host given"));

@@ -6,9 +6,9 @@
 //! without saying why; so the backend first shakes hands itself (rustls with the `ring`
 //! provider, the same roots, client certificate and host-name check) when it is built and
 //! whenever a connect fails, and reports rustls's reason (unknown CA, expired certificate,
-//! wrong host name, a client certificate the server refused) as [`Error::Backend`].
+//! wrong host name, a client certificate the server refused) as [`Error::Tls`].
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TlsFailure};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io::{ErrorKind, Read};
@@ -284,10 +284,18 @@ impl ZkTls {
                 Ok(_) => {}
                 Err(e) if is_tls(&e) => return Err(failed(e)),
                 Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
-                    return Err(failed(std::io::Error::new(
-                        ErrorKind::UnexpectedEof,
-                        "the server closed the connection during the handshake (not a TLS port?)",
-                    )))
+                    return Err(Error::Tls {
+                        operation: CONNECTING,
+                        failure: TlsFailure::NotOffered,
+                        source: Box::new(HandshakeFailed {
+                            endpoint: format!("{host}:{port}"),
+                            source: std::io::Error::new(
+                                ErrorKind::UnexpectedEof,
+                                "the server closed the connection during the handshake \
+                                 (not a TLS port?)",
+                            ),
+                        }),
+                    })
                 }
                 Err(_) => return Ok(false),
             }
