@@ -1915,6 +1915,75 @@ mod tls {
         );
     }
 
+    /// The builder's methods have the URL options' names and meanings, override them, and
+    /// are checked the same way.
+    #[test]
+    fn tls_builder_methods_are_the_url_options() {
+        let u = url().replacen("rediss://", "rediss://simba:simba-secret@", 1);
+        let b = RedisBackend::builder(u.as_str())
+            .ca(file("ca.pem"))
+            .prefix("simba-builder")
+            .pool_size(2)
+            .query_timeout(Duration::from_secs(3))
+            .build()
+            .unwrap_or_else(|e| panic!("{}", e.report()));
+        b.ping().unwrap();
+        assert_eq!(
+            (b.config().prefix.as_str(), b.config().pool_size),
+            ("simba-builder", 2)
+        );
+        assert_eq!(b.config().query_timeout, Duration::from_secs(3));
+        // The method wins over the URL's option.
+        let other = with_options(&u, &format!("ca={}", file("other-ca.pem")));
+        RedisBackend::builder(other.as_str())
+            .ca(file("ca.pem"))
+            .build()
+            .unwrap_or_else(|e| panic!("{}", e.report()))
+            .ping()
+            .unwrap();
+        let e = RedisBackend::builder(u.as_str())
+            .ca(file("other-ca.pem"))
+            .build()
+            .expect_err("another CA");
+        assert!(
+            matches!(
+                e,
+                Error::Tls {
+                    failure: TlsFailure::UnknownIssuer,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let builder = RedisBackend::builder(u.as_str()).cert(file("client.pem"));
+        assert!(
+            !format!("{builder:?}").contains("simba-secret"),
+            "{builder:?}"
+        );
+        let e = builder.build().expect_err("cert without key");
+        assert!(
+            matches!(&e, Error::InvalidConfig { setting, .. } if setting == "key"),
+            "{e:?}"
+        );
+        // TLS files on a plaintext URL, and counts out of the URL's bounds: refused alike.
+        let e = RedisBackend::builder(standalone_url())
+            .ca(file("ca.pem"))
+            .build()
+            .expect_err("plaintext");
+        assert!(
+            matches!(&e, Error::InvalidConfig { setting, .. } if setting == "ca"),
+            "{e:?}"
+        );
+        let e = RedisBackend::builder(standalone_url())
+            .pool_size(1001)
+            .build()
+            .expect_err("pool_size");
+        assert!(
+            matches!(&e, Error::InvalidConfig { setting, .. } if setting == "pool_size"),
+            "{e:?}"
+        );
+    }
+
     #[test]
     fn tls_files_are_checked() {
         let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");

@@ -85,6 +85,53 @@ mod acl {
         b.close_session(&s2).unwrap();
     }
 
+    /// ZooKeeper checks no digest password: a wrong one is another identity, which the
+    /// creator-only nodes refuse: `Error::Authentication` at the first call that reads them,
+    /// with no password in any error text.
+    #[test]
+    fn a_wrong_password_is_an_authentication_error() {
+        let hosts = zk::hosts();
+        zk::prepare(&hosts);
+        let root = zk::random_root("wrong-pw");
+        let url = format!("zookeeper://simba:s3cret@{hosts}{root}?connection_timeout=20s");
+        let b = simba_lease::connect(&url).expect("connect by URL");
+        let s = b
+            .open_session(Duration::from_secs(30), &Metadata::default())
+            .unwrap()
+            .id;
+        let name = tck::lease_name("wrong-pw");
+        assert!(matches!(
+            b.acquire(&s, &name).unwrap(),
+            Acquire::Acquired(_)
+        ));
+        let pw = "Wr0ng-Pa55word";
+        let wrong = url.replacen("s3cret", pw, 1);
+        let e = match simba_lease::connect(&wrong) {
+            Err(e) => e,
+            Ok(other) => {
+                let s2 = other.open_session(Duration::from_secs(30), &Metadata::default());
+                let e = match s2 {
+                    Err(e) => e,
+                    Ok(s2) => other.acquire(&s2.id, &name).expect_err("refused"),
+                };
+                drop(other);
+                e
+            }
+        };
+        assert!(
+            matches!(e, simba_lease::Error::Authentication { .. }),
+            "{e:?}"
+        );
+        for text in [e.to_string(), format!("{e:?}"), e.report().to_string()] {
+            assert!(!text.contains(pw), "{text}");
+        }
+        b.close_session(&s).unwrap();
+        drop(b);
+        let mut admin = raw::Raw::connect(&hosts);
+        admin.auth("digest", b"simba:s3cret");
+        admin.delete_tree(&root);
+    }
+
     /// The URL form: credentials in the URL give digest auth and creator-only nodes.
     #[test]
     fn url_with_credentials_makes_creator_only_nodes() {

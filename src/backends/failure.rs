@@ -79,8 +79,12 @@ fn one(e: &(dyn StdError + 'static)) -> Option<Failure> {
             return Some(Failure::Authentication);
         }
     }
+    // ZooKeeper checks no digest password when it is added: a wrong one is an identity the
+    // creator-only ACL of the root's nodes refuses (`NoAuth`).
     #[cfg(feature = "zookeeper")]
-    if let Some(zookeeper_client::Error::AuthFailed) = e.downcast_ref::<zookeeper_client::Error>() {
+    if let Some(zookeeper_client::Error::AuthFailed | zookeeper_client::Error::NoAuth) =
+        e.downcast_ref::<zookeeper_client::Error>()
+    {
         return Some(Failure::Authentication);
     }
     // Drivers that keep these causes only as text (tokio-postgres builds both from strings).

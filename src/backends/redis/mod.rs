@@ -70,7 +70,8 @@
 //! (unknown CA, wrong host name, expired certificate) fails `connect` with [`Error::Tls`], a
 //! refused ACL user or password with [`Error::Authentication`].
 //! These options on a `redis://` URL are refused (never a plaintext fallback). Without the
-//! feature, `rediss://` is refused.
+//! feature, `rediss://` is refused. [`RedisBackend::builder`] takes a URL and has a method for
+//! each option, of the same name and meaning, which overrides the URL's.
 //!
 //! ```no_run
 //! use simba_lease::{connect, Config, Session};
@@ -170,11 +171,13 @@
 //! Redis hosts' clocks shortens or lengthens every lease at once.
 
 mod anchors;
+mod builder;
 mod cluster_keep_alive;
 mod jobs;
 mod scripting;
 mod scripts;
 
+pub use builder::RedisBackendBuilder;
 pub use scripting::{
     ClusterScripting, ConnectOptions, LuaScript, PubSubEvent, RedisScripting, RedisTls, Reply,
     Role, ScriptCall, StandaloneScripting,
@@ -284,18 +287,6 @@ impl RedisConfig {
         }
         Ok(())
     }
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its hash tag, mod 16384).
@@ -860,88 +851,13 @@ impl RedisBackend {
 
     /// A backend from a parsed URL.
     pub fn from_url(u: &BackendUrl) -> Result<Self> {
-        const KNOWN: &[&str] = &[
-            "prefix",
-            "wait_replicas",
-            "query_timeout",
-            "connect_timeout",
-            "route_by_slot",
-            "pool_size",
-            "ca",
-            "cert",
-            "key",
-        ];
-        u.check_params(KNOWN)?;
-        let (clustered, tls) = match u.scheme.as_str() {
-            "redis" => (false, false),
-            "redis+cluster" => (true, false),
-            "rediss" if cfg!(feature = "tls") => (false, true),
-            "rediss+cluster" if cfg!(feature = "tls") => (true, true),
-            "rediss" | "rediss+cluster" => {
-                return Err(u.invalid("TLS (rediss://) needs the `tls` feature of simba-lease"))
-            }
-            other => return Err(u.invalid(format!("not a Redis URL scheme: {other:?}"))),
-        };
-        if u.hosts.is_empty() {
-            return Err(u.invalid("expected at least one host"));
-        }
-        if !clustered && u.hosts.len() > 1 {
-            return Err(u.invalid("several hosts need redis+cluster://"));
-        }
-        let mut cfg = RedisConfig {
-            route_by_slot: clustered,
-            ..RedisConfig::default()
-        };
-        if let Some(p) = u.param("prefix") {
-            cfg.prefix = p.to_owned();
-        }
-        if let Some(v) = u.param("wait_replicas") {
-            cfg.wait_replicas = options::integer("wait_replicas", v, 0, MAX_COUNT as u32)?;
-        }
-        if let Some(v) = u.param("pool_size") {
-            cfg.pool_size = options::integer("pool_size", v, 0, MAX_COUNT)?;
-        }
-        if let Some(v) = u.param("query_timeout") {
-            cfg.query_timeout = options::timeout("query_timeout", v)?;
-        }
-        if let Some(v) = u.param("connect_timeout") {
-            cfg.connect_timeout = options::timeout("connect_timeout", v)?;
-        }
-        if let Some(v) = u.param("route_by_slot") {
-            cfg.route_by_slot = options::boolean("route_by_slot", v)?;
-        }
-        if tls {
-            cfg.tls = tls_files(u)?;
-        } else if let Some(o) = ["ca", "cert", "key"]
-            .into_iter()
-            .find(|o| u.param(o).is_some())
-        {
-            return Err(Error::config(o, "TLS options need a rediss:// URL"));
-        }
-        let scheme = if tls { "rediss" } else { "redis" };
-        let auth = match (&u.user, &u.password) {
-            (Some(user), Some(pw)) => format!("{}:{}@", encode(user), encode(pw)),
-            (None, Some(pw)) => format!(":{}@", encode(pw)),
-            (Some(user), None) => format!("{}@", encode(user)),
-            (None, None) => String::new(),
-        };
-        let url = |h: &options::HostPort| {
-            let h = h.with_port(6379);
-            format!(
-                "{scheme}://{auth}{h}{}",
-                if clustered { "" } else { &u.path }
-            )
-        };
-        if clustered {
-            cfg.validate(true)?;
-            if !u.path.is_empty() && u.path != "/" && u.path != "/0" {
-                return Err(u.invalid("a Redis Cluster has only database 0"));
-            }
-            let urls: Vec<String> = u.host_ports().iter().map(url).collect();
-            Self::cluster(&urls, cfg)
-        } else {
-            Self::standalone(&url(&u.host_ports()[0]), cfg)
-        }
+        builder::from_url(u)
+    }
+
+    /// A builder from a URL whose options its methods of the same names override, e.g.
+    /// `RedisBackend::builder("rediss://db:6390").ca("/etc/ssl/ca.pem").build()`.
+    pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(url)
     }
 
     /// The settings in use.
@@ -1989,56 +1905,6 @@ impl LeaseBackend for RedisBackend {
         self.start_notifier();
         Ok(Some(sub))
     }
-}
-
-/// Reads the PEM files named by the `ca`, `cert` and `key` options of a `rediss://` URL.
-fn tls_files(u: &BackendUrl) -> Result<RedisTls> {
-    let read = |option: &str| -> Result<Option<Vec<u8>>> {
-        let Some(path) = u.param(option) else {
-            return Ok(None);
-        };
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::config(option, format!("cannot read {path:?}: {e}")))?;
-        if pem_check(option, &bytes) {
-            Ok(Some(bytes))
-        } else {
-            let what = if option == "key" {
-                "private key"
-            } else {
-                "certificate"
-            };
-            Err(Error::config(
-                option,
-                format!("{path:?} holds no PEM {what}"),
-            ))
-        }
-    };
-    let ca = read("ca")?;
-    let client = match (read("cert")?, read("key")?) {
-        (Some(cert), Some(key)) => Some((cert, key)),
-        (None, None) => None,
-        (Some(_), None) => return Err(Error::config("key", "`cert` needs `key`")),
-        (None, Some(_)) => return Err(Error::config("cert", "`key` needs `cert`")),
-    };
-    Ok(RedisTls { ca, client })
-}
-
-/// Whether `bytes` hold at least one PEM certificate (`ca`, `cert`) or a private key (`key`).
-#[cfg(feature = "tls")]
-fn pem_check(option: &str, bytes: &[u8]) -> bool {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    if option == "key" {
-        PrivateKeyDer::from_pem_slice(bytes).is_ok()
-    } else {
-        let mut certs = CertificateDer::pem_slice_iter(bytes);
-        matches!(certs.next(), Some(Ok(_))) && certs.all(|c| c.is_ok())
-    }
-}
-
-#[cfg(not(feature = "tls"))]
-fn pem_check(_option: &str, _bytes: &[u8]) -> bool {
-    false
 }
 
 #[cfg(test)]
