@@ -552,6 +552,13 @@ fn put<T>(p: *mut T, value: T) {
     unsafe { p.write(value) }
 }
 
+/// Writes a result through an optional out-pointer (NULL: not wanted).
+fn put_opt<T>(p: *mut T, value: T) {
+    if !p.is_null() {
+        put(p, value);
+    }
+}
+
 /// A NUL-terminated UTF-8 argument.
 fn text<'a>(p: *const c_char, what: &str) -> R<&'a str> {
     if p.is_null() {
@@ -1278,6 +1285,33 @@ pub unsafe extern "C" fn simba_lock_check(
     })
 }
 
+/// The lock's term if it is still held: `*out_token` its fencing token and `*out_remaining_ms`
+/// the time the term had left by the backend's clock when it was granted (not a countdown:
+/// the lock stays valid only while the session does, see `valid_for_ms` of
+/// [`simba_session_health`]). `SIMBA_LEASE_LOST` if the lock was lost or unlocked. Either
+/// out-pointer may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn simba_lock_term(
+    lock: *const simba_lock,
+    out_token: *mut u64,
+    out_remaining_ms: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let l = get::<LockObj, _>(lock)?;
+        let g = locked(&l.guard);
+        let Some(g) = g.as_ref() else {
+            return Err(Fail::new(
+                SIMBA_LEASE_LOST,
+                format!("lock {} was unlocked", l.name),
+            ));
+        };
+        let token = g.check()?.get();
+        put_opt(out_token, token);
+        put_opt(out_remaining_ms, millis(g.term().remaining));
+        Ok(())
+    })
+}
+
 /// Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
 /// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
 /// free it with [`simba_lock_free`].
@@ -1384,6 +1418,25 @@ pub unsafe extern "C" fn simba_election_check(
         let o = out(out_token, "out_token")?;
         let term = get::<ElectionObj, _>(election)?.0.check()?;
         put(o, term.token.get());
+        Ok(())
+    })
+}
+
+/// The term this candidate holds now: `*out_token` its fencing token and
+/// `*out_remaining_ms` the time the term had left by the backend's clock when it was
+/// granted (not a countdown: it stays valid only while the session does, see `valid_for_ms`
+/// of [`simba_session_health`]). `SIMBA_NOT_LEADER` if it does not lead now. Either
+/// out-pointer may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_term(
+    election: *const simba_election,
+    out_token: *mut u64,
+    out_remaining_ms: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let term = get::<ElectionObj, _>(election)?.0.check()?;
+        put_opt(out_token, term.token.get());
+        put_opt(out_remaining_ms, millis(term.remaining));
         Ok(())
     })
 }
