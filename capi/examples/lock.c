@@ -79,6 +79,7 @@ int main(int argc, char **argv) {
   CHECK(simba_config_default(&config));
   config.lease_ms = 2000;
   config.renew_interval_ms = 200;
+  config.reopen_on_expiry = 1; /* 0 or 1 (a uint8_t); the default, set here to show it */
   config.metadata = "lock.c";
 
   simba_session *session = NULL;

@@ -25,7 +25,7 @@ KINDS = ["JEOPARDY", "RECOVERED", "SESSION_EXPIRED", "SESSION_REOPENED", "CLOSED
 
 class Config(C.Structure):
     _fields_ = [("lease_ms", C.c_uint64), ("renew_interval_ms", C.c_uint64),
-                ("drift", C.c_double), ("reopen_on_expiry", C.c_bool),
+                ("drift", C.c_double), ("reopen_on_expiry", C.c_uint8),
                 ("metadata", C.c_char_p)]
 
 
@@ -106,6 +106,7 @@ def main():
     config = Config()
     check(lib.simba_config_default(C.byref(config)), "config")
     config.lease_ms, config.renew_interval_ms, config.metadata = 2000, 200, b"lock.py"
+    config.reopen_on_expiry = 1  # 0 or 1 (a uint8_t); the default, set here to show it
     session = C.c_void_p()
     check(lib.simba_session_connect(url.encode(), C.byref(config), C.byref(session)),
           "connect")

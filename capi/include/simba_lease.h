@@ -210,8 +210,9 @@ typedef struct simba_config {
   // Clock-rate drift bound in [0, 0.5) (default 0.01).
   double drift;
   // After an expiry, open a new backend session and re-enter elections, observers and
-  // groups (default true); false makes expiry terminal. Must be 0 or 1 (C `bool`).
-  bool reopen_on_expiry;
+  // groups: 1 (the default) or 0 (expiry is terminal). Any other value gives
+  // `SIMBA_INVALID_ARGUMENT`.
+  uint8_t reopen_on_expiry;
   // Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
   // bytes, or NULL for none. Read during `simba_session_open` only.
   const char *metadata;

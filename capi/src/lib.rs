@@ -200,8 +200,9 @@ pub struct simba_config {
     /// Clock-rate drift bound in [0, 0.5) (default 0.01).
     pub drift: f64,
     /// After an expiry, open a new backend session and re-enter elections, observers and
-    /// groups (default true); false makes expiry terminal. Must be 0 or 1 (C `bool`).
-    pub reopen_on_expiry: bool,
+    /// groups: 1 (the default) or 0 (expiry is terminal). Any other value gives
+    /// `SIMBA_INVALID_ARGUMENT`.
+    pub reopen_on_expiry: u8,
     /// Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
     /// bytes, or NULL for none. Read during `simba_session_open` only.
     pub metadata: *const c_char,
@@ -879,7 +880,7 @@ pub unsafe extern "C" fn simba_config_default(config: *mut simba_config) -> simb
                 lease_ms: millis(d.lease()),
                 renew_interval_ms: millis(d.renew_interval()),
                 drift: d.drift(),
-                reopen_on_expiry: d.reopen_on_expiry(),
+                reopen_on_expiry: u8::from(d.reopen_on_expiry()),
                 metadata: std::ptr::null(),
             },
         );
@@ -893,11 +894,21 @@ fn build_config(config: *const simba_config) -> R<Config> {
     }
     // SAFETY: the C contract: a readable simba_config.
     let c = unsafe { *config };
+    let reopen_on_expiry = match c.reopen_on_expiry {
+        0 => false,
+        1 => true,
+        v => {
+            return Err(Fail::new(
+                SIMBA_INVALID_ARGUMENT,
+                format!("config.reopen_on_expiry is {v}; it must be 0 or 1"),
+            ))
+        }
+    };
     let mut b = Config::builder()
         .lease(Duration::from_millis(c.lease_ms))
         .renew_interval(Duration::from_millis(c.renew_interval_ms))
         .drift(c.drift)
-        .reopen_on_expiry(c.reopen_on_expiry);
+        .reopen_on_expiry(reopen_on_expiry);
     if !c.metadata.is_null() {
         b = b.metadata(text(c.metadata, "config.metadata")?);
     }

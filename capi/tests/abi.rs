@@ -339,6 +339,19 @@ fn bad_config_and_small_buffers_are_errors_not_panics() {
             simba_session_connect(c"memory://".as_ptr(), &config, &mut s),
             SIMBA_INVALID_ARGUMENT
         );
+        config.drift = 0.01;
+        for bad in [2, 0xff] {
+            config.reopen_on_expiry = bad;
+            assert_eq!(
+                simba_session_connect(c"memory://".as_ptr(), &config, &mut s),
+                SIMBA_INVALID_ARGUMENT
+            );
+            assert!(
+                last_error().contains("reopen_on_expiry is") && s.is_null(),
+                "{}",
+                last_error()
+            );
+        }
         let s = session();
         let mut small = [0 as c_char; 8];
         assert_eq!(
@@ -741,5 +754,43 @@ fn wait_valid_waits_for_the_reopened_session_and_fails_once_closed() {
             simba_session_wait_valid(s, PATIENCE_MS),
             SIMBA_INVALID_HANDLE
         );
+    })
+}
+
+#[test]
+fn without_reopen_on_expiry_an_expiry_is_terminal() {
+    on_each_backend(|| unsafe {
+        let mut config = config();
+        assert_eq!(config.reopen_on_expiry, 1, "the default");
+        config.reopen_on_expiry = 0;
+        let mut s = null_mut();
+        let u = url();
+        assert_eq!(
+            simba_session_connect(u.as_ptr(), &config, &mut s),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_session_wait_valid(s, PATIENCE_MS), SIMBA_OK);
+        assert_eq!(simba_session_sever(s), SIMBA_OK);
+        let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+        let mut state = simba_state::SIMBA_STATE_VALID;
+        while state != simba_state::SIMBA_STATE_EXPIRED {
+            assert!(std::time::Instant::now() < deadline, "never expired");
+            std::thread::sleep(Duration::from_millis(10));
+            assert_eq!(simba_session_state(s, &mut state), SIMBA_OK);
+        }
+        assert_eq!(
+            simba_session_wait_valid(s, PATIENCE_MS),
+            SIMBA_SESSION_EXPIRED,
+            "{}",
+            last_error()
+        );
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_try_lock(s, c"late".as_ptr(), &mut lock),
+            SIMBA_SESSION_EXPIRED
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
     })
 }
