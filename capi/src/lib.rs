@@ -471,7 +471,9 @@ struct Entry {
 }
 
 static HANDLES: LazyLock<Mutex<HashMap<usize, Entry>>> = LazyLock::new(Default::default);
-/// Keys start high and step by 16 so they look like (aligned) pointers, never NULL.
+/// The next key. Keys start high and step by 16 so they look like (aligned) pointers; they
+/// never wrap (so never NULL, never reused): once the next step would overflow, no handle is
+/// made any more (`SIMBA_ERROR`; 2^28 handles on a 32-bit target, 2^60 on a 64-bit one).
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(0x1000);
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -483,14 +485,24 @@ trait Kind: Any + Send + Sync + Sized {
     const NAME: &'static str;
 }
 
-fn register<T: Kind, H>(object: T) -> *mut H {
-    let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
+fn register<T: Kind, H>(object: T) -> R<*mut H> {
+    let key = NEXT_KEY
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |k| k.checked_add(16))
+        .map_err(|_| {
+            Fail::new(
+                SIMBA_ERROR,
+                format!(
+                    "no {} handle made: this process used up the handle keys",
+                    T::NAME
+                ),
+            )
+        })?;
     let entry = Entry {
         kind: T::NAME,
         object: Arc::new(object),
     };
     locked(&HANDLES).insert(key, entry);
-    key as *mut H
+    Ok(key as *mut H)
 }
 
 fn lookup<T: Kind, H>(handle: *const H, remove: bool) -> R<Arc<T>> {
@@ -630,10 +642,38 @@ impl Kind for ObserverObj {
 
 struct GroupObj {
     group: Group,
+    /// The watch of `simba_group_next_event`, once started; locked only to read or set it.
     watch: Mutex<Option<Receiver<Event>>>,
+    /// Held while the watch is started, so that it is started once, without holding `watch`.
+    starting: Mutex<()>,
 }
 impl Kind for GroupObj {
     const NAME: &'static str = "simba_group";
+}
+
+impl GroupObj {
+    /// The watch's queue, started by the first call. `None` if another thread is starting it
+    /// and `timeout_ms` is 0 (such a call must not wait).
+    fn watch_rx(&self, timeout_ms: u64) -> R<Option<Receiver<Event>>> {
+        if let Some(rx) = locked(&self.watch).as_ref() {
+            return Ok(Some(rx.clone()));
+        }
+        let _starting = if timeout_ms == 0 {
+            match self.starting.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return Ok(None),
+            }
+        } else {
+            locked(&self.starting)
+        };
+        if let Some(rx) = locked(&self.watch).as_ref() {
+            return Ok(Some(rx.clone()));
+        }
+        let rx = self.group.watch()?;
+        *locked(&self.watch) = Some(rx.clone());
+        Ok(Some(rx))
+    }
 }
 
 struct MembershipObj(Mutex<Option<Membership>>);
@@ -856,7 +896,7 @@ pub unsafe extern "C" fn simba_connect(
         put(o, std::ptr::null_mut());
         let url = text(url, "url")?;
         let backend = lease::connect(url)?;
-        put(o, register(BackendObj(backend)));
+        put(o, register(BackendObj(backend))?);
         Ok(())
     })
 }
@@ -933,7 +973,7 @@ pub unsafe extern "C" fn simba_session_open(
         put(o, std::ptr::null_mut());
         let backend = get::<BackendObj, _>(backend)?.0.clone();
         let session = open_session(backend, config)?;
-        put(o, register(session_obj(session)));
+        put(o, register(session_obj(session))?);
         Ok(())
     })
 }
@@ -958,7 +998,7 @@ pub unsafe extern "C" fn simba_session_connect(
         put(o, std::ptr::null_mut());
         let backend = lease::connect(text(url, "url")?)?;
         let session = open_session(backend, config)?;
-        put(o, register(session_obj(session)));
+        put(o, register(session_obj(session))?);
         Ok(())
     })
 }
@@ -1168,7 +1208,7 @@ fn lock_with(
         let s = get::<SessionObj, _>(session)?;
         let name = text(name, "name")?;
         let guard = how(&s.session, name)?;
-        put(o, register(lock_obj(guard)));
+        put(o, register(lock_obj(guard))?);
         Ok(())
     })
 }
@@ -1383,7 +1423,7 @@ pub unsafe extern "C" fn simba_session_election(
         put(o, std::ptr::null_mut());
         let s = get::<SessionObj, _>(session)?;
         let e = s.session.election(text(name, "name")?)?;
-        put(o, register(ElectionObj(e)));
+        put(o, register(ElectionObj(e))?);
         Ok(())
     })
 }
@@ -1503,7 +1543,7 @@ pub unsafe extern "C" fn simba_session_observe(
         put(o, std::ptr::null_mut());
         let s = get::<SessionObj, _>(session)?;
         let obs = s.session.observe(text(name, "name")?)?;
-        put(o, register(ObserverObj(obs)));
+        put(o, register(ObserverObj(obs))?);
         Ok(())
     })
 }
@@ -1574,7 +1614,8 @@ pub unsafe extern "C" fn simba_session_group(
             register(GroupObj {
                 group,
                 watch: Mutex::new(None),
-            }),
+                starting: Mutex::new(()),
+            })?,
         );
         Ok(())
     })
@@ -1590,7 +1631,7 @@ pub unsafe extern "C" fn simba_group_join(
         let o = out(out_membership, "out_membership")?;
         put(o, std::ptr::null_mut());
         let m = get::<GroupObj, _>(group)?.group.join()?;
-        put(o, register(MembershipObj(Mutex::new(Some(m)))));
+        put(o, register(MembershipObj(Mutex::new(Some(m))))?);
         Ok(())
     })
 }
@@ -1657,11 +1698,15 @@ pub unsafe extern "C" fn simba_group_next_event(
 ) -> simba_status {
     ffi(|| {
         let g = get::<GroupObj, _>(group)?;
-        let rx = {
-            let mut w = locked(&g.watch);
-            match w.as_ref() {
-                Some(rx) => rx.clone(),
-                None => w.insert(g.group.watch()?).clone(),
+        let rx = match g.watch_rx(timeout_ms)? {
+            Some(rx) => rx,
+            None => {
+                // Another thread is starting the watch and this call may not wait for it.
+                out(out_event, "out_event").map(|o| put(o, std::ptr::null_mut()))?;
+                return Err(Fail::new(
+                    SIMBA_TIMEOUT,
+                    format!("no event within {timeout_ms} ms"),
+                ));
             }
         };
         next_event(&rx, timeout_ms, out_event)
@@ -1736,6 +1781,34 @@ mod tests {
             let got = unsafe { CStr::from_ptr(simba_status_name(v)) };
             assert_eq!(got, c"SIMBA_UNKNOWN");
         }
+    }
+
+    struct Dummy;
+    impl Kind for Dummy {
+        const NAME: &'static str = "dummy";
+    }
+
+    #[test]
+    fn handle_keys_never_wrap() {
+        // No other test of this binary makes handles, so moving the counter is safe here.
+        let saved = NEXT_KEY.swap(usize::MAX - 31, Ordering::Relaxed);
+        let last = register::<Dummy, u8>(Dummy).ok().unwrap();
+        assert_eq!(last as usize, usize::MAX - 31);
+        // The next key, usize::MAX - 15, is not given out: the step after it would wrap.
+        let fail = register::<Dummy, u8>(Dummy).err().unwrap();
+        assert_eq!(fail.status, SIMBA_ERROR);
+        assert!(
+            fail.message.contains("used up the handle keys"),
+            "{}",
+            fail.message
+        );
+        assert_eq!(
+            NEXT_KEY.load(Ordering::Relaxed),
+            usize::MAX - 15,
+            "not wrapped"
+        );
+        NEXT_KEY.store(saved, Ordering::Relaxed);
+        assert!(free::<Dummy, u8>(last).is_ok());
     }
 
     #[test]
