@@ -7,7 +7,8 @@
 //!
 //! ## Conventions (every function)
 //!
-//! * Every function returns a [`simba_status`]; `SIMBA_OK` (0) is success. On any other
+//! * Every function returns a [`simba_status`] except [`simba_last_error`] and
+//!   [`simba_status_name`], which return strings; `SIMBA_OK` (0) is success. On any other
 //!   status, [`simba_last_error`] gives a message (NUL-terminated UTF-8) on the same thread.
 //!   Results are written through out-pointers only on `SIMBA_OK` (out handles are set to
 //!   NULL on failure).
@@ -16,18 +17,25 @@
 //! * Strings passed in are NUL-terminated UTF-8 (`const char *`); invalid UTF-8 gives
 //!   `SIMBA_INVALID_UTF8`, a NULL pointer `SIMBA_NULL_ARGUMENT`. Nothing keeps a pointer to
 //!   them after the call returns.
-//! * Timeouts are milliseconds; `SIMBA_FOREVER` (`UINT64_MAX`) waits without a deadline.
+//! * Timeouts are milliseconds; `SIMBA_FOREVER` (`UINT64_MAX`) waits without a deadline. A
+//!   call that talks to the backend is bounded by the URL's time limits (`query_timeout` and
+//!   `connect_timeout` on Redis, `query_timeout` on PostgreSQL and MySQL, `request_timeout`
+//!   and `connection_timeout` on ZooKeeper); a waiting call returns after about its `timeout_ms`
+//!   plus at most one backend call in flight.
 //!
 //! ## Handles
 //!
 //! A handle (`simba_backend*`, `simba_session*`, `simba_lock*`, `simba_election*`,
 //! `simba_observer*`, `simba_group*`, `simba_membership*`) is an opaque pointer that is never
 //! dereferenced: it is a key, never reused in the process, into a table of live handles that
-//! also records each handle's kind. Every call looks its handle up, so:
+//! also records each handle's kind. Every call looks its handle up, so misuse is detected
+//! where cheaply possible:
 //!
-//! * a handle freed twice, used after its `*_free`, never created (a wild pointer), or of the
-//!   wrong kind gives `SIMBA_INVALID_HANDLE`, always (keys are never reused, no freed memory
-//!   is ever read);
+//! * a handle freed twice, used after its `*_free`, of the wrong kind, or never returned by
+//!   this library gives `SIMBA_INVALID_HANDLE` (no freed memory is ever read); the one miss
+//!   is a wild pointer that happens to equal a live key, which is taken for that handle;
+//! * keys never wrap: if a process used them all up (2^28 handles on a 32-bit target), calls
+//!   that make handles fail with `SIMBA_ERROR`;
 //! * freeing a handle while another thread is inside a call on it is safe: that call keeps
 //!   the object alive until it returns, then it is dropped.
 //!
@@ -46,8 +54,20 @@
 //!
 //! Every handle may be used from any thread, and from several threads at once: all of them
 //! are thread-safe (`Send + Sync` objects behind the table). Blocking calls (lock, wait
-//! elected, next event) block only the calling thread. The error message is per thread.
-//! Event callbacks run on the library's event threads (see [`simba_session_on_event`]).
+//! elected, next event) block only the calling thread; [`simba_session_lock`] ends early
+//! only when another thread closes or frees the session (`SIMBA_CLOSED`). The error message
+//! is per thread. Event callbacks run on the library's event threads (see
+//! [`simba_session_on_event`]); they must return normally (no C++ exception, no `longjmp`
+//! out of them), and [`simba_session_close`] / [`simba_session_free`] wait for the final
+//! events, so a callback that blocks hangs them.
+//!
+//! ## Event queues
+//!
+//! A session's queue starts at its first [`simba_session_next_event`], a group's at its
+//! first [`simba_group_next_event`]; a lock's, an election's and an observer's exist from
+//! the handle's creation. Queues are unbounded: events nobody reads accumulate until the
+//! handle is freed (a lock's holds at most its one `LOCK_LOST`). Once the session is closed,
+//! each queue gives its remaining events, then `SIMBA_CLOSED`.
 #![allow(non_camel_case_types)]
 // Every pointer argument's contract is the one stated in the crate documentation above (and
 // in the header): NULL or a pointer returned by this library; out-pointers writable.
@@ -288,7 +308,10 @@ pub struct simba_event {
 }
 
 /// A function receiving a session's events: the event (valid only during the call) and the
-/// `user_data` given at registration.
+/// `user_data` given at registration. It runs on one of the library's event threads and must
+/// return normally: a C++ exception or a `longjmp` leaving it is undefined behaviour (it
+/// would cross the library's Rust frames); catch exceptions inside it. It should not block:
+/// `simba_session_close` and `simba_session_free` wait until it returned.
 pub type simba_event_callback =
     Option<unsafe extern "C" fn(event: *const simba_event, user_data: *mut c_void)>;
 
@@ -874,7 +897,8 @@ fn free_result<B, C>(p: *mut C, what: &str) -> R {
 }
 
 /// Frees an event from a `*_next_event` function. NULL is ignored; a pointer that is not a
-/// live event (freed already) gives `SIMBA_INVALID_HANDLE`.
+/// live event (freed already) gives `SIMBA_INVALID_HANDLE`. Reading the event (or its
+/// strings and member lists) after this is undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_event_free(event: *mut simba_event) -> simba_status {
     ffi(|| free_result::<EventBox, _>(event, "simba_event"))
@@ -1007,14 +1031,23 @@ pub unsafe extern "C" fn simba_session_connect(
 /// then `CLOSED`), deletes the backend session and waits until the final events were
 /// delivered, so no callback of this session runs after it returns. Idempotent. The handle
 /// stays allocated: free it with [`simba_session_free`]. Must not be called from inside one
-/// of this session's event callbacks.
+/// of this session's event callbacks, and hangs while a callback of this session blocks.
+/// Handles made from the session stay allocated (free each); from now on their calls that
+/// need the session give `SIMBA_CLOSED`, locks are no longer valid, a thread blocked in
+/// [`simba_session_lock`] returns `SIMBA_CLOSED`, and every event queue gives its remaining
+/// events, then `SIMBA_CLOSED`.
+/// Bounded by the URL's time limits (one backend call).
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_close(session: *const simba_session) -> simba_status {
     ffi(|| Ok(get::<SessionObj, _>(session)?.session.close()?))
 }
 
 /// Closes the session like [`simba_session_close`] (ignoring a backend failure of the
-/// close: the backend session then expires on its own) and frees the handle.
+/// close: the backend session then expires on its own) and frees the handle. It does not
+/// free the handles made from the session: they stay allocated until their own `*_free` and
+/// behave as after [`simba_session_close`] (`SIMBA_CLOSED`, locks no longer valid; a lock's
+/// token and name stay readable). Like close, it waits for the final events (a callback
+/// that blocks hangs it) and must not be called from this session's callbacks.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_free(session: *mut simba_session) -> simba_status {
     ffi(|| {
@@ -1118,7 +1151,8 @@ pub unsafe extern "C" fn simba_session_wait_valid(
 ///
 /// The queue starts at the first call of this function on the session (call it once with
 /// timeout 0 right after opening to receive every event); several threads calling it share
-/// one queue (each event goes to one of them).
+/// one queue (each event goes to one of them). From then on the queue is unbounded: read it
+/// (or do not start it), else events accumulate until the session is freed.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_next_event(
     session: *const simba_session,
@@ -1149,6 +1183,11 @@ unsafe impl Send for UserData {}
 /// [`simba_session_free`] of its own session. `user_data` must stay valid, and usable from
 /// that thread, until [`simba_session_close`] or [`simba_session_free`] of the session
 /// returned. A callback cannot be removed; registering another adds it.
+///
+/// A callback must return normally: no C++ exception and no `longjmp` may leave it
+/// (undefined behaviour across the library's frames; catch exceptions inside it). Close and
+/// free wait until the session's final events were delivered, so a callback that blocks
+/// (or waits for the thread that closes) makes them hang.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_on_event(
     session: *const simba_session,
@@ -1214,7 +1253,9 @@ fn lock_with(
 }
 
 /// Takes the lock `name` (NUL-terminated UTF-8), waiting as long as it takes.
-/// `*out_lock` is the held lock.
+/// `*out_lock` is the held lock. There is no time limit: the call ends early only when
+/// another thread closes or frees the session (`SIMBA_CLOSED`); use
+/// [`simba_session_lock_timeout`] for a bound.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_lock(
     session: *const simba_session,
@@ -1682,7 +1723,8 @@ struct MembersBox {
 }
 
 /// Frees a list from [`simba_group_members`]. NULL is ignored; a list freed already gives
-/// `SIMBA_INVALID_HANDLE`.
+/// `SIMBA_INVALID_HANDLE`. Reading the list (its items or their metadata) after this is
+/// undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_member_list_free(list: *mut simba_member_list) -> simba_status {
     ffi(|| free_result::<MembersBox, _>(list, "simba_member_list"))
