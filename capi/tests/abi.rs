@@ -794,3 +794,51 @@ fn without_reopen_on_expiry_an_expiry_is_terminal() {
         assert_eq!(simba_session_free(s), SIMBA_OK);
     })
 }
+
+#[test]
+fn concurrent_first_group_next_event_calls_start_one_watch() {
+    on_each_backend(|| unsafe {
+        let s = session();
+        let mut group = null_mut();
+        assert_eq!(
+            simba_session_group(s, c"crowd".as_ptr(), &mut group),
+            SIMBA_OK
+        );
+        let g = group as usize;
+        let firsts = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for i in 0..4 {
+                let firsts = &firsts;
+                scope.spawn(move || {
+                    // Half the callers may not wait at all (timeout 0), half wait a little.
+                    let timeout = if i % 2 == 0 { 0 } else { 200 };
+                    let mut e = null_mut();
+                    let st = simba_group_next_event(g as *const simba_group, timeout, &mut e);
+                    match st {
+                        SIMBA_OK => {
+                            assert_eq!((*e).kind, SIMBA_EVENT_MEMBERS_CHANGED);
+                            firsts.fetch_add(1, Ordering::Relaxed);
+                            assert_eq!(simba_event_free(e), SIMBA_OK);
+                        }
+                        st => {
+                            assert_eq!(st, SIMBA_TIMEOUT, "{}", last_error());
+                            assert!(e.is_null());
+                        }
+                    }
+                });
+            }
+        });
+        // One watch: at most one first event, whichever thread got it.
+        let mut e = null_mut();
+        if firsts.load(Ordering::Relaxed) == 0 {
+            assert_eq!(simba_group_next_event(group, PATIENCE_MS, &mut e), SIMBA_OK);
+            assert_eq!((*e).kind, SIMBA_EVENT_MEMBERS_CHANGED);
+            assert_eq!(simba_event_free(e), SIMBA_OK);
+        } else {
+            assert_eq!(firsts.load(Ordering::Relaxed), 1);
+        }
+        assert_eq!(simba_group_next_event(group, 100, &mut e), SIMBA_TIMEOUT);
+        assert_eq!(simba_group_free(group), SIMBA_OK);
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    })
+}
