@@ -25,7 +25,7 @@ KINDS = ["JEOPARDY", "RECOVERED", "SESSION_EXPIRED", "SESSION_REOPENED", "CLOSED
 
 class Config(C.Structure):
     _fields_ = [("lease_ms", C.c_uint64), ("renew_interval_ms", C.c_uint64),
-                ("drift", C.c_double), ("reopen_on_expiry", C.c_bool),
+                ("drift", C.c_double), ("reopen_on_expiry", C.c_uint8),
                 ("metadata", C.c_char_p)]
 
 
@@ -52,6 +52,13 @@ CALLBACK = C.CFUNCTYPE(None, C.POINTER(Event), C.c_void_p)
 
 class SimbaError(Exception):
     pass
+
+
+def expect(ok, what):
+    """An explicit check (not `assert`, which `python -O` strips): exits 1 if not `ok`."""
+    if not ok:
+        print("lock.py failed: %s" % (what,), file=sys.stderr)
+        sys.exit(1)
 
 
 def load(path):
@@ -106,6 +113,7 @@ def main():
     config = Config()
     check(lib.simba_config_default(C.byref(config)), "config")
     config.lease_ms, config.renew_interval_ms, config.metadata = 2000, 200, b"lock.py"
+    config.reopen_on_expiry = 1  # 0 or 1 (a uint8_t); the default, set here to show it
     session = C.c_void_p()
     check(lib.simba_session_connect(url.encode(), C.byref(config), C.byref(session)),
           "connect")
@@ -133,26 +141,27 @@ def main():
     check(lib.simba_session_lock_timeout(session, b"ledger", 10000, C.byref(lock)), "lock")
     token = C.c_uint64()
     check(lib.simba_lock_check(lock, C.byref(token)), "check")
-    assert fenced_write(token.value, "while holding the lock")
+    expect(fenced_write(token.value, "while holding the lock"), "the first write was refused")
 
     check(lib.simba_session_sever(session), "sever")
     event = C.POINTER(Event)()
     check(lib.simba_lock_next_event(lock, 10000, C.byref(event)), "next event")
     e = event.contents
     print("lock event: %s token=%d reason=%d" % (KINDS[e.kind], e.token, e.reason))
-    assert e.kind == SIMBA_EVENT_LOCK_LOST and e.token == token.value
-    assert e.reason == SIMBA_LOSS_SESSION_EXPIRED
+    expect(e.kind == SIMBA_EVENT_LOCK_LOST and e.token == token.value,
+           "expected LOCK_LOST of token %d" % token.value)
+    expect(e.reason == SIMBA_LOSS_SESSION_EXPIRED, "expected reason SESSION_EXPIRED")
     check(lib.simba_event_free(event), "event free")
-    assert lost.wait(10), "the callback saw the loss"
+    expect(lost.wait(10), "the callback did not see the loss within 10 s")
 
     valid = C.c_bool(True)
     check(lib.simba_lock_is_valid(lock, C.byref(valid)), "is_valid")
-    assert not valid.value
+    expect(not valid.value, "the lock is still valid after its loss")
     unused = C.c_uint64()
     status = lib.simba_lock_check(lock, C.byref(unused))
     print("check after the loss: %s (%s)" % (lib.simba_status_name(status).decode(),
                                             lib.simba_last_error().decode()))
-    assert status == SIMBA_LEASE_LOST
+    expect(status == SIMBA_LEASE_LOST, "check after the loss did not give SIMBA_LEASE_LOST")
     check(lib.simba_lock_free(lock), "free")
 
     lock2 = C.c_void_p()
@@ -160,22 +169,26 @@ def main():
           "lock again")
     token2 = C.c_uint64()
     check(lib.simba_lock_check(lock2, C.byref(token2)), "check")
-    assert token2.value > token.value
-    assert fenced_write(token2.value, "after taking the lock again")
-    assert not fenced_write(token.value, "a late write with the lost token")
+    expect(token2.value > token.value,
+           "the new token %d is not above %d" % (token2.value, token.value))
+    expect(fenced_write(token2.value, "after taking the lock again"),
+           "the write with the new token was refused")
+    expect(not fenced_write(token.value, "a late write with the lost token"),
+           "the write with the lost token was accepted")
     check(lib.simba_lock_unlock(lock2), "unlock")
     check(lib.simba_lock_free(lock2), "free")
 
     check(lib.simba_session_close(session), "close")  # no callback runs after this
     check(lib.simba_session_free(session), "free")
-    assert losses == [token.value], losses
-    assert lib.simba_session_free(session) == SIMBA_INVALID_HANDLE
+    expect(losses == [token.value], "the callback saw the losses %r" % (losses,))
+    expect(lib.simba_session_free(session) == SIMBA_INVALID_HANDLE,
+           "a second free was not SIMBA_INVALID_HANDLE")
     print("ok: tokens %d then %d, loss reported once" % (token.value, token2.value))
 
 
 if __name__ == "__main__":
     try:
         main()
-    except (SimbaError, AssertionError) as err:
+    except SimbaError as err:
         print("lock.py failed: %r" % (err,), file=sys.stderr)
         sys.exit(1)

@@ -7,7 +7,8 @@
 //!
 //! ## Conventions (every function)
 //!
-//! * Every function returns a [`simba_status`]; `SIMBA_OK` (0) is success. On any other
+//! * Every function returns a [`simba_status`] except [`simba_last_error`] and
+//!   [`simba_status_name`], which return strings; `SIMBA_OK` (0) is success. On any other
 //!   status, [`simba_last_error`] gives a message (NUL-terminated UTF-8) on the same thread.
 //!   Results are written through out-pointers only on `SIMBA_OK` (out handles are set to
 //!   NULL on failure).
@@ -16,18 +17,25 @@
 //! * Strings passed in are NUL-terminated UTF-8 (`const char *`); invalid UTF-8 gives
 //!   `SIMBA_INVALID_UTF8`, a NULL pointer `SIMBA_NULL_ARGUMENT`. Nothing keeps a pointer to
 //!   them after the call returns.
-//! * Timeouts are milliseconds; `SIMBA_FOREVER` (`UINT64_MAX`) waits without a deadline.
+//! * Timeouts are milliseconds; `SIMBA_FOREVER` (`UINT64_MAX`) waits without a deadline. A
+//!   call that talks to the backend is bounded by the URL's time limits (`query_timeout` and
+//!   `connect_timeout` on Redis, `query_timeout` on PostgreSQL and MySQL, `request_timeout`
+//!   and `connection_timeout` on ZooKeeper); a waiting call returns after about its `timeout_ms`
+//!   plus at most one backend call in flight.
 //!
 //! ## Handles
 //!
 //! A handle (`simba_backend*`, `simba_session*`, `simba_lock*`, `simba_election*`,
 //! `simba_observer*`, `simba_group*`, `simba_membership*`) is an opaque pointer that is never
 //! dereferenced: it is a key, never reused in the process, into a table of live handles that
-//! also records each handle's kind. Every call looks its handle up, so:
+//! also records each handle's kind. Every call looks its handle up, so misuse is detected
+//! where cheaply possible:
 //!
-//! * a handle freed twice, used after its `*_free`, never created (a wild pointer), or of the
-//!   wrong kind gives `SIMBA_INVALID_HANDLE`, always (keys are never reused, no freed memory
-//!   is ever read);
+//! * a handle freed twice, used after its `*_free`, of the wrong kind, or never returned by
+//!   this library gives `SIMBA_INVALID_HANDLE` (no freed memory is ever read); the one miss
+//!   is a wild pointer that happens to equal a live key, which is taken for that handle;
+//! * keys never wrap: if a process used them all up (2^28 handles on a 32-bit target), calls
+//!   that make handles fail with `SIMBA_ERROR`;
 //! * freeing a handle while another thread is inside a call on it is safe: that call keeps
 //!   the object alive until it returns, then it is dropped.
 //!
@@ -46,8 +54,20 @@
 //!
 //! Every handle may be used from any thread, and from several threads at once: all of them
 //! are thread-safe (`Send + Sync` objects behind the table). Blocking calls (lock, wait
-//! elected, next event) block only the calling thread. The error message is per thread.
-//! Event callbacks run on the library's event threads (see [`simba_session_on_event`]).
+//! elected, next event) block only the calling thread; [`simba_session_lock`] ends early
+//! only when another thread closes or frees the session (`SIMBA_CLOSED`). The error message
+//! is per thread. Event callbacks run on the library's event threads (see
+//! [`simba_session_on_event`]); they must return normally (no C++ exception, no `longjmp`
+//! out of them), and [`simba_session_close`] / [`simba_session_free`] wait for the final
+//! events, so a callback that blocks hangs them.
+//!
+//! ## Event queues
+//!
+//! A session's queue starts at its first [`simba_session_next_event`], a group's at its
+//! first [`simba_group_next_event`]; a lock's, an election's and an observer's exist from
+//! the handle's creation. Queues are unbounded: events nobody reads accumulate until the
+//! handle is freed (a lock's holds at most its one `LOCK_LOST`). Once the session is closed,
+//! each queue gives its remaining events, then `SIMBA_CLOSED`.
 #![allow(non_camel_case_types)]
 // Every pointer argument's contract is the one stated in the crate documentation above (and
 // in the header): NULL or a pointer returned by this library; out-pointers writable.
@@ -200,8 +220,9 @@ pub struct simba_config {
     /// Clock-rate drift bound in [0, 0.5) (default 0.01).
     pub drift: f64,
     /// After an expiry, open a new backend session and re-enter elections, observers and
-    /// groups (default true); false makes expiry terminal. Must be 0 or 1 (C `bool`).
-    pub reopen_on_expiry: bool,
+    /// groups: 1 (the default) or 0 (expiry is terminal). Any other value gives
+    /// `SIMBA_INVALID_ARGUMENT`.
+    pub reopen_on_expiry: u8,
     /// Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
     /// bytes, or NULL for none. Read during `simba_session_open` only.
     pub metadata: *const c_char,
@@ -287,7 +308,10 @@ pub struct simba_event {
 }
 
 /// A function receiving a session's events: the event (valid only during the call) and the
-/// `user_data` given at registration.
+/// `user_data` given at registration. It runs on one of the library's event threads and must
+/// return normally: a C++ exception or a `longjmp` leaving it is undefined behaviour (it
+/// would cross the library's Rust frames); catch exceptions inside it. It should not block:
+/// `simba_session_close` and `simba_session_free` wait until it returned.
 pub type simba_event_callback =
     Option<unsafe extern "C" fn(event: *const simba_event, user_data: *mut c_void)>;
 
@@ -470,7 +494,9 @@ struct Entry {
 }
 
 static HANDLES: LazyLock<Mutex<HashMap<usize, Entry>>> = LazyLock::new(Default::default);
-/// Keys start high and step by 16 so they look like (aligned) pointers, never NULL.
+/// The next key. Keys start high and step by 16 so they look like (aligned) pointers; they
+/// never wrap (so never NULL, never reused): once the next step would overflow, no handle is
+/// made any more (`SIMBA_ERROR`; 2^28 handles on a 32-bit target, 2^60 on a 64-bit one).
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(0x1000);
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -482,14 +508,24 @@ trait Kind: Any + Send + Sync + Sized {
     const NAME: &'static str;
 }
 
-fn register<T: Kind, H>(object: T) -> *mut H {
-    let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
+fn register<T: Kind, H>(object: T) -> R<*mut H> {
+    let key = NEXT_KEY
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |k| k.checked_add(16))
+        .map_err(|_| {
+            Fail::new(
+                SIMBA_ERROR,
+                format!(
+                    "no {} handle made: this process used up the handle keys",
+                    T::NAME
+                ),
+            )
+        })?;
     let entry = Entry {
         kind: T::NAME,
         object: Arc::new(object),
     };
     locked(&HANDLES).insert(key, entry);
-    key as *mut H
+    Ok(key as *mut H)
 }
 
 fn lookup<T: Kind, H>(handle: *const H, remove: bool) -> R<Arc<T>> {
@@ -550,6 +586,13 @@ fn out<T>(p: *mut T, what: &str) -> R<*mut T> {
 fn put<T>(p: *mut T, value: T) {
     // SAFETY: the caller checked `p` is non-NULL; the C contract says it is writable.
     unsafe { p.write(value) }
+}
+
+/// Writes a result through an optional out-pointer (NULL: not wanted).
+fn put_opt<T>(p: *mut T, value: T) {
+    if !p.is_null() {
+        put(p, value);
+    }
 }
 
 /// A NUL-terminated UTF-8 argument.
@@ -622,10 +665,38 @@ impl Kind for ObserverObj {
 
 struct GroupObj {
     group: Group,
+    /// The watch of `simba_group_next_event`, once started; locked only to read or set it.
     watch: Mutex<Option<Receiver<Event>>>,
+    /// Held while the watch is started, so that it is started once, without holding `watch`.
+    starting: Mutex<()>,
 }
 impl Kind for GroupObj {
     const NAME: &'static str = "simba_group";
+}
+
+impl GroupObj {
+    /// The watch's queue, started by the first call. `None` if another thread is starting it
+    /// and `timeout_ms` is 0 (such a call must not wait).
+    fn watch_rx(&self, timeout_ms: u64) -> R<Option<Receiver<Event>>> {
+        if let Some(rx) = locked(&self.watch).as_ref() {
+            return Ok(Some(rx.clone()));
+        }
+        let _starting = if timeout_ms == 0 {
+            match self.starting.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return Ok(None),
+            }
+        } else {
+            locked(&self.starting)
+        };
+        if let Some(rx) = locked(&self.watch).as_ref() {
+            return Ok(Some(rx.clone()));
+        }
+        let rx = self.group.watch()?;
+        *locked(&self.watch) = Some(rx.clone());
+        Ok(Some(rx))
+    }
 }
 
 struct MembershipObj(Mutex<Option<Membership>>);
@@ -826,7 +897,8 @@ fn free_result<B, C>(p: *mut C, what: &str) -> R {
 }
 
 /// Frees an event from a `*_next_event` function. NULL is ignored; a pointer that is not a
-/// live event (freed already) gives `SIMBA_INVALID_HANDLE`.
+/// live event (freed already) gives `SIMBA_INVALID_HANDLE`. Reading the event (or its
+/// strings and member lists) after this is undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_event_free(event: *mut simba_event) -> simba_status {
     ffi(|| free_result::<EventBox, _>(event, "simba_event"))
@@ -848,7 +920,7 @@ pub unsafe extern "C" fn simba_connect(
         put(o, std::ptr::null_mut());
         let url = text(url, "url")?;
         let backend = lease::connect(url)?;
-        put(o, register(BackendObj(backend)));
+        put(o, register(BackendObj(backend))?);
         Ok(())
     })
 }
@@ -872,7 +944,7 @@ pub unsafe extern "C" fn simba_config_default(config: *mut simba_config) -> simb
                 lease_ms: millis(d.lease()),
                 renew_interval_ms: millis(d.renew_interval()),
                 drift: d.drift(),
-                reopen_on_expiry: d.reopen_on_expiry(),
+                reopen_on_expiry: u8::from(d.reopen_on_expiry()),
                 metadata: std::ptr::null(),
             },
         );
@@ -886,11 +958,21 @@ fn build_config(config: *const simba_config) -> R<Config> {
     }
     // SAFETY: the C contract: a readable simba_config.
     let c = unsafe { *config };
+    let reopen_on_expiry = match c.reopen_on_expiry {
+        0 => false,
+        1 => true,
+        v => {
+            return Err(Fail::new(
+                SIMBA_INVALID_ARGUMENT,
+                format!("config.reopen_on_expiry is {v}; it must be 0 or 1"),
+            ))
+        }
+    };
     let mut b = Config::builder()
         .lease(Duration::from_millis(c.lease_ms))
         .renew_interval(Duration::from_millis(c.renew_interval_ms))
         .drift(c.drift)
-        .reopen_on_expiry(c.reopen_on_expiry);
+        .reopen_on_expiry(reopen_on_expiry);
     if !c.metadata.is_null() {
         b = b.metadata(text(c.metadata, "config.metadata")?);
     }
@@ -915,7 +997,7 @@ pub unsafe extern "C" fn simba_session_open(
         put(o, std::ptr::null_mut());
         let backend = get::<BackendObj, _>(backend)?.0.clone();
         let session = open_session(backend, config)?;
-        put(o, register(session_obj(session)));
+        put(o, register(session_obj(session))?);
         Ok(())
     })
 }
@@ -940,7 +1022,7 @@ pub unsafe extern "C" fn simba_session_connect(
         put(o, std::ptr::null_mut());
         let backend = lease::connect(text(url, "url")?)?;
         let session = open_session(backend, config)?;
-        put(o, register(session_obj(session)));
+        put(o, register(session_obj(session))?);
         Ok(())
     })
 }
@@ -949,14 +1031,23 @@ pub unsafe extern "C" fn simba_session_connect(
 /// then `CLOSED`), deletes the backend session and waits until the final events were
 /// delivered, so no callback of this session runs after it returns. Idempotent. The handle
 /// stays allocated: free it with [`simba_session_free`]. Must not be called from inside one
-/// of this session's event callbacks.
+/// of this session's event callbacks, and hangs while a callback of this session blocks.
+/// Handles made from the session stay allocated (free each); from now on their calls that
+/// need the session give `SIMBA_CLOSED`, locks are no longer valid, a thread blocked in
+/// [`simba_session_lock`] returns `SIMBA_CLOSED`, and every event queue gives its remaining
+/// events, then `SIMBA_CLOSED`.
+/// Bounded by the URL's time limits (one backend call).
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_close(session: *const simba_session) -> simba_status {
     ffi(|| Ok(get::<SessionObj, _>(session)?.session.close()?))
 }
 
 /// Closes the session like [`simba_session_close`] (ignoring a backend failure of the
-/// close: the backend session then expires on its own) and frees the handle.
+/// close: the backend session then expires on its own) and frees the handle. It does not
+/// free the handles made from the session: they stay allocated until their own `*_free` and
+/// behave as after [`simba_session_close`] (`SIMBA_CLOSED`, locks no longer valid; a lock's
+/// token and name stay readable). Like close, it waits for the final events (a callback
+/// that blocks hangs it) and must not be called from this session's callbacks.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_free(session: *mut simba_session) -> simba_status {
     ffi(|| {
@@ -1060,7 +1151,8 @@ pub unsafe extern "C" fn simba_session_wait_valid(
 ///
 /// The queue starts at the first call of this function on the session (call it once with
 /// timeout 0 right after opening to receive every event); several threads calling it share
-/// one queue (each event goes to one of them).
+/// one queue (each event goes to one of them). From then on the queue is unbounded: read it
+/// (or do not start it), else events accumulate until the session is freed.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_next_event(
     session: *const simba_session,
@@ -1091,6 +1183,11 @@ unsafe impl Send for UserData {}
 /// [`simba_session_free`] of its own session. `user_data` must stay valid, and usable from
 /// that thread, until [`simba_session_close`] or [`simba_session_free`] of the session
 /// returned. A callback cannot be removed; registering another adds it.
+///
+/// A callback must return normally: no C++ exception and no `longjmp` may leave it
+/// (undefined behaviour across the library's frames; catch exceptions inside it). Close and
+/// free wait until the session's final events were delivered, so a callback that blocks
+/// (or waits for the thread that closes) makes them hang.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_on_event(
     session: *const simba_session,
@@ -1150,13 +1247,15 @@ fn lock_with(
         let s = get::<SessionObj, _>(session)?;
         let name = text(name, "name")?;
         let guard = how(&s.session, name)?;
-        put(o, register(lock_obj(guard)));
+        put(o, register(lock_obj(guard))?);
         Ok(())
     })
 }
 
 /// Takes the lock `name` (NUL-terminated UTF-8), waiting as long as it takes.
-/// `*out_lock` is the held lock.
+/// `*out_lock` is the held lock. There is no time limit: the call ends early only when
+/// another thread closes or frees the session (`SIMBA_CLOSED`); use
+/// [`simba_session_lock_timeout`] for a bound.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_lock(
     session: *const simba_session,
@@ -1278,6 +1377,33 @@ pub unsafe extern "C" fn simba_lock_check(
     })
 }
 
+/// The lock's term if it is still held: `*out_token` its fencing token and `*out_remaining_ms`
+/// the time the term had left by the backend's clock when it was granted (not a countdown:
+/// the lock stays valid only while the session does, see `valid_for_ms` of
+/// [`simba_session_health`]). `SIMBA_LEASE_LOST` if the lock was lost or unlocked. Either
+/// out-pointer may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn simba_lock_term(
+    lock: *const simba_lock,
+    out_token: *mut u64,
+    out_remaining_ms: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let l = get::<LockObj, _>(lock)?;
+        let g = locked(&l.guard);
+        let Some(g) = g.as_ref() else {
+            return Err(Fail::new(
+                SIMBA_LEASE_LOST,
+                format!("lock {} was unlocked", l.name),
+            ));
+        };
+        let token = g.check()?.get();
+        put_opt(out_token, token);
+        put_opt(out_remaining_ms, millis(g.term().remaining));
+        Ok(())
+    })
+}
+
 /// Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
 /// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
 /// free it with [`simba_lock_free`].
@@ -1338,7 +1464,7 @@ pub unsafe extern "C" fn simba_session_election(
         put(o, std::ptr::null_mut());
         let s = get::<SessionObj, _>(session)?;
         let e = s.session.election(text(name, "name")?)?;
-        put(o, register(ElectionObj(e)));
+        put(o, register(ElectionObj(e))?);
         Ok(())
     })
 }
@@ -1384,6 +1510,25 @@ pub unsafe extern "C" fn simba_election_check(
         let o = out(out_token, "out_token")?;
         let term = get::<ElectionObj, _>(election)?.0.check()?;
         put(o, term.token.get());
+        Ok(())
+    })
+}
+
+/// The term this candidate holds now: `*out_token` its fencing token and
+/// `*out_remaining_ms` the time the term had left by the backend's clock when it was
+/// granted (not a countdown: it stays valid only while the session does, see `valid_for_ms`
+/// of [`simba_session_health`]). `SIMBA_NOT_LEADER` if it does not lead now. Either
+/// out-pointer may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_term(
+    election: *const simba_election,
+    out_token: *mut u64,
+    out_remaining_ms: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let term = get::<ElectionObj, _>(election)?.0.check()?;
+        put_opt(out_token, term.token.get());
+        put_opt(out_remaining_ms, millis(term.remaining));
         Ok(())
     })
 }
@@ -1439,7 +1584,7 @@ pub unsafe extern "C" fn simba_session_observe(
         put(o, std::ptr::null_mut());
         let s = get::<SessionObj, _>(session)?;
         let obs = s.session.observe(text(name, "name")?)?;
-        put(o, register(ObserverObj(obs)));
+        put(o, register(ObserverObj(obs))?);
         Ok(())
     })
 }
@@ -1510,7 +1655,8 @@ pub unsafe extern "C" fn simba_session_group(
             register(GroupObj {
                 group,
                 watch: Mutex::new(None),
-            }),
+                starting: Mutex::new(()),
+            })?,
         );
         Ok(())
     })
@@ -1526,7 +1672,7 @@ pub unsafe extern "C" fn simba_group_join(
         let o = out(out_membership, "out_membership")?;
         put(o, std::ptr::null_mut());
         let m = get::<GroupObj, _>(group)?.group.join()?;
-        put(o, register(MembershipObj(Mutex::new(Some(m)))));
+        put(o, register(MembershipObj(Mutex::new(Some(m))))?);
         Ok(())
     })
 }
@@ -1577,7 +1723,8 @@ struct MembersBox {
 }
 
 /// Frees a list from [`simba_group_members`]. NULL is ignored; a list freed already gives
-/// `SIMBA_INVALID_HANDLE`.
+/// `SIMBA_INVALID_HANDLE`. Reading the list (its items or their metadata) after this is
+/// undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_member_list_free(list: *mut simba_member_list) -> simba_status {
     ffi(|| free_result::<MembersBox, _>(list, "simba_member_list"))
@@ -1593,11 +1740,15 @@ pub unsafe extern "C" fn simba_group_next_event(
 ) -> simba_status {
     ffi(|| {
         let g = get::<GroupObj, _>(group)?;
-        let rx = {
-            let mut w = locked(&g.watch);
-            match w.as_ref() {
-                Some(rx) => rx.clone(),
-                None => w.insert(g.group.watch()?).clone(),
+        let rx = match g.watch_rx(timeout_ms)? {
+            Some(rx) => rx,
+            None => {
+                // Another thread is starting the watch and this call may not wait for it.
+                out(out_event, "out_event").map(|o| put(o, std::ptr::null_mut()))?;
+                return Err(Fail::new(
+                    SIMBA_TIMEOUT,
+                    format!("no event within {timeout_ms} ms"),
+                ));
             }
         };
         next_event(&rx, timeout_ms, out_event)
@@ -1672,6 +1823,34 @@ mod tests {
             let got = unsafe { CStr::from_ptr(simba_status_name(v)) };
             assert_eq!(got, c"SIMBA_UNKNOWN");
         }
+    }
+
+    struct Dummy;
+    impl Kind for Dummy {
+        const NAME: &'static str = "dummy";
+    }
+
+    #[test]
+    fn handle_keys_never_wrap() {
+        // No other test of this binary makes handles, so moving the counter is safe here.
+        let saved = NEXT_KEY.swap(usize::MAX - 31, Ordering::Relaxed);
+        let last = register::<Dummy, u8>(Dummy).ok().unwrap();
+        assert_eq!(last as usize, usize::MAX - 31);
+        // The next key, usize::MAX - 15, is not given out: the step after it would wrap.
+        let fail = register::<Dummy, u8>(Dummy).err().unwrap();
+        assert_eq!(fail.status, SIMBA_ERROR);
+        assert!(
+            fail.message.contains("used up the handle keys"),
+            "{}",
+            fail.message
+        );
+        assert_eq!(
+            NEXT_KEY.load(Ordering::Relaxed),
+            usize::MAX - 15,
+            "not wrapped"
+        );
+        NEXT_KEY.store(saved, Ordering::Relaxed);
+        assert!(free::<Dummy, u8>(last).is_ok());
     }
 
     #[test]

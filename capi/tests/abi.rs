@@ -1,10 +1,15 @@
-//! The C ABI called as C would call it, on `memory://`.
+//! The C ABI called as C would call it, on `memory://` and, when the Redis of
+//! `SIMBA_REDIS_URL` (default `redis://127.0.0.1:6379`) answers and the crate is built with
+//! the feature `redis`, on Redis too (under a fresh random key prefix per run, deleted after).
 
 use simba_lease_c::simba_event_kind::*;
 use simba_lease_c::simba_loss_reason::*;
 use simba_lease_c::simba_status::*;
 use simba_lease_c::*;
-use std::ffi::{c_char, c_void, CStr};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -39,10 +44,95 @@ fn config() -> simba_config {
     }
 }
 
-/// A session on a fresh in-memory backend.
+thread_local! {
+    /// The backend URL of the test running on this thread (see [`on_each_backend`]).
+    static URL: RefCell<CString> = RefCell::new(c"memory://".into());
+}
+
+/// The backend URL the current test runs on.
+fn url() -> CString {
+    URL.with(|u| u.borrow().clone())
+}
+
+/// The Redis to test on too: its URL and `host:port`, if it answers.
+fn redis() -> Option<(String, String)> {
+    if !cfg!(feature = "redis") {
+        return None;
+    }
+    let url = std::env::var("SIMBA_REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let rest = url.split_once("://")?.1;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host = rest.split(['/', '?']).next()?;
+    let addr = if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:6379")
+    };
+    let sock = addr.to_socket_addrs().ok()?.next()?;
+    TcpStream::connect_timeout(&sock, Duration::from_millis(300)).ok()?;
+    Some((url, addr))
+}
+
+/// A key prefix no other run uses.
+fn fresh_prefix() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "simba-capi-abi-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Deletes the keys under `prefix` (best effort; not where the URL needs a password).
+fn delete_keys(url: &str, addr: &str, prefix: &str) {
+    if url.contains('@') {
+        return;
+    }
+    let script = "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end \
+                  return 0";
+    let pattern = format!("{prefix}:*");
+    let args = ["EVAL", script, "0", &pattern];
+    let mut cmd = format!("*{}\r\n", args.len());
+    for a in args {
+        cmd += &format!("${}\r\n{a}\r\n", a.len());
+    }
+    if let Ok(mut c) = TcpStream::connect(addr) {
+        let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = c.write_all(cmd.as_bytes());
+        let _ = c.read(&mut [0; 64]);
+    }
+}
+
+/// Runs `body` on `memory://`, then on Redis (see the module documentation): [`url`] and
+/// [`session`] give its backend.
+fn on_each_backend(body: impl Fn()) {
+    let set = |u: CString| URL.with(|x| *x.borrow_mut() = u);
+    eprintln!("on memory://");
+    set(c"memory://".into());
+    body();
+    if let Some((url, addr)) = redis() {
+        let prefix = fresh_prefix();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let with_prefix = format!("{url}{sep}prefix={prefix}");
+        eprintln!("on {with_prefix}");
+        set(CString::new(with_prefix).unwrap());
+        body();
+        set(c"memory://".into());
+        delete_keys(&url, &addr, &prefix);
+    }
+}
+
+/// A session on the current backend (a fresh in-memory one for `memory://`).
 fn session() -> *mut simba_session {
     let mut s = null_mut();
-    let st = unsafe { simba_session_connect(c"memory://".as_ptr(), &config(), &mut s) };
+    let u = url();
+    let st = unsafe { simba_session_connect(u.as_ptr(), &config(), &mut s) };
     assert_eq!(st, SIMBA_OK, "{}", last_error());
     assert!(!s.is_null());
     s
@@ -58,9 +148,10 @@ fn session_on(backend: *const simba_backend) -> *mut simba_session {
 
 #[test]
 fn lock_token_check_unlock_and_free() {
-    unsafe {
+    on_each_backend(|| unsafe {
         let mut backend = null_mut();
-        assert_eq!(simba_connect(c"memory://".as_ptr(), &mut backend), SIMBA_OK);
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
         let s = session_on(backend);
         let mut lock = null_mut();
         assert_eq!(
@@ -112,14 +203,15 @@ fn lock_token_check_unlock_and_free() {
         assert_eq!(simba_session_free(other), SIMBA_OK);
         assert_eq!(simba_session_free(s), SIMBA_OK);
         assert_eq!(simba_backend_free(backend), SIMBA_OK);
-    }
+    })
 }
 
 #[test]
 fn two_sessions_on_one_backend_exclude_each_other() {
-    unsafe {
+    on_each_backend(|| unsafe {
         let mut backend = null_mut();
-        assert_eq!(simba_connect(c"memory://".as_ptr(), &mut backend), SIMBA_OK);
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
         let (mut a, mut b) = (null_mut(), null_mut());
         assert_eq!(
             simba_session_open(backend, std::ptr::null(), &mut a),
@@ -148,7 +240,7 @@ fn two_sessions_on_one_backend_exclude_each_other() {
         assert_eq!(simba_lock_free(lb), SIMBA_OK);
         assert_eq!(simba_session_free(a), SIMBA_OK);
         assert_eq!(simba_session_free(b), SIMBA_OK);
-    }
+    })
 }
 
 #[test]
@@ -247,6 +339,19 @@ fn bad_config_and_small_buffers_are_errors_not_panics() {
             simba_session_connect(c"memory://".as_ptr(), &config, &mut s),
             SIMBA_INVALID_ARGUMENT
         );
+        config.drift = 0.01;
+        for bad in [2, 0xff] {
+            config.reopen_on_expiry = bad;
+            assert_eq!(
+                simba_session_connect(c"memory://".as_ptr(), &config, &mut s),
+                SIMBA_INVALID_ARGUMENT
+            );
+            assert!(
+                last_error().contains("reopen_on_expiry is") && s.is_null(),
+                "{}",
+                last_error()
+            );
+        }
         let s = session();
         let mut small = [0 as c_char; 8];
         assert_eq!(
@@ -267,7 +372,7 @@ fn bad_config_and_small_buffers_are_errors_not_panics() {
 
 #[test]
 fn a_severed_session_reports_the_lock_lost() {
-    unsafe {
+    on_each_backend(|| unsafe {
         let s = session();
         let mut first = null_mut();
         // Starts the session's queue.
@@ -327,7 +432,7 @@ fn a_severed_session_reports_the_lock_lost() {
             }
         }
         assert_eq!(simba_session_free(s), SIMBA_OK);
-    }
+    })
 }
 
 type Seen = (
@@ -345,7 +450,7 @@ unsafe extern "C" fn on_event(event: *const simba_event, user_data: *mut c_void)
 
 #[test]
 fn callbacks_receive_events_with_user_data() {
-    unsafe {
+    on_each_backend(|| unsafe {
         let s = session();
         let (tx, rx) = mpsc::channel::<Seen>();
         let tx = Box::new(tx);
@@ -398,12 +503,12 @@ fn callbacks_receive_events_with_user_data() {
         assert_eq!(kinds.last(), Some(&SIMBA_EVENT_CLOSED), "{kinds:?}");
         assert_eq!(simba_session_free(s), SIMBA_OK);
         drop(tx);
-    }
+    })
 }
 
 #[test]
 fn observers_and_groups() {
-    unsafe {
+    on_each_backend(|| unsafe {
         let s = session();
         let mut observer = null_mut();
         assert_eq!(
@@ -473,54 +578,267 @@ fn observers_and_groups() {
         assert_eq!(simba_group_leave(group, std::ptr::null_mut()), SIMBA_OK);
         assert_eq!(simba_group_free(group), SIMBA_OK);
         assert_eq!(simba_session_free(s), SIMBA_OK);
-    }
+    })
 }
 
 #[test]
 fn handles_work_across_threads_and_free_during_a_blocking_call_is_safe() {
-    let s = session() as usize;
-    let holder = unsafe {
-        let mut l = null_mut();
-        assert_eq!(
-            simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l),
-            SIMBA_OK
-        );
-        l as usize
-    };
-    let calls = AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..4 {
+    on_each_backend(|| {
+        let s = session() as usize;
+        let holder = unsafe {
+            let mut l = null_mut();
+            assert_eq!(
+                simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l),
+                SIMBA_OK
+            );
+            l as usize
+        };
+        let calls = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| unsafe {
+                    let mut token = 0;
+                    for _ in 0..100 {
+                        let st = simba_lock_token(holder as *const simba_lock, &mut token);
+                        assert!(matches!(st, SIMBA_OK | SIMBA_INVALID_HANDLE));
+                        calls.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
             scope.spawn(|| unsafe {
-                let mut token = 0;
-                for _ in 0..100 {
-                    let st = simba_lock_token(holder as *const simba_lock, &mut token);
-                    assert!(matches!(st, SIMBA_OK | SIMBA_INVALID_HANDLE));
-                    calls.fetch_add(1, Ordering::Relaxed);
-                }
+                assert_eq!(simba_lock_free(holder as *mut simba_lock), SIMBA_OK);
             });
-        }
-        scope.spawn(|| unsafe {
-            assert_eq!(simba_lock_free(holder as *mut simba_lock), SIMBA_OK);
         });
-    });
-    assert_eq!(calls.load(Ordering::Relaxed), 400);
-    // A blocked lock call on a session freed by another thread returns.
-    unsafe {
-        let mut l = null_mut();
+        assert_eq!(calls.load(Ordering::Relaxed), 400);
+        // A blocked lock call on a session freed by another thread returns.
+        unsafe {
+            let mut l = null_mut();
+            assert_eq!(
+                simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l),
+                SIMBA_OK
+            );
+            let l2 = std::thread::spawn(move || {
+                let mut l2 = null_mut();
+                let st = simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l2);
+                (st, l2 as usize)
+            });
+            assert_eq!(simba_session_free(s as *mut simba_session), SIMBA_OK);
+            let (st, l2) = l2.join().unwrap();
+            // Closed while it waited, or freed before it looked the handle up.
+            assert!(matches!(st, SIMBA_CLOSED | SIMBA_INVALID_HANDLE), "{st:?}");
+            assert_eq!(l2, 0);
+            assert_eq!(simba_lock_free(l), SIMBA_OK);
+        }
+    })
+}
+
+#[test]
+fn lock_and_election_terms_and_election_events() {
+    on_each_backend(|| unsafe {
+        let s = session();
+        let mut lock = null_mut();
+        assert_eq!(simba_session_lock(s, c"term".as_ptr(), &mut lock), SIMBA_OK);
+        let (mut token, mut remaining) = (0, 0);
         assert_eq!(
-            simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l),
+            simba_lock_term(lock, &mut token, &mut remaining),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let mut t = 0;
+        assert_eq!(simba_lock_token(lock, &mut t), SIMBA_OK);
+        assert_eq!(token, t);
+        assert!(remaining > 0 && remaining <= 1000, "{remaining}");
+        // Either out-pointer may be NULL.
+        assert_eq!(simba_lock_term(lock, null_mut(), null_mut()), SIMBA_OK);
+        assert_eq!(simba_lock_unlock(lock), SIMBA_OK);
+        assert_eq!(
+            simba_lock_term(lock, &mut token, &mut remaining),
+            SIMBA_LEASE_LOST
+        );
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        assert_eq!(
+            simba_lock_term(lock, &mut token, &mut remaining),
+            SIMBA_INVALID_HANDLE
+        );
+
+        let mut election = null_mut();
+        assert_eq!(
+            simba_session_election(s, c"chief".as_ptr(), &mut election),
             SIMBA_OK
         );
-        let l2 = std::thread::spawn(move || {
-            let mut l2 = null_mut();
-            let st = simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l2);
-            (st, l2 as usize)
+        // The candidate's own queue: elected, with the term's token.
+        let mut e = null_mut();
+        assert_eq!(
+            simba_election_next_event(election, PATIENCE_MS, &mut e),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!((*e).kind, SIMBA_EVENT_ELECTED);
+        assert_eq!(text(&(*e).name), "chief");
+        let elected = (*e).token;
+        assert!((*e).remaining_ms > 0);
+        assert_eq!(simba_event_free(e), SIMBA_OK);
+        assert_eq!(
+            simba_election_term(election, &mut token, &mut remaining),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(token, elected);
+        assert!(remaining > 0 && remaining <= 1000, "{remaining}");
+        let mut checked = 0;
+        assert_eq!(simba_election_check(election, &mut checked), SIMBA_OK);
+        assert_eq!(checked, elected);
+        assert_eq!(simba_election_resign(election), SIMBA_OK);
+        assert_eq!(
+            simba_election_next_event(election, PATIENCE_MS, &mut e),
+            SIMBA_OK
+        );
+        assert_eq!(
+            ((*e).kind, (*e).reason, (*e).token),
+            (SIMBA_EVENT_REVOKED, SIMBA_LOSS_RESIGNED, elected)
+        );
+        assert_eq!(simba_event_free(e), SIMBA_OK);
+        assert_eq!(
+            simba_election_term(election, &mut token, &mut remaining),
+            SIMBA_NOT_LEADER
+        );
+        assert_eq!(
+            simba_election_next_event(election, 0, &mut e),
+            SIMBA_TIMEOUT
+        );
+        assert!(e.is_null());
+        assert_eq!(simba_election_free(election), SIMBA_OK);
+        assert_eq!(
+            simba_election_term(election, &mut token, &mut remaining),
+            SIMBA_INVALID_HANDLE
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    })
+}
+
+#[test]
+fn wait_valid_waits_for_the_reopened_session_and_fails_once_closed() {
+    on_each_backend(|| unsafe {
+        let s = session();
+        assert_eq!(simba_session_wait_valid(s, 0), SIMBA_OK, "{}", last_error());
+        assert_eq!(simba_session_wait_valid(s, SIMBA_FOREVER), SIMBA_OK);
+        let mut old = [0 as c_char; SIMBA_SESSION_ID_LEN];
+        assert_eq!(simba_session_id(s, old.as_mut_ptr(), old.len()), SIMBA_OK);
+        // Cut off: the engine expires it and reopens; wait_valid waits for the new session.
+        assert_eq!(simba_session_sever(s), SIMBA_OK);
+        let mut id = old;
+        let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+        while text(&id) == text(&old) {
+            assert!(std::time::Instant::now() < deadline, "never reopened");
+            assert_eq!(
+                simba_session_wait_valid(s, PATIENCE_MS),
+                SIMBA_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(simba_session_id(s, id.as_mut_ptr(), id.len()), SIMBA_OK);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut state = simba_state::SIMBA_STATE_CLOSED;
+        assert_eq!(simba_session_state(s, &mut state), SIMBA_OK);
+        assert_eq!(state, simba_state::SIMBA_STATE_VALID);
+        assert_eq!(simba_session_close(s), SIMBA_OK);
+        assert_eq!(simba_session_wait_valid(s, PATIENCE_MS), SIMBA_CLOSED);
+        assert_eq!(simba_session_state(s, &mut state), SIMBA_OK);
+        assert_eq!(state, simba_state::SIMBA_STATE_CLOSED);
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+        assert_eq!(
+            simba_session_wait_valid(s, PATIENCE_MS),
+            SIMBA_INVALID_HANDLE
+        );
+    })
+}
+
+#[test]
+fn without_reopen_on_expiry_an_expiry_is_terminal() {
+    on_each_backend(|| unsafe {
+        let mut config = config();
+        assert_eq!(config.reopen_on_expiry, 1, "the default");
+        config.reopen_on_expiry = 0;
+        let mut s = null_mut();
+        let u = url();
+        assert_eq!(
+            simba_session_connect(u.as_ptr(), &config, &mut s),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_session_wait_valid(s, PATIENCE_MS), SIMBA_OK);
+        assert_eq!(simba_session_sever(s), SIMBA_OK);
+        let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+        let mut state = simba_state::SIMBA_STATE_VALID;
+        while state != simba_state::SIMBA_STATE_EXPIRED {
+            assert!(std::time::Instant::now() < deadline, "never expired");
+            std::thread::sleep(Duration::from_millis(10));
+            assert_eq!(simba_session_state(s, &mut state), SIMBA_OK);
+        }
+        assert_eq!(
+            simba_session_wait_valid(s, PATIENCE_MS),
+            SIMBA_SESSION_EXPIRED,
+            "{}",
+            last_error()
+        );
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_try_lock(s, c"late".as_ptr(), &mut lock),
+            SIMBA_SESSION_EXPIRED
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    })
+}
+
+#[test]
+fn concurrent_first_group_next_event_calls_start_one_watch() {
+    on_each_backend(|| unsafe {
+        let s = session();
+        let mut group = null_mut();
+        assert_eq!(
+            simba_session_group(s, c"crowd".as_ptr(), &mut group),
+            SIMBA_OK
+        );
+        let g = group as usize;
+        let firsts = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for i in 0..4 {
+                let firsts = &firsts;
+                scope.spawn(move || {
+                    // Half the callers may not wait at all (timeout 0), half wait a little.
+                    let timeout = if i % 2 == 0 { 0 } else { 200 };
+                    let mut e = null_mut();
+                    let st = simba_group_next_event(g as *const simba_group, timeout, &mut e);
+                    match st {
+                        SIMBA_OK => {
+                            assert_eq!((*e).kind, SIMBA_EVENT_MEMBERS_CHANGED);
+                            firsts.fetch_add(1, Ordering::Relaxed);
+                            assert_eq!(simba_event_free(e), SIMBA_OK);
+                        }
+                        st => {
+                            assert_eq!(st, SIMBA_TIMEOUT, "{}", last_error());
+                            assert!(e.is_null());
+                        }
+                    }
+                });
+            }
         });
-        assert_eq!(simba_session_free(s as *mut simba_session), SIMBA_OK);
-        let (st, l2) = l2.join().unwrap();
-        // Closed while it waited, or freed before it looked the handle up.
-        assert!(matches!(st, SIMBA_CLOSED | SIMBA_INVALID_HANDLE), "{st:?}");
-        assert_eq!(l2, 0);
-        assert_eq!(simba_lock_free(l), SIMBA_OK);
-    }
+        // One watch: at most one first event, whichever thread got it.
+        let mut e = null_mut();
+        if firsts.load(Ordering::Relaxed) == 0 {
+            assert_eq!(simba_group_next_event(group, PATIENCE_MS, &mut e), SIMBA_OK);
+            assert_eq!((*e).kind, SIMBA_EVENT_MEMBERS_CHANGED);
+            assert_eq!(simba_event_free(e), SIMBA_OK);
+        } else {
+            assert_eq!(firsts.load(Ordering::Relaxed), 1);
+        }
+        assert_eq!(simba_group_next_event(group, 100, &mut e), SIMBA_TIMEOUT);
+        assert_eq!(simba_group_free(group), SIMBA_OK);
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    })
 }
