@@ -95,11 +95,11 @@ int main(int argc, char **argv) {
   CHECK(simba_session_lock_timeout(session, "ledger", 10000, &lock));
   uint64_t token = 0;
   CHECK(simba_lock_check(lock, &token)); /* the token, if still held: before every write */
-  uint64_t term_token = 0, granted_ms = 0;
-  CHECK(simba_lock_term(lock, &term_token, &granted_ms)); /* the term: token and time */
-  printf("lock ledger: token %llu, term granted for %llu ms\n", (unsigned long long)term_token,
-         (unsigned long long)granted_ms);
-  EXPECT(term_token == token && granted_ms > 0 && granted_ms <= config.lease_ms);
+  uint64_t term_token = 0, valid_ms = 0;
+  CHECK(simba_lock_term(lock, &term_token, &valid_ms)); /* the term: token and time left */
+  printf("lock ledger: token %llu, valid for %llu ms\n", (unsigned long long)term_token,
+         (unsigned long long)valid_ms);
+  EXPECT(term_token == token && valid_ms > 0 && valid_ms <= config.lease_ms);
   EXPECT(fenced_write(token, "while holding the lock"));
 
   /* Cut the session off; the library notices at its next keep-alive. */
@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
   simba_status st = simba_lock_check(lock, &unused);
   printf("check after the loss: %s (%s)\n", simba_status_name((int)st), simba_last_error());
   EXPECT(st == SIMBA_LEASE_LOST);
-  EXPECT(simba_lock_term(lock, &term_token, &granted_ms) == SIMBA_LEASE_LOST);
+  EXPECT(simba_lock_term(lock, &term_token, &valid_ms) == SIMBA_LEASE_LOST);
   CHECK(simba_lock_free(lock));
 
   /* The session reopens on its own (reopen_on_expiry); locks wait for it. */

@@ -451,14 +451,13 @@ enum simba_status simba_lock_is_valid(const struct simba_lock *lock, bool *out_v
 // every protected write.
 enum simba_status simba_lock_check(const struct simba_lock *lock, uint64_t *out_token);
 
-// The lock's term if it is still held: `*out_token` its fencing token and `*out_remaining_ms`
-// the time the term had left by the backend's clock when it was granted (not a countdown:
-// the lock stays valid only while the session does, see `valid_for_ms` of
-// [`simba_session_health`]). `SIMBA_LEASE_LOST` if the lock was lost or unlocked. Either
-// out-pointer may be NULL.
+// The lock's term if it is still held: `*out_token` its fencing token and `*out_valid_ms`
+// how long it stays valid from now if no keep-alive succeeds meanwhile (each one that does
+// moves it ahead; a protected write that would take longer should not start).
+// `SIMBA_LEASE_LOST` if the lock was lost or unlocked. Either out-pointer may be NULL.
 enum simba_status simba_lock_term(const struct simba_lock *lock,
                                   uint64_t *out_token,
-                                  uint64_t *out_remaining_ms);
+                                  uint64_t *out_valid_ms);
 
 // Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
 // was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
@@ -494,14 +493,13 @@ enum simba_status simba_election_is_leader(const struct simba_election *election
 // before acting as the leader.
 enum simba_status simba_election_check(const struct simba_election *election, uint64_t *out_token);
 
-// The term this candidate holds now: `*out_token` its fencing token and
-// `*out_remaining_ms` the time the term had left by the backend's clock when it was
-// granted (not a countdown: it stays valid only while the session does, see `valid_for_ms`
-// of [`simba_session_health`]). `SIMBA_NOT_LEADER` if it does not lead now. Either
-// out-pointer may be NULL.
+// The term this candidate holds now: `*out_token` its fencing token and `*out_valid_ms`
+// how long it stays valid from now if no keep-alive succeeds meanwhile (as for
+// [`simba_lock_term`]). `SIMBA_NOT_LEADER` if it does not lead now. Either out-pointer may
+// be NULL.
 enum simba_status simba_election_term(const struct simba_election *election,
                                       uint64_t *out_token,
-                                      uint64_t *out_remaining_ms);
+                                      uint64_t *out_valid_ms);
 
 // Leaves the election (a leader releases its term now; event `REVOKED`, reason
 // `RESIGNED`). Idempotent; `SIMBA_LEASE_LOST` if the last term was already lost. The

@@ -1377,16 +1377,15 @@ pub unsafe extern "C" fn simba_lock_check(
     })
 }
 
-/// The lock's term if it is still held: `*out_token` its fencing token and `*out_remaining_ms`
-/// the time the term had left by the backend's clock when it was granted (not a countdown:
-/// the lock stays valid only while the session does, see `valid_for_ms` of
-/// [`simba_session_health`]). `SIMBA_LEASE_LOST` if the lock was lost or unlocked. Either
-/// out-pointer may be NULL.
+/// The lock's term if it is still held: `*out_token` its fencing token and `*out_valid_ms`
+/// how long it stays valid from now if no keep-alive succeeds meanwhile (each one that does
+/// moves it ahead; a protected write that would take longer should not start).
+/// `SIMBA_LEASE_LOST` if the lock was lost or unlocked. Either out-pointer may be NULL.
 #[no_mangle]
 pub unsafe extern "C" fn simba_lock_term(
     lock: *const simba_lock,
     out_token: *mut u64,
-    out_remaining_ms: *mut u64,
+    out_valid_ms: *mut u64,
 ) -> simba_status {
     ffi(|| {
         let l = get::<LockObj, _>(lock)?;
@@ -1398,8 +1397,13 @@ pub unsafe extern "C" fn simba_lock_term(
             ));
         };
         let token = g.check()?.get();
+        // Lost between the two reads: as lost as `check` would have said.
+        let valid = g.valid_for().ok_or_else(|| Error::LeaseLost {
+            name: g.name().clone(),
+            token: g.token(),
+        })?;
         put_opt(out_token, token);
-        put_opt(out_remaining_ms, millis(g.term().remaining));
+        put_opt(out_valid_ms, millis(valid));
         Ok(())
     })
 }
@@ -1514,21 +1518,25 @@ pub unsafe extern "C" fn simba_election_check(
     })
 }
 
-/// The term this candidate holds now: `*out_token` its fencing token and
-/// `*out_remaining_ms` the time the term had left by the backend's clock when it was
-/// granted (not a countdown: it stays valid only while the session does, see `valid_for_ms`
-/// of [`simba_session_health`]). `SIMBA_NOT_LEADER` if it does not lead now. Either
-/// out-pointer may be NULL.
+/// The term this candidate holds now: `*out_token` its fencing token and `*out_valid_ms`
+/// how long it stays valid from now if no keep-alive succeeds meanwhile (as for
+/// [`simba_lock_term`]). `SIMBA_NOT_LEADER` if it does not lead now. Either out-pointer may
+/// be NULL.
 #[no_mangle]
 pub unsafe extern "C" fn simba_election_term(
     election: *const simba_election,
     out_token: *mut u64,
-    out_remaining_ms: *mut u64,
+    out_valid_ms: *mut u64,
 ) -> simba_status {
     ffi(|| {
-        let term = get::<ElectionObj, _>(election)?.0.check()?;
+        let e = &get::<ElectionObj, _>(election)?.0;
+        let term = e.check()?;
+        let not_leader = || Error::NotLeader {
+            name: term.name.clone(),
+        };
+        let valid = e.valid_for().ok_or_else(not_leader)?;
         put_opt(out_token, term.token.get());
-        put_opt(out_remaining_ms, millis(term.remaining));
+        put_opt(out_valid_ms, millis(valid));
         Ok(())
     })
 }

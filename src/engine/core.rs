@@ -803,6 +803,16 @@ impl Core {
                 .is_some_and(|h| h.term.token == token && now < h.deadline)
     }
 
+    /// How long the term `name` with `token` stays locally valid from `now` (the earlier of
+    /// the session's and the term's local deadlines), or `None` if it is not valid now.
+    pub fn valid_for(&self, name: &LeaseName, token: Token, now: Instant) -> Option<Duration> {
+        if !self.is_valid(name, token, now) {
+            return None;
+        }
+        let term = self.leases.get(name)?.deadline;
+        Some(term.min(self.deadline).saturating_duration_since(now))
+    }
+
     /// The term `holder` holds, if any.
     pub fn term_of(&self, name: &LeaseName, holder: Holder) -> Option<Term> {
         self.leases

@@ -112,6 +112,10 @@ fn failing_keep_alives_go_to_jeopardy_then_lost_exactly_at_the_deadline() {
     assert!(matches!(events(&out)[..], [Event::Jeopardy { .. }]));
     // Still valid inside the window; a retry is scheduled before the deadline.
     assert!(c.is_valid(&name("a"), Token::new(4).unwrap(), t0 + 989 * MS));
+    // The session's deadline, earlier than the term's, bounds its validity.
+    let four = Token::new(4).unwrap();
+    assert_eq!(c.valid_for(&name("a"), four, t0 + 989 * MS), Some(MS));
+    assert_eq!(c.valid_for(&name("a"), four, t0 + 990 * MS), None);
     assert_eq!(c.next_wake(), Some(t0 + 385 * MS));
     c.tick(t0 + 385 * MS);
     assert_eq!(c.take_outputs(), vec![Output::KeepAlive]);
@@ -329,6 +333,11 @@ fn a_term_is_never_valid_past_its_own_deadline() {
     c.take_outputs();
     assert!(c.is_valid(&name("a"), Token::new(2).unwrap(), t0 + 98 * MS));
     assert!(!c.is_valid(&name("a"), Token::new(2).unwrap(), t0 + 99 * MS));
+    // The term's own deadline, earlier than the session's, bounds its validity.
+    let two = Token::new(2).unwrap();
+    assert_eq!(c.valid_for(&name("a"), two, t0 + 98 * MS), Some(MS));
+    assert_eq!(c.valid_for(&name("a"), two, t0 + 99 * MS), None);
+    assert_eq!(c.valid_for(&name("a"), Token::new(3).unwrap(), t0), None);
     c.tick(t0 + 99 * MS);
     let out = c.take_outputs();
     assert!(matches!(

@@ -124,6 +124,15 @@ impl Election {
             .filter(|t| s.core.is_valid(&t.name, t.token, now))
     }
 
+    /// How long this candidate's term stays valid from now if no keep-alive succeeds
+    /// meanwhile, or `None` if it does not lead now (see [`LockGuard::valid_for`](crate::LockGuard::valid_for)).
+    pub fn valid_for(&self) -> Option<Duration> {
+        let now = self.inner.now();
+        let s = self.inner.lock_shared();
+        let t = s.core.term_of(&self.name, Holder::Election(self.handle))?;
+        s.core.valid_for(&t.name, t.token, now)
+    }
+
     /// The term if this candidate leads now, otherwise [`Error::NotLeader`]:
     /// `let term = election.check()?;` before acting as the leader.
     pub fn check(&self) -> Result<Term> {

@@ -374,6 +374,26 @@ impl LockGuard {
         s.core.session() == &self.session && s.core.is_valid(&self.term.name, self.term.token, now)
     }
 
+    /// How long the lock stays valid from now if no keep-alive succeeds meanwhile (each one
+    /// that does moves this ahead), or `None` if it is not valid now. A protected write that
+    /// would take longer should not start.
+    ///
+    /// ```
+    /// # let session = simba_lease::Session::connect("memory://", simba_lease::Config::default())?;
+    /// let guard = session.lock("jobs")?;
+    /// let left = guard.valid_for().expect("held");
+    /// assert!(left <= session.config().lease);
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn valid_for(&self) -> Option<Duration> {
+        let now = self.inner.now();
+        let s = self.inner.lock_shared();
+        if s.core.session() != &self.session {
+            return None;
+        }
+        s.core.valid_for(&self.term.name, self.term.token, now)
+    }
+
     /// The fencing token if the lock is still held ([`LockGuard::is_valid`]), otherwise
     /// [`Error::LeaseLost`]: `let token = guard.check()?;` before every protected write.
     pub fn check(&self) -> Result<Token> {

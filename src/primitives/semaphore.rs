@@ -271,6 +271,11 @@ impl Permit {
         self.guard.is_valid()
     }
 
+    /// How long the permit stays valid from now (see [`LockGuard::valid_for`]).
+    pub fn valid_for(&self) -> Option<Duration> {
+        self.guard.valid_for()
+    }
+
     /// The fencing token if still held, otherwise [`Error::LeaseLost`].
     pub fn check(&self) -> Result<Token> {
         self.guard.check()
