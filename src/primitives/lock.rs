@@ -382,7 +382,7 @@ impl LockGuard {
     /// # let session = simba_lease::Session::connect("memory://", simba_lease::Config::default())?;
     /// let guard = session.lock("jobs")?;
     /// let left = guard.valid_for().expect("held");
-    /// assert!(left <= session.config().lease);
+    /// assert!(left <= session.config().lease());
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn valid_for(&self) -> Option<Duration> {
