@@ -174,12 +174,14 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
-    /// The server refused the credentials (user name and password, or ACL user). Neither
-    /// this error nor its source holds the password.
+    /// The server refused the credentials (user name and password, ACL user, client
+    /// certificate where the server checks it while authenticating), or they do not grant
+    /// access (a ZooKeeper `NoAuth`: an ACL refusing this identity, which is what a wrong
+    /// digest password amounts to). Neither this error nor its source holds the password.
     ///
     /// Not [transient](Error::is_transient): the same call fails the same way until the
     /// credentials change.
-    #[error("authentication failed while {operation}")]
+    #[error("authentication failed or access refused while {operation}")]
     Authentication {
         /// What was being done.
         operation: &'static str,

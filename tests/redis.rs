@@ -613,11 +613,24 @@ fn url_options_are_checked() {
         .unwrap();
     if cfg!(feature = "tls") {
         assert!(
-            matches!(e, Error::Backend { .. } | Error::Timeout { .. }),
+            matches!(
+                e,
+                Error::Tls {
+                    failure: simba_lease::TlsFailure::NotOffered,
+                    ..
+                }
+            ),
             "{e:?}"
         );
     } else {
         assert!(e.to_string().contains("TLS"), "{e}");
+    }
+    // Only a database number may follow the host: nothing reaches the driver's own URL
+    // syntax (its `#insecure` would turn certificate checks off).
+    for path in ["/#insecure", "/%23insecure", "/0#insecure", "/x", "/123456"] {
+        let url = format!("rediss://127.0.0.1:6390{path}");
+        let e = RedisBackend::connect(&url).expect_err(path);
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{path}: {e:?}");
     }
     for (url, opts, expected) in [
         (cluster_url(), "wait_replicas=1", "wait_replicas"),
@@ -1992,6 +2005,11 @@ mod tls {
             (format!("ca={not_pem}"), "ca"),
             (format!("ca={}", file("client.key")), "ca"),
             (format!("cert={}&key={not_pem}", file("client.pem")), "key"),
+            // A key that does not belong to the certificate.
+            (
+                format!("cert={}&key={}", file("client.pem"), file("server.key")),
+                "key",
+            ),
         ] {
             let e = simba_lease::connect(&with_options(&url(), &opts))
                 .err()

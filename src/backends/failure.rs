@@ -1,6 +1,9 @@
 //! Which driver failures are TLS or authentication failures: [`Error::backend`] asks
 //! [`classify`] so that every backend, on every path (connect, and every pooled connection
-//! opened later), reports them as [`Error::Tls`] or [`Error::Authentication`].
+//! opened later), reports them as [`Error::Tls`] or [`Error::Authentication`]. Two causes
+//! are known by their whole text only (tokio-postgres builds them from strings), so any
+//! error whose message is exactly `server does not support TLS` or `password missing` is
+//! typed as such, also one a third-party backend passes to [`Error::backend`].
 //!
 //! The drivers keep the cause in different places: rustls's error inside an `io::Error`
 //! (PostgreSQL, Redis, ZooKeeper's diagnosing handshake), inside `mysql::Error::TlsError`
@@ -127,8 +130,13 @@ fn of_rustls(e: &rustls::Error) -> TlsFailure {
 #[cfg(feature = "mysql")]
 fn of_mysql(e: &mysql::Error) -> Option<Failure> {
     match e {
-        // ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR.
-        mysql::Error::MySqlError(m) if matches!(m.code, 1045 | 1698) => {
+        // ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR, ER_MUST_CHANGE_PASSWORD
+        // (-_LOGIN), ER_ACCOUNT_HAS_BEEN_LOCKED, and MySQL 8's ER_SECURE_TRANSPORT_REQUIRED
+        // (a plaintext connection to a server with `require_secure_transport`; MariaDB
+        // answers 1045 there).
+        mysql::Error::MySqlError(m)
+            if matches!(m.code, 1045 | 1698 | 1820 | 1862 | 3118 | 3159) =>
+        {
             Some(Failure::Authentication)
         }
         mysql::Error::DriverError(mysql::DriverError::TlsNotSupported) => {

@@ -69,6 +69,12 @@ fn plan(u: &BackendUrl) -> Result<(RedisConfig, Target, TlsFiles)> {
     if clustered && !u.path.is_empty() && u.path != "/" && u.path != "/0" {
         return Err(u.invalid("a Redis Cluster has only database 0"));
     }
+    // The path goes to the driver's URL: only a database number, so that nothing else (such
+    // as the driver's `#insecure`, which turns certificate checks off) can pass.
+    let db = u.path.strip_prefix('/').unwrap_or(&u.path);
+    if !db.is_empty() && (db.len() > 5 || !db.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(u.invalid("the path can only be a database number (`/0`)"));
+    }
     let mut cfg = RedisConfig {
         route_by_slot: clustered,
         ..RedisConfig::default()
@@ -164,7 +170,11 @@ impl TlsFiles {
         let read = |option: &str, path: &Option<PathBuf>| path.as_deref().map(|p| pem(option, p));
         let ca = read("ca", &self.ca).transpose()?;
         let client = match (read("cert", &self.cert), read("key", &self.key)) {
-            (Some(cert), Some(key)) => Some((cert?, key?)),
+            (Some(cert), Some(key)) => {
+                let (cert, key) = (cert?, key?);
+                pair_check(&cert, &key)?;
+                Some((cert, key))
+            }
             (None, None) => None,
             (Some(_), None) => return Err(Error::config("key", "`cert` needs `key`")),
             (None, Some(_)) => return Err(Error::config("cert", "`key` needs `cert`")),
@@ -189,6 +199,30 @@ fn pem(option: &str, path: &Path) -> Result<Vec<u8>> {
         option,
         format!("{path:?} holds no PEM {what}"),
     ))
+}
+
+/// Checks that `key` is the private key of the certificate `cert` (both PEM, checked), so a
+/// wrong pair fails here, naming `key`, not at the first handshake.
+#[cfg(feature = "tls")]
+fn pair_check(cert: &[u8], key: &[u8]) -> Result<()> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(cert).flatten().collect();
+    let key = PrivateKeyDer::from_pem_slice(key)
+        .map_err(|e| Error::config("key", format!("unusable private key: {e}")))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::backend("configuring TLS", e))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| Error::config("key", format!("does not fit `cert`: {e}")))?;
+    Ok(())
+}
+
+#[cfg(not(feature = "tls"))]
+fn pair_check(_cert: &[u8], _key: &[u8]) -> Result<()> {
+    Ok(())
 }
 
 #[cfg(feature = "tls")]

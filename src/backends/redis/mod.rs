@@ -1028,7 +1028,8 @@ impl RedisBackend {
                     }
                     if let Err(e) = r {
                         log::warn!(
-                            "Redis notifications dropped ({e}); resubscribing in {backoff:?}"
+                            "Redis notifications dropped ({}); resubscribing in {backoff:?}",
+                            e.report()
                         );
                     }
                     subs.publish(&Notification::Resync);

@@ -792,9 +792,45 @@ impl StandaloneScripting {
             let (client, opts) = (client.clone(), opts.clone());
             Box::new(move || connect(&client, &opts))
         };
-        let pools = Pools::connect(opts.clone(), open, "connecting to Redis")?;
+        const OP: &str = "connecting to Redis";
+        let pools = Pools::connect(opts.clone(), open, OP).map_err(|e| match e {
+            Error::Timeout { .. } | Error::Backend { .. } => {
+                plaintext_server(&client, &opts, OP).unwrap_or(e)
+            }
+            e => e,
+        })?;
         Ok(StandaloneScripting { client, pools })
     }
+}
+
+/// After a TLS connect failed: [`TlsFailure::NotOffered`](crate::TlsFailure) if the server
+/// answers a plaintext `PING` (a plaintext server may wait for the end of a line the TLS
+/// handshake never sends, so the handshake itself can only time out).
+fn plaintext_server(
+    client: &redis::Client,
+    opts: &ConnectOptions,
+    operation: &'static str,
+) -> Option<Error> {
+    use std::io::{Read, Write};
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr()
+    else {
+        return None;
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), *port))
+        .ok()?
+        .next()?;
+    let mut sock = std::net::TcpStream::connect_timeout(&addr, opts.connect_timeout).ok()?;
+    sock.set_read_timeout(Some(opts.connect_timeout)).ok()?;
+    sock.set_write_timeout(Some(opts.connect_timeout)).ok()?;
+    sock.write_all(b"PING\r\n").ok()?;
+    let mut first = [0u8; 1];
+    sock.read_exact(&mut first).ok()?;
+    // A RESP reply: `+PONG`, or an error such as `-NOAUTH`.
+    matches!(first[0], b'+' | b'-').then(|| Error::Tls {
+        operation,
+        failure: crate::TlsFailure::NotOffered,
+        source: format!("{host}:{port} answers plaintext Redis, not TLS (use redis://)").into(),
+    })
 }
 
 impl RedisScripting for StandaloneScripting {
