@@ -14,7 +14,7 @@
  * metadata also has an explicit length (metadata_len) and may contain NUL bytes.
  *
  * Handles (simba_backend, simba_session, simba_lock, simba_election, simba_observer,
- * simba_group, simba_membership) are opaque keys, never dereferenced, looked up in a table
+ * simba_group, simba_membership, simba_cancel) are opaque keys, never dereferenced, looked up in a table
  * of live handles on every call. Misuse is detected where cheaply possible: a double free,
  * a use after free, a handle of the wrong kind or a pointer never returned by this library
  * gives SIMBA_INVALID_HANDLE (a wild pointer that happens to equal a live key is taken for
@@ -35,7 +35,9 @@
  * finishes on the object, which is dropped when it returns. Blocking calls block only the
  * calling thread. simba_session_lock waits until the lock is free: it ends early only when
  * another thread closes or frees the session (SIMBA_CLOSED); use simba_session_lock_timeout
- * for a bound.
+ * for a bound. The *_cancellable waits take a simba_cancel: firing it from any thread
+ * (simba_cancel_fire) ends them with SIMBA_CANCELLED within about 10 ms, at once if it
+ * was fired before the call.
  *
  * Events come both ways: the blocking *_next_event(handle, timeout_ms, &event) queues and
  * callbacks (simba_session_on_event). A session's queue starts at its first
@@ -118,6 +120,9 @@ typedef enum simba_status {
   SIMBA_TLS = 18,
   // The server refused the credentials (user, password). Not transient.
   SIMBA_AUTHENTICATION = 19,
+  // A `*_cancellable` wait ended because its `simba_cancel` was fired (before or during
+  // the call); nothing was taken.
+  SIMBA_CANCELLED = 20,
 } simba_status;
 
 // What an event is.
@@ -180,6 +185,10 @@ typedef enum simba_state {
 // A backend connection (from [`simba_connect`]); thread-safe; free with
 // [`simba_backend_free`] (sessions opened on it keep it alive).
 typedef struct simba_backend simba_backend;
+
+// A cancellation token for the `*_cancellable` waits (from [`simba_cancel_new`]);
+// thread-safe: fire it from any thread; free with [`simba_cancel_free`].
+typedef struct simba_cancel simba_cancel;
 
 // A candidate in an election; thread-safe; free with [`simba_election_free`] (resigns).
 typedef struct simba_election simba_election;
@@ -376,6 +385,13 @@ enum simba_status simba_session_health(const struct simba_session *session,
 enum simba_status simba_session_wait_valid(const struct simba_session *session,
                                            uint64_t timeout_ms);
 
+// Waits until the session is valid, `timeout_ms` passes (`SIMBA_TIMEOUT`; `SIMBA_FOREVER`:
+// no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once if it was fired
+// before the call); fails at once if it closed or expired for good.
+enum simba_status simba_session_wait_valid_cancellable(const struct simba_session *session,
+                                                       uint64_t timeout_ms,
+                                                       const struct simba_cancel *cancel);
+
 // Waits up to `timeout_ms` for the next event of this session and all its handles, in
 // order; `*out_event` is then an event to free with [`simba_event_free`]. `SIMBA_TIMEOUT`
 // if none came, `SIMBA_CLOSED` once the session is closed and its events are read.
@@ -414,10 +430,30 @@ enum simba_status simba_session_on_event(const struct simba_session *session,
 // handling; one backend call.
 enum simba_status simba_session_sever(const struct simba_session *session);
 
+// A new cancellation token, not fired: pass it to any number of `*_cancellable` waits
+// (on any sessions and threads), then [`simba_cancel_fire`] it to end them all.
+// `*out_cancel` is the new handle.
+enum simba_status simba_cancel_new(struct simba_cancel **out_cancel);
+
+// Fires the token: every `*_cancellable` wait given it, now or later, returns
+// `SIMBA_CANCELLED` (a wait in progress within about 10 ms, plus at most one backend call
+// in flight). Callable from any thread, never blocks on the backend, idempotent; a fired
+// token stays fired (make a new one for the next waits). Not async-signal-safe (it looks
+// the handle up under a lock): from a signal handler, wake a thread that fires it.
+enum simba_status simba_cancel_fire(const struct simba_cancel *cancel);
+
+// Whether the token was fired.
+enum simba_status simba_cancel_is_fired(const struct simba_cancel *cancel, bool *out_fired);
+
+// Frees the token. A wait already given it keeps its own reference and can no longer be
+// cancelled through this handle (fire before freeing to end it).
+enum simba_status simba_cancel_free(struct simba_cancel *cancel);
+
 // Takes the lock `name` (NUL-terminated UTF-8), waiting as long as it takes.
 // `*out_lock` is the held lock. There is no time limit: the call ends early only when
 // another thread closes or frees the session (`SIMBA_CLOSED`); use
-// [`simba_session_lock_timeout`] for a bound.
+// [`simba_session_lock_timeout`] for a bound, [`simba_session_lock_cancellable`] to end it
+// from another thread.
 enum simba_status simba_session_lock(const struct simba_session *session,
                                      const char *name,
                                      struct simba_lock **out_lock);
@@ -434,6 +470,17 @@ enum simba_status simba_session_lock_timeout(const struct simba_session *session
                                              const char *name,
                                              uint64_t timeout_ms,
                                              struct simba_lock **out_lock);
+
+// Takes the lock `name` (NUL-terminated UTF-8), waiting at most `timeout_ms`
+// (`SIMBA_TIMEOUT` after that; `SIMBA_FOREVER`: no limit) or until `cancel` is fired by any
+// thread (`SIMBA_CANCELLED`, at once if it was fired before the call), or the session is
+// closed or freed (`SIMBA_CLOSED`). `*out_lock` is the held lock; NULL on any failure
+// (nothing is held then).
+enum simba_status simba_session_lock_cancellable(const struct simba_session *session,
+                                                 const char *name,
+                                                 uint64_t timeout_ms,
+                                                 const struct simba_cancel *cancel,
+                                                 struct simba_lock **out_lock);
 
 // The lock's fencing token (also after it was lost or unlocked): pass it to the protected
 // resource, which rejects tokens lower than the highest it has seen.
@@ -485,6 +532,15 @@ enum simba_status simba_session_election(const struct simba_session *session,
 enum simba_status simba_election_wait_elected(const struct simba_election *election,
                                               uint64_t timeout_ms,
                                               uint64_t *out_token);
+
+// Waits until this candidate is elected, `timeout_ms` passes (`SIMBA_TIMEOUT`;
+// `SIMBA_FOREVER`: no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once
+// if it was fired before the call); `*out_token` is the term's fencing token. A cancelled
+// candidate keeps campaigning.
+enum simba_status simba_election_wait_elected_cancellable(const struct simba_election *election,
+                                                          uint64_t timeout_ms,
+                                                          const struct simba_cancel *cancel,
+                                                          uint64_t *out_token);
 
 // Whether this candidate leads now.
 enum simba_status simba_election_is_leader(const struct simba_election *election, bool *out_leader);

@@ -26,7 +26,8 @@
 //! ## Handles
 //!
 //! A handle (`simba_backend*`, `simba_session*`, `simba_lock*`, `simba_election*`,
-//! `simba_observer*`, `simba_group*`, `simba_membership*`) is an opaque pointer that is never
+//! `simba_observer*`, `simba_group*`, `simba_membership*`, `simba_cancel*`) is an opaque
+//! pointer that is never
 //! dereferenced: it is a key, never reused in the process, into a table of live handles that
 //! also records each handle's kind. Every call looks its handle up, so misuse is detected
 //! where cheaply possible:
@@ -55,7 +56,9 @@
 //! Every handle may be used from any thread, and from several threads at once: all of them
 //! are thread-safe (`Send + Sync` objects behind the table). Blocking calls (lock, wait
 //! elected, next event) block only the calling thread; [`simba_session_lock`] ends early
-//! only when another thread closes or frees the session (`SIMBA_CLOSED`). The error message
+//! only when another thread closes or frees the session (`SIMBA_CLOSED`). The
+//! `*_cancellable` waits also end when another thread fires their [`simba_cancel`]
+//! (`SIMBA_CANCELLED`, within about 10 ms plus at most one backend call in flight). The error message
 //! is per thread. Event callbacks run on the library's event threads (see
 //! [`simba_session_on_event`]); they must return normally (no C++ exception, no `longjmp`
 //! out of them), and [`simba_session_close`] / [`simba_session_free`] wait for the final
@@ -76,8 +79,8 @@
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use lease::spi::LeaseBackend;
 use lease::{
-    Config, Election, Error, Event, Group, LockGuard, LossReason, Member, Membership, Observer,
-    Session, SessionState,
+    Cancel, Config, Election, Error, Event, Group, LockGuard, LossReason, Member, Membership,
+    Observer, Session, SessionState,
 };
 use std::any::Any;
 use std::cell::RefCell;
@@ -141,6 +144,9 @@ pub enum simba_status {
     SIMBA_TLS = 18,
     /// The server refused the credentials (user, password). Not transient.
     SIMBA_AUTHENTICATION = 19,
+    /// A `*_cancellable` wait ended because its `simba_cancel` was fired (before or during
+    /// the call); nothing was taken.
+    SIMBA_CANCELLED = 20,
 }
 
 use simba_status::*;
@@ -354,6 +360,12 @@ pub struct simba_membership {
     _private: [u8; 0],
 }
 
+/// A cancellation token for the `*_cancellable` waits (from [`simba_cancel_new`]);
+/// thread-safe: fire it from any thread; free with [`simba_cancel_free`].
+pub struct simba_cancel {
+    _private: [u8; 0],
+}
+
 // ---------------------------------------------------------------------------------------
 // Errors
 
@@ -394,6 +406,7 @@ impl From<Error> for Fail {
             Error::Backend { .. } => SIMBA_BACKEND,
             Error::Tls { .. } => SIMBA_TLS,
             Error::Authentication { .. } => SIMBA_AUTHENTICATION,
+            Error::Cancelled { .. } => SIMBA_CANCELLED,
             _ => SIMBA_ERROR,
         };
         // `report()` adds the driver's words; it never contains a password.
@@ -448,7 +461,7 @@ pub extern "C" fn simba_last_error() -> *const c_char {
 }
 
 /// Every status, in order of value.
-const STATUSES: [(simba_status, &CStr); 20] = [
+const STATUSES: [(simba_status, &CStr); 21] = [
     (SIMBA_OK, c"SIMBA_OK"),
     (SIMBA_BUSY, c"SIMBA_BUSY"),
     (SIMBA_TIMEOUT, c"SIMBA_TIMEOUT"),
@@ -469,6 +482,7 @@ const STATUSES: [(simba_status, &CStr); 20] = [
     (SIMBA_ERROR, c"SIMBA_ERROR"),
     (SIMBA_TLS, c"SIMBA_TLS"),
     (SIMBA_AUTHENTICATION, c"SIMBA_AUTHENTICATION"),
+    (SIMBA_CANCELLED, c"SIMBA_CANCELLED"),
 ];
 
 /// The name of a status value (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`;
@@ -702,6 +716,11 @@ impl GroupObj {
 struct MembershipObj(Mutex<Option<Membership>>);
 impl Kind for MembershipObj {
     const NAME: &'static str = "simba_membership";
+}
+
+struct CancelObj(Cancel);
+impl Kind for CancelObj {
+    const NAME: &'static str = "simba_cancel";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1145,6 +1164,23 @@ pub unsafe extern "C" fn simba_session_wait_valid(
     })
 }
 
+/// Waits until the session is valid, `timeout_ms` passes (`SIMBA_TIMEOUT`; `SIMBA_FOREVER`:
+/// no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once if it was fired
+/// before the call); fails at once if it closed or expired for good.
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_wait_valid_cancellable(
+    session: *const simba_session,
+    timeout_ms: u64,
+    cancel: *const simba_cancel,
+) -> simba_status {
+    ffi(|| {
+        let s = get::<SessionObj, _>(session)?;
+        let cancel = cancel_of(cancel)?;
+        Ok(s.session
+            .wait_valid_cancellable(deadline(timeout_ms), &cancel)?)
+    })
+}
+
 /// Waits up to `timeout_ms` for the next event of this session and all its handles, in
 /// order; `*out_event` is then an event to free with [`simba_event_free`]. `SIMBA_TIMEOUT`
 /// if none came, `SIMBA_CLOSED` once the session is closed and its events are read.
@@ -1224,6 +1260,65 @@ pub unsafe extern "C" fn simba_session_sever(session: *const simba_session) -> s
 }
 
 // ---------------------------------------------------------------------------------------
+// Cancellation
+
+/// A new cancellation token, not fired: pass it to any number of `*_cancellable` waits
+/// (on any sessions and threads), then [`simba_cancel_fire`] it to end them all.
+/// `*out_cancel` is the new handle.
+#[no_mangle]
+pub unsafe extern "C" fn simba_cancel_new(out_cancel: *mut *mut simba_cancel) -> simba_status {
+    ffi(|| {
+        let o = out(out_cancel, "out_cancel")?;
+        put(o, std::ptr::null_mut());
+        put(o, register(CancelObj(Cancel::new()))?);
+        Ok(())
+    })
+}
+
+/// Fires the token: every `*_cancellable` wait given it, now or later, returns
+/// `SIMBA_CANCELLED` (a wait in progress within about 10 ms, plus at most one backend call
+/// in flight). Callable from any thread, never blocks on the backend, idempotent; a fired
+/// token stays fired (make a new one for the next waits). Not async-signal-safe (it looks
+/// the handle up under a lock): from a signal handler, wake a thread that fires it.
+#[no_mangle]
+pub unsafe extern "C" fn simba_cancel_fire(cancel: *const simba_cancel) -> simba_status {
+    ffi(|| {
+        get::<CancelObj, _>(cancel)?.0.cancel();
+        Ok(())
+    })
+}
+
+/// Whether the token was fired.
+#[no_mangle]
+pub unsafe extern "C" fn simba_cancel_is_fired(
+    cancel: *const simba_cancel,
+    out_fired: *mut bool,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_fired, "out_fired")?;
+        put(o, get::<CancelObj, _>(cancel)?.0.is_cancelled());
+        Ok(())
+    })
+}
+
+/// Frees the token. A wait already given it keeps its own reference and can no longer be
+/// cancelled through this handle (fire before freeing to end it).
+#[no_mangle]
+pub unsafe extern "C" fn simba_cancel_free(cancel: *mut simba_cancel) -> simba_status {
+    ffi(|| free::<CancelObj, _>(cancel))
+}
+
+/// The token behind a handle (cloned: the wait keeps it even if the handle is freed).
+fn cancel_of(cancel: *const simba_cancel) -> R<Cancel> {
+    Ok(get::<CancelObj, _>(cancel)?.0.clone())
+}
+
+/// A `*_cancellable` timeout: `SIMBA_FOREVER` is no deadline.
+fn deadline(timeout_ms: u64) -> Option<Duration> {
+    (timeout_ms != SIMBA_FOREVER).then(|| Duration::from_millis(timeout_ms))
+}
+
+// ---------------------------------------------------------------------------------------
 // Locks
 
 fn lock_obj(guard: LockGuard) -> LockObj {
@@ -1255,7 +1350,8 @@ fn lock_with(
 /// Takes the lock `name` (NUL-terminated UTF-8), waiting as long as it takes.
 /// `*out_lock` is the held lock. There is no time limit: the call ends early only when
 /// another thread closes or frees the session (`SIMBA_CLOSED`); use
-/// [`simba_session_lock_timeout`] for a bound.
+/// [`simba_session_lock_timeout`] for a bound, [`simba_session_lock_cancellable`] to end it
+/// from another thread.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_lock(
     session: *const simba_session,
@@ -1290,6 +1386,25 @@ pub unsafe extern "C" fn simba_session_lock_timeout(
 ) -> simba_status {
     lock_with(session, name, out_lock, |s, n| {
         Ok(s.lock_timeout(n, Duration::from_millis(timeout_ms))?)
+    })
+}
+
+/// Takes the lock `name` (NUL-terminated UTF-8), waiting at most `timeout_ms`
+/// (`SIMBA_TIMEOUT` after that; `SIMBA_FOREVER`: no limit) or until `cancel` is fired by any
+/// thread (`SIMBA_CANCELLED`, at once if it was fired before the call), or the session is
+/// closed or freed (`SIMBA_CLOSED`). `*out_lock` is the held lock; NULL on any failure
+/// (nothing is held then).
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_lock_cancellable(
+    session: *const simba_session,
+    name: *const c_char,
+    timeout_ms: u64,
+    cancel: *const simba_cancel,
+    out_lock: *mut *mut simba_lock,
+) -> simba_status {
+    lock_with(session, name, out_lock, |s, n| {
+        let cancel = cancel_of(cancel)?;
+        Ok(s.lock_cancellable(n, deadline(timeout_ms), &cancel)?)
     })
 }
 
@@ -1485,6 +1600,28 @@ pub unsafe extern "C" fn simba_election_wait_elected(
         let o = out(out_token, "out_token")?;
         let e = get::<ElectionObj, _>(election)?;
         let term = e.0.wait_elected(Duration::from_millis(timeout_ms))?;
+        put(o, term.token.get());
+        Ok(())
+    })
+}
+
+/// Waits until this candidate is elected, `timeout_ms` passes (`SIMBA_TIMEOUT`;
+/// `SIMBA_FOREVER`: no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once
+/// if it was fired before the call); `*out_token` is the term's fencing token. A cancelled
+/// candidate keeps campaigning.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_wait_elected_cancellable(
+    election: *const simba_election,
+    timeout_ms: u64,
+    cancel: *const simba_cancel,
+    out_token: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        let e = get::<ElectionObj, _>(election)?;
+        let cancel = cancel_of(cancel)?;
+        let term =
+            e.0.wait_elected_cancellable(deadline(timeout_ms), &cancel)?;
         put(o, term.token.get());
         Ok(())
     })
@@ -1827,7 +1964,7 @@ mod tests {
             let got = unsafe { CStr::from_ptr(simba_status_name(i as i32)) };
             assert_eq!(got, *name);
         }
-        for v in [-1, 20, i32::MAX] {
+        for v in [-1, STATUSES.len() as i32, i32::MAX] {
             let got = unsafe { CStr::from_ptr(simba_status_name(v)) };
             assert_eq!(got, c"SIMBA_UNKNOWN");
         }

@@ -842,3 +842,147 @@ fn concurrent_first_group_next_event_calls_start_one_watch() {
         assert_eq!(simba_session_free(s), SIMBA_OK);
     })
 }
+
+#[test]
+fn a_fired_cancel_ends_blocked_waits() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b) = (session_on(backend), session_on(backend));
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let mut held = null_mut();
+        assert_eq!(simba_session_lock(a, c"busy".as_ptr(), &mut held), SIMBA_OK);
+        let mut cancel = null_mut();
+        assert_eq!(simba_cancel_new(&mut cancel), SIMBA_OK);
+        let mut fired = true;
+        assert_eq!(simba_cancel_is_fired(cancel, &mut fired), SIMBA_OK);
+        assert!(!fired);
+        // Not cancelled: the timeout still applies.
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"busy".as_ptr(), 50, cancel, &mut lock),
+            SIMBA_TIMEOUT
+        );
+        assert!(lock.is_null());
+        // A thread blocked without a deadline returns once another thread fires.
+        let (bs, c) = (b as usize, cancel as usize);
+        let waiter = std::thread::spawn(move || {
+            let mut lock = null_mut();
+            let st = simba_session_lock_cancellable(
+                bs as *const simba_session,
+                c"busy".as_ptr(),
+                SIMBA_FOREVER,
+                c as *const simba_cancel,
+                &mut lock,
+            );
+            (st, lock as usize, last_error())
+        });
+        let mut election = null_mut();
+        assert_eq!(
+            simba_session_election(a, c"throne".as_ptr(), &mut election),
+            SIMBA_OK
+        );
+        let mut token = 0;
+        assert_eq!(
+            simba_election_wait_elected(election, PATIENCE_MS, &mut token),
+            SIMBA_OK
+        );
+        let mut rival = null_mut();
+        assert_eq!(
+            simba_session_election(b, c"throne".as_ptr(), &mut rival),
+            SIMBA_OK
+        );
+        let r = rival as usize;
+        let candidate = std::thread::spawn(move || {
+            let mut token = 0;
+            let st = simba_election_wait_elected_cancellable(
+                r as *const simba_election,
+                PATIENCE_MS * 10,
+                c as *const simba_cancel,
+                &mut token,
+            );
+            (st, token)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished() && !candidate.is_finished());
+        let started = std::time::Instant::now();
+        std::thread::spawn(move || {
+            assert_eq!(simba_cancel_fire(c as *const simba_cancel), SIMBA_OK);
+        })
+        .join()
+        .unwrap();
+        let (st, got, message) = waiter.join().unwrap();
+        assert_eq!(st, SIMBA_CANCELLED, "{message}");
+        assert!(message.contains("cancelled"), "{message}");
+        assert_eq!(got, 0);
+        assert_eq!(candidate.join().unwrap(), (SIMBA_CANCELLED, 0));
+        assert!(started.elapsed() < Duration::from_millis(PATIENCE_MS));
+        // Idempotent, and stays fired: later waits return at once.
+        assert_eq!(simba_cancel_fire(cancel), SIMBA_OK);
+        assert_eq!(simba_cancel_is_fired(cancel, &mut fired), SIMBA_OK);
+        assert!(fired);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"busy".as_ptr(), SIMBA_FOREVER, cancel, &mut lock),
+            SIMBA_CANCELLED
+        );
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"free".as_ptr(), SIMBA_FOREVER, cancel, &mut lock),
+            SIMBA_CANCELLED,
+            "fired before the call: nothing is taken"
+        );
+        assert!(lock.is_null());
+        assert_eq!(
+            simba_session_wait_valid_cancellable(b, SIMBA_FOREVER, cancel),
+            SIMBA_CANCELLED
+        );
+        assert_eq!(
+            simba_election_wait_elected_cancellable(rival, SIMBA_FOREVER, cancel, &mut token),
+            SIMBA_CANCELLED
+        );
+        assert!(started.elapsed() < Duration::from_millis(1000));
+        // The rival still campaigns: it wins once the leader resigns.
+        assert_eq!(simba_election_resign(election), SIMBA_OK);
+        let mut fresh = null_mut();
+        assert_eq!(simba_cancel_new(&mut fresh), SIMBA_OK);
+        let mut won = 0;
+        assert_eq!(
+            simba_election_wait_elected_cancellable(rival, PATIENCE_MS, fresh, &mut won),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert!(won > token);
+        assert_eq!(simba_session_wait_valid_cancellable(b, 0, fresh), SIMBA_OK);
+        // The lock too, once free.
+        assert_eq!(simba_lock_free(held), SIMBA_OK);
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"busy".as_ptr(), PATIENCE_MS, fresh, &mut lock),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        // NULL and freed tokens.
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"x".as_ptr(), 0, std::ptr::null(), &mut lock),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_cancel_free(cancel), SIMBA_OK);
+        assert_eq!(simba_cancel_free(cancel), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_cancel_fire(cancel), SIMBA_INVALID_HANDLE);
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"x".as_ptr(), 0, cancel, &mut lock),
+            SIMBA_INVALID_HANDLE
+        );
+        assert_eq!(simba_cancel_new(null_mut()), SIMBA_NULL_ARGUMENT);
+        let name = CStr::from_ptr(simba_status_name(SIMBA_CANCELLED as i32));
+        assert_eq!(name.to_str().unwrap(), "SIMBA_CANCELLED");
+        assert_eq!(simba_cancel_free(fresh), SIMBA_OK);
+        assert_eq!(simba_election_free(rival), SIMBA_OK);
+        assert_eq!(simba_election_free(election), SIMBA_OK);
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+    })
+}
