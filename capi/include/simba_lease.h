@@ -12,6 +12,12 @@
  * Strings. Strings passed in are NUL-terminated UTF-8 (invalid UTF-8: SIMBA_INVALID_UTF8)
  * and are not kept after the call. Strings handed out are NUL-terminated; a member's
  * metadata also has an explicit length (metadata_len) and may contain NUL bytes.
+ * Term values (a leader's or lock holder's value, e.g. its address) go in as a pointer and
+ * a length (value, value_len: UTF-8, at most SIMBA_MAX_VALUE_LEN bytes, no NUL needed;
+ * NULL with length 0 is the empty value) and come out copied into the caller's buffer
+ * (buf, buf_len: SIMBA_VALUE_LEN always suffices; too small gives SIMBA_INVALID_ARGUMENT
+ * and writes nothing) with a NUL after them and their length (out_value_len); buf NULL
+ * with buf_len 0 copies nothing (a length query).
  *
  * Handles (simba_backend, simba_session, simba_lock, simba_election, simba_observer,
  * simba_group, simba_membership, simba_cancel) are opaque keys, never dereferenced, looked up in a table
@@ -75,6 +81,12 @@
 
 // A timeout that never runs out.
 #define SIMBA_FOREVER UINT64_MAX
+
+// The longest term value, in bytes of UTF-8.
+#define SIMBA_MAX_VALUE_LEN 1024
+
+// Size of a buffer that holds any term value: `SIMBA_MAX_VALUE_LEN` bytes and the NUL.
+#define SIMBA_VALUE_LEN (SIMBA_MAX_VALUE_LEN + 1)
 
 // What a call returned. `SIMBA_OK` is 0; every other value comes with a message from
 // [`simba_last_error`].
@@ -506,6 +518,17 @@ enum simba_status simba_lock_term(const struct simba_lock *lock,
                                   uint64_t *out_token,
                                   uint64_t *out_valid_ms);
 
+// Sets the value of this lock's term (`value_len` bytes of UTF-8 at `value`, no NUL
+// needed; NULL allowed when `value_len` is 0, which clears it; at most
+// `SIMBA_MAX_VALUE_LEN`, else `SIMBA_INVALID_ARGUMENT`), e.g. who holds it and why, on the
+// backend before returning (one backend call): every read of the owner
+// ([`simba_observer_leader_value`]) shows it until the term ends, and observers get a
+// `LEADER_CHANGED`. `SIMBA_LEASE_LOST` if the lock is no longer held. Not kept after the
+// call.
+enum simba_status simba_lock_set_value(const struct simba_lock *lock,
+                                       const char *value,
+                                       size_t value_len);
+
 // Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
 // was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
 // free it with [`simba_lock_free`].
@@ -526,6 +549,16 @@ enum simba_status simba_lock_free(struct simba_lock *lock);
 enum simba_status simba_session_election(const struct simba_session *session,
                                          const char *name,
                                          struct simba_election **out_election);
+
+// Like [`simba_session_election`], with the value every term this candidate wins starts
+// with (see [`simba_election_set_value`]): `value_len` bytes of UTF-8 at `value`, no NUL
+// needed (NULL allowed when `value_len` is 0, for none), at most `SIMBA_MAX_VALUE_LEN`
+// (`SIMBA_INVALID_ARGUMENT` if longer). Not kept after the call.
+enum simba_status simba_session_election_with_value(const struct simba_session *session,
+                                                    const char *name,
+                                                    const char *value,
+                                                    size_t value_len,
+                                                    struct simba_election **out_election);
 
 // Waits until this candidate is elected or `timeout_ms` passes (`SIMBA_TIMEOUT`);
 // `*out_token` is the term's fencing token.
@@ -557,6 +590,47 @@ enum simba_status simba_election_term(const struct simba_election *election,
                                       uint64_t *out_token,
                                       uint64_t *out_valid_ms);
 
+// Sets the value of this candidate's terms (`value_len` bytes of UTF-8 at `value`, no NUL
+// needed; NULL allowed when `value_len` is 0, which clears it; at most
+// `SIMBA_MAX_VALUE_LEN`, else `SIMBA_INVALID_ARGUMENT`): if it leads now, the current
+// term's on the backend before returning (one backend call; observers get a
+// `LEADER_CHANGED` with the same token), and every term it wins later from the start.
+// `SIMBA_LEASE_LOST` if the backend found the term gone (the value still applies to the
+// next term). Not kept after the call.
+enum simba_status simba_election_set_value(const struct simba_election *election,
+                                           const char *value,
+                                           size_t value_len);
+
+// The value this candidate gives its terms (empty for none; no backend call), copied into
+// `buf` of `buf_len` bytes with a NUL after it (`SIMBA_VALUE_LEN` always suffices; a
+// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`), its length in bytes
+// without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
+// the length; `out_value_len` may be NULL. A value may contain NUL bytes: use the length.
+enum simba_status simba_election_value(const struct simba_election *election,
+                                       char *buf,
+                                       size_t buf_len,
+                                       size_t *out_value_len);
+
+// The election's current leader, of any session, read from the backend (one backend
+// call): `*out_owner` as [`simba_observer_leader`] gives it (`held` false while nobody
+// leads), and its term's value copied into `buf` as for [`simba_election_value`] (`buf`
+// NULL with `buf_len` 0: not copied; `out_value_len` may be NULL). The value is empty
+// when the leader set none or nobody leads; owner and value come from one read.
+enum simba_status simba_election_leader(const struct simba_election *election,
+                                        struct simba_owner *out_owner,
+                                        char *buf,
+                                        size_t buf_len,
+                                        size_t *out_value_len);
+
+// The live sessions campaigning in this election (the leader among them), with their
+// session metadata, sorted by session id, read from the backend (one backend call);
+// `*out_members` is a list to free with [`simba_member_list_free`]. A candidate shows from
+// its entry until it resigns, is freed or its session ends (a free's leave runs on the
+// session's work thread, so it shows after a short delay); a session with several
+// candidates for the name counts once.
+enum simba_status simba_election_candidates(const struct simba_election *election,
+                                            struct simba_member_list **out_members);
+
 // Leaves the election (a leader releases its term now; event `REVOKED`, reason
 // `RESIGNED`). Idempotent; `SIMBA_LEASE_LOST` if the last term was already lost. The
 // handle stays usable: [`simba_election_campaign`] enters again.
@@ -584,6 +658,16 @@ enum simba_status simba_session_observe(const struct simba_session *session,
 // Reads the lease's current holder from the backend (one backend call).
 enum simba_status simba_observer_leader(const struct simba_observer *observer,
                                         struct simba_owner *out_owner);
+
+// [`simba_observer_leader`] with the holder's term value (one backend read for both):
+// copied into `buf` as for [`simba_election_value`] (`buf` NULL with `buf_len` 0: not
+// copied; `out_value_len` may be NULL); empty when the holder set none or nobody holds the
+// lease.
+enum simba_status simba_observer_leader_value(const struct simba_observer *observer,
+                                              struct simba_owner *out_owner,
+                                              char *buf,
+                                              size_t buf_len,
+                                              size_t *out_value_len);
 
 // Waits up to `timeout_ms` for the observer's next `LEADER_CHANGED`; see
 // [`simba_session_next_event`] for the results.

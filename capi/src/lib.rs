@@ -17,6 +17,12 @@
 //! * Strings passed in are NUL-terminated UTF-8 (`const char *`); invalid UTF-8 gives
 //!   `SIMBA_INVALID_UTF8`, a NULL pointer `SIMBA_NULL_ARGUMENT`. Nothing keeps a pointer to
 //!   them after the call returns.
+//! * Term values go in as a pointer and a length (`value`, `value_len`: UTF-8, at most
+//!   [`SIMBA_MAX_VALUE_LEN`] bytes, no NUL needed; NULL with length 0 is the empty value)
+//!   and come out copied into the caller's buffer (`buf`, `buf_len`: [`SIMBA_VALUE_LEN`]
+//!   always suffices; a smaller one that does not fit gives `SIMBA_INVALID_ARGUMENT` and
+//!   nothing is written) with a NUL after them and their length (`out_value_len`); `buf`
+//!   NULL with `buf_len` 0 copies nothing (a length query).
 //! * Timeouts are milliseconds; `SIMBA_FOREVER` (`UINT64_MAX`) waits without a deadline. A
 //!   call that talks to the backend is bounded by the URL's time limits (`query_timeout` and
 //!   `connect_timeout` on Redis, `query_timeout` on PostgreSQL and MySQL, `request_timeout`
@@ -80,7 +86,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use lease::spi::LeaseBackend;
 use lease::{
     Cancel, Config, Election, Error, Event, Group, LockGuard, LossReason, Member, Membership,
-    Observer, Session, SessionState,
+    Observer, Owner, Session, SessionState,
 };
 use std::any::Any;
 use std::cell::RefCell;
@@ -97,6 +103,12 @@ pub const SIMBA_SESSION_ID_LEN: usize = 33;
 pub const SIMBA_NAME_LEN: usize = 129;
 /// A timeout that never runs out.
 pub const SIMBA_FOREVER: u64 = u64::MAX;
+/// The longest term value, in bytes of UTF-8.
+pub const SIMBA_MAX_VALUE_LEN: usize = 1024;
+/// Size of a buffer that holds any term value: `SIMBA_MAX_VALUE_LEN` bytes and the NUL.
+pub const SIMBA_VALUE_LEN: usize = SIMBA_MAX_VALUE_LEN + 1;
+// The library's limit, spelled out above for cbindgen.
+const _: () = assert!(SIMBA_MAX_VALUE_LEN == lease::MAX_VALUE_LEN);
 
 /// What a call returned. `SIMBA_OK` is 0; every other value comes with a message from
 /// [`simba_last_error`].
@@ -625,6 +637,71 @@ fn text<'a>(p: *const c_char, what: &str) -> R<&'a str> {
             format!("the string `{what}` is not UTF-8: {e}"),
         )
     })
+}
+
+/// A term value argument: `len` bytes of UTF-8 at `p` (NULL allowed when `len` is 0).
+fn value_arg(p: *const c_char, len: usize) -> R<String> {
+    if len == 0 {
+        return Ok(String::new());
+    }
+    if p.is_null() {
+        return Err(Fail::new(
+            SIMBA_NULL_ARGUMENT,
+            format!("the value is NULL but value_len is {len}"),
+        ));
+    }
+    if len > SIMBA_MAX_VALUE_LEN {
+        // Refused before reading it: no need to look at more than the limit.
+        return Err(Error::InvalidValue {
+            len,
+            max: SIMBA_MAX_VALUE_LEN,
+        }
+        .into());
+    }
+    // SAFETY: the C contract: `len` readable bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    let s = std::str::from_utf8(bytes)
+        .map_err(|e| Fail::new(SIMBA_INVALID_UTF8, format!("the value is not UTF-8: {e}")))?;
+    Ok(s.to_owned())
+}
+
+/// Checks that a term value fits a caller's buffer (the rules of the `buf, buf_len,
+/// out_value_len` arguments: NULL `buf` with `buf_len` 0 copies nothing).
+fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize) -> R {
+    if buf.is_null() {
+        if buf_len != 0 {
+            return Err(Fail::new(
+                SIMBA_NULL_ARGUMENT,
+                format!("buf is NULL but buf_len is {buf_len} (NULL needs 0)"),
+            ));
+        }
+        return Ok(());
+    }
+    if buf_len <= value.len() {
+        return Err(Fail::new(
+            SIMBA_INVALID_ARGUMENT,
+            format!(
+                "buf_len {buf_len} is too small for the value's {} bytes and the NUL \
+                 (SIMBA_VALUE_LEN always suffices)",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Copies a term value checked by [`check_value_buf`] out: into `buf` (with a NUL) unless
+/// it is NULL, its length into `*out_value_len` unless that is NULL.
+fn put_value(value: &str, buf: *mut c_char, out_value_len: *mut usize) {
+    let bytes = value.as_bytes();
+    if !buf.is_null() {
+        // SAFETY: `buf` holds more than bytes.len() bytes (checked) by the C contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len());
+            buf.add(bytes.len()).write(0);
+        }
+    }
+    put_opt(out_value_len, bytes.len());
 }
 
 fn millis(d: Duration) -> u64 {
@@ -1523,6 +1600,33 @@ pub unsafe extern "C" fn simba_lock_term(
     })
 }
 
+/// Sets the value of this lock's term (`value_len` bytes of UTF-8 at `value`, no NUL
+/// needed; NULL allowed when `value_len` is 0, which clears it; at most
+/// `SIMBA_MAX_VALUE_LEN`, else `SIMBA_INVALID_ARGUMENT`), e.g. who holds it and why, on the
+/// backend before returning (one backend call): every read of the owner
+/// ([`simba_observer_leader_value`]) shows it until the term ends, and observers get a
+/// `LEADER_CHANGED`. `SIMBA_LEASE_LOST` if the lock is no longer held. Not kept after the
+/// call.
+#[no_mangle]
+pub unsafe extern "C" fn simba_lock_set_value(
+    lock: *const simba_lock,
+    value: *const c_char,
+    value_len: usize,
+) -> simba_status {
+    ffi(|| {
+        let l = get::<LockObj, _>(lock)?;
+        let value = value_arg(value, value_len)?;
+        let g = locked(&l.guard);
+        match g.as_ref() {
+            Some(g) => Ok(g.set_value(value)?),
+            None => Err(Fail::new(
+                SIMBA_LEASE_LOST,
+                format!("lock {} was unlocked", l.name),
+            )),
+        }
+    })
+}
+
 /// Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
 /// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
 /// free it with [`simba_lock_free`].
@@ -1583,6 +1687,30 @@ pub unsafe extern "C" fn simba_session_election(
         put(o, std::ptr::null_mut());
         let s = get::<SessionObj, _>(session)?;
         let e = s.session.election(text(name, "name")?)?;
+        put(o, register(ElectionObj(e))?);
+        Ok(())
+    })
+}
+
+/// Like [`simba_session_election`], with the value every term this candidate wins starts
+/// with (see [`simba_election_set_value`]): `value_len` bytes of UTF-8 at `value`, no NUL
+/// needed (NULL allowed when `value_len` is 0, for none), at most `SIMBA_MAX_VALUE_LEN`
+/// (`SIMBA_INVALID_ARGUMENT` if longer). Not kept after the call.
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_election_with_value(
+    session: *const simba_session,
+    name: *const c_char,
+    value: *const c_char,
+    value_len: usize,
+    out_election: *mut *mut simba_election,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_election, "out_election")?;
+        put(o, std::ptr::null_mut());
+        let s = get::<SessionObj, _>(session)?;
+        let name = text(name, "name")?;
+        let value = value_arg(value, value_len)?;
+        let e = s.session.election_with_value(name, value)?;
         put(o, register(ElectionObj(e))?);
         Ok(())
     })
@@ -1678,6 +1806,86 @@ pub unsafe extern "C" fn simba_election_term(
     })
 }
 
+/// Sets the value of this candidate's terms (`value_len` bytes of UTF-8 at `value`, no NUL
+/// needed; NULL allowed when `value_len` is 0, which clears it; at most
+/// `SIMBA_MAX_VALUE_LEN`, else `SIMBA_INVALID_ARGUMENT`): if it leads now, the current
+/// term's on the backend before returning (one backend call; observers get a
+/// `LEADER_CHANGED` with the same token), and every term it wins later from the start.
+/// `SIMBA_LEASE_LOST` if the backend found the term gone (the value still applies to the
+/// next term). Not kept after the call.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_set_value(
+    election: *const simba_election,
+    value: *const c_char,
+    value_len: usize,
+) -> simba_status {
+    ffi(|| {
+        let e = get::<ElectionObj, _>(election)?;
+        let value = value_arg(value, value_len)?;
+        Ok(e.0.set_value(value)?)
+    })
+}
+
+/// The value this candidate gives its terms (empty for none; no backend call), copied into
+/// `buf` of `buf_len` bytes with a NUL after it (`SIMBA_VALUE_LEN` always suffices; a
+/// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`), its length in bytes
+/// without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
+/// the length; `out_value_len` may be NULL. A value may contain NUL bytes: use the length.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_value(
+    election: *const simba_election,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> simba_status {
+    ffi(|| {
+        let value = get::<ElectionObj, _>(election)?.0.value();
+        check_value_buf(&value, buf, buf_len)?;
+        put_value(&value, buf, out_value_len);
+        Ok(())
+    })
+}
+
+/// The election's current leader, of any session, read from the backend (one backend
+/// call): `*out_owner` as [`simba_observer_leader`] gives it (`held` false while nobody
+/// leads), and its term's value copied into `buf` as for [`simba_election_value`] (`buf`
+/// NULL with `buf_len` 0: not copied; `out_value_len` may be NULL). The value is empty
+/// when the leader set none or nobody leads; owner and value come from one read.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_leader(
+    election: *const simba_election,
+    out_owner: *mut simba_owner,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_owner, "out_owner")?;
+        let owner = get::<ElectionObj, _>(election)?.0.leader()?;
+        put_owner(o, owner.as_ref(), buf, buf_len, out_value_len)
+    })
+}
+
+/// The live sessions campaigning in this election (the leader among them), with their
+/// session metadata, sorted by session id, read from the backend (one backend call);
+/// `*out_members` is a list to free with [`simba_member_list_free`]. A candidate shows from
+/// its entry until it resigns, is freed or its session ends (a free's leave runs on the
+/// session's work thread, so it shows after a short delay); a session with several
+/// candidates for the name counts once.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_candidates(
+    election: *const simba_election,
+    out_members: *mut *mut simba_member_list,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_members, "out_members")?;
+        put(o, std::ptr::null_mut());
+        let members = get::<ElectionObj, _>(election)?.0.candidates()?;
+        put(o, member_list(&members));
+        Ok(())
+    })
+}
+
 /// Leaves the election (a leader releases its term now; event `REVOKED`, reason
 /// `RESIGNED`). Idempotent; `SIMBA_LEASE_LOST` if the last term was already lost. The
 /// handle stays usable: [`simba_election_campaign`] enters again.
@@ -1743,20 +1951,59 @@ pub unsafe extern "C" fn simba_observer_leader(
     ffi(|| {
         let o = out(out_owner, "out_owner")?;
         let owner = get::<ObserverObj, _>(observer)?.0.leader()?;
-        let mut c = simba_owner {
-            held: false,
-            token: 0,
-            remaining_ms: 0,
-            session: [0; SIMBA_SESSION_ID_LEN],
-        };
-        if let Some(owner) = owner {
-            c.held = true;
-            c.token = owner.token.get();
-            c.remaining_ms = millis(owner.remaining);
-            fill(&mut c.session, owner.session.as_str());
-        }
-        put(o, c);
-        Ok(())
+        put_owner(
+            o,
+            owner.as_ref(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        )
+    })
+}
+
+/// Writes an owner (and its value, see [`check_value_buf`]) out, all or nothing.
+fn put_owner(
+    o: *mut simba_owner,
+    owner: Option<&Owner>,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> R {
+    let value = owner.map_or("", |o| o.value.as_str());
+    check_value_buf(value, buf, buf_len)?;
+    let mut c = simba_owner {
+        held: false,
+        token: 0,
+        remaining_ms: 0,
+        session: [0; SIMBA_SESSION_ID_LEN],
+    };
+    if let Some(owner) = owner {
+        c.held = true;
+        c.token = owner.token.get();
+        c.remaining_ms = millis(owner.remaining);
+        fill(&mut c.session, owner.session.as_str());
+    }
+    put(o, c);
+    put_value(value, buf, out_value_len);
+    Ok(())
+}
+
+/// [`simba_observer_leader`] with the holder's term value (one backend read for both):
+/// copied into `buf` as for [`simba_election_value`] (`buf` NULL with `buf_len` 0: not
+/// copied; `out_value_len` may be NULL); empty when the holder set none or nobody holds the
+/// lease.
+#[no_mangle]
+pub unsafe extern "C" fn simba_observer_leader_value(
+    observer: *const simba_observer,
+    out_owner: *mut simba_owner,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_owner, "out_owner")?;
+        let owner = get::<ObserverObj, _>(observer)?.0.leader()?;
+        put_owner(o, owner.as_ref(), buf, buf_len, out_value_len)
     })
 }
 
@@ -1849,16 +2096,21 @@ pub unsafe extern "C" fn simba_group_members(
         let o = out(out_members, "out_members")?;
         put(o, std::ptr::null_mut());
         let members = get::<GroupObj, _>(group)?.group.members()?;
-        let storage = Members::new(&members);
-        let b = Box::new(MembersBox {
-            c: storage.list(),
-            _storage: storage,
-        });
-        let p = Box::into_raw(b);
-        locked(&RESULTS).insert(p as usize);
-        put(o, p.cast());
+        put(o, member_list(&members));
         Ok(())
     })
+}
+
+/// A heap member list for C, tracked for [`simba_member_list_free`].
+fn member_list(members: &[Member]) -> *mut simba_member_list {
+    let storage = Members::new(members);
+    let b = Box::new(MembersBox {
+        c: storage.list(),
+        _storage: storage,
+    });
+    let p = Box::into_raw(b);
+    locked(&RESULTS).insert(p as usize);
+    p.cast()
 }
 
 #[repr(C)]

@@ -986,3 +986,239 @@ fn a_fired_cancel_ends_blocked_waits() {
         assert_eq!(simba_session_free(b), SIMBA_OK);
     })
 }
+
+/// The value in `buf` as `simba_*_value` functions wrote it (`len` bytes and a NUL).
+fn value_of(buf: &[c_char], len: usize) -> String {
+    assert_eq!(buf[len], 0, "NUL after the value");
+    let bytes: Vec<u8> = buf[..len].iter().map(|&c| c as u8).collect();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn leader_values_of_elections_and_locks() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b) = (session_on(backend), session_on(backend));
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let addr = "10.0.0.7:8080";
+        let mut election = null_mut();
+        assert_eq!(
+            simba_session_election_with_value(
+                a,
+                c"scheduler".as_ptr(),
+                addr.as_ptr().cast(),
+                addr.len(),
+                &mut election
+            ),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let mut token = 0;
+        assert_eq!(
+            simba_election_wait_elected(election, PATIENCE_MS, &mut token),
+            SIMBA_OK
+        );
+        // Its own value, without a backend call; a length query first.
+        let mut len = usize::MAX;
+        assert_eq!(
+            simba_election_value(election, null_mut(), 0, &mut len),
+            SIMBA_OK
+        );
+        assert_eq!(len, addr.len());
+        let mut buf = [0x7f as c_char; SIMBA_VALUE_LEN];
+        assert_eq!(
+            simba_election_value(election, buf.as_mut_ptr(), buf.len(), &mut len),
+            SIMBA_OK
+        );
+        assert_eq!(value_of(&buf, len), addr);
+        // The leader as another session's candidate and observer read it.
+        let mut rival = null_mut();
+        assert_eq!(
+            simba_session_election(b, c"scheduler".as_ptr(), &mut rival),
+            SIMBA_OK
+        );
+        let mut owner = std::mem::zeroed::<simba_owner>();
+        buf = [0x7f; SIMBA_VALUE_LEN];
+        assert_eq!(
+            simba_election_leader(rival, &mut owner, buf.as_mut_ptr(), buf.len(), &mut len),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert!(owner.held);
+        assert_eq!(owner.token, token);
+        assert_eq!(value_of(&buf, len), addr);
+        let mut rival_len = 1;
+        assert_eq!(
+            simba_election_value(rival, null_mut(), 0, &mut rival_len),
+            SIMBA_OK
+        );
+        assert_eq!(rival_len, 0, "the rival set no value");
+        let mut observer = null_mut();
+        assert_eq!(
+            simba_session_observe(b, c"scheduler".as_ptr(), &mut observer),
+            SIMBA_OK
+        );
+        // Set while leading: the current term's value changes, same token.
+        let v2 = "10.0.0.7:8080 v2";
+        assert_eq!(
+            simba_election_set_value(election, v2.as_ptr().cast(), v2.len()),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        owner = std::mem::zeroed();
+        assert_eq!(
+            simba_observer_leader_value(
+                observer,
+                &mut owner,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut len
+            ),
+            SIMBA_OK
+        );
+        assert_eq!((owner.token, value_of(&buf, len)), (token, v2.to_string()));
+        // A buffer too small: an error, and nothing written.
+        let mut small = [0x7f as c_char; 4];
+        owner = std::mem::zeroed();
+        len = 99;
+        assert_eq!(
+            simba_observer_leader_value(
+                observer,
+                &mut owner,
+                small.as_mut_ptr(),
+                small.len(),
+                &mut len
+            ),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("too small"), "{}", last_error());
+        assert_eq!((owner.held, len, small[0]), (false, 99, 0x7f));
+        // NULL buf with a length, or NULL value with a length, are NULL arguments.
+        assert_eq!(
+            simba_election_value(election, null_mut(), 8, &mut len),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(
+            simba_election_set_value(election, std::ptr::null(), 3),
+            SIMBA_NULL_ARGUMENT
+        );
+        // Too long, not UTF-8.
+        let long = vec![b'x'; SIMBA_MAX_VALUE_LEN + 1];
+        assert_eq!(
+            simba_election_set_value(election, long.as_ptr().cast(), long.len()),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            simba_election_set_value(election, long.as_ptr().cast(), SIMBA_MAX_VALUE_LEN),
+            SIMBA_OK,
+            "the longest value: {}",
+            last_error()
+        );
+        assert_eq!(
+            simba_election_value(election, buf.as_mut_ptr(), buf.len(), &mut len),
+            SIMBA_OK
+        );
+        assert_eq!(len, SIMBA_MAX_VALUE_LEN);
+        assert_eq!(
+            simba_election_set_value(election, c"a\xffb".as_ptr(), 3),
+            SIMBA_INVALID_UTF8
+        );
+        // Empty clears it; NULL with length 0 is empty.
+        assert_eq!(
+            simba_election_set_value(election, std::ptr::null(), 0),
+            SIMBA_OK
+        );
+        assert_eq!(
+            simba_election_leader(election, &mut owner, buf.as_mut_ptr(), buf.len(), &mut len),
+            SIMBA_OK
+        );
+        assert_eq!((owner.token, len, buf[0]), (token, 0, 0));
+        // Either value out may be left out.
+        assert_eq!(
+            simba_election_leader(election, &mut owner, null_mut(), 0, null_mut()),
+            SIMBA_OK
+        );
+        assert_eq!(
+            simba_election_leader(election, null_mut(), null_mut(), 0, null_mut()),
+            SIMBA_NULL_ARGUMENT
+        );
+
+        // The candidates: both sessions, sorted by id.
+        let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+        loop {
+            let mut list = null_mut();
+            assert_eq!(simba_election_candidates(rival, &mut list), SIMBA_OK);
+            let n = (*list).len;
+            if n == 2 {
+                let items = std::slice::from_raw_parts((*list).items, n);
+                assert!(text(&items[0].session) < text(&items[1].session));
+                let md = std::slice::from_raw_parts(
+                    items[0].metadata.cast::<u8>(),
+                    items[0].metadata_len,
+                );
+                assert_eq!(md, b"worker-1");
+                assert_eq!(simba_member_list_free(list), SIMBA_OK);
+                break;
+            }
+            assert_eq!(simba_member_list_free(list), SIMBA_OK);
+            assert!(std::time::Instant::now() < deadline, "candidates: {n}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        // A lock's term value, as observers read it.
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_lock(a, c"report".as_ptr(), &mut lock),
+            SIMBA_OK
+        );
+        let why = "host-7, pid 4711";
+        assert_eq!(
+            simba_lock_set_value(lock, why.as_ptr().cast(), why.len()),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let mut lock_observer = null_mut();
+        assert_eq!(
+            simba_session_observe(b, c"report".as_ptr(), &mut lock_observer),
+            SIMBA_OK
+        );
+        assert_eq!(
+            simba_observer_leader_value(
+                lock_observer,
+                &mut owner,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut len
+            ),
+            SIMBA_OK
+        );
+        assert_eq!(value_of(&buf, len), why);
+        assert_eq!(simba_lock_unlock(lock), SIMBA_OK);
+        assert_eq!(
+            simba_lock_set_value(lock, why.as_ptr().cast(), why.len()),
+            SIMBA_LEASE_LOST
+        );
+        assert_eq!(
+            simba_observer_leader_value(lock_observer, &mut owner, null_mut(), 0, &mut len),
+            SIMBA_OK
+        );
+        assert_eq!((owner.held, len), (false, 0));
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        assert_eq!(simba_observer_free(lock_observer), SIMBA_OK);
+        assert_eq!(simba_observer_free(observer), SIMBA_OK);
+        assert_eq!(simba_election_free(rival), SIMBA_OK);
+        assert_eq!(simba_election_free(election), SIMBA_OK);
+        assert_eq!(
+            simba_election_value(election, null_mut(), 0, &mut len),
+            SIMBA_INVALID_HANDLE
+        );
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+    })
+}
