@@ -20,7 +20,8 @@
  * with buf_len 0 copies nothing (a length query).
  *
  * Handles (simba_backend, simba_session, simba_lock, simba_election, simba_observer,
- * simba_group, simba_membership, simba_cancel) are opaque keys, never dereferenced, looked up in a table
+ * simba_group, simba_membership, simba_cancel, simba_semaphore, simba_permit) are opaque
+ * keys, never dereferenced, looked up in a table
  * of live handles on every call. Misuse is detected where cheaply possible: a double free,
  * a use after free, a handle of the wrong kind or a pointer never returned by this library
  * gives SIMBA_INVALID_HANDLE (a wild pointer that happens to equal a live key is taken for
@@ -218,6 +219,14 @@ typedef struct simba_membership simba_membership;
 
 // A watch of a lease's holder; thread-safe; free with [`simba_observer_free`].
 typedef struct simba_observer simba_observer;
+
+// A held permit of a semaphore; thread-safe; release with [`simba_permit_release`], free
+// with [`simba_permit_free`] (which releases it in the background if still held).
+typedef struct simba_permit simba_permit;
+
+// A counting semaphore of leased permits (from [`simba_session_semaphore`]); thread-safe;
+// free with [`simba_semaphore_free`] (permits taken stay held until their own free).
+typedef struct simba_semaphore simba_semaphore;
 
 // A session; thread-safe; close with [`simba_session_close`], free with
 // [`simba_session_free`].
@@ -719,6 +728,81 @@ enum simba_status simba_membership_leave(const struct simba_membership *membersh
 
 // Frees the membership; if it did not leave yet, it leaves from the session's work thread.
 enum simba_status simba_membership_free(struct simba_membership *membership);
+
+// A counting semaphore of `permits` (1 to 1000) leased permits named `name`
+// (NUL-terminated UTF-8; no backend call). Permit `i` is the lease `{name}.permit-{i}`, so
+// every process using the semaphore must give the same number of permits.
+// `SIMBA_INVALID_ARGUMENT` for 0 or more than 1000 permits, or when `{name}.permit-{i}` is
+// longer than a name may be. `*out_semaphore` is the new handle.
+enum simba_status simba_session_semaphore(const struct simba_session *session,
+                                          const char *name,
+                                          uint32_t permits,
+                                          struct simba_semaphore **out_semaphore);
+
+// Takes a permit if one is free now (one backend call per permit tried, from a random one
+// on); `SIMBA_BUSY` (and `*out_permit` NULL) if all are held.
+enum simba_status simba_semaphore_try_acquire(const struct simba_semaphore *semaphore,
+                                              struct simba_permit **out_permit);
+
+// Takes a permit, waiting at most `timeout_ms` (`SIMBA_TIMEOUT` after that;
+// `SIMBA_FOREVER`: no limit) for a release of any; ends early with `SIMBA_CLOSED` when
+// another thread closes or frees the session. `*out_permit` is the held permit.
+enum simba_status simba_semaphore_acquire_timeout(const struct simba_semaphore *semaphore,
+                                                  uint64_t timeout_ms,
+                                                  struct simba_permit **out_permit);
+
+// [`simba_semaphore_acquire_timeout`] that also ends when `cancel` is fired by any thread
+// (`SIMBA_CANCELLED`, at once if it was fired before the call; nothing is taken then).
+enum simba_status simba_semaphore_acquire_cancellable(const struct simba_semaphore *semaphore,
+                                                      uint64_t timeout_ms,
+                                                      const struct simba_cancel *cancel,
+                                                      struct simba_permit **out_permit);
+
+// How many permits the semaphore has.
+enum simba_status simba_semaphore_permits(const struct simba_semaphore *semaphore,
+                                          uint32_t *out_permits);
+
+// Frees the semaphore handle; permits taken through it stay held until their own
+// [`simba_permit_release`] or [`simba_permit_free`].
+enum simba_status simba_semaphore_free(struct simba_semaphore *semaphore);
+
+// Which permit this is (0 to permits − 1; also after it was lost or released).
+enum simba_status simba_permit_index(const struct simba_permit *permit, uint32_t *out_index);
+
+// The permit's fencing token (also after it was lost or released; it increases with every
+// holder of this permit).
+enum simba_status simba_permit_token(const struct simba_permit *permit, uint64_t *out_token);
+
+// Whether the permit is still held (session live, term's local deadline ahead); false once
+// lost or released.
+enum simba_status simba_permit_is_valid(const struct simba_permit *permit, bool *out_valid);
+
+// The fencing token if the permit is still held, else `SIMBA_LEASE_LOST`: call it before
+// every protected use.
+enum simba_status simba_permit_check(const struct simba_permit *permit, uint64_t *out_token);
+
+// The permit's term if it is still held: `*out_token` its fencing token and
+// `*out_valid_ms` how long it stays valid from now if no keep-alive succeeds meanwhile (as
+// for [`simba_lock_term`]). `SIMBA_LEASE_LOST` if it was lost or released. Either
+// out-pointer may be NULL.
+enum simba_status simba_permit_term(const struct simba_permit *permit,
+                                    uint64_t *out_token,
+                                    uint64_t *out_valid_ms);
+
+// Releases the permit now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if
+// it was already lost. A second release gives `SIMBA_CLOSED`. The handle stays allocated:
+// free it with [`simba_permit_free`].
+enum simba_status simba_permit_release(const struct simba_permit *permit);
+
+// Waits up to `timeout_ms` for this permit's loss event (`LOCK_LOST`, `name` the permit's
+// lease `{name}.permit-{index}`); see [`simba_session_next_event`] for the results.
+enum simba_status simba_permit_next_event(const struct simba_permit *permit,
+                                          uint64_t timeout_ms,
+                                          struct simba_event **out_event);
+
+// Frees the permit handle; a permit still held is released at once locally and on the
+// backend from the session's work thread (no network call on this thread).
+enum simba_status simba_permit_free(struct simba_permit *permit);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -32,8 +32,8 @@
 //! ## Handles
 //!
 //! A handle (`simba_backend*`, `simba_session*`, `simba_lock*`, `simba_election*`,
-//! `simba_observer*`, `simba_group*`, `simba_membership*`, `simba_cancel*`) is an opaque
-//! pointer that is never
+//! `simba_observer*`, `simba_group*`, `simba_membership*`, `simba_cancel*`,
+//! `simba_semaphore*`, `simba_permit*`) is an opaque pointer that is never
 //! dereferenced: it is a key, never reused in the process, into a table of live handles that
 //! also records each handle's kind. Every call looks its handle up, so misuse is detected
 //! where cheaply possible:
@@ -61,7 +61,7 @@
 //!
 //! Every handle may be used from any thread, and from several threads at once: all of them
 //! are thread-safe (`Send + Sync` objects behind the table). Blocking calls (lock, wait
-//! elected, next event) block only the calling thread; [`simba_session_lock`] ends early
+//! elected, acquire a permit, next event) block only the calling thread; [`simba_session_lock`] ends early
 //! only when another thread closes or frees the session (`SIMBA_CLOSED`). The
 //! `*_cancellable` waits also end when another thread fires their [`simba_cancel`]
 //! (`SIMBA_CANCELLED`, within about 10 ms plus at most one backend call in flight). The error message
@@ -86,7 +86,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use lease::spi::LeaseBackend;
 use lease::{
     Cancel, Config, Election, Error, Event, Group, LockGuard, LossReason, Member, Membership,
-    Observer, Owner, Session, SessionState,
+    Observer, Owner, Permit, Semaphore, Session, SessionState,
 };
 use std::any::Any;
 use std::cell::RefCell;
@@ -369,6 +369,18 @@ pub struct simba_group {
 /// A group membership; thread-safe; free with [`simba_membership_free`] (leaves in the
 /// background if still a member).
 pub struct simba_membership {
+    _private: [u8; 0],
+}
+
+/// A counting semaphore of leased permits (from [`simba_session_semaphore`]); thread-safe;
+/// free with [`simba_semaphore_free`] (permits taken stay held until their own free).
+pub struct simba_semaphore {
+    _private: [u8; 0],
+}
+
+/// A held permit of a semaphore; thread-safe; release with [`simba_permit_release`], free
+/// with [`simba_permit_free`] (which releases it in the background if still held).
+pub struct simba_permit {
     _private: [u8; 0],
 }
 
@@ -793,6 +805,22 @@ impl GroupObj {
 struct MembershipObj(Mutex<Option<Membership>>);
 impl Kind for MembershipObj {
     const NAME: &'static str = "simba_membership";
+}
+
+struct SemaphoreObj(Semaphore);
+impl Kind for SemaphoreObj {
+    const NAME: &'static str = "simba_semaphore";
+}
+
+struct PermitObj {
+    permit: Mutex<Option<Permit>>,
+    index: u32,
+    token: u64,
+    lease: String,
+    lost: Receiver<Event>,
+}
+impl Kind for PermitObj {
+    const NAME: &'static str = "simba_permit";
 }
 
 struct CancelObj(Cancel);
@@ -2187,6 +2215,267 @@ pub unsafe extern "C" fn simba_membership_free(membership: *mut simba_membership
     ffi(|| {
         let m = lookup::<MembershipObj, _>(membership, true)?;
         drop(locked(&m.0).take());
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Semaphores
+
+/// A counting semaphore of `permits` (1 to 1000) leased permits named `name`
+/// (NUL-terminated UTF-8; no backend call). Permit `i` is the lease `{name}.permit-{i}`, so
+/// every process using the semaphore must give the same number of permits.
+/// `SIMBA_INVALID_ARGUMENT` for 0 or more than 1000 permits, or when `{name}.permit-{i}` is
+/// longer than a name may be. `*out_semaphore` is the new handle.
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_semaphore(
+    session: *const simba_session,
+    name: *const c_char,
+    permits: u32,
+    out_semaphore: *mut *mut simba_semaphore,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_semaphore, "out_semaphore")?;
+        put(o, std::ptr::null_mut());
+        let s = get::<SessionObj, _>(session)?;
+        let sem = s.session.semaphore(text(name, "name")?, permits)?;
+        put(o, register(SemaphoreObj(sem))?);
+        Ok(())
+    })
+}
+
+fn permit_obj(permit: Permit) -> PermitObj {
+    PermitObj {
+        index: permit.index(),
+        token: permit.token().get(),
+        lease: permit.lease().to_string(),
+        lost: permit.lost().clone(),
+        permit: Mutex::new(Some(permit)),
+    }
+}
+
+fn acquire_with(
+    semaphore: *const simba_semaphore,
+    out_permit: *mut *mut simba_permit,
+    how: impl FnOnce(&Semaphore) -> R<Permit>,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_permit, "out_permit")?;
+        put(o, std::ptr::null_mut());
+        let sem = get::<SemaphoreObj, _>(semaphore)?;
+        let permit = how(&sem.0)?;
+        put(o, register(permit_obj(permit))?);
+        Ok(())
+    })
+}
+
+/// Takes a permit if one is free now (one backend call per permit tried, from a random one
+/// on); `SIMBA_BUSY` (and `*out_permit` NULL) if all are held.
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_try_acquire(
+    semaphore: *const simba_semaphore,
+    out_permit: *mut *mut simba_permit,
+) -> simba_status {
+    acquire_with(semaphore, out_permit, |sem| {
+        sem.try_acquire()?.ok_or_else(|| {
+            Fail::new(
+                SIMBA_BUSY,
+                format!("every permit of {} is held", sem.name()),
+            )
+        })
+    })
+}
+
+/// Takes a permit, waiting at most `timeout_ms` (`SIMBA_TIMEOUT` after that;
+/// `SIMBA_FOREVER`: no limit) for a release of any; ends early with `SIMBA_CLOSED` when
+/// another thread closes or frees the session. `*out_permit` is the held permit.
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_acquire_timeout(
+    semaphore: *const simba_semaphore,
+    timeout_ms: u64,
+    out_permit: *mut *mut simba_permit,
+) -> simba_status {
+    acquire_with(semaphore, out_permit, |sem| {
+        Ok(match deadline(timeout_ms) {
+            Some(t) => sem.acquire_timeout(t)?,
+            None => sem.acquire()?,
+        })
+    })
+}
+
+/// [`simba_semaphore_acquire_timeout`] that also ends when `cancel` is fired by any thread
+/// (`SIMBA_CANCELLED`, at once if it was fired before the call; nothing is taken then).
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_acquire_cancellable(
+    semaphore: *const simba_semaphore,
+    timeout_ms: u64,
+    cancel: *const simba_cancel,
+    out_permit: *mut *mut simba_permit,
+) -> simba_status {
+    acquire_with(semaphore, out_permit, |sem| {
+        let cancel = cancel_of(cancel)?;
+        Ok(sem.acquire_cancellable(deadline(timeout_ms), &cancel)?)
+    })
+}
+
+/// How many permits the semaphore has.
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_permits(
+    semaphore: *const simba_semaphore,
+    out_permits: *mut u32,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_permits, "out_permits")?;
+        put(o, get::<SemaphoreObj, _>(semaphore)?.0.permits());
+        Ok(())
+    })
+}
+
+/// Frees the semaphore handle; permits taken through it stay held until their own
+/// [`simba_permit_release`] or [`simba_permit_free`].
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_free(semaphore: *mut simba_semaphore) -> simba_status {
+    ffi(|| free::<SemaphoreObj, _>(semaphore))
+}
+
+/// Which permit this is (0 to permits − 1; also after it was lost or released).
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_index(
+    permit: *const simba_permit,
+    out_index: *mut u32,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_index, "out_index")?;
+        put(o, get::<PermitObj, _>(permit)?.index);
+        Ok(())
+    })
+}
+
+/// The permit's fencing token (also after it was lost or released; it increases with every
+/// holder of this permit).
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_token(
+    permit: *const simba_permit,
+    out_token: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        put(o, get::<PermitObj, _>(permit)?.token);
+        Ok(())
+    })
+}
+
+/// Whether the permit is still held (session live, term's local deadline ahead); false once
+/// lost or released.
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_is_valid(
+    permit: *const simba_permit,
+    out_valid: *mut bool,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_valid, "out_valid")?;
+        let p = get::<PermitObj, _>(permit)?;
+        let valid = locked(&p.permit).as_ref().is_some_and(|p| p.is_valid());
+        put(o, valid);
+        Ok(())
+    })
+}
+
+/// The fencing token if the permit is still held, else `SIMBA_LEASE_LOST`: call it before
+/// every protected use.
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_check(
+    permit: *const simba_permit,
+    out_token: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        let p = get::<PermitObj, _>(permit)?;
+        let held = locked(&p.permit);
+        match held.as_ref() {
+            Some(held) => put(o, held.check()?.get()),
+            None => {
+                return Err(Fail::new(
+                    SIMBA_LEASE_LOST,
+                    format!("permit {} was released", p.lease),
+                ))
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The permit's term if it is still held: `*out_token` its fencing token and
+/// `*out_valid_ms` how long it stays valid from now if no keep-alive succeeds meanwhile (as
+/// for [`simba_lock_term`]). `SIMBA_LEASE_LOST` if it was lost or released. Either
+/// out-pointer may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_term(
+    permit: *const simba_permit,
+    out_token: *mut u64,
+    out_valid_ms: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let p = get::<PermitObj, _>(permit)?;
+        let held = locked(&p.permit);
+        let Some(held) = held.as_ref() else {
+            return Err(Fail::new(
+                SIMBA_LEASE_LOST,
+                format!("permit {} was released", p.lease),
+            ));
+        };
+        let token = held.check()?;
+        // Lost between the two reads: as lost as `check` would have said.
+        let valid = held.valid_for().ok_or_else(|| Error::LeaseLost {
+            name: held.lease().clone(),
+            token,
+        })?;
+        put_opt(out_token, token.get());
+        put_opt(out_valid_ms, millis(valid));
+        Ok(())
+    })
+}
+
+/// Releases the permit now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if
+/// it was already lost. A second release gives `SIMBA_CLOSED`. The handle stays allocated:
+/// free it with [`simba_permit_free`].
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_release(permit: *const simba_permit) -> simba_status {
+    ffi(|| {
+        let p = get::<PermitObj, _>(permit)?;
+        let held = locked(&p.permit).take();
+        match held {
+            Some(held) => Ok(held.release()?),
+            None => Err(Fail::new(
+                SIMBA_CLOSED,
+                format!("permit {} was already released", p.lease),
+            )),
+        }
+    })
+}
+
+/// Waits up to `timeout_ms` for this permit's loss event (`LOCK_LOST`, `name` the permit's
+/// lease `{name}.permit-{index}`); see [`simba_session_next_event`] for the results.
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_next_event(
+    permit: *const simba_permit,
+    timeout_ms: u64,
+    out_event: *mut *mut simba_event,
+) -> simba_status {
+    ffi(|| {
+        let rx = get::<PermitObj, _>(permit)?.lost.clone();
+        next_event(&rx, timeout_ms, out_event)
+    })
+}
+
+/// Frees the permit handle; a permit still held is released at once locally and on the
+/// backend from the session's work thread (no network call on this thread).
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_free(permit: *mut simba_permit) -> simba_status {
+    ffi(|| {
+        let p = lookup::<PermitObj, _>(permit, true)?;
+        // Released now even if another thread still holds the object for a moment.
+        drop(locked(&p.permit).take());
         Ok(())
     })
 }

@@ -1222,3 +1222,141 @@ fn leader_values_of_elections_and_locks() {
         assert_eq!(simba_session_free(b), SIMBA_OK);
     })
 }
+
+#[test]
+fn semaphore_permits() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b) = (session_on(backend), session_on(backend));
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let mut sem = null_mut();
+        for bad in [0, 1001] {
+            assert_eq!(
+                simba_session_semaphore(a, c"pool".as_ptr(), bad, &mut sem),
+                SIMBA_INVALID_ARGUMENT
+            );
+            assert!(sem.is_null());
+        }
+        assert_eq!(
+            simba_session_semaphore(a, c"pool".as_ptr(), 2, &mut sem),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let mut n = 0;
+        assert_eq!(simba_semaphore_permits(sem, &mut n), SIMBA_OK);
+        assert_eq!(n, 2);
+        let (mut p1, mut p2, mut p3) = (null_mut(), null_mut(), null_mut());
+        assert_eq!(simba_semaphore_try_acquire(sem, &mut p1), SIMBA_OK);
+        assert_eq!(
+            simba_semaphore_acquire_timeout(sem, PATIENCE_MS, &mut p2),
+            SIMBA_OK
+        );
+        let (mut i1, mut i2) = (9, 9);
+        assert_eq!(simba_permit_index(p1, &mut i1), SIMBA_OK);
+        assert_eq!(simba_permit_index(p2, &mut i2), SIMBA_OK);
+        assert_eq!([i1.min(i2), i1.max(i2)], [0, 1], "two distinct permits");
+        let (mut token, mut checked, mut valid_ms) = (0, 0, 0);
+        assert_eq!(simba_permit_token(p1, &mut token), SIMBA_OK);
+        assert!(token >= 1);
+        assert_eq!(simba_permit_check(p1, &mut checked), SIMBA_OK);
+        assert_eq!(checked, token);
+        assert_eq!(simba_permit_term(p1, &mut checked, &mut valid_ms), SIMBA_OK);
+        assert_eq!(checked, token);
+        assert!(valid_ms > 0 && valid_ms <= 1000, "{valid_ms}");
+        let mut valid = false;
+        assert_eq!(simba_permit_is_valid(p1, &mut valid), SIMBA_OK);
+        assert!(valid);
+
+        // All held: another session's semaphore of the same name is busy, then times out.
+        let mut other = null_mut();
+        assert_eq!(
+            simba_session_semaphore(b, c"pool".as_ptr(), 2, &mut other),
+            SIMBA_OK
+        );
+        assert_eq!(simba_semaphore_try_acquire(other, &mut p3), SIMBA_BUSY);
+        assert!(p3.is_null());
+        assert!(last_error().contains("pool"), "{}", last_error());
+        assert_eq!(
+            simba_semaphore_acquire_timeout(other, 50, &mut p3),
+            SIMBA_TIMEOUT
+        );
+        // A waiter without a limit gets the permit another thread releases.
+        let o = other as usize;
+        let waiter = std::thread::spawn(move || {
+            let mut p = null_mut();
+            let st =
+                simba_semaphore_acquire_timeout(o as *const simba_semaphore, SIMBA_FOREVER, &mut p);
+            (st, p as usize, last_error())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(simba_permit_release(p1), SIMBA_OK, "{}", last_error());
+        assert_eq!(simba_permit_release(p1), SIMBA_CLOSED, "released once only");
+        assert_eq!(simba_permit_check(p1, &mut checked), SIMBA_LEASE_LOST);
+        assert_eq!(
+            simba_permit_term(p1, null_mut(), null_mut()),
+            SIMBA_LEASE_LOST
+        );
+        assert_eq!(simba_permit_is_valid(p1, &mut valid), SIMBA_OK);
+        assert!(!valid);
+        assert_eq!(simba_permit_token(p1, &mut checked), SIMBA_OK);
+        assert_eq!(checked, token, "the token stays readable");
+        let (st, got, message) = waiter.join().unwrap();
+        assert_eq!(st, SIMBA_OK, "{message}");
+        let got = got as *mut simba_permit;
+        let mut index = 9;
+        assert_eq!(simba_permit_index(got, &mut index), SIMBA_OK);
+        assert_eq!(index, i1, "the released permit");
+        let mut token2 = 0;
+        assert_eq!(simba_permit_token(got, &mut token2), SIMBA_OK);
+        assert!(token2 > token, "tokens increase: {token2} > {token}");
+
+        // Cancellable: fired before the call, nothing is taken.
+        let mut cancel = null_mut();
+        assert_eq!(simba_cancel_new(&mut cancel), SIMBA_OK);
+        assert_eq!(simba_cancel_fire(cancel), SIMBA_OK);
+        assert_eq!(
+            simba_semaphore_acquire_cancellable(sem, SIMBA_FOREVER, cancel, &mut p3),
+            SIMBA_CANCELLED
+        );
+        assert!(p3.is_null());
+        assert_eq!(simba_cancel_free(cancel), SIMBA_OK);
+        // Freeing a held permit releases it (in the background): a waiter gets it.
+        assert_eq!(simba_permit_free(got), SIMBA_OK);
+        assert_eq!(
+            simba_semaphore_acquire_timeout(sem, PATIENCE_MS, &mut p3),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        // A lost permit: its loss event, then LEASE_LOST.
+        assert_eq!(simba_session_sever(a), SIMBA_OK);
+        let mut e = null_mut();
+        assert_eq!(
+            simba_permit_next_event(p2, PATIENCE_MS, &mut e),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!((*e).kind, SIMBA_EVENT_LOCK_LOST);
+        assert_eq!(text(&(*e).name), format!("pool.permit-{i2}"));
+        assert_eq!(simba_event_free(e), SIMBA_OK);
+        assert_eq!(simba_permit_check(p2, &mut checked), SIMBA_LEASE_LOST);
+
+        for p in [p1, p2, p3] {
+            assert_eq!(simba_permit_free(p), SIMBA_OK);
+        }
+        assert_eq!(simba_permit_free(p1), SIMBA_INVALID_HANDLE);
+        assert_eq!(
+            simba_permit_index(sem.cast::<simba_permit>(), &mut index),
+            SIMBA_INVALID_HANDLE
+        );
+        assert_eq!(simba_semaphore_free(other), SIMBA_OK);
+        assert_eq!(simba_semaphore_free(sem), SIMBA_OK);
+        assert_eq!(simba_semaphore_free(sem), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+    })
+}
