@@ -345,6 +345,19 @@ const char *simba_status_name(int32_t status);
 // strings and member lists) after this is undefined behaviour.
 enum simba_status simba_event_free(struct simba_event *event);
 
+// The term value an event carries, copied into `buf` as for [`simba_election_value`]
+// (`buf` NULL with `buf_len` 0: not copied; `out_value_len` may be NULL): for
+// `LEADER_CHANGED`, the new holder's value (a `LEADER_CHANGED` with an unchanged token
+// reports a new value set by [`simba_election_set_value`] or [`simba_lock_set_value`]);
+// empty for every other kind, or when the holder set none or the lease became free.
+// `event` is one from a `*_next_event` function, not freed yet, or, inside a callback, the
+// event that callback was given (on its thread, during the call); any other pointer gives
+// `SIMBA_INVALID_HANDLE`.
+enum simba_status simba_event_value(const struct simba_event *event,
+                                    char *buf,
+                                    size_t buf_len,
+                                    size_t *out_value_len);
+
 // Connects to a backend by URL (`memory://`, `postgres://…`, `mysql://…`, `redis://…`,
 // `zookeeper://…`; NUL-terminated UTF-8). Backends not built into this library give
 // `SIMBA_FEATURE_DISABLED`. `*out_backend` is the new handle.

@@ -90,7 +90,7 @@ use lease::{
 };
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -831,7 +831,16 @@ impl Kind for CancelObj {
 // ---------------------------------------------------------------------------------------
 // Plain results: events and member lists (real pointers, tracked for double frees).
 
-static RESULTS: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(Default::default);
+/// The live plain results handed out: address to kind (`simba_event`,
+/// `simba_member_list`).
+static RESULTS: LazyLock<Mutex<HashMap<usize, &'static str>>> = LazyLock::new(Default::default);
+const EVENT: &str = "simba_event";
+const MEMBER_LIST: &str = "simba_member_list";
+
+thread_local! {
+    /// The events being passed to callbacks on this thread now (valid during the call).
+    static CALLBACK_EVENTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
 
 /// The members of a list with the metadata bytes they point into.
 #[derive(Default)]
@@ -887,6 +896,8 @@ impl Members {
 struct EventBox {
     c: simba_event,
     storage: [Members; 3],
+    /// The term value (`LEADER_CHANGED`), read by [`simba_event_value`].
+    value: String,
 }
 
 fn reason(r: &LossReason) -> simba_loss_reason {
@@ -920,6 +931,7 @@ fn convert(e: &Event) -> EventBox {
         left: empty,
     };
     let mut storage: [Members; 3] = Default::default();
+    let mut value = String::new();
     match e {
         Event::Jeopardy { session } => {
             c.kind = SIMBA_EVENT_JEOPARDY;
@@ -962,6 +974,7 @@ fn convert(e: &Event) -> EventBox {
                 fill(&mut c.session, o.session.as_str());
                 c.token = o.token.get();
                 c.remaining_ms = millis(o.remaining);
+                value.clone_from(&o.value);
             }
         }
         Event::MembersChanged {
@@ -983,7 +996,7 @@ fn convert(e: &Event) -> EventBox {
         }
         _ => {}
     }
-    EventBox { c, storage }
+    EventBox { c, storage, value }
 }
 
 /// Waits for the next event on `rx` and hands it out as a heap event.
@@ -999,21 +1012,35 @@ fn next_event(rx: &Receiver<Event>, timeout_ms: u64, out_event: *mut *mut simba_
             RecvTimeoutError::Disconnected => Fail::new(SIMBA_CLOSED, "the event queue was closed"),
         })?;
     let p = Box::into_raw(Box::new(convert(&event)));
-    locked(&RESULTS).insert(p as usize);
+    locked(&RESULTS).insert(p as usize, EVENT);
     put(out_event, p.cast());
     Ok(())
 }
 
-/// Frees a plain result allocated as `Box<B>` if it is live.
+/// Checks that `p` is a live plain result of kind `what` in `table`.
+fn live_result<C>(table: &HashMap<usize, &'static str>, p: *const C, what: &str) -> R {
+    match table.get(&(p as usize)) {
+        Some(&kind) if kind == what => Ok(()),
+        Some(&kind) => Err(Fail::new(
+            SIMBA_INVALID_HANDLE,
+            format!("{p:p} is a {kind}, not a {what}"),
+        )),
+        None => Err(Fail::new(
+            SIMBA_INVALID_HANDLE,
+            format!("{p:p} is not a live {what} (already freed, or not from this library)"),
+        )),
+    }
+}
+
+/// Frees a plain result allocated as `Box<B>` if it is a live one of kind `what`.
 fn free_result<B, C>(p: *mut C, what: &str) -> R {
     if p.is_null() {
         return Ok(());
     }
-    if !locked(&RESULTS).remove(&(p as usize)) {
-        return Err(Fail::new(
-            SIMBA_INVALID_HANDLE,
-            format!("{p:p} is not a live {what} (already freed, or not from this library)"),
-        ));
+    {
+        let mut table = locked(&RESULTS);
+        live_result(&table, p, what)?;
+        table.remove(&(p as usize));
     }
     // SAFETY: the pointer was made by `Box::into_raw` of a `B` and was live in RESULTS.
     drop(unsafe { Box::from_raw(p.cast::<B>()) });
@@ -1025,7 +1052,45 @@ fn free_result<B, C>(p: *mut C, what: &str) -> R {
 /// strings and member lists) after this is undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_event_free(event: *mut simba_event) -> simba_status {
-    ffi(|| free_result::<EventBox, _>(event, "simba_event"))
+    ffi(|| free_result::<EventBox, _>(event, EVENT))
+}
+
+/// The term value an event carries, copied into `buf` as for [`simba_election_value`]
+/// (`buf` NULL with `buf_len` 0: not copied; `out_value_len` may be NULL): for
+/// `LEADER_CHANGED`, the new holder's value (a `LEADER_CHANGED` with an unchanged token
+/// reports a new value set by [`simba_election_set_value`] or [`simba_lock_set_value`]);
+/// empty for every other kind, or when the holder set none or the lease became free.
+/// `event` is one from a `*_next_event` function, not freed yet, or, inside a callback, the
+/// event that callback was given (on its thread, during the call); any other pointer gives
+/// `SIMBA_INVALID_HANDLE`.
+#[no_mangle]
+pub unsafe extern "C" fn simba_event_value(
+    event: *const simba_event,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> simba_status {
+    ffi(|| {
+        if event.is_null() {
+            return Err(Fail::new(SIMBA_NULL_ARGUMENT, "the event is NULL"));
+        }
+        let key = event as usize;
+        let copy = || {
+            // SAFETY: `event` is a live `EventBox` (checked by the caller of `copy`), whose
+            // first field is the `simba_event`.
+            let value = unsafe { &(*event.cast::<EventBox>()).value };
+            check_value_buf(value, buf, buf_len)?;
+            put_value(value, buf, out_value_len);
+            Ok(())
+        };
+        if CALLBACK_EVENTS.with(|c| c.borrow().contains(&key)) {
+            return copy();
+        }
+        // Held while reading, so no other thread frees the event meanwhile.
+        let table = locked(&RESULTS);
+        live_result(&table, event, EVENT)?;
+        copy()
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1344,6 +1409,16 @@ pub unsafe extern "C" fn simba_session_on_event(
         s.session.on_event(move |event| {
             let data = &data;
             let e = convert(event);
+            let key = &e as *const EventBox as usize;
+            CALLBACK_EVENTS.with(|c| c.borrow_mut().push(key));
+            // Off the list again however the call ends.
+            struct Done(usize);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    let _ = CALLBACK_EVENTS.try_with(|c| c.borrow_mut().retain(|k| *k != self.0));
+                }
+            }
+            let _done = Done(key);
             // SAFETY: the C contract of the callback; `e` outlives the call.
             unsafe { cb(&e.c, data.0) };
         });
@@ -2137,7 +2212,7 @@ fn member_list(members: &[Member]) -> *mut simba_member_list {
         _storage: storage,
     });
     let p = Box::into_raw(b);
-    locked(&RESULTS).insert(p as usize);
+    locked(&RESULTS).insert(p as usize, MEMBER_LIST);
     p.cast()
 }
 
@@ -2152,7 +2227,7 @@ struct MembersBox {
 /// undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_member_list_free(list: *mut simba_member_list) -> simba_status {
-    ffi(|| free_result::<MembersBox, _>(list, "simba_member_list"))
+    ffi(|| free_result::<MembersBox, _>(list, MEMBER_LIST))
 }
 
 /// Waits up to `timeout_ms` for the group's next `MEMBERS_CHANGED` (the first call starts a

@@ -1360,3 +1360,138 @@ fn semaphore_permits() {
         assert_eq!(simba_session_free(b), SIMBA_OK);
     })
 }
+
+/// What [`on_leader_event`] saw: kind, token, `simba_event_value`'s status and the value.
+type SeenValue = (simba_event_kind, u64, simba_status, String);
+
+unsafe extern "C" fn on_leader_event(event: *const simba_event, user_data: *mut c_void) {
+    let tx = &*(user_data as *const mpsc::Sender<SeenValue>);
+    let mut buf = [0 as c_char; SIMBA_VALUE_LEN];
+    let mut len = 0;
+    let st = simba_event_value(event, buf.as_mut_ptr(), buf.len(), &mut len);
+    let value = if st == SIMBA_OK {
+        value_of(&buf, len)
+    } else {
+        String::new()
+    };
+    let _ = tx.send(((*event).kind, (*event).token, st, value));
+}
+
+#[test]
+fn leader_changed_events_carry_the_value() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b) = (session_on(backend), session_on(backend));
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (tx, rx) = mpsc::channel::<SeenValue>();
+        let tx = Box::new(tx);
+        let user = &*tx as *const _ as *mut c_void;
+        assert_eq!(
+            simba_session_on_event(b, Some(on_leader_event), user),
+            SIMBA_OK
+        );
+        let mut observer = null_mut();
+        assert_eq!(
+            simba_session_observe(b, c"primary".as_ptr(), &mut observer),
+            SIMBA_OK
+        );
+        let v1 = "db-1:5432";
+        let mut election = null_mut();
+        assert_eq!(
+            simba_session_election_with_value(
+                a,
+                c"primary".as_ptr(),
+                v1.as_ptr().cast(),
+                v1.len(),
+                &mut election
+            ),
+            SIMBA_OK
+        );
+        let mut token = 0;
+        assert_eq!(
+            simba_election_wait_elected(election, PATIENCE_MS, &mut token),
+            SIMBA_OK
+        );
+        let v2 = "db-1:5433";
+        assert_eq!(
+            simba_election_set_value(election, v2.as_ptr().cast(), v2.len()),
+            SIMBA_OK
+        );
+        // The observer's queue: events up to the holder with the new value, same token.
+        let mut buf = [0 as c_char; SIMBA_VALUE_LEN];
+        let mut seen = Vec::new();
+        while seen.last() != Some(&(token, v2.to_string())) {
+            let mut e = null_mut();
+            assert_eq!(
+                simba_observer_next_event(observer, PATIENCE_MS, &mut e),
+                SIMBA_OK,
+                "{seen:?}: {}",
+                last_error()
+            );
+            assert_eq!((*e).kind, SIMBA_EVENT_LEADER_CHANGED);
+            let mut len = 0;
+            assert_eq!(
+                simba_event_value(e, buf.as_mut_ptr(), buf.len(), &mut len),
+                SIMBA_OK,
+                "{}",
+                last_error()
+            );
+            seen.push(((*e).token, value_of(&buf, len)));
+            assert_eq!(simba_event_free(e), SIMBA_OK);
+            assert_eq!(
+                simba_event_value(e, null_mut(), 0, &mut len),
+                SIMBA_INVALID_HANDLE,
+                "a freed event"
+            );
+        }
+        // The session's callback got the same, reading the value inside the call.
+        let patience = Duration::from_millis(PATIENCE_MS);
+        loop {
+            let (kind, t, st, value) = rx.recv_timeout(patience).unwrap();
+            assert_eq!(st, SIMBA_OK, "simba_event_value in a callback");
+            if kind == SIMBA_EVENT_LEADER_CHANGED && t == token && value == v2 {
+                break;
+            }
+        }
+        // Events of other kinds carry no value; a member list is no event.
+        let mut e = null_mut();
+        assert_eq!(
+            simba_election_next_event(election, PATIENCE_MS, &mut e),
+            SIMBA_OK
+        );
+        assert_eq!((*e).kind, SIMBA_EVENT_ELECTED);
+        let mut len = 9;
+        assert_eq!(simba_event_value(e, null_mut(), 0, &mut len), SIMBA_OK);
+        assert_eq!(len, 0);
+        assert_eq!(
+            simba_event_value(e, null_mut(), 1, &mut len),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_event_free(e), SIMBA_OK);
+        let mut list = null_mut();
+        assert_eq!(simba_election_candidates(election, &mut list), SIMBA_OK);
+        assert_eq!(
+            simba_event_value(list.cast(), null_mut(), 0, &mut len),
+            SIMBA_INVALID_HANDLE
+        );
+        assert!(
+            last_error().contains("is a simba_member_list, not a simba_event"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_event_free(list.cast()), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_member_list_free(list), SIMBA_OK);
+        assert_eq!(
+            simba_event_value(std::ptr::null(), null_mut(), 0, &mut len),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_observer_free(observer), SIMBA_OK);
+        assert_eq!(simba_election_free(election), SIMBA_OK);
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        // Close waited for the final callbacks: the user data may go now.
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+        drop(tx);
+    })
+}
