@@ -33,8 +33,9 @@
  *    (simba_lock_check: SIMBA_LEASE_LOST), calls that need the session give SIMBA_CLOSED,
  *    their event queues end (SIMBA_CLOSED); what they recorded (a lock's token and name)
  *    stays readable until they are freed.
- *  - A simba_event or simba_member_list is a real pointer, freed by simba_event_free /
- *    simba_member_list_free (a second free gives SIMBA_INVALID_HANDLE). Reading one after
+ *  - A simba_event, simba_member_list or simba_holder_list is a real pointer, freed by
+ *    simba_event_free / simba_member_list_free / simba_holder_list_free (a second free,
+ *    or a free by the wrong function, gives SIMBA_INVALID_HANDLE). Reading one after
  *    it was freed is undefined behaviour, as with any freed C memory.
  *
  * Threads. Every handle is thread-safe: it may be used from any thread and from several at
@@ -325,6 +326,28 @@ typedef struct simba_owner {
   // The holding session's id (NUL-terminated).
   char session[SIMBA_SESSION_ID_LEN];
 } simba_owner;
+
+// A held permit of a semaphore, as [`simba_semaphore_holders`] reads it.
+typedef struct simba_holder {
+  // Which permit (0 to permits − 1).
+  uint32_t index;
+  // Its holder (`held` is always true).
+  struct simba_owner owner;
+  // The holder's term value: `value_len` bytes of UTF-8 followed by a NUL (empty if none;
+  // it may contain NUL bytes itself: use the length).
+  const char *value;
+  // Length of `value` in bytes, without the final NUL.
+  size_t value_len;
+} simba_holder;
+
+// An array of permit holders (`len` items, by permit index; `items` is NULL when `len` is
+// 0).
+typedef struct simba_holder_list {
+  // The holders.
+  const struct simba_holder *items;
+  // How many.
+  size_t len;
+} simba_holder_list;
 
 #ifdef __cplusplus
 extern "C" {
@@ -774,6 +797,16 @@ enum simba_status simba_semaphore_acquire_cancellable(const struct simba_semapho
 // How many permits the semaphore has.
 enum simba_status simba_semaphore_permits(const struct simba_semaphore *semaphore,
                                           uint32_t *out_permits);
+
+// The permits held now, by any session, by permit index (one backend read per permit);
+// `*out_holders` is a list to free with [`simba_holder_list_free`].
+enum simba_status simba_semaphore_holders(const struct simba_semaphore *semaphore,
+                                          struct simba_holder_list **out_holders);
+
+// Frees a list from [`simba_semaphore_holders`]. NULL is ignored; a list freed already
+// gives `SIMBA_INVALID_HANDLE`. Reading the list (its items or their values) after this is
+// undefined behaviour.
+enum simba_status simba_holder_list_free(struct simba_holder_list *list);
 
 // Frees the semaphore handle; permits taken through it stay held until their own
 // [`simba_permit_release`] or [`simba_permit_free`].

@@ -52,9 +52,10 @@
 //! longer valid, calls that need the session give `SIMBA_CLOSED`); what they recorded (a
 //! lock's token and name) stays readable until they are freed.
 //!
-//! The plain data results, [`simba_event`] and [`simba_member_list`], are real pointers
-//! freed by [`simba_event_free`] and [`simba_member_list_free`]; those check that the pointer
-//! is a live result (a second free gives `SIMBA_INVALID_HANDLE`), but reading one after it
+//! The plain data results, [`simba_event`], [`simba_member_list`] and [`simba_holder_list`],
+//! are real pointers freed by [`simba_event_free`], [`simba_member_list_free`] and
+//! [`simba_holder_list_free`]; those check that the pointer is a live result of their kind
+//! (a second free gives `SIMBA_INVALID_HANDLE`), but reading one after it
 //! was freed is not detected (undefined behaviour, as with any freed C memory).
 //!
 //! ## Threads
@@ -293,6 +294,32 @@ pub struct simba_member {
 pub struct simba_member_list {
     /// The members.
     pub items: *const simba_member,
+    /// How many.
+    pub len: usize,
+}
+
+/// A held permit of a semaphore, as [`simba_semaphore_holders`] reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct simba_holder {
+    /// Which permit (0 to permits − 1).
+    pub index: u32,
+    /// Its holder (`held` is always true).
+    pub owner: simba_owner,
+    /// The holder's term value: `value_len` bytes of UTF-8 followed by a NUL (empty if none;
+    /// it may contain NUL bytes itself: use the length).
+    pub value: *const c_char,
+    /// Length of `value` in bytes, without the final NUL.
+    pub value_len: usize,
+}
+
+/// An array of permit holders (`len` items, by permit index; `items` is NULL when `len` is
+/// 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct simba_holder_list {
+    /// The holders.
+    pub items: *const simba_holder,
     /// How many.
     pub len: usize,
 }
@@ -836,6 +863,7 @@ impl Kind for CancelObj {
 static RESULTS: LazyLock<Mutex<HashMap<usize, &'static str>>> = LazyLock::new(Default::default);
 const EVENT: &str = "simba_event";
 const MEMBER_LIST: &str = "simba_member_list";
+const HOLDER_LIST: &str = "simba_holder_list";
 
 thread_local! {
     /// The events being passed to callbacks on this thread now (valid during the call).
@@ -2404,6 +2432,80 @@ pub unsafe extern "C" fn simba_semaphore_permits(
         put(o, get::<SemaphoreObj, _>(semaphore)?.0.permits());
         Ok(())
     })
+}
+
+/// A holder list with the values it points into; `c` first, so a pointer to the box is a
+/// pointer to the C struct.
+#[repr(C)]
+struct HoldersBox {
+    c: simba_holder_list,
+    _items: Vec<simba_holder>,
+    _values: Vec<Vec<u8>>,
+}
+
+/// The permits held now, by any session, by permit index (one backend read per permit);
+/// `*out_holders` is a list to free with [`simba_holder_list_free`].
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_holders(
+    semaphore: *const simba_semaphore,
+    out_holders: *mut *mut simba_holder_list,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_holders, "out_holders")?;
+        put(o, std::ptr::null_mut());
+        let holders = get::<SemaphoreObj, _>(semaphore)?.0.holders()?;
+        let values: Vec<Vec<u8>> = holders
+            .iter()
+            .map(|(_, owner)| {
+                let mut v = owner.value.as_bytes().to_vec();
+                v.push(0);
+                v
+            })
+            .collect();
+        let items: Vec<simba_holder> = holders
+            .iter()
+            .zip(&values)
+            .map(|((index, owner), value)| {
+                let mut c = simba_owner {
+                    held: true,
+                    token: owner.token.get(),
+                    remaining_ms: millis(owner.remaining),
+                    session: [0; SIMBA_SESSION_ID_LEN],
+                };
+                fill(&mut c.session, owner.session.as_str());
+                simba_holder {
+                    index: *index,
+                    owner: c,
+                    value: value.as_ptr().cast(),
+                    value_len: value.len() - 1,
+                }
+            })
+            .collect();
+        let b = Box::new(HoldersBox {
+            c: simba_holder_list {
+                items: if items.is_empty() {
+                    std::ptr::null()
+                } else {
+                    items.as_ptr()
+                },
+                len: items.len(),
+            },
+            _items: items,
+            _values: values,
+        });
+        let p = Box::into_raw(b);
+        locked(&RESULTS).insert(p as usize, HOLDER_LIST);
+        put(o, p.cast());
+        Ok(())
+    })
+}
+
+/// Frees a list from [`simba_semaphore_holders`]. NULL is ignored; a list freed already
+/// gives `SIMBA_INVALID_HANDLE`. Reading the list (its items or their values) after this is
+/// undefined behaviour.
+#[no_mangle]
+pub unsafe extern "C" fn simba_holder_list_free(list: *mut simba_holder_list) -> simba_status {
+    ffi(|| free_result::<HoldersBox, _>(list, HOLDER_LIST))
 }
 
 /// Frees the semaphore handle; permits taken through it stay held until their own

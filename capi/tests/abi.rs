@@ -1269,6 +1269,31 @@ fn semaphore_permits() {
         let mut valid = false;
         assert_eq!(simba_permit_is_valid(p1, &mut valid), SIMBA_OK);
         assert!(valid);
+        // The holders, by permit index: both of this session, with their tokens.
+        let mut holders = null_mut();
+        assert_eq!(simba_semaphore_holders(sem, &mut holders), SIMBA_OK);
+        let items = std::slice::from_raw_parts((*holders).items, (*holders).len);
+        let mut id = [0 as c_char; SIMBA_SESSION_ID_LEN];
+        assert_eq!(simba_session_id(a, id.as_mut_ptr(), id.len()), SIMBA_OK);
+        assert_eq!(items.iter().map(|h| h.index).collect::<Vec<_>>(), [0, 1]);
+        for h in items {
+            assert!(h.owner.held);
+            assert_eq!(text(&h.owner.session), text(&id));
+            assert!(h.owner.remaining_ms > 0);
+            assert_eq!((h.value_len, *h.value), (0, 0), "no value: an empty string");
+        }
+        let mut t2 = 0;
+        assert_eq!(simba_permit_token(p2, &mut t2), SIMBA_OK);
+        let by_index = |i: u32| items.iter().find(|h| h.index == i).unwrap().owner.token;
+        assert_eq!((by_index(i1), by_index(i2)), (token, t2));
+        assert_eq!(
+            simba_member_list_free(holders.cast()),
+            SIMBA_INVALID_HANDLE,
+            "a holder list is no member list"
+        );
+        assert_eq!(simba_holder_list_free(holders), SIMBA_OK);
+        assert_eq!(simba_holder_list_free(holders), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_holder_list_free(null_mut()), SIMBA_OK);
 
         // All held: another session's semaphore of the same name is busy, then times out.
         let mut other = null_mut();
@@ -1344,8 +1369,25 @@ fn semaphore_permits() {
         assert_eq!(text(&(*e).name), format!("pool.permit-{i2}"));
         assert_eq!(simba_event_free(e), SIMBA_OK);
         assert_eq!(simba_permit_check(p2, &mut checked), SIMBA_LEASE_LOST);
+        // Lost with the severed session (and freed): the holders list empties.
+        assert_eq!(simba_permit_free(p3), SIMBA_OK);
+        let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+        loop {
+            let mut holders = null_mut();
+            assert_eq!(simba_semaphore_holders(other, &mut holders), SIMBA_OK);
+            let n = (*holders).len;
+            if n == 0 {
+                assert!((*holders).items.is_null());
+            }
+            assert_eq!(simba_holder_list_free(holders), SIMBA_OK);
+            if n == 0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{n} holders left");
+            std::thread::sleep(Duration::from_millis(10));
+        }
 
-        for p in [p1, p2, p3] {
+        for p in [p1, p2] {
             assert_eq!(simba_permit_free(p), SIMBA_OK);
         }
         assert_eq!(simba_permit_free(p1), SIMBA_INVALID_HANDLE);
