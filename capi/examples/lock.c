@@ -10,7 +10,8 @@
  * library's back (simba_session_sever: what an operator, a failover or a long partition
  * does); the library reports the loss (a callback on its event thread, and the lock's own
  * event queue); the old token is refused; after the session is reopened the lock is taken
- * again with a higher token. Exits non-zero on any unexpected result.
+ * again with a higher token; a permit of a semaphore comes with its own token. Exits
+ * non-zero on any unexpected result.
  */
 #include <simba_lease.h>
 
@@ -131,6 +132,20 @@ int main(int argc, char **argv) {
   EXPECT(!fenced_write(token, "a late write with the lost token"));
   CHECK(simba_lock_unlock(lock));
   CHECK(simba_lock_free(lock));
+
+  /* A semaphore of 2 permits: each permit is a lease with its own fencing token. */
+  simba_semaphore *pool = NULL;
+  simba_permit *permit = NULL;
+  uint32_t index = 0;
+  uint64_t permit_token = 0;
+  CHECK(simba_session_semaphore(session, "ledger-writers", 2, &pool));
+  CHECK(simba_semaphore_acquire_timeout(pool, 10000, &permit));
+  CHECK(simba_permit_index(permit, &index));
+  CHECK(simba_permit_check(permit, &permit_token));
+  printf("permit %u of ledger-writers, token %llu\n", index, (unsigned long long)permit_token);
+  CHECK(simba_permit_release(permit));
+  CHECK(simba_permit_free(permit));
+  CHECK(simba_semaphore_free(pool));
 
   /* Close waits for the final events: no callback runs after it returns. */
   CHECK(simba_session_close(session));

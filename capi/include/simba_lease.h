@@ -12,9 +12,16 @@
  * Strings. Strings passed in are NUL-terminated UTF-8 (invalid UTF-8: SIMBA_INVALID_UTF8)
  * and are not kept after the call. Strings handed out are NUL-terminated; a member's
  * metadata also has an explicit length (metadata_len) and may contain NUL bytes.
+ * Term values (a leader's or lock holder's value, e.g. its address) go in as a pointer and
+ * a length (value, value_len: UTF-8, at most SIMBA_MAX_VALUE_LEN bytes, no NUL needed;
+ * NULL with length 0 is the empty value) and come out copied into the caller's buffer
+ * (buf, buf_len: SIMBA_VALUE_LEN always suffices; too small gives SIMBA_INVALID_ARGUMENT
+ * and writes nothing) with a NUL after them and their length (out_value_len); buf NULL
+ * with buf_len 0 copies nothing (a length query).
  *
  * Handles (simba_backend, simba_session, simba_lock, simba_election, simba_observer,
- * simba_group, simba_membership) are opaque keys, never dereferenced, looked up in a table
+ * simba_group, simba_membership, simba_cancel, simba_semaphore, simba_permit) are opaque
+ * keys, never dereferenced, looked up in a table
  * of live handles on every call. Misuse is detected where cheaply possible: a double free,
  * a use after free, a handle of the wrong kind or a pointer never returned by this library
  * gives SIMBA_INVALID_HANDLE (a wild pointer that happens to equal a live key is taken for
@@ -26,8 +33,9 @@
  *    (simba_lock_check: SIMBA_LEASE_LOST), calls that need the session give SIMBA_CLOSED,
  *    their event queues end (SIMBA_CLOSED); what they recorded (a lock's token and name)
  *    stays readable until they are freed.
- *  - A simba_event or simba_member_list is a real pointer, freed by simba_event_free /
- *    simba_member_list_free (a second free gives SIMBA_INVALID_HANDLE). Reading one after
+ *  - A simba_event, simba_member_list or simba_holder_list is a real pointer, freed by
+ *    simba_event_free / simba_member_list_free / simba_holder_list_free (a second free,
+ *    or a free by the wrong function, gives SIMBA_INVALID_HANDLE). Reading one after
  *    it was freed is undefined behaviour, as with any freed C memory.
  *
  * Threads. Every handle is thread-safe: it may be used from any thread and from several at
@@ -35,7 +43,9 @@
  * finishes on the object, which is dropped when it returns. Blocking calls block only the
  * calling thread. simba_session_lock waits until the lock is free: it ends early only when
  * another thread closes or frees the session (SIMBA_CLOSED); use simba_session_lock_timeout
- * for a bound.
+ * for a bound. The *_cancellable waits take a simba_cancel: firing it from any thread
+ * (simba_cancel_fire) ends them with SIMBA_CANCELLED within about 10 ms, at once if it
+ * was fired before the call.
  *
  * Events come both ways: the blocking *_next_event(handle, timeout_ms, &event) queues and
  * callbacks (simba_session_on_event). A session's queue starts at its first
@@ -73,6 +83,12 @@
 
 // A timeout that never runs out.
 #define SIMBA_FOREVER UINT64_MAX
+
+// The longest term value, in bytes of UTF-8.
+#define SIMBA_MAX_VALUE_LEN 1024
+
+// Size of a buffer that holds any term value: `SIMBA_MAX_VALUE_LEN` bytes and the NUL.
+#define SIMBA_VALUE_LEN (SIMBA_MAX_VALUE_LEN + 1)
 
 // What a call returned. `SIMBA_OK` is 0; every other value comes with a message from
 // [`simba_last_error`].
@@ -118,6 +134,9 @@ typedef enum simba_status {
   SIMBA_TLS = 18,
   // The server refused the credentials (user, password). Not transient.
   SIMBA_AUTHENTICATION = 19,
+  // A `*_cancellable` wait ended because its `simba_cancel` was fired (before or during
+  // the call); nothing was taken.
+  SIMBA_CANCELLED = 20,
 } simba_status;
 
 // What an event is.
@@ -181,6 +200,10 @@ typedef enum simba_state {
 // [`simba_backend_free`] (sessions opened on it keep it alive).
 typedef struct simba_backend simba_backend;
 
+// A cancellation token for the `*_cancellable` waits (from [`simba_cancel_new`]);
+// thread-safe: fire it from any thread; free with [`simba_cancel_free`].
+typedef struct simba_cancel simba_cancel;
+
 // A candidate in an election; thread-safe; free with [`simba_election_free`] (resigns).
 typedef struct simba_election simba_election;
 
@@ -197,6 +220,14 @@ typedef struct simba_membership simba_membership;
 
 // A watch of a lease's holder; thread-safe; free with [`simba_observer_free`].
 typedef struct simba_observer simba_observer;
+
+// A held permit of a semaphore; thread-safe; release with [`simba_permit_release`], free
+// with [`simba_permit_free`] (which releases it in the background if still held).
+typedef struct simba_permit simba_permit;
+
+// A counting semaphore of leased permits (from [`simba_session_semaphore`]); thread-safe;
+// free with [`simba_semaphore_free`] (permits taken stay held until their own free).
+typedef struct simba_semaphore simba_semaphore;
 
 // A session; thread-safe; close with [`simba_session_close`], free with
 // [`simba_session_free`].
@@ -296,6 +327,28 @@ typedef struct simba_owner {
   char session[SIMBA_SESSION_ID_LEN];
 } simba_owner;
 
+// A held permit of a semaphore, as [`simba_semaphore_holders`] reads it.
+typedef struct simba_holder {
+  // Which permit (0 to permits − 1).
+  uint32_t index;
+  // Its holder (`held` is always true).
+  struct simba_owner owner;
+  // The holder's term value: `value_len` bytes of UTF-8 followed by a NUL (empty if none;
+  // it may contain NUL bytes itself: use the length).
+  const char *value;
+  // Length of `value` in bytes, without the final NUL.
+  size_t value_len;
+} simba_holder;
+
+// An array of permit holders (`len` items, by permit index; `items` is NULL when `len` is
+// 0).
+typedef struct simba_holder_list {
+  // The holders.
+  const struct simba_holder *items;
+  // How many.
+  size_t len;
+} simba_holder_list;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -314,6 +367,19 @@ const char *simba_status_name(int32_t status);
 // live event (freed already) gives `SIMBA_INVALID_HANDLE`. Reading the event (or its
 // strings and member lists) after this is undefined behaviour.
 enum simba_status simba_event_free(struct simba_event *event);
+
+// The term value an event carries, copied into `buf` as for [`simba_election_value`]
+// (`buf` NULL with `buf_len` 0: not copied; `out_value_len` may be NULL): for
+// `LEADER_CHANGED`, the new holder's value (a `LEADER_CHANGED` with an unchanged token
+// reports a new value set by [`simba_election_set_value`] or [`simba_lock_set_value`]);
+// empty for every other kind, or when the holder set none or the lease became free.
+// `event` is one from a `*_next_event` function, not freed yet, or, inside a callback, the
+// event that callback was given (on its thread, during the call); any other pointer gives
+// `SIMBA_INVALID_HANDLE`.
+enum simba_status simba_event_value(const struct simba_event *event,
+                                    char *buf,
+                                    size_t buf_len,
+                                    size_t *out_value_len);
 
 // Connects to a backend by URL (`memory://`, `postgres://…`, `mysql://…`, `redis://…`,
 // `zookeeper://…`; NUL-terminated UTF-8). Backends not built into this library give
@@ -376,6 +442,13 @@ enum simba_status simba_session_health(const struct simba_session *session,
 enum simba_status simba_session_wait_valid(const struct simba_session *session,
                                            uint64_t timeout_ms);
 
+// Waits until the session is valid, `timeout_ms` passes (`SIMBA_TIMEOUT`; `SIMBA_FOREVER`:
+// no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once if it was fired
+// before the call); fails at once if it closed or expired for good.
+enum simba_status simba_session_wait_valid_cancellable(const struct simba_session *session,
+                                                       uint64_t timeout_ms,
+                                                       const struct simba_cancel *cancel);
+
 // Waits up to `timeout_ms` for the next event of this session and all its handles, in
 // order; `*out_event` is then an event to free with [`simba_event_free`]. `SIMBA_TIMEOUT`
 // if none came, `SIMBA_CLOSED` once the session is closed and its events are read.
@@ -414,10 +487,30 @@ enum simba_status simba_session_on_event(const struct simba_session *session,
 // handling; one backend call.
 enum simba_status simba_session_sever(const struct simba_session *session);
 
+// A new cancellation token, not fired: pass it to any number of `*_cancellable` waits
+// (on any sessions and threads), then [`simba_cancel_fire`] it to end them all.
+// `*out_cancel` is the new handle.
+enum simba_status simba_cancel_new(struct simba_cancel **out_cancel);
+
+// Fires the token: every `*_cancellable` wait given it, now or later, returns
+// `SIMBA_CANCELLED` (a wait in progress within about 10 ms, plus at most one backend call
+// in flight). Callable from any thread, never blocks on the backend, idempotent; a fired
+// token stays fired (make a new one for the next waits). Not async-signal-safe (it looks
+// the handle up under a lock): from a signal handler, wake a thread that fires it.
+enum simba_status simba_cancel_fire(const struct simba_cancel *cancel);
+
+// Whether the token was fired.
+enum simba_status simba_cancel_is_fired(const struct simba_cancel *cancel, bool *out_fired);
+
+// Frees the token. A wait already given it keeps its own reference and can no longer be
+// cancelled through this handle (fire before freeing to end it).
+enum simba_status simba_cancel_free(struct simba_cancel *cancel);
+
 // Takes the lock `name` (NUL-terminated UTF-8), waiting as long as it takes.
 // `*out_lock` is the held lock. There is no time limit: the call ends early only when
 // another thread closes or frees the session (`SIMBA_CLOSED`); use
-// [`simba_session_lock_timeout`] for a bound.
+// [`simba_session_lock_timeout`] for a bound, [`simba_session_lock_cancellable`] to end it
+// from another thread.
 enum simba_status simba_session_lock(const struct simba_session *session,
                                      const char *name,
                                      struct simba_lock **out_lock);
@@ -434,6 +527,17 @@ enum simba_status simba_session_lock_timeout(const struct simba_session *session
                                              const char *name,
                                              uint64_t timeout_ms,
                                              struct simba_lock **out_lock);
+
+// Takes the lock `name` (NUL-terminated UTF-8), waiting at most `timeout_ms`
+// (`SIMBA_TIMEOUT` after that; `SIMBA_FOREVER`: no limit) or until `cancel` is fired by any
+// thread (`SIMBA_CANCELLED`, at once if it was fired before the call), or the session is
+// closed or freed (`SIMBA_CLOSED`). `*out_lock` is the held lock; NULL on any failure
+// (nothing is held then).
+enum simba_status simba_session_lock_cancellable(const struct simba_session *session,
+                                                 const char *name,
+                                                 uint64_t timeout_ms,
+                                                 const struct simba_cancel *cancel,
+                                                 struct simba_lock **out_lock);
 
 // The lock's fencing token (also after it was lost or unlocked): pass it to the protected
 // resource, which rejects tokens lower than the highest it has seen.
@@ -459,6 +563,17 @@ enum simba_status simba_lock_term(const struct simba_lock *lock,
                                   uint64_t *out_token,
                                   uint64_t *out_valid_ms);
 
+// Sets the value of this lock's term (`value_len` bytes of UTF-8 at `value`, no NUL
+// needed; NULL allowed when `value_len` is 0, which clears it; at most
+// `SIMBA_MAX_VALUE_LEN`, else `SIMBA_INVALID_ARGUMENT`), e.g. who holds it and why, on the
+// backend before returning (one backend call): every read of the owner
+// ([`simba_observer_leader_value`]) shows it until the term ends, and observers get a
+// `LEADER_CHANGED`. `SIMBA_LEASE_LOST` if the lock is no longer held. Not kept after the
+// call.
+enum simba_status simba_lock_set_value(const struct simba_lock *lock,
+                                       const char *value,
+                                       size_t value_len);
+
 // Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
 // was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
 // free it with [`simba_lock_free`].
@@ -480,11 +595,30 @@ enum simba_status simba_session_election(const struct simba_session *session,
                                          const char *name,
                                          struct simba_election **out_election);
 
+// Like [`simba_session_election`], with the value every term this candidate wins starts
+// with (see [`simba_election_set_value`]): `value_len` bytes of UTF-8 at `value`, no NUL
+// needed (NULL allowed when `value_len` is 0, for none), at most `SIMBA_MAX_VALUE_LEN`
+// (`SIMBA_INVALID_ARGUMENT` if longer). Not kept after the call.
+enum simba_status simba_session_election_with_value(const struct simba_session *session,
+                                                    const char *name,
+                                                    const char *value,
+                                                    size_t value_len,
+                                                    struct simba_election **out_election);
+
 // Waits until this candidate is elected or `timeout_ms` passes (`SIMBA_TIMEOUT`);
 // `*out_token` is the term's fencing token.
 enum simba_status simba_election_wait_elected(const struct simba_election *election,
                                               uint64_t timeout_ms,
                                               uint64_t *out_token);
+
+// Waits until this candidate is elected, `timeout_ms` passes (`SIMBA_TIMEOUT`;
+// `SIMBA_FOREVER`: no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once
+// if it was fired before the call); `*out_token` is the term's fencing token. A cancelled
+// candidate keeps campaigning.
+enum simba_status simba_election_wait_elected_cancellable(const struct simba_election *election,
+                                                          uint64_t timeout_ms,
+                                                          const struct simba_cancel *cancel,
+                                                          uint64_t *out_token);
 
 // Whether this candidate leads now.
 enum simba_status simba_election_is_leader(const struct simba_election *election, bool *out_leader);
@@ -500,6 +634,47 @@ enum simba_status simba_election_check(const struct simba_election *election, ui
 enum simba_status simba_election_term(const struct simba_election *election,
                                       uint64_t *out_token,
                                       uint64_t *out_valid_ms);
+
+// Sets the value of this candidate's terms (`value_len` bytes of UTF-8 at `value`, no NUL
+// needed; NULL allowed when `value_len` is 0, which clears it; at most
+// `SIMBA_MAX_VALUE_LEN`, else `SIMBA_INVALID_ARGUMENT`): if it leads now, the current
+// term's on the backend before returning (one backend call; observers get a
+// `LEADER_CHANGED` with the same token), and every term it wins later from the start.
+// `SIMBA_LEASE_LOST` if the backend found the term gone (the value still applies to the
+// next term). Not kept after the call.
+enum simba_status simba_election_set_value(const struct simba_election *election,
+                                           const char *value,
+                                           size_t value_len);
+
+// The value this candidate gives its terms (empty for none; no backend call), copied into
+// `buf` of `buf_len` bytes with a NUL after it (`SIMBA_VALUE_LEN` always suffices; a
+// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`), its length in bytes
+// without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
+// the length; `out_value_len` may be NULL. A value may contain NUL bytes: use the length.
+enum simba_status simba_election_value(const struct simba_election *election,
+                                       char *buf,
+                                       size_t buf_len,
+                                       size_t *out_value_len);
+
+// The election's current leader, of any session, read from the backend (one backend
+// call): `*out_owner` as [`simba_observer_leader`] gives it (`held` false while nobody
+// leads), and its term's value copied into `buf` as for [`simba_election_value`] (`buf`
+// NULL with `buf_len` 0: not copied; `out_value_len` may be NULL). The value is empty
+// when the leader set none or nobody leads; owner and value come from one read.
+enum simba_status simba_election_leader(const struct simba_election *election,
+                                        struct simba_owner *out_owner,
+                                        char *buf,
+                                        size_t buf_len,
+                                        size_t *out_value_len);
+
+// The live sessions campaigning in this election (the leader among them), with their
+// session metadata, sorted by session id, read from the backend (one backend call);
+// `*out_members` is a list to free with [`simba_member_list_free`]. A candidate shows from
+// its entry until it resigns, is freed or its session ends (a free's leave runs on the
+// session's work thread, so it shows after a short delay); a session with several
+// candidates for the name counts once.
+enum simba_status simba_election_candidates(const struct simba_election *election,
+                                            struct simba_member_list **out_members);
 
 // Leaves the election (a leader releases its term now; event `REVOKED`, reason
 // `RESIGNED`). Idempotent; `SIMBA_LEASE_LOST` if the last term was already lost. The
@@ -528,6 +703,16 @@ enum simba_status simba_session_observe(const struct simba_session *session,
 // Reads the lease's current holder from the backend (one backend call).
 enum simba_status simba_observer_leader(const struct simba_observer *observer,
                                         struct simba_owner *out_owner);
+
+// [`simba_observer_leader`] with the holder's term value (one backend read for both):
+// copied into `buf` as for [`simba_election_value`] (`buf` NULL with `buf_len` 0: not
+// copied; `out_value_len` may be NULL); empty when the holder set none or nobody holds the
+// lease.
+enum simba_status simba_observer_leader_value(const struct simba_observer *observer,
+                                              struct simba_owner *out_owner,
+                                              char *buf,
+                                              size_t buf_len,
+                                              size_t *out_value_len);
 
 // Waits up to `timeout_ms` for the observer's next `LEADER_CHANGED`; see
 // [`simba_session_next_event`] for the results.
@@ -579,6 +764,91 @@ enum simba_status simba_membership_leave(const struct simba_membership *membersh
 
 // Frees the membership; if it did not leave yet, it leaves from the session's work thread.
 enum simba_status simba_membership_free(struct simba_membership *membership);
+
+// A counting semaphore of `permits` (1 to 1000) leased permits named `name`
+// (NUL-terminated UTF-8; no backend call). Permit `i` is the lease `{name}.permit-{i}`, so
+// every process using the semaphore must give the same number of permits.
+// `SIMBA_INVALID_ARGUMENT` for 0 or more than 1000 permits, or when `{name}.permit-{i}` is
+// longer than a name may be. `*out_semaphore` is the new handle.
+enum simba_status simba_session_semaphore(const struct simba_session *session,
+                                          const char *name,
+                                          uint32_t permits,
+                                          struct simba_semaphore **out_semaphore);
+
+// Takes a permit if one is free now (one backend call per permit tried, from a random one
+// on); `SIMBA_BUSY` (and `*out_permit` NULL) if all are held.
+enum simba_status simba_semaphore_try_acquire(const struct simba_semaphore *semaphore,
+                                              struct simba_permit **out_permit);
+
+// Takes a permit, waiting at most `timeout_ms` (`SIMBA_TIMEOUT` after that;
+// `SIMBA_FOREVER`: no limit) for a release of any; ends early with `SIMBA_CLOSED` when
+// another thread closes or frees the session. `*out_permit` is the held permit.
+enum simba_status simba_semaphore_acquire_timeout(const struct simba_semaphore *semaphore,
+                                                  uint64_t timeout_ms,
+                                                  struct simba_permit **out_permit);
+
+// [`simba_semaphore_acquire_timeout`] that also ends when `cancel` is fired by any thread
+// (`SIMBA_CANCELLED`, at once if it was fired before the call; nothing is taken then).
+enum simba_status simba_semaphore_acquire_cancellable(const struct simba_semaphore *semaphore,
+                                                      uint64_t timeout_ms,
+                                                      const struct simba_cancel *cancel,
+                                                      struct simba_permit **out_permit);
+
+// How many permits the semaphore has.
+enum simba_status simba_semaphore_permits(const struct simba_semaphore *semaphore,
+                                          uint32_t *out_permits);
+
+// The permits held now, by any session, by permit index (one backend read per permit);
+// `*out_holders` is a list to free with [`simba_holder_list_free`].
+enum simba_status simba_semaphore_holders(const struct simba_semaphore *semaphore,
+                                          struct simba_holder_list **out_holders);
+
+// Frees a list from [`simba_semaphore_holders`]. NULL is ignored; a list freed already
+// gives `SIMBA_INVALID_HANDLE`. Reading the list (its items or their values) after this is
+// undefined behaviour.
+enum simba_status simba_holder_list_free(struct simba_holder_list *list);
+
+// Frees the semaphore handle; permits taken through it stay held until their own
+// [`simba_permit_release`] or [`simba_permit_free`].
+enum simba_status simba_semaphore_free(struct simba_semaphore *semaphore);
+
+// Which permit this is (0 to permits − 1; also after it was lost or released).
+enum simba_status simba_permit_index(const struct simba_permit *permit, uint32_t *out_index);
+
+// The permit's fencing token (also after it was lost or released; it increases with every
+// holder of this permit).
+enum simba_status simba_permit_token(const struct simba_permit *permit, uint64_t *out_token);
+
+// Whether the permit is still held (session live, term's local deadline ahead); false once
+// lost or released.
+enum simba_status simba_permit_is_valid(const struct simba_permit *permit, bool *out_valid);
+
+// The fencing token if the permit is still held, else `SIMBA_LEASE_LOST`: call it before
+// every protected use.
+enum simba_status simba_permit_check(const struct simba_permit *permit, uint64_t *out_token);
+
+// The permit's term if it is still held: `*out_token` its fencing token and
+// `*out_valid_ms` how long it stays valid from now if no keep-alive succeeds meanwhile (as
+// for [`simba_lock_term`]). `SIMBA_LEASE_LOST` if it was lost or released. Either
+// out-pointer may be NULL.
+enum simba_status simba_permit_term(const struct simba_permit *permit,
+                                    uint64_t *out_token,
+                                    uint64_t *out_valid_ms);
+
+// Releases the permit now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if
+// it was already lost. A second release gives `SIMBA_CLOSED`. The handle stays allocated:
+// free it with [`simba_permit_free`].
+enum simba_status simba_permit_release(const struct simba_permit *permit);
+
+// Waits up to `timeout_ms` for this permit's loss event (`LOCK_LOST`, `name` the permit's
+// lease `{name}.permit-{index}`); see [`simba_session_next_event`] for the results.
+enum simba_status simba_permit_next_event(const struct simba_permit *permit,
+                                          uint64_t timeout_ms,
+                                          struct simba_event **out_event);
+
+// Frees the permit handle; a permit still held is released at once locally and on the
+// backend from the session's work thread (no network call on this thread).
+enum simba_status simba_permit_free(struct simba_permit *permit);
 
 #ifdef __cplusplus
 }  // extern "C"

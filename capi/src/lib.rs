@@ -17,6 +17,12 @@
 //! * Strings passed in are NUL-terminated UTF-8 (`const char *`); invalid UTF-8 gives
 //!   `SIMBA_INVALID_UTF8`, a NULL pointer `SIMBA_NULL_ARGUMENT`. Nothing keeps a pointer to
 //!   them after the call returns.
+//! * Term values go in as a pointer and a length (`value`, `value_len`: UTF-8, at most
+//!   [`SIMBA_MAX_VALUE_LEN`] bytes, no NUL needed; NULL with length 0 is the empty value)
+//!   and come out copied into the caller's buffer (`buf`, `buf_len`: [`SIMBA_VALUE_LEN`]
+//!   always suffices; a smaller one that does not fit gives `SIMBA_INVALID_ARGUMENT` and
+//!   nothing is written) with a NUL after them and their length (`out_value_len`); `buf`
+//!   NULL with `buf_len` 0 copies nothing (a length query).
 //! * Timeouts are milliseconds; `SIMBA_FOREVER` (`UINT64_MAX`) waits without a deadline. A
 //!   call that talks to the backend is bounded by the URL's time limits (`query_timeout` and
 //!   `connect_timeout` on Redis, `query_timeout` on PostgreSQL and MySQL, `request_timeout`
@@ -26,7 +32,8 @@
 //! ## Handles
 //!
 //! A handle (`simba_backend*`, `simba_session*`, `simba_lock*`, `simba_election*`,
-//! `simba_observer*`, `simba_group*`, `simba_membership*`) is an opaque pointer that is never
+//! `simba_observer*`, `simba_group*`, `simba_membership*`, `simba_cancel*`,
+//! `simba_semaphore*`, `simba_permit*`) is an opaque pointer that is never
 //! dereferenced: it is a key, never reused in the process, into a table of live handles that
 //! also records each handle's kind. Every call looks its handle up, so misuse is detected
 //! where cheaply possible:
@@ -45,17 +52,20 @@
 //! longer valid, calls that need the session give `SIMBA_CLOSED`); what they recorded (a
 //! lock's token and name) stays readable until they are freed.
 //!
-//! The plain data results, [`simba_event`] and [`simba_member_list`], are real pointers
-//! freed by [`simba_event_free`] and [`simba_member_list_free`]; those check that the pointer
-//! is a live result (a second free gives `SIMBA_INVALID_HANDLE`), but reading one after it
+//! The plain data results, [`simba_event`], [`simba_member_list`] and [`simba_holder_list`],
+//! are real pointers freed by [`simba_event_free`], [`simba_member_list_free`] and
+//! [`simba_holder_list_free`]; those check that the pointer is a live result of their kind
+//! (a second free gives `SIMBA_INVALID_HANDLE`), but reading one after it
 //! was freed is not detected (undefined behaviour, as with any freed C memory).
 //!
 //! ## Threads
 //!
 //! Every handle may be used from any thread, and from several threads at once: all of them
 //! are thread-safe (`Send + Sync` objects behind the table). Blocking calls (lock, wait
-//! elected, next event) block only the calling thread; [`simba_session_lock`] ends early
-//! only when another thread closes or frees the session (`SIMBA_CLOSED`). The error message
+//! elected, acquire a permit, next event) block only the calling thread; [`simba_session_lock`] ends early
+//! only when another thread closes or frees the session (`SIMBA_CLOSED`). The
+//! `*_cancellable` waits also end when another thread fires their [`simba_cancel`]
+//! (`SIMBA_CANCELLED`, within about 10 ms plus at most one backend call in flight). The error message
 //! is per thread. Event callbacks run on the library's event threads (see
 //! [`simba_session_on_event`]); they must return normally (no C++ exception, no `longjmp`
 //! out of them), and [`simba_session_close`] / [`simba_session_free`] wait for the final
@@ -76,12 +86,12 @@
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use lease::spi::LeaseBackend;
 use lease::{
-    Config, Election, Error, Event, Group, LockGuard, LossReason, Member, Membership, Observer,
-    Session, SessionState,
+    Cancel, Config, Election, Error, Event, Group, LockGuard, LossReason, Member, Membership,
+    Observer, Owner, Permit, Semaphore, Session, SessionState,
 };
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -94,6 +104,12 @@ pub const SIMBA_SESSION_ID_LEN: usize = 33;
 pub const SIMBA_NAME_LEN: usize = 129;
 /// A timeout that never runs out.
 pub const SIMBA_FOREVER: u64 = u64::MAX;
+/// The longest term value, in bytes of UTF-8.
+pub const SIMBA_MAX_VALUE_LEN: usize = 1024;
+/// Size of a buffer that holds any term value: `SIMBA_MAX_VALUE_LEN` bytes and the NUL.
+pub const SIMBA_VALUE_LEN: usize = SIMBA_MAX_VALUE_LEN + 1;
+// The library's limit, spelled out above for cbindgen.
+const _: () = assert!(SIMBA_MAX_VALUE_LEN == lease::MAX_VALUE_LEN);
 
 /// What a call returned. `SIMBA_OK` is 0; every other value comes with a message from
 /// [`simba_last_error`].
@@ -141,6 +157,9 @@ pub enum simba_status {
     SIMBA_TLS = 18,
     /// The server refused the credentials (user, password). Not transient.
     SIMBA_AUTHENTICATION = 19,
+    /// A `*_cancellable` wait ended because its `simba_cancel` was fired (before or during
+    /// the call); nothing was taken.
+    SIMBA_CANCELLED = 20,
 }
 
 use simba_status::*;
@@ -279,6 +298,32 @@ pub struct simba_member_list {
     pub len: usize,
 }
 
+/// A held permit of a semaphore, as [`simba_semaphore_holders`] reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct simba_holder {
+    /// Which permit (0 to permits − 1).
+    pub index: u32,
+    /// Its holder (`held` is always true).
+    pub owner: simba_owner,
+    /// The holder's term value: `value_len` bytes of UTF-8 followed by a NUL (empty if none;
+    /// it may contain NUL bytes itself: use the length).
+    pub value: *const c_char,
+    /// Length of `value` in bytes, without the final NUL.
+    pub value_len: usize,
+}
+
+/// An array of permit holders (`len` items, by permit index; `items` is NULL when `len` is
+/// 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct simba_holder_list {
+    /// The holders.
+    pub items: *const simba_holder,
+    /// How many.
+    pub len: usize,
+}
+
 /// An event. Fields that do not apply to its kind are zero, empty strings or empty lists.
 /// Every string is NUL-terminated ASCII/UTF-8 and lives as long as the event.
 #[repr(C)]
@@ -354,6 +399,24 @@ pub struct simba_membership {
     _private: [u8; 0],
 }
 
+/// A counting semaphore of leased permits (from [`simba_session_semaphore`]); thread-safe;
+/// free with [`simba_semaphore_free`] (permits taken stay held until their own free).
+pub struct simba_semaphore {
+    _private: [u8; 0],
+}
+
+/// A held permit of a semaphore; thread-safe; release with [`simba_permit_release`], free
+/// with [`simba_permit_free`] (which releases it in the background if still held).
+pub struct simba_permit {
+    _private: [u8; 0],
+}
+
+/// A cancellation token for the `*_cancellable` waits (from [`simba_cancel_new`]);
+/// thread-safe: fire it from any thread; free with [`simba_cancel_free`].
+pub struct simba_cancel {
+    _private: [u8; 0],
+}
+
 // ---------------------------------------------------------------------------------------
 // Errors
 
@@ -394,6 +457,7 @@ impl From<Error> for Fail {
             Error::Backend { .. } => SIMBA_BACKEND,
             Error::Tls { .. } => SIMBA_TLS,
             Error::Authentication { .. } => SIMBA_AUTHENTICATION,
+            Error::Cancelled { .. } => SIMBA_CANCELLED,
             _ => SIMBA_ERROR,
         };
         // `report()` adds the driver's words; it never contains a password.
@@ -448,7 +512,7 @@ pub extern "C" fn simba_last_error() -> *const c_char {
 }
 
 /// Every status, in order of value.
-const STATUSES: [(simba_status, &CStr); 20] = [
+const STATUSES: [(simba_status, &CStr); 21] = [
     (SIMBA_OK, c"SIMBA_OK"),
     (SIMBA_BUSY, c"SIMBA_BUSY"),
     (SIMBA_TIMEOUT, c"SIMBA_TIMEOUT"),
@@ -469,6 +533,7 @@ const STATUSES: [(simba_status, &CStr); 20] = [
     (SIMBA_ERROR, c"SIMBA_ERROR"),
     (SIMBA_TLS, c"SIMBA_TLS"),
     (SIMBA_AUTHENTICATION, c"SIMBA_AUTHENTICATION"),
+    (SIMBA_CANCELLED, c"SIMBA_CANCELLED"),
 ];
 
 /// The name of a status value (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`;
@@ -613,6 +678,71 @@ fn text<'a>(p: *const c_char, what: &str) -> R<&'a str> {
     })
 }
 
+/// A term value argument: `len` bytes of UTF-8 at `p` (NULL allowed when `len` is 0).
+fn value_arg(p: *const c_char, len: usize) -> R<String> {
+    if len == 0 {
+        return Ok(String::new());
+    }
+    if p.is_null() {
+        return Err(Fail::new(
+            SIMBA_NULL_ARGUMENT,
+            format!("the value is NULL but value_len is {len}"),
+        ));
+    }
+    if len > SIMBA_MAX_VALUE_LEN {
+        // Refused before reading it: no need to look at more than the limit.
+        return Err(Error::InvalidValue {
+            len,
+            max: SIMBA_MAX_VALUE_LEN,
+        }
+        .into());
+    }
+    // SAFETY: the C contract: `len` readable bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    let s = std::str::from_utf8(bytes)
+        .map_err(|e| Fail::new(SIMBA_INVALID_UTF8, format!("the value is not UTF-8: {e}")))?;
+    Ok(s.to_owned())
+}
+
+/// Checks that a term value fits a caller's buffer (the rules of the `buf, buf_len,
+/// out_value_len` arguments: NULL `buf` with `buf_len` 0 copies nothing).
+fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize) -> R {
+    if buf.is_null() {
+        if buf_len != 0 {
+            return Err(Fail::new(
+                SIMBA_NULL_ARGUMENT,
+                format!("buf is NULL but buf_len is {buf_len} (NULL needs 0)"),
+            ));
+        }
+        return Ok(());
+    }
+    if buf_len <= value.len() {
+        return Err(Fail::new(
+            SIMBA_INVALID_ARGUMENT,
+            format!(
+                "buf_len {buf_len} is too small for the value's {} bytes and the NUL \
+                 (SIMBA_VALUE_LEN always suffices)",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Copies a term value checked by [`check_value_buf`] out: into `buf` (with a NUL) unless
+/// it is NULL, its length into `*out_value_len` unless that is NULL.
+fn put_value(value: &str, buf: *mut c_char, out_value_len: *mut usize) {
+    let bytes = value.as_bytes();
+    if !buf.is_null() {
+        // SAFETY: `buf` holds more than bytes.len() bytes (checked) by the C contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len());
+            buf.add(bytes.len()).write(0);
+        }
+    }
+    put_opt(out_value_len, bytes.len());
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -704,10 +834,41 @@ impl Kind for MembershipObj {
     const NAME: &'static str = "simba_membership";
 }
 
+struct SemaphoreObj(Semaphore);
+impl Kind for SemaphoreObj {
+    const NAME: &'static str = "simba_semaphore";
+}
+
+struct PermitObj {
+    permit: Mutex<Option<Permit>>,
+    index: u32,
+    token: u64,
+    lease: String,
+    lost: Receiver<Event>,
+}
+impl Kind for PermitObj {
+    const NAME: &'static str = "simba_permit";
+}
+
+struct CancelObj(Cancel);
+impl Kind for CancelObj {
+    const NAME: &'static str = "simba_cancel";
+}
+
 // ---------------------------------------------------------------------------------------
 // Plain results: events and member lists (real pointers, tracked for double frees).
 
-static RESULTS: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(Default::default);
+/// The live plain results handed out: address to kind (`simba_event`,
+/// `simba_member_list`).
+static RESULTS: LazyLock<Mutex<HashMap<usize, &'static str>>> = LazyLock::new(Default::default);
+const EVENT: &str = "simba_event";
+const MEMBER_LIST: &str = "simba_member_list";
+const HOLDER_LIST: &str = "simba_holder_list";
+
+thread_local! {
+    /// The events being passed to callbacks on this thread now (valid during the call).
+    static CALLBACK_EVENTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
 
 /// The members of a list with the metadata bytes they point into.
 #[derive(Default)]
@@ -763,6 +924,8 @@ impl Members {
 struct EventBox {
     c: simba_event,
     storage: [Members; 3],
+    /// The term value (`LEADER_CHANGED`), read by [`simba_event_value`].
+    value: String,
 }
 
 fn reason(r: &LossReason) -> simba_loss_reason {
@@ -796,6 +959,7 @@ fn convert(e: &Event) -> EventBox {
         left: empty,
     };
     let mut storage: [Members; 3] = Default::default();
+    let mut value = String::new();
     match e {
         Event::Jeopardy { session } => {
             c.kind = SIMBA_EVENT_JEOPARDY;
@@ -838,6 +1002,7 @@ fn convert(e: &Event) -> EventBox {
                 fill(&mut c.session, o.session.as_str());
                 c.token = o.token.get();
                 c.remaining_ms = millis(o.remaining);
+                value.clone_from(&o.value);
             }
         }
         Event::MembersChanged {
@@ -859,7 +1024,7 @@ fn convert(e: &Event) -> EventBox {
         }
         _ => {}
     }
-    EventBox { c, storage }
+    EventBox { c, storage, value }
 }
 
 /// Waits for the next event on `rx` and hands it out as a heap event.
@@ -875,21 +1040,35 @@ fn next_event(rx: &Receiver<Event>, timeout_ms: u64, out_event: *mut *mut simba_
             RecvTimeoutError::Disconnected => Fail::new(SIMBA_CLOSED, "the event queue was closed"),
         })?;
     let p = Box::into_raw(Box::new(convert(&event)));
-    locked(&RESULTS).insert(p as usize);
+    locked(&RESULTS).insert(p as usize, EVENT);
     put(out_event, p.cast());
     Ok(())
 }
 
-/// Frees a plain result allocated as `Box<B>` if it is live.
+/// Checks that `p` is a live plain result of kind `what` in `table`.
+fn live_result<C>(table: &HashMap<usize, &'static str>, p: *const C, what: &str) -> R {
+    match table.get(&(p as usize)) {
+        Some(&kind) if kind == what => Ok(()),
+        Some(&kind) => Err(Fail::new(
+            SIMBA_INVALID_HANDLE,
+            format!("{p:p} is a {kind}, not a {what}"),
+        )),
+        None => Err(Fail::new(
+            SIMBA_INVALID_HANDLE,
+            format!("{p:p} is not a live {what} (already freed, or not from this library)"),
+        )),
+    }
+}
+
+/// Frees a plain result allocated as `Box<B>` if it is a live one of kind `what`.
 fn free_result<B, C>(p: *mut C, what: &str) -> R {
     if p.is_null() {
         return Ok(());
     }
-    if !locked(&RESULTS).remove(&(p as usize)) {
-        return Err(Fail::new(
-            SIMBA_INVALID_HANDLE,
-            format!("{p:p} is not a live {what} (already freed, or not from this library)"),
-        ));
+    {
+        let mut table = locked(&RESULTS);
+        live_result(&table, p, what)?;
+        table.remove(&(p as usize));
     }
     // SAFETY: the pointer was made by `Box::into_raw` of a `B` and was live in RESULTS.
     drop(unsafe { Box::from_raw(p.cast::<B>()) });
@@ -901,7 +1080,45 @@ fn free_result<B, C>(p: *mut C, what: &str) -> R {
 /// strings and member lists) after this is undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_event_free(event: *mut simba_event) -> simba_status {
-    ffi(|| free_result::<EventBox, _>(event, "simba_event"))
+    ffi(|| free_result::<EventBox, _>(event, EVENT))
+}
+
+/// The term value an event carries, copied into `buf` as for [`simba_election_value`]
+/// (`buf` NULL with `buf_len` 0: not copied; `out_value_len` may be NULL): for
+/// `LEADER_CHANGED`, the new holder's value (a `LEADER_CHANGED` with an unchanged token
+/// reports a new value set by [`simba_election_set_value`] or [`simba_lock_set_value`]);
+/// empty for every other kind, or when the holder set none or the lease became free.
+/// `event` is one from a `*_next_event` function, not freed yet, or, inside a callback, the
+/// event that callback was given (on its thread, during the call); any other pointer gives
+/// `SIMBA_INVALID_HANDLE`.
+#[no_mangle]
+pub unsafe extern "C" fn simba_event_value(
+    event: *const simba_event,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> simba_status {
+    ffi(|| {
+        if event.is_null() {
+            return Err(Fail::new(SIMBA_NULL_ARGUMENT, "the event is NULL"));
+        }
+        let key = event as usize;
+        let copy = || {
+            // SAFETY: `event` is a live `EventBox` (checked by the caller of `copy`), whose
+            // first field is the `simba_event`.
+            let value = unsafe { &(*event.cast::<EventBox>()).value };
+            check_value_buf(value, buf, buf_len)?;
+            put_value(value, buf, out_value_len);
+            Ok(())
+        };
+        if CALLBACK_EVENTS.with(|c| c.borrow().contains(&key)) {
+            return copy();
+        }
+        // Held while reading, so no other thread frees the event meanwhile.
+        let table = locked(&RESULTS);
+        live_result(&table, event, EVENT)?;
+        copy()
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1145,6 +1362,23 @@ pub unsafe extern "C" fn simba_session_wait_valid(
     })
 }
 
+/// Waits until the session is valid, `timeout_ms` passes (`SIMBA_TIMEOUT`; `SIMBA_FOREVER`:
+/// no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once if it was fired
+/// before the call); fails at once if it closed or expired for good.
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_wait_valid_cancellable(
+    session: *const simba_session,
+    timeout_ms: u64,
+    cancel: *const simba_cancel,
+) -> simba_status {
+    ffi(|| {
+        let s = get::<SessionObj, _>(session)?;
+        let cancel = cancel_of(cancel)?;
+        Ok(s.session
+            .wait_valid_cancellable(deadline(timeout_ms), &cancel)?)
+    })
+}
+
 /// Waits up to `timeout_ms` for the next event of this session and all its handles, in
 /// order; `*out_event` is then an event to free with [`simba_event_free`]. `SIMBA_TIMEOUT`
 /// if none came, `SIMBA_CLOSED` once the session is closed and its events are read.
@@ -1203,6 +1437,16 @@ pub unsafe extern "C" fn simba_session_on_event(
         s.session.on_event(move |event| {
             let data = &data;
             let e = convert(event);
+            let key = &e as *const EventBox as usize;
+            CALLBACK_EVENTS.with(|c| c.borrow_mut().push(key));
+            // Off the list again however the call ends.
+            struct Done(usize);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    let _ = CALLBACK_EVENTS.try_with(|c| c.borrow_mut().retain(|k| *k != self.0));
+                }
+            }
+            let _done = Done(key);
             // SAFETY: the C contract of the callback; `e` outlives the call.
             unsafe { cb(&e.c, data.0) };
         });
@@ -1221,6 +1465,65 @@ pub unsafe extern "C" fn simba_session_sever(session: *const simba_session) -> s
         let s = get::<SessionObj, _>(session)?;
         Ok(s.session.backend().close_session(&s.session.id())?)
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Cancellation
+
+/// A new cancellation token, not fired: pass it to any number of `*_cancellable` waits
+/// (on any sessions and threads), then [`simba_cancel_fire`] it to end them all.
+/// `*out_cancel` is the new handle.
+#[no_mangle]
+pub unsafe extern "C" fn simba_cancel_new(out_cancel: *mut *mut simba_cancel) -> simba_status {
+    ffi(|| {
+        let o = out(out_cancel, "out_cancel")?;
+        put(o, std::ptr::null_mut());
+        put(o, register(CancelObj(Cancel::new()))?);
+        Ok(())
+    })
+}
+
+/// Fires the token: every `*_cancellable` wait given it, now or later, returns
+/// `SIMBA_CANCELLED` (a wait in progress within about 10 ms, plus at most one backend call
+/// in flight). Callable from any thread, never blocks on the backend, idempotent; a fired
+/// token stays fired (make a new one for the next waits). Not async-signal-safe (it looks
+/// the handle up under a lock): from a signal handler, wake a thread that fires it.
+#[no_mangle]
+pub unsafe extern "C" fn simba_cancel_fire(cancel: *const simba_cancel) -> simba_status {
+    ffi(|| {
+        get::<CancelObj, _>(cancel)?.0.cancel();
+        Ok(())
+    })
+}
+
+/// Whether the token was fired.
+#[no_mangle]
+pub unsafe extern "C" fn simba_cancel_is_fired(
+    cancel: *const simba_cancel,
+    out_fired: *mut bool,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_fired, "out_fired")?;
+        put(o, get::<CancelObj, _>(cancel)?.0.is_cancelled());
+        Ok(())
+    })
+}
+
+/// Frees the token. A wait already given it keeps its own reference and can no longer be
+/// cancelled through this handle (fire before freeing to end it).
+#[no_mangle]
+pub unsafe extern "C" fn simba_cancel_free(cancel: *mut simba_cancel) -> simba_status {
+    ffi(|| free::<CancelObj, _>(cancel))
+}
+
+/// The token behind a handle (cloned: the wait keeps it even if the handle is freed).
+fn cancel_of(cancel: *const simba_cancel) -> R<Cancel> {
+    Ok(get::<CancelObj, _>(cancel)?.0.clone())
+}
+
+/// A `*_cancellable` timeout: `SIMBA_FOREVER` is no deadline.
+fn deadline(timeout_ms: u64) -> Option<Duration> {
+    (timeout_ms != SIMBA_FOREVER).then(|| Duration::from_millis(timeout_ms))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1255,7 +1558,8 @@ fn lock_with(
 /// Takes the lock `name` (NUL-terminated UTF-8), waiting as long as it takes.
 /// `*out_lock` is the held lock. There is no time limit: the call ends early only when
 /// another thread closes or frees the session (`SIMBA_CLOSED`); use
-/// [`simba_session_lock_timeout`] for a bound.
+/// [`simba_session_lock_timeout`] for a bound, [`simba_session_lock_cancellable`] to end it
+/// from another thread.
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_lock(
     session: *const simba_session,
@@ -1290,6 +1594,25 @@ pub unsafe extern "C" fn simba_session_lock_timeout(
 ) -> simba_status {
     lock_with(session, name, out_lock, |s, n| {
         Ok(s.lock_timeout(n, Duration::from_millis(timeout_ms))?)
+    })
+}
+
+/// Takes the lock `name` (NUL-terminated UTF-8), waiting at most `timeout_ms`
+/// (`SIMBA_TIMEOUT` after that; `SIMBA_FOREVER`: no limit) or until `cancel` is fired by any
+/// thread (`SIMBA_CANCELLED`, at once if it was fired before the call), or the session is
+/// closed or freed (`SIMBA_CLOSED`). `*out_lock` is the held lock; NULL on any failure
+/// (nothing is held then).
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_lock_cancellable(
+    session: *const simba_session,
+    name: *const c_char,
+    timeout_ms: u64,
+    cancel: *const simba_cancel,
+    out_lock: *mut *mut simba_lock,
+) -> simba_status {
+    lock_with(session, name, out_lock, |s, n| {
+        let cancel = cancel_of(cancel)?;
+        Ok(s.lock_cancellable(n, deadline(timeout_ms), &cancel)?)
     })
 }
 
@@ -1408,6 +1731,33 @@ pub unsafe extern "C" fn simba_lock_term(
     })
 }
 
+/// Sets the value of this lock's term (`value_len` bytes of UTF-8 at `value`, no NUL
+/// needed; NULL allowed when `value_len` is 0, which clears it; at most
+/// `SIMBA_MAX_VALUE_LEN`, else `SIMBA_INVALID_ARGUMENT`), e.g. who holds it and why, on the
+/// backend before returning (one backend call): every read of the owner
+/// ([`simba_observer_leader_value`]) shows it until the term ends, and observers get a
+/// `LEADER_CHANGED`. `SIMBA_LEASE_LOST` if the lock is no longer held. Not kept after the
+/// call.
+#[no_mangle]
+pub unsafe extern "C" fn simba_lock_set_value(
+    lock: *const simba_lock,
+    value: *const c_char,
+    value_len: usize,
+) -> simba_status {
+    ffi(|| {
+        let l = get::<LockObj, _>(lock)?;
+        let value = value_arg(value, value_len)?;
+        let g = locked(&l.guard);
+        match g.as_ref() {
+            Some(g) => Ok(g.set_value(value)?),
+            None => Err(Fail::new(
+                SIMBA_LEASE_LOST,
+                format!("lock {} was unlocked", l.name),
+            )),
+        }
+    })
+}
+
 /// Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
 /// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
 /// free it with [`simba_lock_free`].
@@ -1473,6 +1823,30 @@ pub unsafe extern "C" fn simba_session_election(
     })
 }
 
+/// Like [`simba_session_election`], with the value every term this candidate wins starts
+/// with (see [`simba_election_set_value`]): `value_len` bytes of UTF-8 at `value`, no NUL
+/// needed (NULL allowed when `value_len` is 0, for none), at most `SIMBA_MAX_VALUE_LEN`
+/// (`SIMBA_INVALID_ARGUMENT` if longer). Not kept after the call.
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_election_with_value(
+    session: *const simba_session,
+    name: *const c_char,
+    value: *const c_char,
+    value_len: usize,
+    out_election: *mut *mut simba_election,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_election, "out_election")?;
+        put(o, std::ptr::null_mut());
+        let s = get::<SessionObj, _>(session)?;
+        let name = text(name, "name")?;
+        let value = value_arg(value, value_len)?;
+        let e = s.session.election_with_value(name, value)?;
+        put(o, register(ElectionObj(e))?);
+        Ok(())
+    })
+}
+
 /// Waits until this candidate is elected or `timeout_ms` passes (`SIMBA_TIMEOUT`);
 /// `*out_token` is the term's fencing token.
 #[no_mangle]
@@ -1485,6 +1859,28 @@ pub unsafe extern "C" fn simba_election_wait_elected(
         let o = out(out_token, "out_token")?;
         let e = get::<ElectionObj, _>(election)?;
         let term = e.0.wait_elected(Duration::from_millis(timeout_ms))?;
+        put(o, term.token.get());
+        Ok(())
+    })
+}
+
+/// Waits until this candidate is elected, `timeout_ms` passes (`SIMBA_TIMEOUT`;
+/// `SIMBA_FOREVER`: no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once
+/// if it was fired before the call); `*out_token` is the term's fencing token. A cancelled
+/// candidate keeps campaigning.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_wait_elected_cancellable(
+    election: *const simba_election,
+    timeout_ms: u64,
+    cancel: *const simba_cancel,
+    out_token: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        let e = get::<ElectionObj, _>(election)?;
+        let cancel = cancel_of(cancel)?;
+        let term =
+            e.0.wait_elected_cancellable(deadline(timeout_ms), &cancel)?;
         put(o, term.token.get());
         Ok(())
     })
@@ -1537,6 +1933,86 @@ pub unsafe extern "C" fn simba_election_term(
         let valid = e.valid_for().ok_or_else(not_leader)?;
         put_opt(out_token, term.token.get());
         put_opt(out_valid_ms, millis(valid));
+        Ok(())
+    })
+}
+
+/// Sets the value of this candidate's terms (`value_len` bytes of UTF-8 at `value`, no NUL
+/// needed; NULL allowed when `value_len` is 0, which clears it; at most
+/// `SIMBA_MAX_VALUE_LEN`, else `SIMBA_INVALID_ARGUMENT`): if it leads now, the current
+/// term's on the backend before returning (one backend call; observers get a
+/// `LEADER_CHANGED` with the same token), and every term it wins later from the start.
+/// `SIMBA_LEASE_LOST` if the backend found the term gone (the value still applies to the
+/// next term). Not kept after the call.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_set_value(
+    election: *const simba_election,
+    value: *const c_char,
+    value_len: usize,
+) -> simba_status {
+    ffi(|| {
+        let e = get::<ElectionObj, _>(election)?;
+        let value = value_arg(value, value_len)?;
+        Ok(e.0.set_value(value)?)
+    })
+}
+
+/// The value this candidate gives its terms (empty for none; no backend call), copied into
+/// `buf` of `buf_len` bytes with a NUL after it (`SIMBA_VALUE_LEN` always suffices; a
+/// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`), its length in bytes
+/// without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
+/// the length; `out_value_len` may be NULL. A value may contain NUL bytes: use the length.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_value(
+    election: *const simba_election,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> simba_status {
+    ffi(|| {
+        let value = get::<ElectionObj, _>(election)?.0.value();
+        check_value_buf(&value, buf, buf_len)?;
+        put_value(&value, buf, out_value_len);
+        Ok(())
+    })
+}
+
+/// The election's current leader, of any session, read from the backend (one backend
+/// call): `*out_owner` as [`simba_observer_leader`] gives it (`held` false while nobody
+/// leads), and its term's value copied into `buf` as for [`simba_election_value`] (`buf`
+/// NULL with `buf_len` 0: not copied; `out_value_len` may be NULL). The value is empty
+/// when the leader set none or nobody leads; owner and value come from one read.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_leader(
+    election: *const simba_election,
+    out_owner: *mut simba_owner,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_owner, "out_owner")?;
+        let owner = get::<ElectionObj, _>(election)?.0.leader()?;
+        put_owner(o, owner.as_ref(), buf, buf_len, out_value_len)
+    })
+}
+
+/// The live sessions campaigning in this election (the leader among them), with their
+/// session metadata, sorted by session id, read from the backend (one backend call);
+/// `*out_members` is a list to free with [`simba_member_list_free`]. A candidate shows from
+/// its entry until it resigns, is freed or its session ends (a free's leave runs on the
+/// session's work thread, so it shows after a short delay); a session with several
+/// candidates for the name counts once.
+#[no_mangle]
+pub unsafe extern "C" fn simba_election_candidates(
+    election: *const simba_election,
+    out_members: *mut *mut simba_member_list,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_members, "out_members")?;
+        put(o, std::ptr::null_mut());
+        let members = get::<ElectionObj, _>(election)?.0.candidates()?;
+        put(o, member_list(&members));
         Ok(())
     })
 }
@@ -1606,20 +2082,59 @@ pub unsafe extern "C" fn simba_observer_leader(
     ffi(|| {
         let o = out(out_owner, "out_owner")?;
         let owner = get::<ObserverObj, _>(observer)?.0.leader()?;
-        let mut c = simba_owner {
-            held: false,
-            token: 0,
-            remaining_ms: 0,
-            session: [0; SIMBA_SESSION_ID_LEN],
-        };
-        if let Some(owner) = owner {
-            c.held = true;
-            c.token = owner.token.get();
-            c.remaining_ms = millis(owner.remaining);
-            fill(&mut c.session, owner.session.as_str());
-        }
-        put(o, c);
-        Ok(())
+        put_owner(
+            o,
+            owner.as_ref(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        )
+    })
+}
+
+/// Writes an owner (and its value, see [`check_value_buf`]) out, all or nothing.
+fn put_owner(
+    o: *mut simba_owner,
+    owner: Option<&Owner>,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> R {
+    let value = owner.map_or("", |o| o.value.as_str());
+    check_value_buf(value, buf, buf_len)?;
+    let mut c = simba_owner {
+        held: false,
+        token: 0,
+        remaining_ms: 0,
+        session: [0; SIMBA_SESSION_ID_LEN],
+    };
+    if let Some(owner) = owner {
+        c.held = true;
+        c.token = owner.token.get();
+        c.remaining_ms = millis(owner.remaining);
+        fill(&mut c.session, owner.session.as_str());
+    }
+    put(o, c);
+    put_value(value, buf, out_value_len);
+    Ok(())
+}
+
+/// [`simba_observer_leader`] with the holder's term value (one backend read for both):
+/// copied into `buf` as for [`simba_election_value`] (`buf` NULL with `buf_len` 0: not
+/// copied; `out_value_len` may be NULL); empty when the holder set none or nobody holds the
+/// lease.
+#[no_mangle]
+pub unsafe extern "C" fn simba_observer_leader_value(
+    observer: *const simba_observer,
+    out_owner: *mut simba_owner,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_value_len: *mut usize,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_owner, "out_owner")?;
+        let owner = get::<ObserverObj, _>(observer)?.0.leader()?;
+        put_owner(o, owner.as_ref(), buf, buf_len, out_value_len)
     })
 }
 
@@ -1712,16 +2227,21 @@ pub unsafe extern "C" fn simba_group_members(
         let o = out(out_members, "out_members")?;
         put(o, std::ptr::null_mut());
         let members = get::<GroupObj, _>(group)?.group.members()?;
-        let storage = Members::new(&members);
-        let b = Box::new(MembersBox {
-            c: storage.list(),
-            _storage: storage,
-        });
-        let p = Box::into_raw(b);
-        locked(&RESULTS).insert(p as usize);
-        put(o, p.cast());
+        put(o, member_list(&members));
         Ok(())
     })
+}
+
+/// A heap member list for C, tracked for [`simba_member_list_free`].
+fn member_list(members: &[Member]) -> *mut simba_member_list {
+    let storage = Members::new(members);
+    let b = Box::new(MembersBox {
+        c: storage.list(),
+        _storage: storage,
+    });
+    let p = Box::into_raw(b);
+    locked(&RESULTS).insert(p as usize, MEMBER_LIST);
+    p.cast()
 }
 
 #[repr(C)]
@@ -1735,7 +2255,7 @@ struct MembersBox {
 /// undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_member_list_free(list: *mut simba_member_list) -> simba_status {
-    ffi(|| free_result::<MembersBox, _>(list, "simba_member_list"))
+    ffi(|| free_result::<MembersBox, _>(list, MEMBER_LIST))
 }
 
 /// Waits up to `timeout_ms` for the group's next `MEMBERS_CHANGED` (the first call starts a
@@ -1802,6 +2322,341 @@ pub unsafe extern "C" fn simba_membership_free(membership: *mut simba_membership
     })
 }
 
+// ---------------------------------------------------------------------------------------
+// Semaphores
+
+/// A counting semaphore of `permits` (1 to 1000) leased permits named `name`
+/// (NUL-terminated UTF-8; no backend call). Permit `i` is the lease `{name}.permit-{i}`, so
+/// every process using the semaphore must give the same number of permits.
+/// `SIMBA_INVALID_ARGUMENT` for 0 or more than 1000 permits, or when `{name}.permit-{i}` is
+/// longer than a name may be. `*out_semaphore` is the new handle.
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_semaphore(
+    session: *const simba_session,
+    name: *const c_char,
+    permits: u32,
+    out_semaphore: *mut *mut simba_semaphore,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_semaphore, "out_semaphore")?;
+        put(o, std::ptr::null_mut());
+        let s = get::<SessionObj, _>(session)?;
+        let sem = s.session.semaphore(text(name, "name")?, permits)?;
+        put(o, register(SemaphoreObj(sem))?);
+        Ok(())
+    })
+}
+
+fn permit_obj(permit: Permit) -> PermitObj {
+    PermitObj {
+        index: permit.index(),
+        token: permit.token().get(),
+        lease: permit.lease().to_string(),
+        lost: permit.lost().clone(),
+        permit: Mutex::new(Some(permit)),
+    }
+}
+
+fn acquire_with(
+    semaphore: *const simba_semaphore,
+    out_permit: *mut *mut simba_permit,
+    how: impl FnOnce(&Semaphore) -> R<Permit>,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_permit, "out_permit")?;
+        put(o, std::ptr::null_mut());
+        let sem = get::<SemaphoreObj, _>(semaphore)?;
+        let permit = how(&sem.0)?;
+        put(o, register(permit_obj(permit))?);
+        Ok(())
+    })
+}
+
+/// Takes a permit if one is free now (one backend call per permit tried, from a random one
+/// on); `SIMBA_BUSY` (and `*out_permit` NULL) if all are held.
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_try_acquire(
+    semaphore: *const simba_semaphore,
+    out_permit: *mut *mut simba_permit,
+) -> simba_status {
+    acquire_with(semaphore, out_permit, |sem| {
+        sem.try_acquire()?.ok_or_else(|| {
+            Fail::new(
+                SIMBA_BUSY,
+                format!("every permit of {} is held", sem.name()),
+            )
+        })
+    })
+}
+
+/// Takes a permit, waiting at most `timeout_ms` (`SIMBA_TIMEOUT` after that;
+/// `SIMBA_FOREVER`: no limit) for a release of any; ends early with `SIMBA_CLOSED` when
+/// another thread closes or frees the session. `*out_permit` is the held permit.
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_acquire_timeout(
+    semaphore: *const simba_semaphore,
+    timeout_ms: u64,
+    out_permit: *mut *mut simba_permit,
+) -> simba_status {
+    acquire_with(semaphore, out_permit, |sem| {
+        Ok(match deadline(timeout_ms) {
+            Some(t) => sem.acquire_timeout(t)?,
+            None => sem.acquire()?,
+        })
+    })
+}
+
+/// [`simba_semaphore_acquire_timeout`] that also ends when `cancel` is fired by any thread
+/// (`SIMBA_CANCELLED`, at once if it was fired before the call; nothing is taken then).
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_acquire_cancellable(
+    semaphore: *const simba_semaphore,
+    timeout_ms: u64,
+    cancel: *const simba_cancel,
+    out_permit: *mut *mut simba_permit,
+) -> simba_status {
+    acquire_with(semaphore, out_permit, |sem| {
+        let cancel = cancel_of(cancel)?;
+        Ok(sem.acquire_cancellable(deadline(timeout_ms), &cancel)?)
+    })
+}
+
+/// How many permits the semaphore has.
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_permits(
+    semaphore: *const simba_semaphore,
+    out_permits: *mut u32,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_permits, "out_permits")?;
+        put(o, get::<SemaphoreObj, _>(semaphore)?.0.permits());
+        Ok(())
+    })
+}
+
+/// A holder list with the values it points into; `c` first, so a pointer to the box is a
+/// pointer to the C struct.
+#[repr(C)]
+struct HoldersBox {
+    c: simba_holder_list,
+    _items: Vec<simba_holder>,
+    _values: Vec<Vec<u8>>,
+}
+
+/// The permits held now, by any session, by permit index (one backend read per permit);
+/// `*out_holders` is a list to free with [`simba_holder_list_free`].
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_holders(
+    semaphore: *const simba_semaphore,
+    out_holders: *mut *mut simba_holder_list,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_holders, "out_holders")?;
+        put(o, std::ptr::null_mut());
+        let holders = get::<SemaphoreObj, _>(semaphore)?.0.holders()?;
+        let values: Vec<Vec<u8>> = holders
+            .iter()
+            .map(|(_, owner)| {
+                let mut v = owner.value.as_bytes().to_vec();
+                v.push(0);
+                v
+            })
+            .collect();
+        let items: Vec<simba_holder> = holders
+            .iter()
+            .zip(&values)
+            .map(|((index, owner), value)| {
+                let mut c = simba_owner {
+                    held: true,
+                    token: owner.token.get(),
+                    remaining_ms: millis(owner.remaining),
+                    session: [0; SIMBA_SESSION_ID_LEN],
+                };
+                fill(&mut c.session, owner.session.as_str());
+                simba_holder {
+                    index: *index,
+                    owner: c,
+                    value: value.as_ptr().cast(),
+                    value_len: value.len() - 1,
+                }
+            })
+            .collect();
+        let b = Box::new(HoldersBox {
+            c: simba_holder_list {
+                items: if items.is_empty() {
+                    std::ptr::null()
+                } else {
+                    items.as_ptr()
+                },
+                len: items.len(),
+            },
+            _items: items,
+            _values: values,
+        });
+        let p = Box::into_raw(b);
+        locked(&RESULTS).insert(p as usize, HOLDER_LIST);
+        put(o, p.cast());
+        Ok(())
+    })
+}
+
+/// Frees a list from [`simba_semaphore_holders`]. NULL is ignored; a list freed already
+/// gives `SIMBA_INVALID_HANDLE`. Reading the list (its items or their values) after this is
+/// undefined behaviour.
+#[no_mangle]
+pub unsafe extern "C" fn simba_holder_list_free(list: *mut simba_holder_list) -> simba_status {
+    ffi(|| free_result::<HoldersBox, _>(list, HOLDER_LIST))
+}
+
+/// Frees the semaphore handle; permits taken through it stay held until their own
+/// [`simba_permit_release`] or [`simba_permit_free`].
+#[no_mangle]
+pub unsafe extern "C" fn simba_semaphore_free(semaphore: *mut simba_semaphore) -> simba_status {
+    ffi(|| free::<SemaphoreObj, _>(semaphore))
+}
+
+/// Which permit this is (0 to permits − 1; also after it was lost or released).
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_index(
+    permit: *const simba_permit,
+    out_index: *mut u32,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_index, "out_index")?;
+        put(o, get::<PermitObj, _>(permit)?.index);
+        Ok(())
+    })
+}
+
+/// The permit's fencing token (also after it was lost or released; it increases with every
+/// holder of this permit).
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_token(
+    permit: *const simba_permit,
+    out_token: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        put(o, get::<PermitObj, _>(permit)?.token);
+        Ok(())
+    })
+}
+
+/// Whether the permit is still held (session live, term's local deadline ahead); false once
+/// lost or released.
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_is_valid(
+    permit: *const simba_permit,
+    out_valid: *mut bool,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_valid, "out_valid")?;
+        let p = get::<PermitObj, _>(permit)?;
+        let valid = locked(&p.permit).as_ref().is_some_and(|p| p.is_valid());
+        put(o, valid);
+        Ok(())
+    })
+}
+
+/// The fencing token if the permit is still held, else `SIMBA_LEASE_LOST`: call it before
+/// every protected use.
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_check(
+    permit: *const simba_permit,
+    out_token: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        let p = get::<PermitObj, _>(permit)?;
+        let held = locked(&p.permit);
+        match held.as_ref() {
+            Some(held) => put(o, held.check()?.get()),
+            None => {
+                return Err(Fail::new(
+                    SIMBA_LEASE_LOST,
+                    format!("permit {} was released", p.lease),
+                ))
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The permit's term if it is still held: `*out_token` its fencing token and
+/// `*out_valid_ms` how long it stays valid from now if no keep-alive succeeds meanwhile (as
+/// for [`simba_lock_term`]). `SIMBA_LEASE_LOST` if it was lost or released. Either
+/// out-pointer may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_term(
+    permit: *const simba_permit,
+    out_token: *mut u64,
+    out_valid_ms: *mut u64,
+) -> simba_status {
+    ffi(|| {
+        let p = get::<PermitObj, _>(permit)?;
+        let held = locked(&p.permit);
+        let Some(held) = held.as_ref() else {
+            return Err(Fail::new(
+                SIMBA_LEASE_LOST,
+                format!("permit {} was released", p.lease),
+            ));
+        };
+        let token = held.check()?;
+        // Lost between the two reads: as lost as `check` would have said.
+        let valid = held.valid_for().ok_or_else(|| Error::LeaseLost {
+            name: held.lease().clone(),
+            token,
+        })?;
+        put_opt(out_token, token.get());
+        put_opt(out_valid_ms, millis(valid));
+        Ok(())
+    })
+}
+
+/// Releases the permit now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if
+/// it was already lost. A second release gives `SIMBA_CLOSED`. The handle stays allocated:
+/// free it with [`simba_permit_free`].
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_release(permit: *const simba_permit) -> simba_status {
+    ffi(|| {
+        let p = get::<PermitObj, _>(permit)?;
+        let held = locked(&p.permit).take();
+        match held {
+            Some(held) => Ok(held.release()?),
+            None => Err(Fail::new(
+                SIMBA_CLOSED,
+                format!("permit {} was already released", p.lease),
+            )),
+        }
+    })
+}
+
+/// Waits up to `timeout_ms` for this permit's loss event (`LOCK_LOST`, `name` the permit's
+/// lease `{name}.permit-{index}`); see [`simba_session_next_event`] for the results.
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_next_event(
+    permit: *const simba_permit,
+    timeout_ms: u64,
+    out_event: *mut *mut simba_event,
+) -> simba_status {
+    ffi(|| {
+        let rx = get::<PermitObj, _>(permit)?.lost.clone();
+        next_event(&rx, timeout_ms, out_event)
+    })
+}
+
+/// Frees the permit handle; a permit still held is released at once locally and on the
+/// backend from the session's work thread (no network call on this thread).
+#[no_mangle]
+pub unsafe extern "C" fn simba_permit_free(permit: *mut simba_permit) -> simba_status {
+    ffi(|| {
+        let p = lookup::<PermitObj, _>(permit, true)?;
+        // Released now even if another thread still holds the object for a moment.
+        drop(locked(&p.permit).take());
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1827,7 +2682,7 @@ mod tests {
             let got = unsafe { CStr::from_ptr(simba_status_name(i as i32)) };
             assert_eq!(got, *name);
         }
-        for v in [-1, 20, i32::MAX] {
+        for v in [-1, STATUSES.len() as i32, i32::MAX] {
             let got = unsafe { CStr::from_ptr(simba_status_name(v)) };
             assert_eq!(got, c"SIMBA_UNKNOWN");
         }

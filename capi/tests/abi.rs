@@ -842,3 +842,698 @@ fn concurrent_first_group_next_event_calls_start_one_watch() {
         assert_eq!(simba_session_free(s), SIMBA_OK);
     })
 }
+
+#[test]
+fn a_fired_cancel_ends_blocked_waits() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b) = (session_on(backend), session_on(backend));
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let mut held = null_mut();
+        assert_eq!(simba_session_lock(a, c"busy".as_ptr(), &mut held), SIMBA_OK);
+        let mut cancel = null_mut();
+        assert_eq!(simba_cancel_new(&mut cancel), SIMBA_OK);
+        let mut fired = true;
+        assert_eq!(simba_cancel_is_fired(cancel, &mut fired), SIMBA_OK);
+        assert!(!fired);
+        // Not cancelled: the timeout still applies.
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"busy".as_ptr(), 50, cancel, &mut lock),
+            SIMBA_TIMEOUT
+        );
+        assert!(lock.is_null());
+        // A thread blocked without a deadline returns once another thread fires.
+        let (bs, c) = (b as usize, cancel as usize);
+        let waiter = std::thread::spawn(move || {
+            let mut lock = null_mut();
+            let st = simba_session_lock_cancellable(
+                bs as *const simba_session,
+                c"busy".as_ptr(),
+                SIMBA_FOREVER,
+                c as *const simba_cancel,
+                &mut lock,
+            );
+            (st, lock as usize, last_error())
+        });
+        let mut election = null_mut();
+        assert_eq!(
+            simba_session_election(a, c"throne".as_ptr(), &mut election),
+            SIMBA_OK
+        );
+        let mut token = 0;
+        assert_eq!(
+            simba_election_wait_elected(election, PATIENCE_MS, &mut token),
+            SIMBA_OK
+        );
+        let mut rival = null_mut();
+        assert_eq!(
+            simba_session_election(b, c"throne".as_ptr(), &mut rival),
+            SIMBA_OK
+        );
+        let r = rival as usize;
+        let candidate = std::thread::spawn(move || {
+            let mut token = 0;
+            let st = simba_election_wait_elected_cancellable(
+                r as *const simba_election,
+                PATIENCE_MS * 10,
+                c as *const simba_cancel,
+                &mut token,
+            );
+            (st, token)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished() && !candidate.is_finished());
+        let started = std::time::Instant::now();
+        std::thread::spawn(move || {
+            assert_eq!(simba_cancel_fire(c as *const simba_cancel), SIMBA_OK);
+        })
+        .join()
+        .unwrap();
+        let (st, got, message) = waiter.join().unwrap();
+        assert_eq!(st, SIMBA_CANCELLED, "{message}");
+        assert!(message.contains("cancelled"), "{message}");
+        assert_eq!(got, 0);
+        assert_eq!(candidate.join().unwrap(), (SIMBA_CANCELLED, 0));
+        assert!(started.elapsed() < Duration::from_millis(PATIENCE_MS));
+        // Idempotent, and stays fired: later waits return at once.
+        assert_eq!(simba_cancel_fire(cancel), SIMBA_OK);
+        assert_eq!(simba_cancel_is_fired(cancel, &mut fired), SIMBA_OK);
+        assert!(fired);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"busy".as_ptr(), SIMBA_FOREVER, cancel, &mut lock),
+            SIMBA_CANCELLED
+        );
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"free".as_ptr(), SIMBA_FOREVER, cancel, &mut lock),
+            SIMBA_CANCELLED,
+            "fired before the call: nothing is taken"
+        );
+        assert!(lock.is_null());
+        assert_eq!(
+            simba_session_wait_valid_cancellable(b, SIMBA_FOREVER, cancel),
+            SIMBA_CANCELLED
+        );
+        assert_eq!(
+            simba_election_wait_elected_cancellable(rival, SIMBA_FOREVER, cancel, &mut token),
+            SIMBA_CANCELLED
+        );
+        assert!(started.elapsed() < Duration::from_millis(1000));
+        // The rival still campaigns: it wins once the leader resigns.
+        assert_eq!(simba_election_resign(election), SIMBA_OK);
+        let mut fresh = null_mut();
+        assert_eq!(simba_cancel_new(&mut fresh), SIMBA_OK);
+        let mut won = 0;
+        assert_eq!(
+            simba_election_wait_elected_cancellable(rival, PATIENCE_MS, fresh, &mut won),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert!(won > token);
+        assert_eq!(simba_session_wait_valid_cancellable(b, 0, fresh), SIMBA_OK);
+        // The lock too, once free.
+        assert_eq!(simba_lock_free(held), SIMBA_OK);
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"busy".as_ptr(), PATIENCE_MS, fresh, &mut lock),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        // NULL and freed tokens.
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"x".as_ptr(), 0, std::ptr::null(), &mut lock),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_cancel_free(cancel), SIMBA_OK);
+        assert_eq!(simba_cancel_free(cancel), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_cancel_fire(cancel), SIMBA_INVALID_HANDLE);
+        assert_eq!(
+            simba_session_lock_cancellable(b, c"x".as_ptr(), 0, cancel, &mut lock),
+            SIMBA_INVALID_HANDLE
+        );
+        assert_eq!(simba_cancel_new(null_mut()), SIMBA_NULL_ARGUMENT);
+        let name = CStr::from_ptr(simba_status_name(SIMBA_CANCELLED as i32));
+        assert_eq!(name.to_str().unwrap(), "SIMBA_CANCELLED");
+        assert_eq!(simba_cancel_free(fresh), SIMBA_OK);
+        assert_eq!(simba_election_free(rival), SIMBA_OK);
+        assert_eq!(simba_election_free(election), SIMBA_OK);
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+    })
+}
+
+/// The value in `buf` as `simba_*_value` functions wrote it (`len` bytes and a NUL).
+fn value_of(buf: &[c_char], len: usize) -> String {
+    assert_eq!(buf[len], 0, "NUL after the value");
+    let bytes: Vec<u8> = buf[..len].iter().map(|&c| c as u8).collect();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn leader_values_of_elections_and_locks() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b) = (session_on(backend), session_on(backend));
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let addr = "10.0.0.7:8080";
+        let mut election = null_mut();
+        assert_eq!(
+            simba_session_election_with_value(
+                a,
+                c"scheduler".as_ptr(),
+                addr.as_ptr().cast(),
+                addr.len(),
+                &mut election
+            ),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let mut token = 0;
+        assert_eq!(
+            simba_election_wait_elected(election, PATIENCE_MS, &mut token),
+            SIMBA_OK
+        );
+        // Its own value, without a backend call; a length query first.
+        let mut len = usize::MAX;
+        assert_eq!(
+            simba_election_value(election, null_mut(), 0, &mut len),
+            SIMBA_OK
+        );
+        assert_eq!(len, addr.len());
+        let mut buf = [0x7f as c_char; SIMBA_VALUE_LEN];
+        assert_eq!(
+            simba_election_value(election, buf.as_mut_ptr(), buf.len(), &mut len),
+            SIMBA_OK
+        );
+        assert_eq!(value_of(&buf, len), addr);
+        // The leader as another session's candidate and observer read it.
+        let mut rival = null_mut();
+        assert_eq!(
+            simba_session_election(b, c"scheduler".as_ptr(), &mut rival),
+            SIMBA_OK
+        );
+        let mut owner = std::mem::zeroed::<simba_owner>();
+        buf = [0x7f; SIMBA_VALUE_LEN];
+        assert_eq!(
+            simba_election_leader(rival, &mut owner, buf.as_mut_ptr(), buf.len(), &mut len),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert!(owner.held);
+        assert_eq!(owner.token, token);
+        assert_eq!(value_of(&buf, len), addr);
+        let mut rival_len = 1;
+        assert_eq!(
+            simba_election_value(rival, null_mut(), 0, &mut rival_len),
+            SIMBA_OK
+        );
+        assert_eq!(rival_len, 0, "the rival set no value");
+        let mut observer = null_mut();
+        assert_eq!(
+            simba_session_observe(b, c"scheduler".as_ptr(), &mut observer),
+            SIMBA_OK
+        );
+        // Set while leading: the current term's value changes, same token.
+        let v2 = "10.0.0.7:8080 v2";
+        assert_eq!(
+            simba_election_set_value(election, v2.as_ptr().cast(), v2.len()),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        owner = std::mem::zeroed();
+        assert_eq!(
+            simba_observer_leader_value(
+                observer,
+                &mut owner,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut len
+            ),
+            SIMBA_OK
+        );
+        assert_eq!((owner.token, value_of(&buf, len)), (token, v2.to_string()));
+        // A buffer too small: an error, and nothing written.
+        let mut small = [0x7f as c_char; 4];
+        owner = std::mem::zeroed();
+        len = 99;
+        assert_eq!(
+            simba_observer_leader_value(
+                observer,
+                &mut owner,
+                small.as_mut_ptr(),
+                small.len(),
+                &mut len
+            ),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("too small"), "{}", last_error());
+        assert_eq!((owner.held, len, small[0]), (false, 99, 0x7f));
+        // NULL buf with a length, or NULL value with a length, are NULL arguments.
+        assert_eq!(
+            simba_election_value(election, null_mut(), 8, &mut len),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(
+            simba_election_set_value(election, std::ptr::null(), 3),
+            SIMBA_NULL_ARGUMENT
+        );
+        // Too long, not UTF-8.
+        let long = vec![b'x'; SIMBA_MAX_VALUE_LEN + 1];
+        assert_eq!(
+            simba_election_set_value(election, long.as_ptr().cast(), long.len()),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            simba_election_set_value(election, long.as_ptr().cast(), SIMBA_MAX_VALUE_LEN),
+            SIMBA_OK,
+            "the longest value: {}",
+            last_error()
+        );
+        assert_eq!(
+            simba_election_value(election, buf.as_mut_ptr(), buf.len(), &mut len),
+            SIMBA_OK
+        );
+        assert_eq!(len, SIMBA_MAX_VALUE_LEN);
+        assert_eq!(
+            simba_election_set_value(election, c"a\xffb".as_ptr(), 3),
+            SIMBA_INVALID_UTF8
+        );
+        // Empty clears it; NULL with length 0 is empty.
+        assert_eq!(
+            simba_election_set_value(election, std::ptr::null(), 0),
+            SIMBA_OK
+        );
+        assert_eq!(
+            simba_election_leader(election, &mut owner, buf.as_mut_ptr(), buf.len(), &mut len),
+            SIMBA_OK
+        );
+        assert_eq!((owner.token, len, buf[0]), (token, 0, 0));
+        // Either value out may be left out.
+        assert_eq!(
+            simba_election_leader(election, &mut owner, null_mut(), 0, null_mut()),
+            SIMBA_OK
+        );
+        assert_eq!(
+            simba_election_leader(election, null_mut(), null_mut(), 0, null_mut()),
+            SIMBA_NULL_ARGUMENT
+        );
+
+        // The candidates: both sessions, sorted by id.
+        let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+        loop {
+            let mut list = null_mut();
+            assert_eq!(simba_election_candidates(rival, &mut list), SIMBA_OK);
+            let n = (*list).len;
+            if n == 2 {
+                let items = std::slice::from_raw_parts((*list).items, n);
+                assert!(text(&items[0].session) < text(&items[1].session));
+                let md = std::slice::from_raw_parts(
+                    items[0].metadata.cast::<u8>(),
+                    items[0].metadata_len,
+                );
+                assert_eq!(md, b"worker-1");
+                assert_eq!(simba_member_list_free(list), SIMBA_OK);
+                break;
+            }
+            assert_eq!(simba_member_list_free(list), SIMBA_OK);
+            assert!(std::time::Instant::now() < deadline, "candidates: {n}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        // A lock's term value, as observers read it.
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_lock(a, c"report".as_ptr(), &mut lock),
+            SIMBA_OK
+        );
+        let why = "host-7, pid 4711";
+        assert_eq!(
+            simba_lock_set_value(lock, why.as_ptr().cast(), why.len()),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let mut lock_observer = null_mut();
+        assert_eq!(
+            simba_session_observe(b, c"report".as_ptr(), &mut lock_observer),
+            SIMBA_OK
+        );
+        assert_eq!(
+            simba_observer_leader_value(
+                lock_observer,
+                &mut owner,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut len
+            ),
+            SIMBA_OK
+        );
+        assert_eq!(value_of(&buf, len), why);
+        assert_eq!(simba_lock_unlock(lock), SIMBA_OK);
+        assert_eq!(
+            simba_lock_set_value(lock, why.as_ptr().cast(), why.len()),
+            SIMBA_LEASE_LOST
+        );
+        assert_eq!(
+            simba_observer_leader_value(lock_observer, &mut owner, null_mut(), 0, &mut len),
+            SIMBA_OK
+        );
+        assert_eq!((owner.held, len), (false, 0));
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        assert_eq!(simba_observer_free(lock_observer), SIMBA_OK);
+        assert_eq!(simba_observer_free(observer), SIMBA_OK);
+        assert_eq!(simba_election_free(rival), SIMBA_OK);
+        assert_eq!(simba_election_free(election), SIMBA_OK);
+        assert_eq!(
+            simba_election_value(election, null_mut(), 0, &mut len),
+            SIMBA_INVALID_HANDLE
+        );
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+    })
+}
+
+#[test]
+fn semaphore_permits() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b) = (session_on(backend), session_on(backend));
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let mut sem = null_mut();
+        for bad in [0, 1001] {
+            assert_eq!(
+                simba_session_semaphore(a, c"pool".as_ptr(), bad, &mut sem),
+                SIMBA_INVALID_ARGUMENT
+            );
+            assert!(sem.is_null());
+        }
+        assert_eq!(
+            simba_session_semaphore(a, c"pool".as_ptr(), 2, &mut sem),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let mut n = 0;
+        assert_eq!(simba_semaphore_permits(sem, &mut n), SIMBA_OK);
+        assert_eq!(n, 2);
+        let (mut p1, mut p2, mut p3) = (null_mut(), null_mut(), null_mut());
+        assert_eq!(simba_semaphore_try_acquire(sem, &mut p1), SIMBA_OK);
+        assert_eq!(
+            simba_semaphore_acquire_timeout(sem, PATIENCE_MS, &mut p2),
+            SIMBA_OK
+        );
+        let (mut i1, mut i2) = (9, 9);
+        assert_eq!(simba_permit_index(p1, &mut i1), SIMBA_OK);
+        assert_eq!(simba_permit_index(p2, &mut i2), SIMBA_OK);
+        assert_eq!([i1.min(i2), i1.max(i2)], [0, 1], "two distinct permits");
+        let (mut token, mut checked, mut valid_ms) = (0, 0, 0);
+        assert_eq!(simba_permit_token(p1, &mut token), SIMBA_OK);
+        assert!(token >= 1);
+        assert_eq!(simba_permit_check(p1, &mut checked), SIMBA_OK);
+        assert_eq!(checked, token);
+        assert_eq!(simba_permit_term(p1, &mut checked, &mut valid_ms), SIMBA_OK);
+        assert_eq!(checked, token);
+        assert!(valid_ms > 0 && valid_ms <= 1000, "{valid_ms}");
+        let mut valid = false;
+        assert_eq!(simba_permit_is_valid(p1, &mut valid), SIMBA_OK);
+        assert!(valid);
+        // The holders, by permit index: both of this session, with their tokens.
+        let mut holders = null_mut();
+        assert_eq!(simba_semaphore_holders(sem, &mut holders), SIMBA_OK);
+        let items = std::slice::from_raw_parts((*holders).items, (*holders).len);
+        let mut id = [0 as c_char; SIMBA_SESSION_ID_LEN];
+        assert_eq!(simba_session_id(a, id.as_mut_ptr(), id.len()), SIMBA_OK);
+        assert_eq!(items.iter().map(|h| h.index).collect::<Vec<_>>(), [0, 1]);
+        for h in items {
+            assert!(h.owner.held);
+            assert_eq!(text(&h.owner.session), text(&id));
+            assert!(h.owner.remaining_ms > 0);
+            assert_eq!((h.value_len, *h.value), (0, 0), "no value: an empty string");
+        }
+        let mut t2 = 0;
+        assert_eq!(simba_permit_token(p2, &mut t2), SIMBA_OK);
+        let by_index = |i: u32| items.iter().find(|h| h.index == i).unwrap().owner.token;
+        assert_eq!((by_index(i1), by_index(i2)), (token, t2));
+        assert_eq!(
+            simba_member_list_free(holders.cast()),
+            SIMBA_INVALID_HANDLE,
+            "a holder list is no member list"
+        );
+        assert_eq!(simba_holder_list_free(holders), SIMBA_OK);
+        assert_eq!(simba_holder_list_free(holders), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_holder_list_free(null_mut()), SIMBA_OK);
+
+        // All held: another session's semaphore of the same name is busy, then times out.
+        let mut other = null_mut();
+        assert_eq!(
+            simba_session_semaphore(b, c"pool".as_ptr(), 2, &mut other),
+            SIMBA_OK
+        );
+        assert_eq!(simba_semaphore_try_acquire(other, &mut p3), SIMBA_BUSY);
+        assert!(p3.is_null());
+        assert!(last_error().contains("pool"), "{}", last_error());
+        assert_eq!(
+            simba_semaphore_acquire_timeout(other, 50, &mut p3),
+            SIMBA_TIMEOUT
+        );
+        // A waiter without a limit gets the permit another thread releases.
+        let o = other as usize;
+        let waiter = std::thread::spawn(move || {
+            let mut p = null_mut();
+            let st =
+                simba_semaphore_acquire_timeout(o as *const simba_semaphore, SIMBA_FOREVER, &mut p);
+            (st, p as usize, last_error())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(simba_permit_release(p1), SIMBA_OK, "{}", last_error());
+        assert_eq!(simba_permit_release(p1), SIMBA_CLOSED, "released once only");
+        assert_eq!(simba_permit_check(p1, &mut checked), SIMBA_LEASE_LOST);
+        assert_eq!(
+            simba_permit_term(p1, null_mut(), null_mut()),
+            SIMBA_LEASE_LOST
+        );
+        assert_eq!(simba_permit_is_valid(p1, &mut valid), SIMBA_OK);
+        assert!(!valid);
+        assert_eq!(simba_permit_token(p1, &mut checked), SIMBA_OK);
+        assert_eq!(checked, token, "the token stays readable");
+        let (st, got, message) = waiter.join().unwrap();
+        assert_eq!(st, SIMBA_OK, "{message}");
+        let got = got as *mut simba_permit;
+        let mut index = 9;
+        assert_eq!(simba_permit_index(got, &mut index), SIMBA_OK);
+        assert_eq!(index, i1, "the released permit");
+        let mut token2 = 0;
+        assert_eq!(simba_permit_token(got, &mut token2), SIMBA_OK);
+        assert!(token2 > token, "tokens increase: {token2} > {token}");
+
+        // Cancellable: fired before the call, nothing is taken.
+        let mut cancel = null_mut();
+        assert_eq!(simba_cancel_new(&mut cancel), SIMBA_OK);
+        assert_eq!(simba_cancel_fire(cancel), SIMBA_OK);
+        assert_eq!(
+            simba_semaphore_acquire_cancellable(sem, SIMBA_FOREVER, cancel, &mut p3),
+            SIMBA_CANCELLED
+        );
+        assert!(p3.is_null());
+        assert_eq!(simba_cancel_free(cancel), SIMBA_OK);
+        // Freeing a held permit releases it (in the background): a waiter gets it.
+        assert_eq!(simba_permit_free(got), SIMBA_OK);
+        assert_eq!(
+            simba_semaphore_acquire_timeout(sem, PATIENCE_MS, &mut p3),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        // A lost permit: its loss event, then LEASE_LOST.
+        assert_eq!(simba_session_sever(a), SIMBA_OK);
+        let mut e = null_mut();
+        assert_eq!(
+            simba_permit_next_event(p2, PATIENCE_MS, &mut e),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!((*e).kind, SIMBA_EVENT_LOCK_LOST);
+        assert_eq!(text(&(*e).name), format!("pool.permit-{i2}"));
+        assert_eq!(simba_event_free(e), SIMBA_OK);
+        assert_eq!(simba_permit_check(p2, &mut checked), SIMBA_LEASE_LOST);
+        // Lost with the severed session (and freed): the holders list empties.
+        assert_eq!(simba_permit_free(p3), SIMBA_OK);
+        let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+        loop {
+            let mut holders = null_mut();
+            assert_eq!(simba_semaphore_holders(other, &mut holders), SIMBA_OK);
+            let n = (*holders).len;
+            if n == 0 {
+                assert!((*holders).items.is_null());
+            }
+            assert_eq!(simba_holder_list_free(holders), SIMBA_OK);
+            if n == 0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{n} holders left");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        for p in [p1, p2] {
+            assert_eq!(simba_permit_free(p), SIMBA_OK);
+        }
+        assert_eq!(simba_permit_free(p1), SIMBA_INVALID_HANDLE);
+        assert_eq!(
+            simba_permit_index(sem.cast::<simba_permit>(), &mut index),
+            SIMBA_INVALID_HANDLE
+        );
+        assert_eq!(simba_semaphore_free(other), SIMBA_OK);
+        assert_eq!(simba_semaphore_free(sem), SIMBA_OK);
+        assert_eq!(simba_semaphore_free(sem), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+    })
+}
+
+/// What [`on_leader_event`] saw: kind, token, `simba_event_value`'s status and the value.
+type SeenValue = (simba_event_kind, u64, simba_status, String);
+
+unsafe extern "C" fn on_leader_event(event: *const simba_event, user_data: *mut c_void) {
+    let tx = &*(user_data as *const mpsc::Sender<SeenValue>);
+    let mut buf = [0 as c_char; SIMBA_VALUE_LEN];
+    let mut len = 0;
+    let st = simba_event_value(event, buf.as_mut_ptr(), buf.len(), &mut len);
+    let value = if st == SIMBA_OK {
+        value_of(&buf, len)
+    } else {
+        String::new()
+    };
+    let _ = tx.send(((*event).kind, (*event).token, st, value));
+}
+
+#[test]
+fn leader_changed_events_carry_the_value() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b) = (session_on(backend), session_on(backend));
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (tx, rx) = mpsc::channel::<SeenValue>();
+        let tx = Box::new(tx);
+        let user = &*tx as *const _ as *mut c_void;
+        assert_eq!(
+            simba_session_on_event(b, Some(on_leader_event), user),
+            SIMBA_OK
+        );
+        let mut observer = null_mut();
+        assert_eq!(
+            simba_session_observe(b, c"primary".as_ptr(), &mut observer),
+            SIMBA_OK
+        );
+        let v1 = "db-1:5432";
+        let mut election = null_mut();
+        assert_eq!(
+            simba_session_election_with_value(
+                a,
+                c"primary".as_ptr(),
+                v1.as_ptr().cast(),
+                v1.len(),
+                &mut election
+            ),
+            SIMBA_OK
+        );
+        let mut token = 0;
+        assert_eq!(
+            simba_election_wait_elected(election, PATIENCE_MS, &mut token),
+            SIMBA_OK
+        );
+        let v2 = "db-1:5433";
+        assert_eq!(
+            simba_election_set_value(election, v2.as_ptr().cast(), v2.len()),
+            SIMBA_OK
+        );
+        // The observer's queue: events up to the holder with the new value, same token.
+        let mut buf = [0 as c_char; SIMBA_VALUE_LEN];
+        let mut seen = Vec::new();
+        while seen.last() != Some(&(token, v2.to_string())) {
+            let mut e = null_mut();
+            assert_eq!(
+                simba_observer_next_event(observer, PATIENCE_MS, &mut e),
+                SIMBA_OK,
+                "{seen:?}: {}",
+                last_error()
+            );
+            assert_eq!((*e).kind, SIMBA_EVENT_LEADER_CHANGED);
+            let mut len = 0;
+            assert_eq!(
+                simba_event_value(e, buf.as_mut_ptr(), buf.len(), &mut len),
+                SIMBA_OK,
+                "{}",
+                last_error()
+            );
+            seen.push(((*e).token, value_of(&buf, len)));
+            assert_eq!(simba_event_free(e), SIMBA_OK);
+            assert_eq!(
+                simba_event_value(e, null_mut(), 0, &mut len),
+                SIMBA_INVALID_HANDLE,
+                "a freed event"
+            );
+        }
+        // The session's callback got the same, reading the value inside the call.
+        let patience = Duration::from_millis(PATIENCE_MS);
+        loop {
+            let (kind, t, st, value) = rx.recv_timeout(patience).unwrap();
+            assert_eq!(st, SIMBA_OK, "simba_event_value in a callback");
+            if kind == SIMBA_EVENT_LEADER_CHANGED && t == token && value == v2 {
+                break;
+            }
+        }
+        // Events of other kinds carry no value; a member list is no event.
+        let mut e = null_mut();
+        assert_eq!(
+            simba_election_next_event(election, PATIENCE_MS, &mut e),
+            SIMBA_OK
+        );
+        assert_eq!((*e).kind, SIMBA_EVENT_ELECTED);
+        let mut len = 9;
+        assert_eq!(simba_event_value(e, null_mut(), 0, &mut len), SIMBA_OK);
+        assert_eq!(len, 0);
+        assert_eq!(
+            simba_event_value(e, null_mut(), 1, &mut len),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_event_free(e), SIMBA_OK);
+        let mut list = null_mut();
+        assert_eq!(simba_election_candidates(election, &mut list), SIMBA_OK);
+        assert_eq!(
+            simba_event_value(list.cast(), null_mut(), 0, &mut len),
+            SIMBA_INVALID_HANDLE
+        );
+        assert!(
+            last_error().contains("is a simba_member_list, not a simba_event"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_event_free(list.cast()), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_member_list_free(list), SIMBA_OK);
+        assert_eq!(
+            simba_event_value(std::ptr::null(), null_mut(), 0, &mut len),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_observer_free(observer), SIMBA_OK);
+        assert_eq!(simba_election_free(election), SIMBA_OK);
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        // Close waited for the final callbacks: the user data may go now.
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+        drop(tx);
+    })
+}
