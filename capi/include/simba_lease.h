@@ -137,6 +137,9 @@ typedef enum simba_status {
   // A `*_cancellable` wait ended because its `simba_cancel` was fired (before or during
   // the call); nothing was taken.
   SIMBA_CANCELLED = 20,
+  // The backend cannot do this at all (e.g. term values or fair locks on a custom backend
+  // without them); trying again will not help.
+  SIMBA_UNSUPPORTED = 21,
 } simba_status;
 
 // What an event is.

@@ -160,6 +160,9 @@ pub enum simba_status {
     /// A `*_cancellable` wait ended because its `simba_cancel` was fired (before or during
     /// the call); nothing was taken.
     SIMBA_CANCELLED = 20,
+    /// The backend cannot do this at all (e.g. term values or fair locks on a custom backend
+    /// without them); trying again will not help.
+    SIMBA_UNSUPPORTED = 21,
 }
 
 use simba_status::*;
@@ -458,6 +461,7 @@ impl From<Error> for Fail {
             Error::Tls { .. } => SIMBA_TLS,
             Error::Authentication { .. } => SIMBA_AUTHENTICATION,
             Error::Cancelled { .. } => SIMBA_CANCELLED,
+            Error::Unsupported { .. } => SIMBA_UNSUPPORTED,
             _ => SIMBA_ERROR,
         };
         // `report()` adds the driver's words; it never contains a password.
@@ -512,7 +516,7 @@ pub extern "C" fn simba_last_error() -> *const c_char {
 }
 
 /// Every status, in order of value.
-const STATUSES: [(simba_status, &CStr); 21] = [
+const STATUSES: [(simba_status, &CStr); 22] = [
     (SIMBA_OK, c"SIMBA_OK"),
     (SIMBA_BUSY, c"SIMBA_BUSY"),
     (SIMBA_TIMEOUT, c"SIMBA_TIMEOUT"),
@@ -534,6 +538,7 @@ const STATUSES: [(simba_status, &CStr); 21] = [
     (SIMBA_TLS, c"SIMBA_TLS"),
     (SIMBA_AUTHENTICATION, c"SIMBA_AUTHENTICATION"),
     (SIMBA_CANCELLED, c"SIMBA_CANCELLED"),
+    (SIMBA_UNSUPPORTED, c"SIMBA_UNSUPPORTED"),
 ];
 
 /// The name of a status value (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`;
