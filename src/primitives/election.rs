@@ -127,10 +127,28 @@ impl Election {
     /// How long this candidate's term stays valid from now if no keep-alive succeeds
     /// meanwhile, or `None` if it does not lead now (see [`LockGuard::valid_for`](crate::LockGuard::valid_for)).
     pub fn valid_for(&self) -> Option<Duration> {
+        self.valid_term().map(|(_, left)| left)
+    }
+
+    /// The term this candidate leads with and how long it stays valid from now, read
+    /// together (two calls to [`term`](Self::term) and [`valid_for`](Self::valid_for) could
+    /// straddle a loss and a new term), or `None` if it does not lead now.
+    ///
+    /// ```
+    /// # let session = simba_lease::Session::connect("memory://", simba_lease::Config::default())?;
+    /// let election = session.election("chief")?;
+    /// let term = election.wait_elected(std::time::Duration::from_secs(5))?;
+    /// let (now, left) = election.valid_term().expect("leads");
+    /// assert_eq!(now.token, term.token);
+    /// assert!(left <= session.config().lease());
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn valid_term(&self) -> Option<(Term, Duration)> {
         let now = self.inner.now();
         let s = self.inner.lock_shared();
         let t = s.core.term_of(&self.name, Holder::Election(self.handle))?;
-        s.core.valid_for(&t.name, t.token, now)
+        let left = s.core.valid_for(&t.name, t.token, now)?;
+        Some((t, left))
     }
 
     /// The term if this candidate leads now, otherwise [`Error::NotLeader`]:
