@@ -20,7 +20,8 @@ mod acl {
     use super::zk::{self, raw};
     use simba_lease::backends::zookeeper::AclPolicy;
     use simba_lease::spi::{Acquire, LeaseBackend};
-    use simba_lease::{tck, Metadata};
+    use simba_lease::{tck, LeaseName, Metadata, SessionId};
+    use std::sync::Arc;
     use std::time::Duration;
 
     #[test]
@@ -90,20 +91,7 @@ mod acl {
     /// with no password in any error text.
     #[test]
     fn a_wrong_password_is_an_authentication_error() {
-        let hosts = zk::hosts();
-        zk::prepare(&hosts);
-        let root = zk::random_root("wrong-pw");
-        let url = format!("zookeeper://simba:s3cret@{hosts}{root}?connection_timeout=20s");
-        let b = simba_lease::connect(&url).expect("connect by URL");
-        let s = b
-            .open_session(Duration::from_secs(30), &Metadata::default())
-            .unwrap()
-            .id;
-        let name = tck::lease_name("wrong-pw");
-        assert!(matches!(
-            b.acquire(&s, &name).unwrap(),
-            Acquire::Acquired(_)
-        ));
+        let (url, root, b, s, name) = held_by_url("wrong-pw");
         let pw = "Wr0ng-Pa55word";
         let wrong = url.replacen("s3cret", pw, 1);
         let e = match simba_lease::connect(&wrong) {
@@ -127,38 +115,48 @@ mod acl {
         }
         b.close_session(&s).unwrap();
         drop(b);
-        let mut admin = raw::Raw::connect(&hosts);
-        admin.auth("digest", b"simba:s3cret");
-        admin.delete_tree(&root);
+        delete_as_simba(&root);
     }
 
-    /// The URL form: credentials in the URL give digest auth and creator-only nodes.
-    #[test]
-    fn url_with_credentials_makes_creator_only_nodes() {
+    /// A backend connected by a URL with the credentials `simba:s3cret` under a fresh root,
+    /// and a session of it holding a new lease: (URL, root, backend, session, lease name).
+    fn held_by_url(label: &str) -> (String, String, Arc<dyn LeaseBackend>, SessionId, LeaseName) {
         let hosts = zk::hosts();
         zk::prepare(&hosts);
-        let root = zk::random_root("url");
+        let root = zk::random_root(label);
         let url = format!("zookeeper://simba:s3cret@{hosts}{root}?connection_timeout=20s");
         let b = simba_lease::connect(&url).expect("connect by URL");
         let s = b
             .open_session(Duration::from_secs(30), &Metadata::default())
             .unwrap()
             .id;
-        let name = tck::lease_name("url");
+        let name = tck::lease_name(label);
         assert!(matches!(
             b.acquire(&s, &name).unwrap(),
             Acquire::Acquired(_)
         ));
-        let mut anonymous = raw::Raw::connect(&hosts);
+        (url, root, b, s, name)
+    }
+
+    /// Deletes a [`held_by_url`] root as the user that created it.
+    fn delete_as_simba(root: &str) {
+        let mut admin = raw::Raw::connect(&zk::hosts());
+        admin.auth("digest", b"simba:s3cret");
+        admin.delete_tree(root);
+        assert!(admin.ctime(root).is_none(), "test root cleaned up");
+    }
+
+    /// The URL form: credentials in the URL give digest auth and creator-only nodes.
+    #[test]
+    fn url_with_credentials_makes_creator_only_nodes() {
+        let (_, root, b, _, name) = held_by_url("url");
+        let mut anonymous = raw::Raw::connect(&zk::hosts());
         assert_eq!(
             anonymous.delete(&format!("{root}/leases/{name}")),
             raw::NO_AUTH
         );
         drop(b);
-        let mut admin = raw::Raw::connect(&hosts);
-        admin.auth("digest", b"simba:s3cret");
-        admin.delete_tree(&root);
-        assert!(admin.ctime(&root).is_none(), "test root cleaned up");
+        delete_as_simba(&root);
     }
 }
 
