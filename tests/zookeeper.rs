@@ -161,6 +161,50 @@ mod acl {
 }
 
 /// Take-over after a clean release happens on the release watch, not at the next poll.
+/// A fair-lock place whose delete after its grant failed does not hold the queue up: the
+/// session's next keep-alive deletes it.
+mod orphan_places {
+    use super::zk::{self, raw::Raw};
+    use simba_lease::spi::{Acquire, LeaseBackend, Queued};
+    use simba_lease::{tck, Metadata};
+    use std::time::Duration;
+
+    #[test]
+    fn a_place_left_by_a_failed_delete_goes_with_the_next_keep_alive() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let lease = Duration::from_secs(30);
+        let open = || b.open_session(lease, &Metadata::default()).unwrap().id;
+        let (holder, waiter) = (open(), open());
+        let name = tck::lease_name("orphan");
+        let patience = Duration::from_secs(30);
+        let t = match b.acquire(&holder, &name).unwrap() {
+            Acquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(
+            b.acquire_queued(&waiter, &name, patience).unwrap(),
+            Queued::Waiting { .. }
+        ));
+        let dir = format!("{}/queues/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        assert_eq!(raw.children(&dir).len(), 1, "the waiter's place");
+        assert!(b.release(&holder, &name, t.token).unwrap());
+        b.b().fail_place_deletes(1);
+        assert!(matches!(
+            b.acquire_queued(&waiter, &name, patience).unwrap(),
+            Queued::Acquired(_)
+        ));
+        // The delete after the grant failed: the place is still there, and would make the
+        // next waiter wait until it is a patience old.
+        assert_eq!(raw.children(&dir).len(), 1, "the orphaned place");
+        b.keep_alive(&waiter, lease).unwrap();
+        assert!(raw.children(&dir).is_empty(), "deleted by the keep-alive");
+        for s in [&holder, &waiter] {
+            b.close_session(s).unwrap();
+        }
+    }
+}
+
 mod watch {
     use super::zk;
     use simba_lease::{tck, Config, Session};

@@ -474,6 +474,7 @@ impl ZooKeeperBuilder {
             subscribers,
             sessions: Mutex::new(HashMap::new()),
             wake: wake_tx,
+            place_delete_faults: std::sync::atomic::AtomicU32::new(0),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -658,6 +659,9 @@ struct ZkSession {
     possibly: Mutex<held::Leases>,
     releasing: Mutex<()>,
     closed: Mutex<bool>,
+    /// Own queue places whose delete after a grant failed: the next keep-alive deletes them
+    /// (see `queue`).
+    orphans: Mutex<Vec<String>>,
 }
 
 impl ZkSession {
@@ -773,6 +777,8 @@ struct Inner {
     subscribers: Arc<Subscribers>,
     sessions: Mutex<HashMap<SessionId, Arc<ZkSession>>>,
     wake: crossbeam_channel::Sender<()>,
+    /// Deletes of own queue places to fail on purpose (tests).
+    place_delete_faults: std::sync::atomic::AtomicU32,
 }
 
 impl Inner {
@@ -1023,6 +1029,13 @@ impl ZooKeeperBackend {
         &self.inner.cfg.root
     }
 
+    /// Makes the next `n` deletes of queue places fail as a lost connection would (for tests
+    /// of the retry).
+    #[doc(hidden)]
+    pub fn fail_place_deletes(&self, n: u32) {
+        self.inner.fail_place_deletes(n);
+    }
+
     /// The ACLs of the root and of its `leases` and `groups` nodes, as `(path, entries)`
     /// (read by the backend's reader with its auth infos). Used by `simba doctor`.
     pub fn acls(&self) -> Result<Vec<(String, Vec<Acl>)>> {
@@ -1132,6 +1145,7 @@ impl LeaseBackend for ZooKeeperBackend {
             possibly: Mutex::new(held::Leases::default()),
             releasing: Mutex::new(()),
             closed: Mutex::new(false),
+            orphans: Mutex::new(Vec::new()),
         });
         let remaining = s.remaining_at(sent);
         inner.sessions.lock().insert(id.clone(), s);
@@ -1190,6 +1204,7 @@ impl LeaseBackend for ZooKeeperBackend {
                 }
             }
         }
+        inner.delete_orphans(&s, &client);
         let remaining = lease.min(s.negotiated);
         let leases = held
             .into_iter()

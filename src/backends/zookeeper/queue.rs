@@ -10,6 +10,10 @@
 //! at the back) or live too long (by the skew). Places only order waiters; no lease depends
 //! on them. `{root}/queues/{name}` is a container node, removed by the server once empty.
 //!
+//! A granted waiter deletes its place at once. If that delete fails (a lost connection), the
+//! place is remembered and the session's next keep-alive deletes it (one more round trip,
+//! only then), so it holds the queue up for at most a renew interval instead of a patience.
+//!
 //! Round trips per attempt: a list of the queue, a write of the own place (a create the
 //! first time, then a second list), a multi read of the places ahead (when there are any), a
 //! read of the lease node, and the acquire itself when first in line.
@@ -19,6 +23,7 @@ use super::{Inner, ZkSession};
 use crate::error::Result;
 use crate::spi::{Acquire, Queued};
 use crate::types::{LeaseName, SessionId};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use zookeeper_client as zk;
 
@@ -119,7 +124,11 @@ impl Inner {
         }
         match acquire()? {
             Acquire::Acquired(term) => {
-                self.delete_place(&s, &client, &format!("{dir}/{}", own.0));
+                let path = format!("{dir}/{}", own.0);
+                if !self.delete_place(&s, &client, &path) {
+                    // Left, it would hold the queue up to one patience after the release.
+                    s.orphans.lock().push(path);
+                }
                 Ok(Queued::Acquired(term))
             }
             Acquire::Held(owner) => Ok(Queued::Waiting {
@@ -168,17 +177,50 @@ impl Inner {
         Ok(live)
     }
 
-    /// Deletes a place; a failure (gone already, or not ours to delete) is only logged.
-    fn delete_place(&self, s: &ZkSession, client: &zk::Client, path: &str) {
-        match call(
-            "leaving a queue",
-            s.limit(&self.cfg),
-            client.delete(path, None),
-        ) {
-            Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
-            Ok(Err(e)) => log::debug!("deleting the queue place {path}: {e}"),
-            Err(e) => log::debug!("deleting the queue place {path}: {}", e.report()),
+    /// Deletes a place; whether it is gone. A failure (not ours to delete, no connection) is
+    /// only logged.
+    fn delete_place(&self, s: &ZkSession, client: &zk::Client, path: &str) -> bool {
+        let faults = &self.place_delete_faults;
+        let fault = faults
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let r = if fault {
+            Ok(Err(zk::Error::ConnectionLoss))
+        } else {
+            call(
+                "leaving a queue",
+                s.limit(&self.cfg),
+                client.delete(path, None),
+            )
+        };
+        match r {
+            Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => true,
+            Ok(Err(e)) => {
+                log::debug!("deleting the queue place {path}: {e}");
+                false
+            }
+            Err(e) => {
+                log::debug!("deleting the queue place {path}: {}", e.report());
+                false
+            }
         }
+    }
+
+    /// Deletes this session's own places whose delete after a grant failed (one round trip
+    /// each, only then); those that fail again wait for the next keep-alive. A place ends
+    /// with its session anyway, and is skipped by others one patience after its last renewal.
+    pub(super) fn delete_orphans(&self, s: &ZkSession, client: &zk::Client) {
+        let orphans = std::mem::take(&mut *s.orphans.lock());
+        for path in orphans {
+            if !self.delete_place(s, client, &path) {
+                s.orphans.lock().push(path);
+            }
+        }
+    }
+
+    /// Makes the next `n` deletes of queue places fail as a lost connection would (tests).
+    pub(super) fn fail_place_deletes(&self, n: u32) {
+        self.place_delete_faults.store(n, Ordering::SeqCst);
     }
 
     pub(super) fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
