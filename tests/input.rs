@@ -53,6 +53,7 @@ fn duration_overflow_in_url_options_is_a_typed_error() {
             (format!("redis://{CLOSED}/0"), "connect_timeout"),
             (format!("redis+cluster://{CLOSED}"), "query_timeout"),
             (format!("zookeeper://{CLOSED}/simba"), "connection_timeout"),
+            (format!("zookeeper://{CLOSED}/simba"), "connect_timeout"),
             (format!("zookeeper://{CLOSED}/simba"), "request_timeout"),
             (format!("postgres://u@{CLOSED}/db"), "query_timeout"),
             (format!("postgres://u@{CLOSED}/db"), "purge_interval"),
@@ -273,7 +274,12 @@ fn option_cases() -> Vec<(String, &'static str)> {
         v.push((format!("redis://u:{PW}@{CLOSED}/0?"), o));
         v.push((format!("redis+cluster://u:{PW}@{CLOSED}?"), o));
     }
-    for o in ["connection_timeout", "request_timeout", "acl"] {
+    for o in [
+        "connection_timeout",
+        "connect_timeout",
+        "request_timeout",
+        "acl",
+    ] {
         // A root with an empty segment fails when the builder is built, after the options
         // were parsed and before any I/O.
         v.push((format!("zookeeper://u:{PW}@{CLOSED}/a//b?"), o));

@@ -124,7 +124,8 @@ mod acl {
         let hosts = zk::hosts();
         zk::prepare(&hosts);
         let root = zk::random_root(label);
-        let url = format!("zookeeper://simba:s3cret@{hosts}{root}?connection_timeout=20s");
+        // `connect_timeout`: the Redis name of `connection_timeout`, accepted as well.
+        let url = format!("zookeeper://simba:s3cret@{hosts}{root}?connect_timeout=20s");
         let b = simba_lease::connect(&url).expect("connect by URL");
         let s = b
             .open_session(Duration::from_secs(30), &Metadata::default())

@@ -337,10 +337,16 @@ impl ZooKeeperBuilder {
     }
 
     /// Bounds how long opening a session (and the backend's own connection) may take
-    /// (default 15 s).
+    /// (default 15 s; URL option `connection_timeout`, or `connect_timeout` as on Redis).
     pub fn connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout;
         self
+    }
+
+    /// The same as [`connection_timeout`](Self::connection_timeout), under the name the Redis
+    /// backend gives this bound.
+    pub fn connect_timeout(self, timeout: Duration) -> Self {
+        self.connection_timeout(timeout)
     }
 
     /// Bounds every other ZooKeeper call (default 5 s; calls of a session are also bounded by
@@ -1776,6 +1782,7 @@ fn rewatch(cfg: &Cfg, reader: &Reader) -> Option<zk::PersistentWatcher> {
 pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBackend> {
     u.check_params(&[
         "connection_timeout",
+        "connect_timeout",
         "request_timeout",
         "acl",
         "ca",
@@ -1814,8 +1821,11 @@ pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBacke
     if let Some(user) = &u.user {
         b = b.digest(user, u.password.as_deref().unwrap_or(""));
     }
-    if let Some(v) = u.param("connection_timeout") {
-        b = b.connection_timeout(options::timeout("connection_timeout", v)?);
+    // `connect_timeout`: the name the Redis backend gives the same bound.
+    for option in ["connect_timeout", "connection_timeout"] {
+        if let Some(v) = u.param(option) {
+            b = b.connection_timeout(options::timeout(option, v)?);
+        }
     }
     if let Some(v) = u.param("request_timeout") {
         b = b.request_timeout(options::timeout("request_timeout", v)?);
