@@ -1442,7 +1442,10 @@ pub unsafe extern "C" fn simba_session_on_event(
         s.session.on_event(move |event| {
             let data = &data;
             let e = convert(event);
-            let key = &e as *const EventBox as usize;
+            // A pointer to the whole box (`#[repr(C)]`, `c` first), so that
+            // `simba_event_value` may read the box's other fields through it.
+            let p = std::ptr::addr_of!(e).cast::<simba_event>();
+            let key = p as usize;
             CALLBACK_EVENTS.with(|c| c.borrow_mut().push(key));
             // Off the list again however the call ends.
             struct Done(usize);
@@ -1453,7 +1456,7 @@ pub unsafe extern "C" fn simba_session_on_event(
             }
             let _done = Done(key);
             // SAFETY: the C contract of the callback; `e` outlives the call.
-            unsafe { cb(&e.c, data.0) };
+            unsafe { cb(p, data.0) };
         });
         Ok(())
     })
@@ -1931,11 +1934,10 @@ pub unsafe extern "C" fn simba_election_term(
 ) -> simba_status {
     ffi(|| {
         let e = &get::<ElectionObj, _>(election)?.0;
-        let term = e.check()?;
-        let not_leader = || Error::NotLeader {
-            name: term.name.clone(),
-        };
-        let valid = e.valid_for().ok_or_else(not_leader)?;
+        // Token and validity of one term, read together.
+        let (term, valid) = e.valid_term().ok_or_else(|| Error::NotLeader {
+            name: e.name().clone(),
+        })?;
         put_opt(out_token, term.token.get());
         put_opt(out_valid_ms, millis(valid));
         Ok(())
