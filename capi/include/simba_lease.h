@@ -651,8 +651,9 @@ enum simba_status simba_election_set_value(const struct simba_election *election
 
 // The value this candidate gives its terms (empty for none; no backend call), copied into
 // `buf` of `buf_len` bytes with a NUL after it (`SIMBA_VALUE_LEN` always suffices; a
-// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`), its length in bytes
-// without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
+// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`, leaves `buf`
+// untouched and still writes the length, so the caller can retry with length + 1 bytes),
+// its length in bytes without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
 // the length; `out_value_len` may be NULL. A value may contain NUL bytes: use the length.
 enum simba_status simba_election_value(const struct simba_election *election,
                                        char *buf,

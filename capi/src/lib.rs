@@ -20,9 +20,11 @@
 //! * Term values go in as a pointer and a length (`value`, `value_len`: UTF-8, at most
 //!   [`SIMBA_MAX_VALUE_LEN`] bytes, no NUL needed; NULL with length 0 is the empty value)
 //!   and come out copied into the caller's buffer (`buf`, `buf_len`: [`SIMBA_VALUE_LEN`]
-//!   always suffices; a smaller one that does not fit gives `SIMBA_INVALID_ARGUMENT` and
-//!   nothing is written) with a NUL after them and their length (`out_value_len`); `buf`
-//!   NULL with `buf_len` 0 copies nothing (a length query).
+//!   always suffices; a smaller one that does not fit gives `SIMBA_INVALID_ARGUMENT`, the
+//!   buffer untouched and, as `snprintf` does, the length the value needs without its NUL
+//!   in `*out_value_len` when that is not NULL) with a NUL after them and their length
+//!   without the NUL (`out_value_len`); `buf` NULL with `buf_len` 0 copies nothing (a
+//!   length query).
 //! * Timeouts are milliseconds; `SIMBA_FOREVER` (`UINT64_MAX`) waits without a deadline. A
 //!   call that talks to the backend is bounded by the URL's time limits (`query_timeout` and
 //!   `connect_timeout` on Redis, `query_timeout` on PostgreSQL and MySQL, `request_timeout`
@@ -710,8 +712,10 @@ fn value_arg(p: *const c_char, len: usize) -> R<String> {
 }
 
 /// Checks that a term value fits a caller's buffer (the rules of the `buf, buf_len,
-/// out_value_len` arguments: NULL `buf` with `buf_len` 0 copies nothing).
-fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize) -> R {
+/// out_value_len` arguments: NULL `buf` with `buf_len` 0 copies nothing). A buffer too
+/// small gives `SIMBA_INVALID_ARGUMENT` with the value's length (without the NUL) in
+/// `*out_value_len` unless that is NULL, as `snprintf` tells the length it needed.
+fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize, out_value_len: *mut usize) -> R {
     if buf.is_null() {
         if buf_len != 0 {
             return Err(Fail::new(
@@ -722,6 +726,7 @@ fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize) -> R {
         return Ok(());
     }
     if buf_len <= value.len() {
+        put_opt(out_value_len, value.len());
         return Err(Fail::new(
             SIMBA_INVALID_ARGUMENT,
             format!(
@@ -1109,10 +1114,12 @@ pub unsafe extern "C" fn simba_event_value(
         }
         let key = event as usize;
         let copy = || {
-            // SAFETY: `event` is a live `EventBox` (checked by the caller of `copy`), whose
-            // first field is the `simba_event`.
+            // SAFETY: `event` points to a live `EventBox` (checked by the caller of `copy`):
+            // `#[repr(C)]` with the `simba_event` first, and the pointer was made from the
+            // whole box (`Box::into_raw` in `next_event`, `addr_of!` of the box passed to a
+            // callback), so it may read the box's other fields.
             let value = unsafe { &(*event.cast::<EventBox>()).value };
-            check_value_buf(value, buf, buf_len)?;
+            check_value_buf(value, buf, buf_len, out_value_len)?;
             put_value(value, buf, out_value_len);
             Ok(())
         };
@@ -1966,8 +1973,9 @@ pub unsafe extern "C" fn simba_election_set_value(
 
 /// The value this candidate gives its terms (empty for none; no backend call), copied into
 /// `buf` of `buf_len` bytes with a NUL after it (`SIMBA_VALUE_LEN` always suffices; a
-/// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`), its length in bytes
-/// without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
+/// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`, leaves `buf`
+/// untouched and still writes the length, so the caller can retry with length + 1 bytes),
+/// its length in bytes without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
 /// the length; `out_value_len` may be NULL. A value may contain NUL bytes: use the length.
 #[no_mangle]
 pub unsafe extern "C" fn simba_election_value(
@@ -1978,7 +1986,7 @@ pub unsafe extern "C" fn simba_election_value(
 ) -> simba_status {
     ffi(|| {
         let value = get::<ElectionObj, _>(election)?.0.value();
-        check_value_buf(&value, buf, buf_len)?;
+        check_value_buf(&value, buf, buf_len, out_value_len)?;
         put_value(&value, buf, out_value_len);
         Ok(())
     })
@@ -2108,7 +2116,7 @@ fn put_owner(
     out_value_len: *mut usize,
 ) -> R {
     let value = owner.map_or("", |o| o.value.as_str());
-    check_value_buf(value, buf, buf_len)?;
+    check_value_buf(value, buf, buf_len, out_value_len)?;
     let mut c = simba_owner {
         held: false,
         token: 0,

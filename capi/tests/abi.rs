@@ -1082,7 +1082,8 @@ fn leader_values_of_elections_and_locks() {
             SIMBA_OK
         );
         assert_eq!((owner.token, value_of(&buf, len)), (token, v2.to_string()));
-        // A buffer too small: an error, and nothing written.
+        // A buffer too small: an error, the buffer and owner untouched, and the length
+        // needed (without the NUL) told, as snprintf does.
         let mut small = [0x7f as c_char; 4];
         owner = std::mem::zeroed();
         len = 99;
@@ -1097,7 +1098,28 @@ fn leader_values_of_elections_and_locks() {
             SIMBA_INVALID_ARGUMENT
         );
         assert!(last_error().contains("too small"), "{}", last_error());
-        assert_eq!((owner.held, len, small[0]), (false, 99, 0x7f));
+        assert_eq!((owner.held, len), (false, v2.len()));
+        assert!(small.iter().all(|&c| c == 0x7f), "buf untouched");
+        // The same from the election's own value; then a buffer of exactly len + 1 fits.
+        len = 99;
+        assert_eq!(
+            simba_election_value(election, small.as_mut_ptr(), small.len(), &mut len),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert_eq!(len, v2.len());
+        assert!(small.iter().all(|&c| c == 0x7f), "buf untouched");
+        assert_eq!(
+            simba_election_value(election, small.as_mut_ptr(), small.len(), null_mut()),
+            SIMBA_INVALID_ARGUMENT,
+            "out_value_len may be NULL"
+        );
+        let mut exact = vec![0x7f as c_char; len + 1];
+        len = 99;
+        assert_eq!(
+            simba_election_value(election, exact.as_mut_ptr(), exact.len(), &mut len),
+            SIMBA_OK
+        );
+        assert_eq!(value_of(&exact, len), v2);
         // NULL buf with a length, or NULL value with a length, are NULL arguments.
         assert_eq!(
             simba_election_value(election, null_mut(), 8, &mut len),
