@@ -572,14 +572,18 @@ enum simba_status simba_lock_term(const struct simba_lock *lock,
 // backend before returning (one backend call): every read of the owner
 // ([`simba_observer_leader_value`]) shows it until the term ends, and observers get a
 // `LEADER_CHANGED`. `SIMBA_LEASE_LOST` if the lock is no longer held. Not kept after the
-// call.
+// call. The backend call does not block the handle's other calls: `simba_lock_free`,
+// `simba_lock_is_valid`, `simba_lock_check` and `simba_lock_term` on other threads (or in
+// a callback) return without waiting for it; [`simba_lock_unlock`] waits for it.
 enum simba_status simba_lock_set_value(const struct simba_lock *lock,
                                        const char *value,
                                        size_t value_len);
 
 // Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
-// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
-// free it with [`simba_lock_free`].
+// was already lost. A second unlock gives `SIMBA_CLOSED`. If a [`simba_lock_set_value`] on
+// this lock is in flight on another thread, unlock waits until it returned (bounded by the
+// URL's time limits), then releases. The handle stays allocated: free it with
+// [`simba_lock_free`].
 enum simba_status simba_lock_unlock(const struct simba_lock *lock);
 
 // Waits up to `timeout_ms` for this lock's loss event (`LOCK_LOST`); see
@@ -589,7 +593,9 @@ enum simba_status simba_lock_next_event(const struct simba_lock *lock,
                                         struct simba_event **out_event);
 
 // Frees the lock handle; a lock still held is released at once locally and on the
-// backend from the session's work thread (no network call on this thread).
+// backend from the session's work thread (no network call on this thread, and no wait for
+// one). If a [`simba_lock_set_value`] on this lock is in flight on another thread, the
+// release happens when that call returns.
 enum simba_status simba_lock_free(struct simba_lock *lock);
 
 // Enters the election `name` (NUL-terminated UTF-8) as a candidate; it campaigns until it

@@ -88,8 +88,8 @@
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use lease::spi::LeaseBackend;
 use lease::{
-    Cancel, Config, Election, Error, Event, Group, LockGuard, LossReason, Member, Membership,
-    Observer, Owner, Permit, Semaphore, Session, SessionState,
+    Cancel, Config, Election, Error, Event, Group, LeaseName, LockGuard, LossReason, Member,
+    Membership, Observer, Owner, Permit, Semaphore, Session, SessionState, Token,
 };
 use std::any::Any;
 use std::cell::RefCell;
@@ -783,14 +783,265 @@ impl Kind for SessionObj {
     const NAME: &'static str = "simba_session";
 }
 
-struct LockObj {
-    guard: Mutex<Option<LockGuard>>,
+/// A held term of a lock or a permit: what the `simba_lock_*` and `simba_permit_*`
+/// functions share.
+trait Held: Send + Sync + 'static {
+    /// What it is, in messages ("lock", "permit").
+    const WHAT: &'static str;
+    /// What ending it is called, in messages ("unlocked", "released").
+    const ENDED: &'static str;
+    fn name(&self) -> &LeaseName;
+    fn token(&self) -> Token;
+    fn index(&self) -> u32;
+    fn is_valid(&self) -> bool;
+    fn valid_for(&self) -> Option<Duration>;
+    fn check(&self) -> lease::Result<Token>;
+    fn lost(&self) -> &Receiver<Event>;
+    /// Ends the term now on the backend (`unlock`, `release`).
+    fn end(self) -> lease::Result<()>;
+}
+
+impl Held for LockGuard {
+    const WHAT: &'static str = "lock";
+    const ENDED: &'static str = "unlocked";
+    fn name(&self) -> &LeaseName {
+        self.name()
+    }
+    fn token(&self) -> Token {
+        self.token()
+    }
+    fn index(&self) -> u32 {
+        0
+    }
+    fn is_valid(&self) -> bool {
+        self.is_valid()
+    }
+    fn valid_for(&self) -> Option<Duration> {
+        self.valid_for()
+    }
+    fn check(&self) -> lease::Result<Token> {
+        self.check()
+    }
+    fn lost(&self) -> &Receiver<Event> {
+        self.lost()
+    }
+    fn end(self) -> lease::Result<()> {
+        self.unlock()
+    }
+}
+
+impl Held for Permit {
+    const WHAT: &'static str = "permit";
+    const ENDED: &'static str = "released";
+    fn name(&self) -> &LeaseName {
+        self.lease()
+    }
+    fn token(&self) -> Token {
+        self.token()
+    }
+    fn index(&self) -> u32 {
+        self.index()
+    }
+    fn is_valid(&self) -> bool {
+        self.is_valid()
+    }
+    fn valid_for(&self) -> Option<Duration> {
+        self.valid_for()
+    }
+    fn check(&self) -> lease::Result<Token> {
+        self.check()
+    }
+    fn lost(&self) -> &Receiver<Event> {
+        self.lost()
+    }
+    fn end(self) -> lease::Result<()> {
+        self.release()
+    }
+}
+
+/// The object behind a `simba_lock` or `simba_permit` handle.
+struct HeldObj<G> {
+    /// The guard until it is unlocked, released or freed. Its mutex is held only to read or
+    /// swap it, never across a backend call: a backend call on it (`simba_lock_set_value`)
+    /// clones the `Arc` out first.
+    held: Mutex<Option<Arc<G>>>,
+    // Read after the guard is gone.
     token: u64,
     name: String,
+    index: u32,
     lost: Receiver<Event>,
 }
+
+type LockObj = HeldObj<LockGuard>;
 impl Kind for LockObj {
     const NAME: &'static str = "simba_lock";
+}
+
+type PermitObj = HeldObj<Permit>;
+impl Kind for PermitObj {
+    const NAME: &'static str = "simba_permit";
+}
+
+impl<G: Held> HeldObj<G> {
+    fn new(guard: G) -> Self {
+        HeldObj {
+            token: guard.token().get(),
+            name: guard.name().to_string(),
+            index: guard.index(),
+            lost: guard.lost().clone(),
+            held: Mutex::new(Some(Arc::new(guard))),
+        }
+    }
+
+    fn ended(&self, status: simba_status, already: &str) -> Fail {
+        Fail::new(
+            status,
+            format!("{} {} was {already}{}", G::WHAT, self.name, G::ENDED),
+        )
+    }
+
+    /// Runs `f` on the guard under the mutex (local reads only: no backend call), or
+    /// `SIMBA_LEASE_LOST` once it ended.
+    fn with<T>(&self, f: impl FnOnce(&G) -> R<T>) -> R<T> {
+        match locked(&self.held).as_deref() {
+            Some(g) => f(g),
+            None => Err(self.ended(SIMBA_LEASE_LOST, "")),
+        }
+    }
+
+    /// The guard for a backend call, outside the mutex; `SIMBA_LEASE_LOST` once it ended.
+    fn shared(&self) -> R<Arc<G>> {
+        let g = locked(&self.held).clone();
+        g.ok_or_else(|| self.ended(SIMBA_LEASE_LOST, ""))
+    }
+
+    fn is_valid(&self) -> bool {
+        locked(&self.held).as_deref().is_some_and(G::is_valid)
+    }
+
+    fn term(&self) -> R<(Token, Duration)> {
+        self.with(|g| {
+            let token = g.check()?;
+            // Lost between the two reads: as lost as `check` would have said.
+            let valid = g.valid_for().ok_or_else(|| Error::LeaseLost {
+                name: g.name().clone(),
+                token,
+            })?;
+            Ok((token, valid))
+        })
+    }
+
+    /// Ends the term on the backend now; `SIMBA_CLOSED` the second time. A backend call on
+    /// the guard in flight on another thread (`simba_lock_set_value`) is waited for first.
+    fn end(&self) -> R {
+        let Some(mut g) = locked(&self.held).take() else {
+            return Err(self.ended(SIMBA_CLOSED, "already "));
+        };
+        // No new clone can be made now; the ones in flight end within a backend call.
+        let g = loop {
+            match Arc::try_unwrap(g) {
+                Ok(g) => break g,
+                Err(again) => g = again,
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        Ok(g.end()?)
+    }
+
+    /// Drops the guard (its `*_free`): released locally now and on the backend from the
+    /// session's work thread, or when a backend call in flight on it returns.
+    fn drop_guard(&self) {
+        drop(locked(&self.held).take());
+    }
+}
+
+/// `simba_lock_is_valid` and `simba_permit_is_valid`.
+fn held_is_valid<G: Held, H>(handle: *const H, out_valid: *mut bool) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let o = out(out_valid, "out_valid")?;
+        put(o, get::<HeldObj<G>, _>(handle)?.is_valid());
+        Ok(())
+    })
+}
+
+/// `simba_lock_check` and `simba_permit_check`.
+fn held_check<G: Held, H>(handle: *const H, out_token: *mut u64) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        let token = get::<HeldObj<G>, _>(handle)?.with(|g| Ok(g.check()?))?;
+        put(o, token.get());
+        Ok(())
+    })
+}
+
+/// `simba_lock_token` and `simba_permit_token`.
+fn held_token<G: Held, H>(handle: *const H, out_token: *mut u64) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        put(o, get::<HeldObj<G>, _>(handle)?.token);
+        Ok(())
+    })
+}
+
+/// `simba_lock_term` and `simba_permit_term`.
+fn held_term<G: Held, H>(
+    handle: *const H,
+    out_token: *mut u64,
+    out_valid_ms: *mut u64,
+) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let (token, valid) = get::<HeldObj<G>, _>(handle)?.term()?;
+        put_opt(out_token, token.get());
+        put_opt(out_valid_ms, millis(valid));
+        Ok(())
+    })
+}
+
+/// `simba_lock_unlock` and `simba_permit_release`.
+fn held_end<G: Held, H>(handle: *const H) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| get::<HeldObj<G>, _>(handle)?.end())
+}
+
+/// `simba_lock_next_event` and `simba_permit_next_event`.
+fn held_next_event<G: Held, H>(
+    handle: *const H,
+    timeout_ms: u64,
+    out_event: *mut *mut simba_event,
+) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let rx = get::<HeldObj<G>, _>(handle)?.lost.clone();
+        next_event(&rx, timeout_ms, out_event)
+    })
+}
+
+/// `simba_lock_free` and `simba_permit_free`.
+fn held_free<G: Held, H>(handle: *mut H) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        // Released now even if another thread still holds the object for a moment.
+        lookup::<HeldObj<G>, _>(handle, true)?.drop_guard();
+        Ok(())
+    })
 }
 
 struct ElectionObj(Election);
@@ -847,17 +1098,6 @@ impl Kind for MembershipObj {
 struct SemaphoreObj(Semaphore);
 impl Kind for SemaphoreObj {
     const NAME: &'static str = "simba_semaphore";
-}
-
-struct PermitObj {
-    permit: Mutex<Option<Permit>>,
-    index: u32,
-    token: u64,
-    lease: String,
-    lost: Receiver<Event>,
-}
-impl Kind for PermitObj {
-    const NAME: &'static str = "simba_permit";
 }
 
 struct CancelObj(Cancel);
@@ -1544,15 +1784,6 @@ fn deadline(timeout_ms: u64) -> Option<Duration> {
 // ---------------------------------------------------------------------------------------
 // Locks
 
-fn lock_obj(guard: LockGuard) -> LockObj {
-    LockObj {
-        token: guard.token().get(),
-        name: guard.name().to_string(),
-        lost: guard.lost().clone(),
-        guard: Mutex::new(Some(guard)),
-    }
-}
-
 fn lock_with(
     session: *const simba_session,
     name: *const c_char,
@@ -1565,7 +1796,7 @@ fn lock_with(
         let s = get::<SessionObj, _>(session)?;
         let name = text(name, "name")?;
         let guard = how(&s.session, name)?;
-        put(o, register(lock_obj(guard))?);
+        put(o, register(LockObj::new(guard))?);
         Ok(())
     })
 }
@@ -1638,11 +1869,7 @@ pub unsafe extern "C" fn simba_lock_token(
     lock: *const simba_lock,
     out_token: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_token, "out_token")?;
-        put(o, get::<LockObj, _>(lock)?.token);
-        Ok(())
-    })
+    held_token::<LockGuard, _>(lock, out_token)
 }
 
 /// Writes the lock's name (NUL-terminated) into `buf` of `buf_len` bytes (at least
@@ -1682,13 +1909,7 @@ pub unsafe extern "C" fn simba_lock_is_valid(
     lock: *const simba_lock,
     out_valid: *mut bool,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_valid, "out_valid")?;
-        let l = get::<LockObj, _>(lock)?;
-        let valid = locked(&l.guard).as_ref().is_some_and(|g| g.is_valid());
-        put(o, valid);
-        Ok(())
-    })
+    held_is_valid::<LockGuard, _>(lock, out_valid)
 }
 
 /// The fencing token if the lock is still held, else `SIMBA_LEASE_LOST`: call it before
@@ -1698,21 +1919,7 @@ pub unsafe extern "C" fn simba_lock_check(
     lock: *const simba_lock,
     out_token: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_token, "out_token")?;
-        let l = get::<LockObj, _>(lock)?;
-        let g = locked(&l.guard);
-        match g.as_ref() {
-            Some(g) => put(o, g.check()?.get()),
-            None => {
-                return Err(Fail::new(
-                    SIMBA_LEASE_LOST,
-                    format!("lock {} was unlocked", l.name),
-                ))
-            }
-        }
-        Ok(())
-    })
+    held_check::<LockGuard, _>(lock, out_token)
 }
 
 /// The lock's term if it is still held: `*out_token` its fencing token and `*out_valid_ms`
@@ -1725,25 +1932,7 @@ pub unsafe extern "C" fn simba_lock_term(
     out_token: *mut u64,
     out_valid_ms: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let l = get::<LockObj, _>(lock)?;
-        let g = locked(&l.guard);
-        let Some(g) = g.as_ref() else {
-            return Err(Fail::new(
-                SIMBA_LEASE_LOST,
-                format!("lock {} was unlocked", l.name),
-            ));
-        };
-        let token = g.check()?.get();
-        // Lost between the two reads: as lost as `check` would have said.
-        let valid = g.valid_for().ok_or_else(|| Error::LeaseLost {
-            name: g.name().clone(),
-            token: g.token(),
-        })?;
-        put_opt(out_token, token);
-        put_opt(out_valid_ms, millis(valid));
-        Ok(())
-    })
+    held_term::<LockGuard, _>(lock, out_token, out_valid_ms)
 }
 
 /// Sets the value of this lock's term (`value_len` bytes of UTF-8 at `value`, no NUL
@@ -1752,7 +1941,9 @@ pub unsafe extern "C" fn simba_lock_term(
 /// backend before returning (one backend call): every read of the owner
 /// ([`simba_observer_leader_value`]) shows it until the term ends, and observers get a
 /// `LEADER_CHANGED`. `SIMBA_LEASE_LOST` if the lock is no longer held. Not kept after the
-/// call.
+/// call. The backend call does not block the handle's other calls: `simba_lock_free`,
+/// `simba_lock_is_valid`, `simba_lock_check` and `simba_lock_term` on other threads (or in
+/// a callback) return without waiting for it; [`simba_lock_unlock`] waits for it.
 #[no_mangle]
 pub unsafe extern "C" fn simba_lock_set_value(
     lock: *const simba_lock,
@@ -1762,33 +1953,19 @@ pub unsafe extern "C" fn simba_lock_set_value(
     ffi(|| {
         let l = get::<LockObj, _>(lock)?;
         let value = value_arg(value, value_len)?;
-        let g = locked(&l.guard);
-        match g.as_ref() {
-            Some(g) => Ok(g.set_value(value)?),
-            None => Err(Fail::new(
-                SIMBA_LEASE_LOST,
-                format!("lock {} was unlocked", l.name),
-            )),
-        }
+        // The backend call runs outside the handle's mutex.
+        Ok(l.shared()?.set_value(value)?)
     })
 }
 
 /// Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
-/// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
-/// free it with [`simba_lock_free`].
+/// was already lost. A second unlock gives `SIMBA_CLOSED`. If a [`simba_lock_set_value`] on
+/// this lock is in flight on another thread, unlock waits until it returned (bounded by the
+/// URL's time limits), then releases. The handle stays allocated: free it with
+/// [`simba_lock_free`].
 #[no_mangle]
 pub unsafe extern "C" fn simba_lock_unlock(lock: *const simba_lock) -> simba_status {
-    ffi(|| {
-        let l = get::<LockObj, _>(lock)?;
-        let guard = locked(&l.guard).take();
-        match guard {
-            Some(g) => Ok(g.unlock()?),
-            None => Err(Fail::new(
-                SIMBA_CLOSED,
-                format!("lock {} was already unlocked", l.name),
-            )),
-        }
-    })
+    held_end::<LockGuard, _>(lock)
 }
 
 /// Waits up to `timeout_ms` for this lock's loss event (`LOCK_LOST`); see
@@ -1799,22 +1976,16 @@ pub unsafe extern "C" fn simba_lock_next_event(
     timeout_ms: u64,
     out_event: *mut *mut simba_event,
 ) -> simba_status {
-    ffi(|| {
-        let rx = get::<LockObj, _>(lock)?.lost.clone();
-        next_event(&rx, timeout_ms, out_event)
-    })
+    held_next_event::<LockGuard, _>(lock, timeout_ms, out_event)
 }
 
 /// Frees the lock handle; a lock still held is released at once locally and on the
-/// backend from the session's work thread (no network call on this thread).
+/// backend from the session's work thread (no network call on this thread, and no wait for
+/// one). If a [`simba_lock_set_value`] on this lock is in flight on another thread, the
+/// release happens when that call returns.
 #[no_mangle]
 pub unsafe extern "C" fn simba_lock_free(lock: *mut simba_lock) -> simba_status {
-    ffi(|| {
-        let l = lookup::<LockObj, _>(lock, true)?;
-        // Released now even if another thread still holds the object for a moment.
-        drop(locked(&l.guard).take());
-        Ok(())
-    })
+    held_free::<LockGuard, _>(lock)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2362,16 +2533,6 @@ pub unsafe extern "C" fn simba_session_semaphore(
     })
 }
 
-fn permit_obj(permit: Permit) -> PermitObj {
-    PermitObj {
-        index: permit.index(),
-        token: permit.token().get(),
-        lease: permit.lease().to_string(),
-        lost: permit.lost().clone(),
-        permit: Mutex::new(Some(permit)),
-    }
-}
-
 fn acquire_with(
     semaphore: *const simba_semaphore,
     out_permit: *mut *mut simba_permit,
@@ -2382,7 +2543,7 @@ fn acquire_with(
         put(o, std::ptr::null_mut());
         let sem = get::<SemaphoreObj, _>(semaphore)?;
         let permit = how(&sem.0)?;
-        put(o, register(permit_obj(permit))?);
+        put(o, register(PermitObj::new(permit))?);
         Ok(())
     })
 }
@@ -2550,11 +2711,7 @@ pub unsafe extern "C" fn simba_permit_token(
     permit: *const simba_permit,
     out_token: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_token, "out_token")?;
-        put(o, get::<PermitObj, _>(permit)?.token);
-        Ok(())
-    })
+    held_token::<Permit, _>(permit, out_token)
 }
 
 /// Whether the permit is still held (session live, term's local deadline ahead); false once
@@ -2564,13 +2721,7 @@ pub unsafe extern "C" fn simba_permit_is_valid(
     permit: *const simba_permit,
     out_valid: *mut bool,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_valid, "out_valid")?;
-        let p = get::<PermitObj, _>(permit)?;
-        let valid = locked(&p.permit).as_ref().is_some_and(|p| p.is_valid());
-        put(o, valid);
-        Ok(())
-    })
+    held_is_valid::<Permit, _>(permit, out_valid)
 }
 
 /// The fencing token if the permit is still held, else `SIMBA_LEASE_LOST`: call it before
@@ -2580,21 +2731,7 @@ pub unsafe extern "C" fn simba_permit_check(
     permit: *const simba_permit,
     out_token: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_token, "out_token")?;
-        let p = get::<PermitObj, _>(permit)?;
-        let held = locked(&p.permit);
-        match held.as_ref() {
-            Some(held) => put(o, held.check()?.get()),
-            None => {
-                return Err(Fail::new(
-                    SIMBA_LEASE_LOST,
-                    format!("permit {} was released", p.lease),
-                ))
-            }
-        }
-        Ok(())
-    })
+    held_check::<Permit, _>(permit, out_token)
 }
 
 /// The permit's term if it is still held: `*out_token` its fencing token and
@@ -2607,25 +2744,7 @@ pub unsafe extern "C" fn simba_permit_term(
     out_token: *mut u64,
     out_valid_ms: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let p = get::<PermitObj, _>(permit)?;
-        let held = locked(&p.permit);
-        let Some(held) = held.as_ref() else {
-            return Err(Fail::new(
-                SIMBA_LEASE_LOST,
-                format!("permit {} was released", p.lease),
-            ));
-        };
-        let token = held.check()?;
-        // Lost between the two reads: as lost as `check` would have said.
-        let valid = held.valid_for().ok_or_else(|| Error::LeaseLost {
-            name: held.lease().clone(),
-            token,
-        })?;
-        put_opt(out_token, token.get());
-        put_opt(out_valid_ms, millis(valid));
-        Ok(())
-    })
+    held_term::<Permit, _>(permit, out_token, out_valid_ms)
 }
 
 /// Releases the permit now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if
@@ -2633,17 +2752,7 @@ pub unsafe extern "C" fn simba_permit_term(
 /// free it with [`simba_permit_free`].
 #[no_mangle]
 pub unsafe extern "C" fn simba_permit_release(permit: *const simba_permit) -> simba_status {
-    ffi(|| {
-        let p = get::<PermitObj, _>(permit)?;
-        let held = locked(&p.permit).take();
-        match held {
-            Some(held) => Ok(held.release()?),
-            None => Err(Fail::new(
-                SIMBA_CLOSED,
-                format!("permit {} was already released", p.lease),
-            )),
-        }
-    })
+    held_end::<Permit, _>(permit)
 }
 
 /// Waits up to `timeout_ms` for this permit's loss event (`LOCK_LOST`, `name` the permit's
@@ -2654,22 +2763,14 @@ pub unsafe extern "C" fn simba_permit_next_event(
     timeout_ms: u64,
     out_event: *mut *mut simba_event,
 ) -> simba_status {
-    ffi(|| {
-        let rx = get::<PermitObj, _>(permit)?.lost.clone();
-        next_event(&rx, timeout_ms, out_event)
-    })
+    held_next_event::<Permit, _>(permit, timeout_ms, out_event)
 }
 
 /// Frees the permit handle; a permit still held is released at once locally and on the
 /// backend from the session's work thread (no network call on this thread).
 #[no_mangle]
 pub unsafe extern "C" fn simba_permit_free(permit: *mut simba_permit) -> simba_status {
-    ffi(|| {
-        let p = lookup::<PermitObj, _>(permit, true)?;
-        // Released now even if another thread still holds the object for a moment.
-        drop(locked(&p.permit).take());
-        Ok(())
-    })
+    held_free::<Permit, _>(permit)
 }
 
 #[cfg(test)]

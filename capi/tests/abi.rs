@@ -1246,6 +1246,78 @@ fn leader_values_of_elections_and_locks() {
 }
 
 #[test]
+fn unlock_and_free_while_set_value_runs_on_other_threads() {
+    on_each_backend(|| unsafe {
+        let s = session();
+        for unlock in [true, false] {
+            let mut lock = null_mut();
+            assert_eq!(
+                simba_session_lock(s, c"busy-value".as_ptr(), &mut lock),
+                SIMBA_OK
+            );
+            let l = lock as usize;
+            let set = AtomicUsize::new(0);
+            std::thread::scope(|scope| {
+                for _ in 0..2 {
+                    scope.spawn(|| {
+                        let v = "v";
+                        let mut ended = false;
+                        for _ in 0..50 {
+                            let l = l as *const simba_lock;
+                            match simba_lock_set_value(l, v.as_ptr().cast(), v.len()) {
+                                SIMBA_OK => {
+                                    assert!(!ended, "set after the lock ended");
+                                    set.fetch_add(1, Ordering::Relaxed);
+                                }
+                                SIMBA_LEASE_LOST | SIMBA_INVALID_HANDLE => ended = true,
+                                st => panic!("{st:?}: {}", last_error()),
+                            }
+                        }
+                    });
+                }
+                // Local reads meanwhile, then the end, once some values were set.
+                let mut valid = false;
+                while set.load(Ordering::Relaxed) < 2 {
+                    assert_eq!(
+                        simba_lock_is_valid(l as *const simba_lock, &mut valid),
+                        SIMBA_OK
+                    );
+                    assert!(valid);
+                    std::thread::yield_now();
+                }
+                if unlock {
+                    assert_eq!(
+                        simba_lock_unlock(l as *const simba_lock),
+                        SIMBA_OK,
+                        "{}",
+                        last_error()
+                    );
+                } else {
+                    assert_eq!(simba_lock_free(l as *mut simba_lock), SIMBA_OK);
+                }
+            });
+            if unlock {
+                let v = "late";
+                assert_eq!(
+                    simba_lock_set_value(lock, v.as_ptr().cast(), v.len()),
+                    SIMBA_LEASE_LOST
+                );
+                assert_eq!(simba_lock_free(lock), SIMBA_OK);
+            }
+            // Released either way: the name can be taken again.
+            assert_eq!(
+                simba_session_lock_timeout(s, c"busy-value".as_ptr(), PATIENCE_MS, &mut lock),
+                SIMBA_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        }
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    })
+}
+
+#[test]
 fn semaphore_permits() {
     on_each_backend(|| unsafe {
         let mut backend = null_mut();
