@@ -56,9 +56,11 @@
 //!
 //! The plain data results, [`simba_event`], [`simba_member_list`] and [`simba_holder_list`],
 //! are real pointers freed by [`simba_event_free`], [`simba_member_list_free`] and
-//! [`simba_holder_list_free`]; those check that the pointer is a live result of their kind
-//! (a second free gives `SIMBA_INVALID_HANDLE`), but reading one after it
-//! was freed is not detected (undefined behaviour, as with any freed C memory).
+//! [`simba_holder_list_free`]; those check that the pointer is a live result of their kind,
+//! keyed by its address: a second free gives `SIMBA_INVALID_HANDLE` unless the memory was
+//! reused by a newer result of the same kind meanwhile (then that one is freed), so it is
+//! detected only then. Reading one after it was freed is not detected (undefined behaviour,
+//! as with any freed C memory).
 //!
 //! ## Threads
 //!
@@ -67,7 +69,8 @@
 //! elected, acquire a permit, next event) block only the calling thread; [`simba_session_lock`] ends early
 //! only when another thread closes or frees the session (`SIMBA_CLOSED`). The
 //! `*_cancellable` waits also end when another thread fires their [`simba_cancel`]
-//! (`SIMBA_CANCELLED`, within about 10 ms plus at most one backend call in flight). The error message
+//! (`SIMBA_CANCELLED`, within about 10 ms plus at most one backend call in flight); their
+//! `cancel` is required: NULL gives `SIMBA_NULL_ARGUMENT`. The error message
 //! is per thread. Event callbacks run on the library's event threads (see
 //! [`simba_session_on_event`]); they must return normally (no C++ exception, no `longjmp`
 //! out of them), and [`simba_session_close`] / [`simba_session_free`] wait for the final
@@ -1326,8 +1329,9 @@ fn free_result<B, C>(p: *mut C, what: &str) -> R {
 }
 
 /// Frees an event from a `*_next_event` function. NULL is ignored; a pointer that is not a
-/// live event (freed already) gives `SIMBA_INVALID_HANDLE`. Reading the event (or its
-/// strings and member lists) after this is undefined behaviour.
+/// live event (freed already, unless its memory was reused by a newer event) gives
+/// `SIMBA_INVALID_HANDLE`. Reading the event (or its strings and member lists) after this
+/// is undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_event_free(event: *mut simba_event) -> simba_status {
     ffi(|| free_result::<EventBox, _>(event, EVENT))
@@ -1340,7 +1344,8 @@ pub unsafe extern "C" fn simba_event_free(event: *mut simba_event) -> simba_stat
 /// empty for every other kind, or when the holder set none or the lease became free.
 /// `event` is one from a `*_next_event` function, not freed yet, or, inside a callback, the
 /// event that callback was given (on its thread, during the call); any other pointer gives
-/// `SIMBA_INVALID_HANDLE`.
+/// `SIMBA_INVALID_HANDLE` (a freed event only unless its memory was reused by a newer event:
+/// do not call it on freed events).
 #[no_mangle]
 pub unsafe extern "C" fn simba_event_value(
     event: *const simba_event,
@@ -1616,7 +1621,8 @@ pub unsafe extern "C" fn simba_session_wait_valid(
 
 /// Waits until the session is valid, `timeout_ms` passes (`SIMBA_TIMEOUT`; `SIMBA_FOREVER`:
 /// no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once if it was fired
-/// before the call); fails at once if it closed or expired for good.
+/// before the call); fails at once if it closed or expired for good. `cancel` NULL gives
+/// `SIMBA_NULL_ARGUMENT` (use [`simba_session_wait_valid`] for no token).
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_wait_valid_cancellable(
     session: *const simba_session,
@@ -1847,7 +1853,8 @@ pub unsafe extern "C" fn simba_session_lock_timeout(
 /// (`SIMBA_TIMEOUT` after that; `SIMBA_FOREVER`: no limit) or until `cancel` is fired by any
 /// thread (`SIMBA_CANCELLED`, at once if it was fired before the call), or the session is
 /// closed or freed (`SIMBA_CLOSED`). `*out_lock` is the held lock; NULL on any failure
-/// (nothing is held then).
+/// (nothing is held then). `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use
+/// [`simba_session_lock_timeout`] for no token).
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_lock_cancellable(
     session: *const simba_session,
@@ -2053,7 +2060,8 @@ pub unsafe extern "C" fn simba_election_wait_elected(
 /// Waits until this candidate is elected, `timeout_ms` passes (`SIMBA_TIMEOUT`;
 /// `SIMBA_FOREVER`: no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once
 /// if it was fired before the call); `*out_token` is the term's fencing token. A cancelled
-/// candidate keeps campaigning.
+/// candidate keeps campaigning. `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use
+/// [`simba_election_wait_elected`] for no token).
 #[no_mangle]
 pub unsafe extern "C" fn simba_election_wait_elected_cancellable(
     election: *const simba_election,
@@ -2437,7 +2445,7 @@ struct MembersBox {
 }
 
 /// Frees a list from [`simba_group_members`]. NULL is ignored; a list freed already gives
-/// `SIMBA_INVALID_HANDLE`. Reading the list (its items or their metadata) after this is
+/// `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the list (its items or their metadata) after this is
 /// undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_member_list_free(list: *mut simba_member_list) -> simba_status {
@@ -2584,6 +2592,8 @@ pub unsafe extern "C" fn simba_semaphore_acquire_timeout(
 
 /// [`simba_semaphore_acquire_timeout`] that also ends when `cancel` is fired by any thread
 /// (`SIMBA_CANCELLED`, at once if it was fired before the call; nothing is taken then).
+/// `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use [`simba_semaphore_acquire_timeout`] for
+/// no token).
 #[no_mangle]
 pub unsafe extern "C" fn simba_semaphore_acquire_cancellable(
     semaphore: *const simba_semaphore,
@@ -2619,8 +2629,10 @@ struct HoldersBox {
     _values: Vec<Vec<u8>>,
 }
 
-/// The permits held now, by any session, by permit index (one backend read per permit);
-/// `*out_holders` is a list to free with [`simba_holder_list_free`].
+/// The permits held now, by any session, by permit index: one backend read per permit, one
+/// after the other, so the call takes up to permits × the URL's `query_timeout` (1000
+/// permits: up to 1000 reads). `*out_holders` is a list to free with
+/// [`simba_holder_list_free`].
 #[no_mangle]
 pub unsafe extern "C" fn simba_semaphore_holders(
     semaphore: *const simba_semaphore,
@@ -2677,7 +2689,7 @@ pub unsafe extern "C" fn simba_semaphore_holders(
 }
 
 /// Frees a list from [`simba_semaphore_holders`]. NULL is ignored; a list freed already
-/// gives `SIMBA_INVALID_HANDLE`. Reading the list (its items or their values) after this is
+/// gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the list (its items or their values) after this is
 /// undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_holder_list_free(list: *mut simba_holder_list) -> simba_status {

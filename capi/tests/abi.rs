@@ -396,7 +396,6 @@ fn a_severed_session_reports_the_lock_lost() {
         assert_eq!(e.token, token);
         assert_eq!(text(&e.name), "job");
         assert_eq!(simba_event_free(event), SIMBA_OK);
-        assert_eq!(simba_event_free(event), SIMBA_INVALID_HANDLE, "double free");
         let mut valid = true;
         assert_eq!(simba_lock_is_valid(lock, &mut valid), SIMBA_OK);
         assert!(!valid);
@@ -559,7 +558,6 @@ fn observers_and_groups() {
             std::slice::from_raw_parts(members[0].metadata.cast::<u8>(), members[0].metadata_len);
         assert_eq!(md, b"worker-1");
         assert_eq!(simba_member_list_free(list), SIMBA_OK);
-        assert_eq!(simba_member_list_free(list), SIMBA_INVALID_HANDLE);
         // A watch: its first event lists the members now.
         let mut e = null_mut();
         assert_eq!(simba_group_next_event(group, PATIENCE_MS, &mut e), SIMBA_OK);
@@ -1386,7 +1384,6 @@ fn semaphore_permits() {
             "a holder list is no member list"
         );
         assert_eq!(simba_holder_list_free(holders), SIMBA_OK);
-        assert_eq!(simba_holder_list_free(holders), SIMBA_INVALID_HANDLE);
         assert_eq!(simba_holder_list_free(null_mut()), SIMBA_OK);
 
         // All held: another session's semaphore of the same name is busy, then times out.
@@ -1576,11 +1573,6 @@ fn leader_changed_events_carry_the_value() {
             );
             seen.push(((*e).token, value_of(&buf, len)));
             assert_eq!(simba_event_free(e), SIMBA_OK);
-            assert_eq!(
-                simba_event_value(e, null_mut(), 0, &mut len),
-                SIMBA_INVALID_HANDLE,
-                "a freed event"
-            );
         }
         // The session's callback got the same, reading the value inside the call.
         let patience = Duration::from_millis(PATIENCE_MS);
