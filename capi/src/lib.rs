@@ -742,6 +742,27 @@ fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize, out_value_len:
     Ok(())
 }
 
+/// Copies text with a NUL into a non-NULL `buf` of `buf_len` bytes, or gives
+/// `SIMBA_INVALID_ARGUMENT` (nothing written) if it does not fit.
+fn put_text(text: &str, buf: *mut c_char, buf_len: usize) -> R {
+    let bytes = text.as_bytes();
+    if buf_len <= bytes.len() {
+        return Err(Fail::new(
+            SIMBA_INVALID_ARGUMENT,
+            format!(
+                "buf_len {buf_len} is too small for {} bytes",
+                bytes.len() + 1
+            ),
+        ));
+    }
+    // SAFETY: `buf` holds `buf_len` > bytes.len() bytes by the C contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len());
+        buf.add(bytes.len()).write(0);
+    }
+    Ok(())
+}
+
 /// Copies a term value checked by [`check_value_buf`] out: into `buf` (with a NUL) unless
 /// it is NULL, its length into `*out_value_len` unless that is NULL.
 fn put_value(value: &str, buf: *mut c_char, out_value_len: *mut usize) {
@@ -804,63 +825,44 @@ trait Held: Send + Sync + 'static {
     fn end(self) -> lease::Result<()>;
 }
 
-impl Held for LockGuard {
-    const WHAT: &'static str = "lock";
-    const ENDED: &'static str = "unlocked";
-    fn name(&self) -> &LeaseName {
-        self.name()
-    }
-    fn token(&self) -> Token {
-        self.token()
-    }
-    fn index(&self) -> u32 {
-        0
-    }
-    fn is_valid(&self) -> bool {
-        self.is_valid()
-    }
-    fn valid_for(&self) -> Option<Duration> {
-        self.valid_for()
-    }
-    fn check(&self) -> lease::Result<Token> {
-        self.check()
-    }
-    fn lost(&self) -> &Receiver<Event> {
-        self.lost()
-    }
-    fn end(self) -> lease::Result<()> {
-        self.unlock()
-    }
+/// `impl Held` by delegation to the type's own methods of the same names, but for its
+/// name (`$name`), its index and how it ends (`$end`).
+macro_rules! impl_held {
+    ($t:ty, $what:literal, $ended:literal, $name:ident, |$g:ident| $index:expr, $end:ident) => {
+        impl Held for $t {
+            const WHAT: &'static str = $what;
+            const ENDED: &'static str = $ended;
+            fn name(&self) -> &LeaseName {
+                self.$name()
+            }
+            fn token(&self) -> Token {
+                self.token()
+            }
+            fn index(&self) -> u32 {
+                let $g = self;
+                $index
+            }
+            fn is_valid(&self) -> bool {
+                self.is_valid()
+            }
+            fn valid_for(&self) -> Option<Duration> {
+                self.valid_for()
+            }
+            fn check(&self) -> lease::Result<Token> {
+                self.check()
+            }
+            fn lost(&self) -> &Receiver<Event> {
+                self.lost()
+            }
+            fn end(self) -> lease::Result<()> {
+                self.$end()
+            }
+        }
+    };
 }
 
-impl Held for Permit {
-    const WHAT: &'static str = "permit";
-    const ENDED: &'static str = "released";
-    fn name(&self) -> &LeaseName {
-        self.lease()
-    }
-    fn token(&self) -> Token {
-        self.token()
-    }
-    fn index(&self) -> u32 {
-        self.index()
-    }
-    fn is_valid(&self) -> bool {
-        self.is_valid()
-    }
-    fn valid_for(&self) -> Option<Duration> {
-        self.valid_for()
-    }
-    fn check(&self) -> lease::Result<Token> {
-        self.check()
-    }
-    fn lost(&self) -> &Receiver<Event> {
-        self.lost()
-    }
-    fn end(self) -> lease::Result<()> {
-        self.release()
-    }
-}
+impl_held!(LockGuard, "lock", "unlocked", name, |_lock| 0, unlock);
+impl_held!(Permit, "permit", "released", lease, |p| p.index(), release);
 
 /// The object behind a `simba_lock` or `simba_permit` handle.
 struct HeldObj<G> {
@@ -1542,22 +1544,7 @@ pub unsafe extern "C" fn simba_session_id(
     ffi(|| {
         let buf = out(buf, "buf")?;
         let id = get::<SessionObj, _>(session)?.session.id();
-        let bytes = id.as_str().as_bytes();
-        if buf_len <= bytes.len() {
-            return Err(Fail::new(
-                SIMBA_INVALID_ARGUMENT,
-                format!(
-                    "buf_len {buf_len} is too small for {} bytes",
-                    bytes.len() + 1
-                ),
-            ));
-        }
-        // SAFETY: `buf` holds `buf_len` > bytes.len() bytes by the C contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len());
-            buf.add(bytes.len()).write(0);
-        }
-        Ok(())
+        put_text(id.as_str(), buf, buf_len)
     })
 }
 
@@ -1889,23 +1876,7 @@ pub unsafe extern "C" fn simba_lock_name(
 ) -> simba_status {
     ffi(|| {
         let buf = out(buf, "buf")?;
-        let l = get::<LockObj, _>(lock)?;
-        let bytes = l.name.as_bytes();
-        if buf_len <= bytes.len() {
-            return Err(Fail::new(
-                SIMBA_INVALID_ARGUMENT,
-                format!(
-                    "buf_len {buf_len} is too small for {} bytes",
-                    bytes.len() + 1
-                ),
-            ));
-        }
-        // SAFETY: `buf` holds `buf_len` > bytes.len() bytes by the C contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len());
-            buf.add(bytes.len()).write(0);
-        }
-        Ok(())
+        put_text(&get::<LockObj, _>(lock)?.name, buf, buf_len)
     })
 }
 
