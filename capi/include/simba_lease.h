@@ -15,9 +15,11 @@
  * Term values (a leader's or lock holder's value, e.g. its address) go in as a pointer and
  * a length (value, value_len: UTF-8, at most SIMBA_MAX_VALUE_LEN bytes, no NUL needed;
  * NULL with length 0 is the empty value) and come out copied into the caller's buffer
- * (buf, buf_len: SIMBA_VALUE_LEN always suffices; too small gives SIMBA_INVALID_ARGUMENT
- * and writes nothing) with a NUL after them and their length (out_value_len); buf NULL
- * with buf_len 0 copies nothing (a length query).
+ * (buf, buf_len: SIMBA_VALUE_LEN always suffices; too small gives SIMBA_INVALID_ARGUMENT,
+ * leaves buf untouched and, as snprintf does, writes the length the value needs without
+ * its NUL to *out_value_len when that is not NULL) with a NUL after them and their length
+ * without the NUL (out_value_len); buf NULL with buf_len 0 copies nothing (a length
+ * query).
  *
  * Handles (simba_backend, simba_session, simba_lock, simba_election, simba_observer,
  * simba_group, simba_membership, simba_cancel, simba_semaphore, simba_permit) are opaque
@@ -34,9 +36,11 @@
  *    their event queues end (SIMBA_CLOSED); what they recorded (a lock's token and name)
  *    stays readable until they are freed.
  *  - A simba_event, simba_member_list or simba_holder_list is a real pointer, freed by
- *    simba_event_free / simba_member_list_free / simba_holder_list_free (a second free,
- *    or a free by the wrong function, gives SIMBA_INVALID_HANDLE). Reading one after
- *    it was freed is undefined behaviour, as with any freed C memory.
+ *    simba_event_free / simba_member_list_free / simba_holder_list_free. A free by the
+ *    wrong function gives SIMBA_INVALID_HANDLE; so does a second free, unless the memory
+ *    was reused by a newer result of the same kind meanwhile (the check is keyed by
+ *    address). Reading one after it was freed is undefined behaviour, as with any freed
+ *    C memory.
  *
  * Threads. Every handle is thread-safe: it may be used from any thread and from several at
  * once. Freeing a handle while another thread is inside a call on it is safe: that call
@@ -44,8 +48,9 @@
  * calling thread. simba_session_lock waits until the lock is free: it ends early only when
  * another thread closes or frees the session (SIMBA_CLOSED); use simba_session_lock_timeout
  * for a bound. The *_cancellable waits take a simba_cancel: firing it from any thread
- * (simba_cancel_fire) ends them with SIMBA_CANCELLED within about 10 ms, at once if it
- * was fired before the call.
+ * (simba_cancel_fire) ends them with SIMBA_CANCELLED within about 10 ms plus at most one
+ * backend call in flight, at once if it was fired before the call. Their cancel argument
+ * is required (NULL: SIMBA_NULL_ARGUMENT).
  *
  * Events come both ways: the blocking *_next_event(handle, timeout_ms, &event) queues and
  * callbacks (simba_session_on_event). A session's queue starts at its first
@@ -367,8 +372,9 @@ const char *simba_last_error(void);
 const char *simba_status_name(int32_t status);
 
 // Frees an event from a `*_next_event` function. NULL is ignored; a pointer that is not a
-// live event (freed already) gives `SIMBA_INVALID_HANDLE`. Reading the event (or its
-// strings and member lists) after this is undefined behaviour.
+// live event (freed already, unless its memory was reused by a newer event) gives
+// `SIMBA_INVALID_HANDLE`. Reading the event (or its strings and member lists) after this
+// is undefined behaviour.
 enum simba_status simba_event_free(struct simba_event *event);
 
 // The term value an event carries, copied into `buf` as for [`simba_election_value`]
@@ -378,7 +384,8 @@ enum simba_status simba_event_free(struct simba_event *event);
 // empty for every other kind, or when the holder set none or the lease became free.
 // `event` is one from a `*_next_event` function, not freed yet, or, inside a callback, the
 // event that callback was given (on its thread, during the call); any other pointer gives
-// `SIMBA_INVALID_HANDLE`.
+// `SIMBA_INVALID_HANDLE` (a freed event only unless its memory was reused by a newer event:
+// do not call it on freed events).
 enum simba_status simba_event_value(const struct simba_event *event,
                                     char *buf,
                                     size_t buf_len,
@@ -447,7 +454,8 @@ enum simba_status simba_session_wait_valid(const struct simba_session *session,
 
 // Waits until the session is valid, `timeout_ms` passes (`SIMBA_TIMEOUT`; `SIMBA_FOREVER`:
 // no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once if it was fired
-// before the call); fails at once if it closed or expired for good.
+// before the call); fails at once if it closed or expired for good. `cancel` NULL gives
+// `SIMBA_NULL_ARGUMENT` (use [`simba_session_wait_valid`] for no token).
 enum simba_status simba_session_wait_valid_cancellable(const struct simba_session *session,
                                                        uint64_t timeout_ms,
                                                        const struct simba_cancel *cancel);
@@ -535,7 +543,8 @@ enum simba_status simba_session_lock_timeout(const struct simba_session *session
 // (`SIMBA_TIMEOUT` after that; `SIMBA_FOREVER`: no limit) or until `cancel` is fired by any
 // thread (`SIMBA_CANCELLED`, at once if it was fired before the call), or the session is
 // closed or freed (`SIMBA_CLOSED`). `*out_lock` is the held lock; NULL on any failure
-// (nothing is held then).
+// (nothing is held then). `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use
+// [`simba_session_lock_timeout`] for no token).
 enum simba_status simba_session_lock_cancellable(const struct simba_session *session,
                                                  const char *name,
                                                  uint64_t timeout_ms,
@@ -572,14 +581,18 @@ enum simba_status simba_lock_term(const struct simba_lock *lock,
 // backend before returning (one backend call): every read of the owner
 // ([`simba_observer_leader_value`]) shows it until the term ends, and observers get a
 // `LEADER_CHANGED`. `SIMBA_LEASE_LOST` if the lock is no longer held. Not kept after the
-// call.
+// call. The backend call does not block the handle's other calls: `simba_lock_free`,
+// `simba_lock_is_valid`, `simba_lock_check` and `simba_lock_term` on other threads (or in
+// a callback) return without waiting for it; [`simba_lock_unlock`] waits for it.
 enum simba_status simba_lock_set_value(const struct simba_lock *lock,
                                        const char *value,
                                        size_t value_len);
 
 // Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
-// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
-// free it with [`simba_lock_free`].
+// was already lost. A second unlock gives `SIMBA_CLOSED`. If a [`simba_lock_set_value`] on
+// this lock is in flight on another thread, unlock waits until it returned (bounded by the
+// URL's time limits), then releases. The handle stays allocated: free it with
+// [`simba_lock_free`].
 enum simba_status simba_lock_unlock(const struct simba_lock *lock);
 
 // Waits up to `timeout_ms` for this lock's loss event (`LOCK_LOST`); see
@@ -589,7 +602,9 @@ enum simba_status simba_lock_next_event(const struct simba_lock *lock,
                                         struct simba_event **out_event);
 
 // Frees the lock handle; a lock still held is released at once locally and on the
-// backend from the session's work thread (no network call on this thread).
+// backend from the session's work thread (no network call on this thread, and no wait for
+// one). If a [`simba_lock_set_value`] on this lock is in flight on another thread, the
+// release happens when that call returns.
 enum simba_status simba_lock_free(struct simba_lock *lock);
 
 // Enters the election `name` (NUL-terminated UTF-8) as a candidate; it campaigns until it
@@ -617,7 +632,8 @@ enum simba_status simba_election_wait_elected(const struct simba_election *elect
 // Waits until this candidate is elected, `timeout_ms` passes (`SIMBA_TIMEOUT`;
 // `SIMBA_FOREVER`: no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once
 // if it was fired before the call); `*out_token` is the term's fencing token. A cancelled
-// candidate keeps campaigning.
+// candidate keeps campaigning. `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use
+// [`simba_election_wait_elected`] for no token).
 enum simba_status simba_election_wait_elected_cancellable(const struct simba_election *election,
                                                           uint64_t timeout_ms,
                                                           const struct simba_cancel *cancel,
@@ -651,8 +667,9 @@ enum simba_status simba_election_set_value(const struct simba_election *election
 
 // The value this candidate gives its terms (empty for none; no backend call), copied into
 // `buf` of `buf_len` bytes with a NUL after it (`SIMBA_VALUE_LEN` always suffices; a
-// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`), its length in bytes
-// without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
+// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`, leaves `buf`
+// untouched and still writes the length, so the caller can retry with length + 1 bytes),
+// its length in bytes without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
 // the length; `out_value_len` may be NULL. A value may contain NUL bytes: use the length.
 enum simba_status simba_election_value(const struct simba_election *election,
                                        char *buf,
@@ -745,7 +762,7 @@ enum simba_status simba_group_members(const struct simba_group *group,
                                       struct simba_member_list **out_members);
 
 // Frees a list from [`simba_group_members`]. NULL is ignored; a list freed already gives
-// `SIMBA_INVALID_HANDLE`. Reading the list (its items or their metadata) after this is
+// `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the list (its items or their metadata) after this is
 // undefined behaviour.
 enum simba_status simba_member_list_free(struct simba_member_list *list);
 
@@ -792,6 +809,8 @@ enum simba_status simba_semaphore_acquire_timeout(const struct simba_semaphore *
 
 // [`simba_semaphore_acquire_timeout`] that also ends when `cancel` is fired by any thread
 // (`SIMBA_CANCELLED`, at once if it was fired before the call; nothing is taken then).
+// `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use [`simba_semaphore_acquire_timeout`] for
+// no token).
 enum simba_status simba_semaphore_acquire_cancellable(const struct simba_semaphore *semaphore,
                                                       uint64_t timeout_ms,
                                                       const struct simba_cancel *cancel,
@@ -801,13 +820,15 @@ enum simba_status simba_semaphore_acquire_cancellable(const struct simba_semapho
 enum simba_status simba_semaphore_permits(const struct simba_semaphore *semaphore,
                                           uint32_t *out_permits);
 
-// The permits held now, by any session, by permit index (one backend read per permit);
-// `*out_holders` is a list to free with [`simba_holder_list_free`].
+// The permits held now, by any session, by permit index: one backend read per permit, one
+// after the other, so the call takes up to permits × the URL's `query_timeout` (1000
+// permits: up to 1000 reads). `*out_holders` is a list to free with
+// [`simba_holder_list_free`].
 enum simba_status simba_semaphore_holders(const struct simba_semaphore *semaphore,
                                           struct simba_holder_list **out_holders);
 
 // Frees a list from [`simba_semaphore_holders`]. NULL is ignored; a list freed already
-// gives `SIMBA_INVALID_HANDLE`. Reading the list (its items or their values) after this is
+// gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the list (its items or their values) after this is
 // undefined behaviour.
 enum simba_status simba_holder_list_free(struct simba_holder_list *list);
 

@@ -20,9 +20,11 @@
 //! * Term values go in as a pointer and a length (`value`, `value_len`: UTF-8, at most
 //!   [`SIMBA_MAX_VALUE_LEN`] bytes, no NUL needed; NULL with length 0 is the empty value)
 //!   and come out copied into the caller's buffer (`buf`, `buf_len`: [`SIMBA_VALUE_LEN`]
-//!   always suffices; a smaller one that does not fit gives `SIMBA_INVALID_ARGUMENT` and
-//!   nothing is written) with a NUL after them and their length (`out_value_len`); `buf`
-//!   NULL with `buf_len` 0 copies nothing (a length query).
+//!   always suffices; a smaller one that does not fit gives `SIMBA_INVALID_ARGUMENT`, the
+//!   buffer untouched and, as `snprintf` does, the length the value needs without its NUL
+//!   in `*out_value_len` when that is not NULL) with a NUL after them and their length
+//!   without the NUL (`out_value_len`); `buf` NULL with `buf_len` 0 copies nothing (a
+//!   length query).
 //! * Timeouts are milliseconds; `SIMBA_FOREVER` (`UINT64_MAX`) waits without a deadline. A
 //!   call that talks to the backend is bounded by the URL's time limits (`query_timeout` and
 //!   `connect_timeout` on Redis, `query_timeout` on PostgreSQL and MySQL, `request_timeout`
@@ -54,9 +56,11 @@
 //!
 //! The plain data results, [`simba_event`], [`simba_member_list`] and [`simba_holder_list`],
 //! are real pointers freed by [`simba_event_free`], [`simba_member_list_free`] and
-//! [`simba_holder_list_free`]; those check that the pointer is a live result of their kind
-//! (a second free gives `SIMBA_INVALID_HANDLE`), but reading one after it
-//! was freed is not detected (undefined behaviour, as with any freed C memory).
+//! [`simba_holder_list_free`]; those check that the pointer is a live result of their kind,
+//! keyed by its address: a second free gives `SIMBA_INVALID_HANDLE` unless the memory was
+//! reused by a newer result of the same kind meanwhile (then that one is freed), so it is
+//! detected only then. Reading one after it was freed is not detected (undefined behaviour,
+//! as with any freed C memory).
 //!
 //! ## Threads
 //!
@@ -65,7 +69,8 @@
 //! elected, acquire a permit, next event) block only the calling thread; [`simba_session_lock`] ends early
 //! only when another thread closes or frees the session (`SIMBA_CLOSED`). The
 //! `*_cancellable` waits also end when another thread fires their [`simba_cancel`]
-//! (`SIMBA_CANCELLED`, within about 10 ms plus at most one backend call in flight). The error message
+//! (`SIMBA_CANCELLED`, within about 10 ms plus at most one backend call in flight); their
+//! `cancel` is required: NULL gives `SIMBA_NULL_ARGUMENT`. The error message
 //! is per thread. Event callbacks run on the library's event threads (see
 //! [`simba_session_on_event`]); they must return normally (no C++ exception, no `longjmp`
 //! out of them), and [`simba_session_close`] / [`simba_session_free`] wait for the final
@@ -86,8 +91,8 @@
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use lease::spi::LeaseBackend;
 use lease::{
-    Cancel, Config, Election, Error, Event, Group, LockGuard, LossReason, Member, Membership,
-    Observer, Owner, Permit, Semaphore, Session, SessionState,
+    Cancel, Config, Election, Error, Event, Group, LeaseName, LockGuard, LossReason, Member,
+    Membership, Observer, Owner, Permit, Semaphore, Session, SessionState, Token,
 };
 use std::any::Any;
 use std::cell::RefCell;
@@ -710,8 +715,10 @@ fn value_arg(p: *const c_char, len: usize) -> R<String> {
 }
 
 /// Checks that a term value fits a caller's buffer (the rules of the `buf, buf_len,
-/// out_value_len` arguments: NULL `buf` with `buf_len` 0 copies nothing).
-fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize) -> R {
+/// out_value_len` arguments: NULL `buf` with `buf_len` 0 copies nothing). A buffer too
+/// small gives `SIMBA_INVALID_ARGUMENT` with the value's length (without the NUL) in
+/// `*out_value_len` unless that is NULL, as `snprintf` tells the length it needed.
+fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize, out_value_len: *mut usize) -> R {
     if buf.is_null() {
         if buf_len != 0 {
             return Err(Fail::new(
@@ -722,6 +729,7 @@ fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize) -> R {
         return Ok(());
     }
     if buf_len <= value.len() {
+        put_opt(out_value_len, value.len());
         return Err(Fail::new(
             SIMBA_INVALID_ARGUMENT,
             format!(
@@ -730,6 +738,27 @@ fn check_value_buf(value: &str, buf: *mut c_char, buf_len: usize) -> R {
                 value.len()
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Copies text with a NUL into a non-NULL `buf` of `buf_len` bytes, or gives
+/// `SIMBA_INVALID_ARGUMENT` (nothing written) if it does not fit.
+fn put_text(text: &str, buf: *mut c_char, buf_len: usize) -> R {
+    let bytes = text.as_bytes();
+    if buf_len <= bytes.len() {
+        return Err(Fail::new(
+            SIMBA_INVALID_ARGUMENT,
+            format!(
+                "buf_len {buf_len} is too small for {} bytes",
+                bytes.len() + 1
+            ),
+        ));
+    }
+    // SAFETY: `buf` holds `buf_len` > bytes.len() bytes by the C contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len());
+        buf.add(bytes.len()).write(0);
     }
     Ok(())
 }
@@ -778,14 +807,246 @@ impl Kind for SessionObj {
     const NAME: &'static str = "simba_session";
 }
 
-struct LockObj {
-    guard: Mutex<Option<LockGuard>>,
+/// A held term of a lock or a permit: what the `simba_lock_*` and `simba_permit_*`
+/// functions share.
+trait Held: Send + Sync + 'static {
+    /// What it is, in messages ("lock", "permit").
+    const WHAT: &'static str;
+    /// What ending it is called, in messages ("unlocked", "released").
+    const ENDED: &'static str;
+    fn name(&self) -> &LeaseName;
+    fn token(&self) -> Token;
+    fn index(&self) -> u32;
+    fn is_valid(&self) -> bool;
+    fn valid_for(&self) -> Option<Duration>;
+    fn check(&self) -> lease::Result<Token>;
+    fn lost(&self) -> &Receiver<Event>;
+    /// Ends the term now on the backend (`unlock`, `release`).
+    fn end(self) -> lease::Result<()>;
+}
+
+/// `impl Held` by delegation to the type's own methods of the same names, but for its
+/// name (`$name`), its index and how it ends (`$end`).
+macro_rules! impl_held {
+    ($t:ty, $what:literal, $ended:literal, $name:ident, |$g:ident| $index:expr, $end:ident) => {
+        impl Held for $t {
+            const WHAT: &'static str = $what;
+            const ENDED: &'static str = $ended;
+            fn name(&self) -> &LeaseName {
+                self.$name()
+            }
+            fn token(&self) -> Token {
+                self.token()
+            }
+            fn index(&self) -> u32 {
+                let $g = self;
+                $index
+            }
+            fn is_valid(&self) -> bool {
+                self.is_valid()
+            }
+            fn valid_for(&self) -> Option<Duration> {
+                self.valid_for()
+            }
+            fn check(&self) -> lease::Result<Token> {
+                self.check()
+            }
+            fn lost(&self) -> &Receiver<Event> {
+                self.lost()
+            }
+            fn end(self) -> lease::Result<()> {
+                self.$end()
+            }
+        }
+    };
+}
+
+impl_held!(LockGuard, "lock", "unlocked", name, |_lock| 0, unlock);
+impl_held!(Permit, "permit", "released", lease, |p| p.index(), release);
+
+/// The object behind a `simba_lock` or `simba_permit` handle.
+struct HeldObj<G> {
+    /// The guard until it is unlocked, released or freed. Its mutex is held only to read or
+    /// swap it, never across a backend call: a backend call on it (`simba_lock_set_value`)
+    /// clones the `Arc` out first.
+    held: Mutex<Option<Arc<G>>>,
+    // Read after the guard is gone.
     token: u64,
     name: String,
+    index: u32,
     lost: Receiver<Event>,
 }
+
+type LockObj = HeldObj<LockGuard>;
 impl Kind for LockObj {
     const NAME: &'static str = "simba_lock";
+}
+
+type PermitObj = HeldObj<Permit>;
+impl Kind for PermitObj {
+    const NAME: &'static str = "simba_permit";
+}
+
+impl<G: Held> HeldObj<G> {
+    fn new(guard: G) -> Self {
+        HeldObj {
+            token: guard.token().get(),
+            name: guard.name().to_string(),
+            index: guard.index(),
+            lost: guard.lost().clone(),
+            held: Mutex::new(Some(Arc::new(guard))),
+        }
+    }
+
+    fn ended(&self, status: simba_status, already: &str) -> Fail {
+        Fail::new(
+            status,
+            format!("{} {} was {already}{}", G::WHAT, self.name, G::ENDED),
+        )
+    }
+
+    /// Runs `f` on the guard under the mutex (local reads only: no backend call), or
+    /// `SIMBA_LEASE_LOST` once it ended.
+    fn with<T>(&self, f: impl FnOnce(&G) -> R<T>) -> R<T> {
+        match locked(&self.held).as_deref() {
+            Some(g) => f(g),
+            None => Err(self.ended(SIMBA_LEASE_LOST, "")),
+        }
+    }
+
+    /// The guard for a backend call, outside the mutex; `SIMBA_LEASE_LOST` once it ended.
+    fn shared(&self) -> R<Arc<G>> {
+        let g = locked(&self.held).clone();
+        g.ok_or_else(|| self.ended(SIMBA_LEASE_LOST, ""))
+    }
+
+    fn is_valid(&self) -> bool {
+        locked(&self.held).as_deref().is_some_and(G::is_valid)
+    }
+
+    fn term(&self) -> R<(Token, Duration)> {
+        self.with(|g| {
+            let token = g.check()?;
+            // Lost between the two reads: as lost as `check` would have said.
+            let valid = g.valid_for().ok_or_else(|| Error::LeaseLost {
+                name: g.name().clone(),
+                token,
+            })?;
+            Ok((token, valid))
+        })
+    }
+
+    /// Ends the term on the backend now; `SIMBA_CLOSED` the second time. A backend call on
+    /// the guard in flight on another thread (`simba_lock_set_value`) is waited for first.
+    fn end(&self) -> R {
+        let Some(mut g) = locked(&self.held).take() else {
+            return Err(self.ended(SIMBA_CLOSED, "already "));
+        };
+        // No new clone can be made now; the ones in flight end within a backend call.
+        let g = loop {
+            match Arc::try_unwrap(g) {
+                Ok(g) => break g,
+                Err(again) => g = again,
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        Ok(g.end()?)
+    }
+
+    /// Drops the guard (its `*_free`): released locally now and on the backend from the
+    /// session's work thread, or when a backend call in flight on it returns.
+    fn drop_guard(&self) {
+        drop(locked(&self.held).take());
+    }
+}
+
+/// `simba_lock_is_valid` and `simba_permit_is_valid`.
+fn held_is_valid<G: Held, H>(handle: *const H, out_valid: *mut bool) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let o = out(out_valid, "out_valid")?;
+        put(o, get::<HeldObj<G>, _>(handle)?.is_valid());
+        Ok(())
+    })
+}
+
+/// `simba_lock_check` and `simba_permit_check`.
+fn held_check<G: Held, H>(handle: *const H, out_token: *mut u64) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        let token = get::<HeldObj<G>, _>(handle)?.with(|g| Ok(g.check()?))?;
+        put(o, token.get());
+        Ok(())
+    })
+}
+
+/// `simba_lock_token` and `simba_permit_token`.
+fn held_token<G: Held, H>(handle: *const H, out_token: *mut u64) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let o = out(out_token, "out_token")?;
+        put(o, get::<HeldObj<G>, _>(handle)?.token);
+        Ok(())
+    })
+}
+
+/// `simba_lock_term` and `simba_permit_term`.
+fn held_term<G: Held, H>(
+    handle: *const H,
+    out_token: *mut u64,
+    out_valid_ms: *mut u64,
+) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let (token, valid) = get::<HeldObj<G>, _>(handle)?.term()?;
+        put_opt(out_token, token.get());
+        put_opt(out_valid_ms, millis(valid));
+        Ok(())
+    })
+}
+
+/// `simba_lock_unlock` and `simba_permit_release`.
+fn held_end<G: Held, H>(handle: *const H) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| get::<HeldObj<G>, _>(handle)?.end())
+}
+
+/// `simba_lock_next_event` and `simba_permit_next_event`.
+fn held_next_event<G: Held, H>(
+    handle: *const H,
+    timeout_ms: u64,
+    out_event: *mut *mut simba_event,
+) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        let rx = get::<HeldObj<G>, _>(handle)?.lost.clone();
+        next_event(&rx, timeout_ms, out_event)
+    })
+}
+
+/// `simba_lock_free` and `simba_permit_free`.
+fn held_free<G: Held, H>(handle: *mut H) -> simba_status
+where
+    HeldObj<G>: Kind,
+{
+    ffi(|| {
+        // Released now even if another thread still holds the object for a moment.
+        lookup::<HeldObj<G>, _>(handle, true)?.drop_guard();
+        Ok(())
+    })
 }
 
 struct ElectionObj(Election);
@@ -842,17 +1103,6 @@ impl Kind for MembershipObj {
 struct SemaphoreObj(Semaphore);
 impl Kind for SemaphoreObj {
     const NAME: &'static str = "simba_semaphore";
-}
-
-struct PermitObj {
-    permit: Mutex<Option<Permit>>,
-    index: u32,
-    token: u64,
-    lease: String,
-    lost: Receiver<Event>,
-}
-impl Kind for PermitObj {
-    const NAME: &'static str = "simba_permit";
 }
 
 struct CancelObj(Cancel);
@@ -1081,8 +1331,9 @@ fn free_result<B, C>(p: *mut C, what: &str) -> R {
 }
 
 /// Frees an event from a `*_next_event` function. NULL is ignored; a pointer that is not a
-/// live event (freed already) gives `SIMBA_INVALID_HANDLE`. Reading the event (or its
-/// strings and member lists) after this is undefined behaviour.
+/// live event (freed already, unless its memory was reused by a newer event) gives
+/// `SIMBA_INVALID_HANDLE`. Reading the event (or its strings and member lists) after this
+/// is undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_event_free(event: *mut simba_event) -> simba_status {
     ffi(|| free_result::<EventBox, _>(event, EVENT))
@@ -1095,7 +1346,8 @@ pub unsafe extern "C" fn simba_event_free(event: *mut simba_event) -> simba_stat
 /// empty for every other kind, or when the holder set none or the lease became free.
 /// `event` is one from a `*_next_event` function, not freed yet, or, inside a callback, the
 /// event that callback was given (on its thread, during the call); any other pointer gives
-/// `SIMBA_INVALID_HANDLE`.
+/// `SIMBA_INVALID_HANDLE` (a freed event only unless its memory was reused by a newer event:
+/// do not call it on freed events).
 #[no_mangle]
 pub unsafe extern "C" fn simba_event_value(
     event: *const simba_event,
@@ -1109,10 +1361,12 @@ pub unsafe extern "C" fn simba_event_value(
         }
         let key = event as usize;
         let copy = || {
-            // SAFETY: `event` is a live `EventBox` (checked by the caller of `copy`), whose
-            // first field is the `simba_event`.
+            // SAFETY: `event` points to a live `EventBox` (checked by the caller of `copy`):
+            // `#[repr(C)]` with the `simba_event` first, and the pointer was made from the
+            // whole box (`Box::into_raw` in `next_event`, `addr_of!` of the box passed to a
+            // callback), so it may read the box's other fields.
             let value = unsafe { &(*event.cast::<EventBox>()).value };
-            check_value_buf(value, buf, buf_len)?;
+            check_value_buf(value, buf, buf_len, out_value_len)?;
             put_value(value, buf, out_value_len);
             Ok(())
         };
@@ -1290,22 +1544,7 @@ pub unsafe extern "C" fn simba_session_id(
     ffi(|| {
         let buf = out(buf, "buf")?;
         let id = get::<SessionObj, _>(session)?.session.id();
-        let bytes = id.as_str().as_bytes();
-        if buf_len <= bytes.len() {
-            return Err(Fail::new(
-                SIMBA_INVALID_ARGUMENT,
-                format!(
-                    "buf_len {buf_len} is too small for {} bytes",
-                    bytes.len() + 1
-                ),
-            ));
-        }
-        // SAFETY: `buf` holds `buf_len` > bytes.len() bytes by the C contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len());
-            buf.add(bytes.len()).write(0);
-        }
-        Ok(())
+        put_text(id.as_str(), buf, buf_len)
     })
 }
 
@@ -1369,7 +1608,8 @@ pub unsafe extern "C" fn simba_session_wait_valid(
 
 /// Waits until the session is valid, `timeout_ms` passes (`SIMBA_TIMEOUT`; `SIMBA_FOREVER`:
 /// no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once if it was fired
-/// before the call); fails at once if it closed or expired for good.
+/// before the call); fails at once if it closed or expired for good. `cancel` NULL gives
+/// `SIMBA_NULL_ARGUMENT` (use [`simba_session_wait_valid`] for no token).
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_wait_valid_cancellable(
     session: *const simba_session,
@@ -1442,7 +1682,10 @@ pub unsafe extern "C" fn simba_session_on_event(
         s.session.on_event(move |event| {
             let data = &data;
             let e = convert(event);
-            let key = &e as *const EventBox as usize;
+            // A pointer to the whole box (`#[repr(C)]`, `c` first), so that
+            // `simba_event_value` may read the box's other fields through it.
+            let p = std::ptr::addr_of!(e).cast::<simba_event>();
+            let key = p as usize;
             CALLBACK_EVENTS.with(|c| c.borrow_mut().push(key));
             // Off the list again however the call ends.
             struct Done(usize);
@@ -1453,7 +1696,7 @@ pub unsafe extern "C" fn simba_session_on_event(
             }
             let _done = Done(key);
             // SAFETY: the C contract of the callback; `e` outlives the call.
-            unsafe { cb(&e.c, data.0) };
+            unsafe { cb(p, data.0) };
         });
         Ok(())
     })
@@ -1534,15 +1777,6 @@ fn deadline(timeout_ms: u64) -> Option<Duration> {
 // ---------------------------------------------------------------------------------------
 // Locks
 
-fn lock_obj(guard: LockGuard) -> LockObj {
-    LockObj {
-        token: guard.token().get(),
-        name: guard.name().to_string(),
-        lost: guard.lost().clone(),
-        guard: Mutex::new(Some(guard)),
-    }
-}
-
 fn lock_with(
     session: *const simba_session,
     name: *const c_char,
@@ -1555,7 +1789,7 @@ fn lock_with(
         let s = get::<SessionObj, _>(session)?;
         let name = text(name, "name")?;
         let guard = how(&s.session, name)?;
-        put(o, register(lock_obj(guard))?);
+        put(o, register(LockObj::new(guard))?);
         Ok(())
     })
 }
@@ -1606,7 +1840,8 @@ pub unsafe extern "C" fn simba_session_lock_timeout(
 /// (`SIMBA_TIMEOUT` after that; `SIMBA_FOREVER`: no limit) or until `cancel` is fired by any
 /// thread (`SIMBA_CANCELLED`, at once if it was fired before the call), or the session is
 /// closed or freed (`SIMBA_CLOSED`). `*out_lock` is the held lock; NULL on any failure
-/// (nothing is held then).
+/// (nothing is held then). `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use
+/// [`simba_session_lock_timeout`] for no token).
 #[no_mangle]
 pub unsafe extern "C" fn simba_session_lock_cancellable(
     session: *const simba_session,
@@ -1628,11 +1863,7 @@ pub unsafe extern "C" fn simba_lock_token(
     lock: *const simba_lock,
     out_token: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_token, "out_token")?;
-        put(o, get::<LockObj, _>(lock)?.token);
-        Ok(())
-    })
+    held_token::<LockGuard, _>(lock, out_token)
 }
 
 /// Writes the lock's name (NUL-terminated) into `buf` of `buf_len` bytes (at least
@@ -1645,23 +1876,7 @@ pub unsafe extern "C" fn simba_lock_name(
 ) -> simba_status {
     ffi(|| {
         let buf = out(buf, "buf")?;
-        let l = get::<LockObj, _>(lock)?;
-        let bytes = l.name.as_bytes();
-        if buf_len <= bytes.len() {
-            return Err(Fail::new(
-                SIMBA_INVALID_ARGUMENT,
-                format!(
-                    "buf_len {buf_len} is too small for {} bytes",
-                    bytes.len() + 1
-                ),
-            ));
-        }
-        // SAFETY: `buf` holds `buf_len` > bytes.len() bytes by the C contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len());
-            buf.add(bytes.len()).write(0);
-        }
-        Ok(())
+        put_text(&get::<LockObj, _>(lock)?.name, buf, buf_len)
     })
 }
 
@@ -1672,13 +1887,7 @@ pub unsafe extern "C" fn simba_lock_is_valid(
     lock: *const simba_lock,
     out_valid: *mut bool,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_valid, "out_valid")?;
-        let l = get::<LockObj, _>(lock)?;
-        let valid = locked(&l.guard).as_ref().is_some_and(|g| g.is_valid());
-        put(o, valid);
-        Ok(())
-    })
+    held_is_valid::<LockGuard, _>(lock, out_valid)
 }
 
 /// The fencing token if the lock is still held, else `SIMBA_LEASE_LOST`: call it before
@@ -1688,21 +1897,7 @@ pub unsafe extern "C" fn simba_lock_check(
     lock: *const simba_lock,
     out_token: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_token, "out_token")?;
-        let l = get::<LockObj, _>(lock)?;
-        let g = locked(&l.guard);
-        match g.as_ref() {
-            Some(g) => put(o, g.check()?.get()),
-            None => {
-                return Err(Fail::new(
-                    SIMBA_LEASE_LOST,
-                    format!("lock {} was unlocked", l.name),
-                ))
-            }
-        }
-        Ok(())
-    })
+    held_check::<LockGuard, _>(lock, out_token)
 }
 
 /// The lock's term if it is still held: `*out_token` its fencing token and `*out_valid_ms`
@@ -1715,25 +1910,7 @@ pub unsafe extern "C" fn simba_lock_term(
     out_token: *mut u64,
     out_valid_ms: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let l = get::<LockObj, _>(lock)?;
-        let g = locked(&l.guard);
-        let Some(g) = g.as_ref() else {
-            return Err(Fail::new(
-                SIMBA_LEASE_LOST,
-                format!("lock {} was unlocked", l.name),
-            ));
-        };
-        let token = g.check()?.get();
-        // Lost between the two reads: as lost as `check` would have said.
-        let valid = g.valid_for().ok_or_else(|| Error::LeaseLost {
-            name: g.name().clone(),
-            token: g.token(),
-        })?;
-        put_opt(out_token, token);
-        put_opt(out_valid_ms, millis(valid));
-        Ok(())
-    })
+    held_term::<LockGuard, _>(lock, out_token, out_valid_ms)
 }
 
 /// Sets the value of this lock's term (`value_len` bytes of UTF-8 at `value`, no NUL
@@ -1742,7 +1919,9 @@ pub unsafe extern "C" fn simba_lock_term(
 /// backend before returning (one backend call): every read of the owner
 /// ([`simba_observer_leader_value`]) shows it until the term ends, and observers get a
 /// `LEADER_CHANGED`. `SIMBA_LEASE_LOST` if the lock is no longer held. Not kept after the
-/// call.
+/// call. The backend call does not block the handle's other calls: `simba_lock_free`,
+/// `simba_lock_is_valid`, `simba_lock_check` and `simba_lock_term` on other threads (or in
+/// a callback) return without waiting for it; [`simba_lock_unlock`] waits for it.
 #[no_mangle]
 pub unsafe extern "C" fn simba_lock_set_value(
     lock: *const simba_lock,
@@ -1752,33 +1931,19 @@ pub unsafe extern "C" fn simba_lock_set_value(
     ffi(|| {
         let l = get::<LockObj, _>(lock)?;
         let value = value_arg(value, value_len)?;
-        let g = locked(&l.guard);
-        match g.as_ref() {
-            Some(g) => Ok(g.set_value(value)?),
-            None => Err(Fail::new(
-                SIMBA_LEASE_LOST,
-                format!("lock {} was unlocked", l.name),
-            )),
-        }
+        // The backend call runs outside the handle's mutex.
+        Ok(l.shared()?.set_value(value)?)
     })
 }
 
 /// Releases the lock now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
-/// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated:
-/// free it with [`simba_lock_free`].
+/// was already lost. A second unlock gives `SIMBA_CLOSED`. If a [`simba_lock_set_value`] on
+/// this lock is in flight on another thread, unlock waits until it returned (bounded by the
+/// URL's time limits), then releases. The handle stays allocated: free it with
+/// [`simba_lock_free`].
 #[no_mangle]
 pub unsafe extern "C" fn simba_lock_unlock(lock: *const simba_lock) -> simba_status {
-    ffi(|| {
-        let l = get::<LockObj, _>(lock)?;
-        let guard = locked(&l.guard).take();
-        match guard {
-            Some(g) => Ok(g.unlock()?),
-            None => Err(Fail::new(
-                SIMBA_CLOSED,
-                format!("lock {} was already unlocked", l.name),
-            )),
-        }
-    })
+    held_end::<LockGuard, _>(lock)
 }
 
 /// Waits up to `timeout_ms` for this lock's loss event (`LOCK_LOST`); see
@@ -1789,22 +1954,16 @@ pub unsafe extern "C" fn simba_lock_next_event(
     timeout_ms: u64,
     out_event: *mut *mut simba_event,
 ) -> simba_status {
-    ffi(|| {
-        let rx = get::<LockObj, _>(lock)?.lost.clone();
-        next_event(&rx, timeout_ms, out_event)
-    })
+    held_next_event::<LockGuard, _>(lock, timeout_ms, out_event)
 }
 
 /// Frees the lock handle; a lock still held is released at once locally and on the
-/// backend from the session's work thread (no network call on this thread).
+/// backend from the session's work thread (no network call on this thread, and no wait for
+/// one). If a [`simba_lock_set_value`] on this lock is in flight on another thread, the
+/// release happens when that call returns.
 #[no_mangle]
 pub unsafe extern "C" fn simba_lock_free(lock: *mut simba_lock) -> simba_status {
-    ffi(|| {
-        let l = lookup::<LockObj, _>(lock, true)?;
-        // Released now even if another thread still holds the object for a moment.
-        drop(locked(&l.guard).take());
-        Ok(())
-    })
+    held_free::<LockGuard, _>(lock)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1872,7 +2031,8 @@ pub unsafe extern "C" fn simba_election_wait_elected(
 /// Waits until this candidate is elected, `timeout_ms` passes (`SIMBA_TIMEOUT`;
 /// `SIMBA_FOREVER`: no limit) or `cancel` is fired by any thread (`SIMBA_CANCELLED`, at once
 /// if it was fired before the call); `*out_token` is the term's fencing token. A cancelled
-/// candidate keeps campaigning.
+/// candidate keeps campaigning. `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use
+/// [`simba_election_wait_elected`] for no token).
 #[no_mangle]
 pub unsafe extern "C" fn simba_election_wait_elected_cancellable(
     election: *const simba_election,
@@ -1931,11 +2091,10 @@ pub unsafe extern "C" fn simba_election_term(
 ) -> simba_status {
     ffi(|| {
         let e = &get::<ElectionObj, _>(election)?.0;
-        let term = e.check()?;
-        let not_leader = || Error::NotLeader {
-            name: term.name.clone(),
-        };
-        let valid = e.valid_for().ok_or_else(not_leader)?;
+        // Token and validity of one term, read together.
+        let (term, valid) = e.valid_term().ok_or_else(|| Error::NotLeader {
+            name: e.name().clone(),
+        })?;
         put_opt(out_token, term.token.get());
         put_opt(out_valid_ms, millis(valid));
         Ok(())
@@ -1964,8 +2123,9 @@ pub unsafe extern "C" fn simba_election_set_value(
 
 /// The value this candidate gives its terms (empty for none; no backend call), copied into
 /// `buf` of `buf_len` bytes with a NUL after it (`SIMBA_VALUE_LEN` always suffices; a
-/// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`), its length in bytes
-/// without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
+/// smaller buffer that does not fit it gives `SIMBA_INVALID_ARGUMENT`, leaves `buf`
+/// untouched and still writes the length, so the caller can retry with length + 1 bytes),
+/// its length in bytes without the NUL in `*out_value_len`. `buf` may be NULL with `buf_len` 0 to learn only
 /// the length; `out_value_len` may be NULL. A value may contain NUL bytes: use the length.
 #[no_mangle]
 pub unsafe extern "C" fn simba_election_value(
@@ -1976,7 +2136,7 @@ pub unsafe extern "C" fn simba_election_value(
 ) -> simba_status {
     ffi(|| {
         let value = get::<ElectionObj, _>(election)?.0.value();
-        check_value_buf(&value, buf, buf_len)?;
+        check_value_buf(&value, buf, buf_len, out_value_len)?;
         put_value(&value, buf, out_value_len);
         Ok(())
     })
@@ -2106,7 +2266,7 @@ fn put_owner(
     out_value_len: *mut usize,
 ) -> R {
     let value = owner.map_or("", |o| o.value.as_str());
-    check_value_buf(value, buf, buf_len)?;
+    check_value_buf(value, buf, buf_len, out_value_len)?;
     let mut c = simba_owner {
         held: false,
         token: 0,
@@ -2256,7 +2416,7 @@ struct MembersBox {
 }
 
 /// Frees a list from [`simba_group_members`]. NULL is ignored; a list freed already gives
-/// `SIMBA_INVALID_HANDLE`. Reading the list (its items or their metadata) after this is
+/// `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the list (its items or their metadata) after this is
 /// undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_member_list_free(list: *mut simba_member_list) -> simba_status {
@@ -2352,16 +2512,6 @@ pub unsafe extern "C" fn simba_session_semaphore(
     })
 }
 
-fn permit_obj(permit: Permit) -> PermitObj {
-    PermitObj {
-        index: permit.index(),
-        token: permit.token().get(),
-        lease: permit.lease().to_string(),
-        lost: permit.lost().clone(),
-        permit: Mutex::new(Some(permit)),
-    }
-}
-
 fn acquire_with(
     semaphore: *const simba_semaphore,
     out_permit: *mut *mut simba_permit,
@@ -2372,7 +2522,7 @@ fn acquire_with(
         put(o, std::ptr::null_mut());
         let sem = get::<SemaphoreObj, _>(semaphore)?;
         let permit = how(&sem.0)?;
-        put(o, register(permit_obj(permit))?);
+        put(o, register(PermitObj::new(permit))?);
         Ok(())
     })
 }
@@ -2413,6 +2563,8 @@ pub unsafe extern "C" fn simba_semaphore_acquire_timeout(
 
 /// [`simba_semaphore_acquire_timeout`] that also ends when `cancel` is fired by any thread
 /// (`SIMBA_CANCELLED`, at once if it was fired before the call; nothing is taken then).
+/// `cancel` NULL gives `SIMBA_NULL_ARGUMENT` (use [`simba_semaphore_acquire_timeout`] for
+/// no token).
 #[no_mangle]
 pub unsafe extern "C" fn simba_semaphore_acquire_cancellable(
     semaphore: *const simba_semaphore,
@@ -2448,8 +2600,10 @@ struct HoldersBox {
     _values: Vec<Vec<u8>>,
 }
 
-/// The permits held now, by any session, by permit index (one backend read per permit);
-/// `*out_holders` is a list to free with [`simba_holder_list_free`].
+/// The permits held now, by any session, by permit index: one backend read per permit, one
+/// after the other, so the call takes up to permits × the URL's `query_timeout` (1000
+/// permits: up to 1000 reads). `*out_holders` is a list to free with
+/// [`simba_holder_list_free`].
 #[no_mangle]
 pub unsafe extern "C" fn simba_semaphore_holders(
     semaphore: *const simba_semaphore,
@@ -2506,7 +2660,7 @@ pub unsafe extern "C" fn simba_semaphore_holders(
 }
 
 /// Frees a list from [`simba_semaphore_holders`]. NULL is ignored; a list freed already
-/// gives `SIMBA_INVALID_HANDLE`. Reading the list (its items or their values) after this is
+/// gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the list (its items or their values) after this is
 /// undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn simba_holder_list_free(list: *mut simba_holder_list) -> simba_status {
@@ -2540,11 +2694,7 @@ pub unsafe extern "C" fn simba_permit_token(
     permit: *const simba_permit,
     out_token: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_token, "out_token")?;
-        put(o, get::<PermitObj, _>(permit)?.token);
-        Ok(())
-    })
+    held_token::<Permit, _>(permit, out_token)
 }
 
 /// Whether the permit is still held (session live, term's local deadline ahead); false once
@@ -2554,13 +2704,7 @@ pub unsafe extern "C" fn simba_permit_is_valid(
     permit: *const simba_permit,
     out_valid: *mut bool,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_valid, "out_valid")?;
-        let p = get::<PermitObj, _>(permit)?;
-        let valid = locked(&p.permit).as_ref().is_some_and(|p| p.is_valid());
-        put(o, valid);
-        Ok(())
-    })
+    held_is_valid::<Permit, _>(permit, out_valid)
 }
 
 /// The fencing token if the permit is still held, else `SIMBA_LEASE_LOST`: call it before
@@ -2570,21 +2714,7 @@ pub unsafe extern "C" fn simba_permit_check(
     permit: *const simba_permit,
     out_token: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let o = out(out_token, "out_token")?;
-        let p = get::<PermitObj, _>(permit)?;
-        let held = locked(&p.permit);
-        match held.as_ref() {
-            Some(held) => put(o, held.check()?.get()),
-            None => {
-                return Err(Fail::new(
-                    SIMBA_LEASE_LOST,
-                    format!("permit {} was released", p.lease),
-                ))
-            }
-        }
-        Ok(())
-    })
+    held_check::<Permit, _>(permit, out_token)
 }
 
 /// The permit's term if it is still held: `*out_token` its fencing token and
@@ -2597,25 +2727,7 @@ pub unsafe extern "C" fn simba_permit_term(
     out_token: *mut u64,
     out_valid_ms: *mut u64,
 ) -> simba_status {
-    ffi(|| {
-        let p = get::<PermitObj, _>(permit)?;
-        let held = locked(&p.permit);
-        let Some(held) = held.as_ref() else {
-            return Err(Fail::new(
-                SIMBA_LEASE_LOST,
-                format!("permit {} was released", p.lease),
-            ));
-        };
-        let token = held.check()?;
-        // Lost between the two reads: as lost as `check` would have said.
-        let valid = held.valid_for().ok_or_else(|| Error::LeaseLost {
-            name: held.lease().clone(),
-            token,
-        })?;
-        put_opt(out_token, token.get());
-        put_opt(out_valid_ms, millis(valid));
-        Ok(())
-    })
+    held_term::<Permit, _>(permit, out_token, out_valid_ms)
 }
 
 /// Releases the permit now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if
@@ -2623,17 +2735,7 @@ pub unsafe extern "C" fn simba_permit_term(
 /// free it with [`simba_permit_free`].
 #[no_mangle]
 pub unsafe extern "C" fn simba_permit_release(permit: *const simba_permit) -> simba_status {
-    ffi(|| {
-        let p = get::<PermitObj, _>(permit)?;
-        let held = locked(&p.permit).take();
-        match held {
-            Some(held) => Ok(held.release()?),
-            None => Err(Fail::new(
-                SIMBA_CLOSED,
-                format!("permit {} was already released", p.lease),
-            )),
-        }
-    })
+    held_end::<Permit, _>(permit)
 }
 
 /// Waits up to `timeout_ms` for this permit's loss event (`LOCK_LOST`, `name` the permit's
@@ -2644,22 +2746,14 @@ pub unsafe extern "C" fn simba_permit_next_event(
     timeout_ms: u64,
     out_event: *mut *mut simba_event,
 ) -> simba_status {
-    ffi(|| {
-        let rx = get::<PermitObj, _>(permit)?.lost.clone();
-        next_event(&rx, timeout_ms, out_event)
-    })
+    held_next_event::<Permit, _>(permit, timeout_ms, out_event)
 }
 
 /// Frees the permit handle; a permit still held is released at once locally and on the
 /// backend from the session's work thread (no network call on this thread).
 #[no_mangle]
 pub unsafe extern "C" fn simba_permit_free(permit: *mut simba_permit) -> simba_status {
-    ffi(|| {
-        let p = lookup::<PermitObj, _>(permit, true)?;
-        // Released now even if another thread still holds the object for a moment.
-        drop(locked(&p.permit).take());
-        Ok(())
-    })
+    held_free::<Permit, _>(permit)
 }
 
 #[cfg(test)]

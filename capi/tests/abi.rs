@@ -146,6 +146,40 @@ fn session_on(backend: *const simba_backend) -> *mut simba_session {
     s
 }
 
+/// Two sessions on one backend of the current URL (so that they share a `memory://`
+/// backend); the backend handle is freed already.
+fn two_sessions() -> (*mut simba_session, *mut simba_session) {
+    let mut backend = null_mut();
+    let u = url();
+    assert_eq!(unsafe { simba_connect(u.as_ptr(), &mut backend) }, SIMBA_OK);
+    let pair = (session_on(backend), session_on(backend));
+    assert_eq!(unsafe { simba_backend_free(backend) }, SIMBA_OK);
+    pair
+}
+
+/// Runs `wait` on a new thread once `probe` (a short wait that must time out) proved on that
+/// thread that the wait really blocks; returns when the thread is about to call `wait`.
+fn spawn_waiter<T: Send + 'static>(
+    probe: impl FnOnce() -> simba_status + Send + 'static,
+    wait: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        assert_eq!(
+            probe(),
+            SIMBA_TIMEOUT,
+            "the probe wait blocks: {}",
+            last_error()
+        );
+        ready_tx.send(()).unwrap();
+        wait()
+    });
+    ready_rx
+        .recv_timeout(Duration::from_millis(PATIENCE_MS))
+        .expect("the waiter's probe timed out");
+    waiter
+}
+
 #[test]
 fn lock_token_check_unlock_and_free() {
     on_each_backend(|| unsafe {
@@ -396,7 +430,6 @@ fn a_severed_session_reports_the_lock_lost() {
         assert_eq!(e.token, token);
         assert_eq!(text(&e.name), "job");
         assert_eq!(simba_event_free(event), SIMBA_OK);
-        assert_eq!(simba_event_free(event), SIMBA_INVALID_HANDLE, "double free");
         let mut valid = true;
         assert_eq!(simba_lock_is_valid(lock, &mut valid), SIMBA_OK);
         assert!(!valid);
@@ -559,7 +592,6 @@ fn observers_and_groups() {
             std::slice::from_raw_parts(members[0].metadata.cast::<u8>(), members[0].metadata_len);
         assert_eq!(md, b"worker-1");
         assert_eq!(simba_member_list_free(list), SIMBA_OK);
-        assert_eq!(simba_member_list_free(list), SIMBA_INVALID_HANDLE);
         // A watch: its first event lists the members now.
         let mut e = null_mut();
         assert_eq!(simba_group_next_event(group, PATIENCE_MS, &mut e), SIMBA_OK);
@@ -593,42 +625,92 @@ fn handles_work_across_threads_and_free_during_a_blocking_call_is_safe() {
             );
             l as usize
         };
-        let calls = AtomicUsize::new(0);
+        let ok = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             for _ in 0..4 {
                 scope.spawn(|| unsafe {
                     let mut token = 0;
+                    let mut freed = false;
                     for _ in 0..100 {
-                        let st = simba_lock_token(holder as *const simba_lock, &mut token);
-                        assert!(matches!(st, SIMBA_OK | SIMBA_INVALID_HANDLE));
-                        calls.fetch_add(1, Ordering::Relaxed);
+                        match simba_lock_token(holder as *const simba_lock, &mut token) {
+                            SIMBA_OK => {
+                                assert!(!freed, "a freed handle never works again");
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            }
+                            SIMBA_INVALID_HANDLE => freed = true,
+                            st => panic!("{st:?}"),
+                        }
                     }
                 });
             }
             scope.spawn(|| unsafe {
+                // Freed while the others use it: after some calls succeeded.
+                while ok.load(Ordering::Relaxed) < 4 {
+                    std::thread::yield_now();
+                }
                 assert_eq!(simba_lock_free(holder as *mut simba_lock), SIMBA_OK);
             });
         });
-        assert_eq!(calls.load(Ordering::Relaxed), 400);
-        // A blocked lock call on a session freed by another thread returns.
-        unsafe {
-            let mut l = null_mut();
-            assert_eq!(
-                simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l),
-                SIMBA_OK
-            );
-            let l2 = std::thread::spawn(move || {
-                let mut l2 = null_mut();
-                let st = simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l2);
-                (st, l2 as usize)
-            });
-            assert_eq!(simba_session_free(s as *mut simba_session), SIMBA_OK);
-            let (st, l2) = l2.join().unwrap();
-            // Closed while it waited, or freed before it looked the handle up.
-            assert!(matches!(st, SIMBA_CLOSED | SIMBA_INVALID_HANDLE), "{st:?}");
-            assert_eq!(l2, 0);
-            assert_eq!(simba_lock_free(l), SIMBA_OK);
+        assert!(ok.load(Ordering::Relaxed) >= 4);
+        let mut token = 0;
+        let st = unsafe { simba_lock_token(holder as *const simba_lock, &mut token) };
+        assert_eq!(st, SIMBA_INVALID_HANDLE);
+        assert_eq!(
+            unsafe { simba_session_free(s as *mut simba_session) },
+            SIMBA_OK
+        );
+        // A lock call blocked on a session freed by another thread returns SIMBA_CLOSED. The
+        // free may come before the call looked its session up (then the handle is already
+        // gone: SIMBA_INVALID_HANDLE, and no wait was tested); such a round is repeated, with
+        // more time for the call to start, until the call was blocked when the free came.
+        let mut closed = false;
+        for round in 0..20u64 {
+            let s = session() as usize;
+            unsafe {
+                let mut l = null_mut();
+                assert_eq!(
+                    simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l),
+                    SIMBA_OK
+                );
+                // Held by this session: the waiter (same session, another thread) blocks.
+                let waiter = spawn_waiter(
+                    move || {
+                        let mut l2 = null_mut();
+                        let st = simba_session_lock_timeout(
+                            s as *const simba_session,
+                            c"t".as_ptr(),
+                            20,
+                            &mut l2,
+                        );
+                        assert!(l2.is_null());
+                        st
+                    },
+                    move || {
+                        let mut l2 = null_mut();
+                        let st =
+                            simba_session_lock(s as *const simba_session, c"t".as_ptr(), &mut l2);
+                        (st, l2 as usize)
+                    },
+                );
+                std::thread::sleep(Duration::from_millis(round * 5));
+                assert_eq!(simba_session_free(s as *mut simba_session), SIMBA_OK);
+                let (st, l2) = waiter.join().unwrap();
+                assert_eq!(l2, 0);
+                assert_eq!(simba_lock_free(l), SIMBA_OK);
+                match st {
+                    SIMBA_CLOSED => {
+                        closed = true;
+                        break;
+                    }
+                    SIMBA_INVALID_HANDLE => eprintln!("round {round}: freed before the call"),
+                    st => panic!("{st:?}: {}", last_error()),
+                }
+            }
         }
+        assert!(
+            closed,
+            "no lock call was blocked when its session was freed"
+        );
     })
 }
 
@@ -846,11 +928,7 @@ fn concurrent_first_group_next_event_calls_start_one_watch() {
 #[test]
 fn a_fired_cancel_ends_blocked_waits() {
     on_each_backend(|| unsafe {
-        let mut backend = null_mut();
-        let u = url();
-        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
-        let (a, b) = (session_on(backend), session_on(backend));
-        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (a, b) = two_sessions();
         let mut held = null_mut();
         assert_eq!(simba_session_lock(a, c"busy".as_ptr(), &mut held), SIMBA_OK);
         let mut cancel = null_mut();
@@ -865,19 +943,22 @@ fn a_fired_cancel_ends_blocked_waits() {
             SIMBA_TIMEOUT
         );
         assert!(lock.is_null());
-        // A thread blocked without a deadline returns once another thread fires.
+        // A thread blocked without a deadline returns once another thread fires. Each
+        // waiter first proves, with the same token, that its wait blocks (a short one times
+        // out), then waits without a deadline.
         let (bs, c) = (b as usize, cancel as usize);
-        let waiter = std::thread::spawn(move || {
+        let lock_wait = move |timeout_ms| {
             let mut lock = null_mut();
             let st = simba_session_lock_cancellable(
                 bs as *const simba_session,
                 c"busy".as_ptr(),
-                SIMBA_FOREVER,
+                timeout_ms,
                 c as *const simba_cancel,
                 &mut lock,
             );
             (st, lock as usize, last_error())
-        });
+        };
+        let waiter = spawn_waiter(move || lock_wait(20).0, move || lock_wait(SIMBA_FOREVER));
         let mut election = null_mut();
         assert_eq!(
             simba_session_election(a, c"throne".as_ptr(), &mut election),
@@ -894,19 +975,20 @@ fn a_fired_cancel_ends_blocked_waits() {
             SIMBA_OK
         );
         let r = rival as usize;
-        let candidate = std::thread::spawn(move || {
+        let elected_wait = move |timeout_ms| {
             let mut token = 0;
             let st = simba_election_wait_elected_cancellable(
                 r as *const simba_election,
-                PATIENCE_MS * 10,
+                timeout_ms,
                 c as *const simba_cancel,
                 &mut token,
             );
             (st, token)
-        });
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(!waiter.is_finished() && !candidate.is_finished());
-        let started = std::time::Instant::now();
+        };
+        let candidate = spawn_waiter(
+            move || elected_wait(20).0,
+            move || elected_wait(SIMBA_FOREVER),
+        );
         std::thread::spawn(move || {
             assert_eq!(simba_cancel_fire(c as *const simba_cancel), SIMBA_OK);
         })
@@ -917,12 +999,10 @@ fn a_fired_cancel_ends_blocked_waits() {
         assert!(message.contains("cancelled"), "{message}");
         assert_eq!(got, 0);
         assert_eq!(candidate.join().unwrap(), (SIMBA_CANCELLED, 0));
-        assert!(started.elapsed() < Duration::from_millis(PATIENCE_MS));
         // Idempotent, and stays fired: later waits return at once.
         assert_eq!(simba_cancel_fire(cancel), SIMBA_OK);
         assert_eq!(simba_cancel_is_fired(cancel, &mut fired), SIMBA_OK);
         assert!(fired);
-        let started = std::time::Instant::now();
         assert_eq!(
             simba_session_lock_cancellable(b, c"busy".as_ptr(), SIMBA_FOREVER, cancel, &mut lock),
             SIMBA_CANCELLED
@@ -941,7 +1021,6 @@ fn a_fired_cancel_ends_blocked_waits() {
             simba_election_wait_elected_cancellable(rival, SIMBA_FOREVER, cancel, &mut token),
             SIMBA_CANCELLED
         );
-        assert!(started.elapsed() < Duration::from_millis(1000));
         // The rival still campaigns: it wins once the leader resigns.
         assert_eq!(simba_election_resign(election), SIMBA_OK);
         let mut fresh = null_mut();
@@ -997,11 +1076,7 @@ fn value_of(buf: &[c_char], len: usize) -> String {
 #[test]
 fn leader_values_of_elections_and_locks() {
     on_each_backend(|| unsafe {
-        let mut backend = null_mut();
-        let u = url();
-        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
-        let (a, b) = (session_on(backend), session_on(backend));
-        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (a, b) = two_sessions();
         let addr = "10.0.0.7:8080";
         let mut election = null_mut();
         assert_eq!(
@@ -1082,7 +1157,8 @@ fn leader_values_of_elections_and_locks() {
             SIMBA_OK
         );
         assert_eq!((owner.token, value_of(&buf, len)), (token, v2.to_string()));
-        // A buffer too small: an error, and nothing written.
+        // A buffer too small: an error, the buffer and owner untouched, and the length
+        // needed (without the NUL) told, as snprintf does.
         let mut small = [0x7f as c_char; 4];
         owner = std::mem::zeroed();
         len = 99;
@@ -1097,7 +1173,28 @@ fn leader_values_of_elections_and_locks() {
             SIMBA_INVALID_ARGUMENT
         );
         assert!(last_error().contains("too small"), "{}", last_error());
-        assert_eq!((owner.held, len, small[0]), (false, 99, 0x7f));
+        assert_eq!((owner.held, len), (false, v2.len()));
+        assert!(small.iter().all(|&c| c == 0x7f), "buf untouched");
+        // The same from the election's own value; then a buffer of exactly len + 1 fits.
+        len = 99;
+        assert_eq!(
+            simba_election_value(election, small.as_mut_ptr(), small.len(), &mut len),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert_eq!(len, v2.len());
+        assert!(small.iter().all(|&c| c == 0x7f), "buf untouched");
+        assert_eq!(
+            simba_election_value(election, small.as_mut_ptr(), small.len(), null_mut()),
+            SIMBA_INVALID_ARGUMENT,
+            "out_value_len may be NULL"
+        );
+        let mut exact = vec![0x7f as c_char; len + 1];
+        len = 99;
+        assert_eq!(
+            simba_election_value(election, exact.as_mut_ptr(), exact.len(), &mut len),
+            SIMBA_OK
+        );
+        assert_eq!(value_of(&exact, len), v2);
         // NULL buf with a length, or NULL value with a length, are NULL arguments.
         assert_eq!(
             simba_election_value(election, null_mut(), 8, &mut len),
@@ -1224,13 +1321,81 @@ fn leader_values_of_elections_and_locks() {
 }
 
 #[test]
+fn unlock_and_free_while_set_value_runs_on_other_threads() {
+    on_each_backend(|| unsafe {
+        let s = session();
+        for unlock in [true, false] {
+            let mut lock = null_mut();
+            assert_eq!(
+                simba_session_lock(s, c"busy-value".as_ptr(), &mut lock),
+                SIMBA_OK
+            );
+            let l = lock as usize;
+            let set = AtomicUsize::new(0);
+            std::thread::scope(|scope| {
+                for _ in 0..2 {
+                    scope.spawn(|| {
+                        let v = "v";
+                        let mut ended = false;
+                        for _ in 0..50 {
+                            let l = l as *const simba_lock;
+                            match simba_lock_set_value(l, v.as_ptr().cast(), v.len()) {
+                                SIMBA_OK => {
+                                    assert!(!ended, "set after the lock ended");
+                                    set.fetch_add(1, Ordering::Relaxed);
+                                }
+                                SIMBA_LEASE_LOST | SIMBA_INVALID_HANDLE => ended = true,
+                                st => panic!("{st:?}: {}", last_error()),
+                            }
+                        }
+                    });
+                }
+                // Local reads meanwhile, then the end, once some values were set.
+                let mut valid = false;
+                while set.load(Ordering::Relaxed) < 2 {
+                    assert_eq!(
+                        simba_lock_is_valid(l as *const simba_lock, &mut valid),
+                        SIMBA_OK
+                    );
+                    assert!(valid);
+                    std::thread::yield_now();
+                }
+                if unlock {
+                    assert_eq!(
+                        simba_lock_unlock(l as *const simba_lock),
+                        SIMBA_OK,
+                        "{}",
+                        last_error()
+                    );
+                } else {
+                    assert_eq!(simba_lock_free(l as *mut simba_lock), SIMBA_OK);
+                }
+            });
+            if unlock {
+                let v = "late";
+                assert_eq!(
+                    simba_lock_set_value(lock, v.as_ptr().cast(), v.len()),
+                    SIMBA_LEASE_LOST
+                );
+                assert_eq!(simba_lock_free(lock), SIMBA_OK);
+            }
+            // Released either way: the name can be taken again.
+            assert_eq!(
+                simba_session_lock_timeout(s, c"busy-value".as_ptr(), PATIENCE_MS, &mut lock),
+                SIMBA_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        }
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    })
+}
+
+#[test]
 fn semaphore_permits() {
     on_each_backend(|| unsafe {
-        let mut backend = null_mut();
-        let u = url();
-        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
-        let (a, b) = (session_on(backend), session_on(backend));
-        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (a, b) = two_sessions();
         let mut sem = null_mut();
         for bad in [0, 1001] {
             assert_eq!(
@@ -1292,7 +1457,6 @@ fn semaphore_permits() {
             "a holder list is no member list"
         );
         assert_eq!(simba_holder_list_free(holders), SIMBA_OK);
-        assert_eq!(simba_holder_list_free(holders), SIMBA_INVALID_HANDLE);
         assert_eq!(simba_holder_list_free(null_mut()), SIMBA_OK);
 
         // All held: another session's semaphore of the same name is busy, then times out.
@@ -1310,13 +1474,13 @@ fn semaphore_permits() {
         );
         // A waiter without a limit gets the permit another thread releases.
         let o = other as usize;
-        let waiter = std::thread::spawn(move || {
+        let acquire = move |timeout_ms| {
             let mut p = null_mut();
             let st =
-                simba_semaphore_acquire_timeout(o as *const simba_semaphore, SIMBA_FOREVER, &mut p);
+                simba_semaphore_acquire_timeout(o as *const simba_semaphore, timeout_ms, &mut p);
             (st, p as usize, last_error())
-        });
-        std::thread::sleep(Duration::from_millis(50));
+        };
+        let waiter = spawn_waiter(move || acquire(20).0, move || acquire(SIMBA_FOREVER));
         assert_eq!(simba_permit_release(p1), SIMBA_OK, "{}", last_error());
         assert_eq!(simba_permit_release(p1), SIMBA_CLOSED, "released once only");
         assert_eq!(simba_permit_check(p1, &mut checked), SIMBA_LEASE_LOST);
@@ -1422,11 +1586,7 @@ unsafe extern "C" fn on_leader_event(event: *const simba_event, user_data: *mut 
 #[test]
 fn leader_changed_events_carry_the_value() {
     on_each_backend(|| unsafe {
-        let mut backend = null_mut();
-        let u = url();
-        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
-        let (a, b) = (session_on(backend), session_on(backend));
-        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (a, b) = two_sessions();
         let (tx, rx) = mpsc::channel::<SeenValue>();
         let tx = Box::new(tx);
         let user = &*tx as *const _ as *mut c_void;
@@ -1482,11 +1642,6 @@ fn leader_changed_events_carry_the_value() {
             );
             seen.push(((*e).token, value_of(&buf, len)));
             assert_eq!(simba_event_free(e), SIMBA_OK);
-            assert_eq!(
-                simba_event_value(e, null_mut(), 0, &mut len),
-                SIMBA_INVALID_HANDLE,
-                "a freed event"
-            );
         }
         // The session's callback got the same, reading the value inside the call.
         let patience = Duration::from_millis(PATIENCE_MS);
