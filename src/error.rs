@@ -295,6 +295,9 @@ impl Error {
     /// assert_eq!(e.to_string(), "backend error while acquiring");
     /// assert_eq!(e.report().to_string(), "backend error while acquiring: connection refused");
     /// ```
+    ///
+    /// A source that displays as the one before it (a driver's wrapper showing the error it
+    /// wraps) is written once.
     pub fn report(&self) -> Report<'_> {
         Report(self)
     }
@@ -332,8 +335,14 @@ impl std::fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0)?;
         let mut source = std::error::Error::source(self.0);
+        // Drivers that wrap an error often display it as their own: said once.
+        let mut last = String::new();
         while let Some(s) = source {
-            write!(f, ": {s}")?;
+            let text = s.to_string();
+            if text != last {
+                write!(f, ": {text}")?;
+                last = text;
+            }
             source = s.source();
         }
         Ok(())
@@ -342,3 +351,34 @@ impl std::fmt::Display for Report<'_> {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver error that displays as the error it wraps.
+    #[derive(Debug)]
+    struct Wrapper(std::io::Error);
+
+    impl std::fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            self.0.fmt(f)
+        }
+    }
+
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_source_shown_by_its_wrapper_is_reported_once() {
+        let io = std::io::Error::other("connection reset");
+        let e = Error::backend("reading", Wrapper(io));
+        assert_eq!(
+            e.report().to_string(),
+            "backend error while reading: connection reset"
+        );
+    }
+}

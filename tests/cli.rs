@@ -172,6 +172,34 @@ fn doctor_finds_no_eviction_trap_on_the_test_redis() {
     assert_eq!(policy["level"], "ok", "{v}");
 }
 
+/// A server that refuses the connection is a trap naming the fix, not a failed run: a TLS
+/// Redis without its CA (`tls`), and with the CA but a wrong password (`authentication`).
+#[cfg(feature = "tls")]
+#[test]
+fn doctor_names_the_fix_when_tls_or_the_password_is_refused() {
+    let url = env_url("SIMBA_REDIS_TLS_URL", "rediss://127.0.0.1:6390");
+    let ca = format!(
+        "{}/ca.pem",
+        std::env::var("SIMBA_REDIS_TLS_DIR").unwrap_or_else(|_| concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/target/ci/redis-tls"
+        )
+        .to_owned())
+    );
+    let o = simba(&["doctor", &format!("{url}?connect_timeout=5s"), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let tls = finding(&o, "tls");
+    assert_eq!(tls["level"], "trap", "{tls}");
+    assert!(tls["text"].as_str().unwrap().contains("ca="), "{tls}");
+    let pw = "Wr0ng-Pa55word";
+    let wrong = url.replacen("rediss://", &format!("rediss://simba:{pw}@"), 1);
+    let o = simba(&["doctor", &format!("{wrong}?ca={ca}"), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let auth = finding(&o, "authentication");
+    assert_eq!(auth["level"], "trap", "{auth}");
+    assert!(!stdout(&o).contains(pw), "{o:?}");
+}
+
 /// The finding of `check` in a `doctor --json` output.
 fn finding(o: &Output, check: &str) -> Value {
     let v: Value = serde_json::from_str(&stdout(o)).unwrap();

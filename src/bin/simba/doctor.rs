@@ -6,7 +6,7 @@ use simba_lease::backends::redis::{RedisBackend, Reply, Role};
 use simba_lease::backends::zookeeper::{Acl, ZooKeeperBackend};
 use simba_lease::backends::SqlBackend;
 use simba_lease::spi::LeaseBackend;
-use simba_lease::{LeaseName, Result};
+use simba_lease::{Error, LeaseName, Result, TlsFailure};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -56,17 +56,26 @@ impl Findings {
 pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let mut f = Findings::default();
     let scheme = a.url.split("://").next().unwrap_or_default().to_owned();
-    match scheme.as_str() {
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis(&a, &mut f)?,
-        "postgres" | "postgresql" => sql(&a, &mut f, true)?,
-        "mysql" | "mariadb" => sql(&a, &mut f, false)?,
-        "zookeeper" | "zk" | "zookeeper+tls" | "zk+tls" => zookeeper(&a, &mut f)?,
-        "memory" => f.add(Level::Info, "backend", "in-memory: nothing to check"),
-        other => f.add(
-            Level::Unknown,
-            "backend",
-            format!("no checks for `{other}://`"),
-        ),
+    let checked = match scheme.as_str() {
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis(&a, &mut f),
+        "postgres" | "postgresql" => sql(&a, &mut f, true),
+        "mysql" | "mariadb" => sql(&a, &mut f, false),
+        "zookeeper" | "zk" | "zookeeper+tls" | "zk+tls" => zookeeper(&a, &mut f),
+        "memory" => {
+            f.add(Level::Info, "backend", "in-memory: nothing to check");
+            Ok(())
+        }
+        other => {
+            f.add(
+                Level::Unknown,
+                "backend",
+                format!("no checks for `{other}://`"),
+            );
+            Ok(())
+        }
+    };
+    if let Err(e) = checked {
+        refused(&mut f, e)?;
     }
     let traps = f.0.iter().filter(|x| x.level == Level::Trap).count();
     if a.json {
@@ -98,6 +107,42 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A connection the server refused (TLS or credentials) is a trap with its fix; any other
+/// failure ends the run as before.
+fn refused(f: &mut Findings, e: Error) -> Result<()> {
+    let fix = match &e {
+        Error::Tls { failure, .. } => match failure {
+            TlsFailure::UnknownIssuer => {
+                "give the CA that signed the server's certificate with `ca=/path/ca.pem`"
+            }
+            TlsFailure::Expired => "renew the server's certificate (or check this host's clock)",
+            TlsFailure::NameMismatch => {
+                "connect by a host name the certificate lists (SQL: `sslmode=verify-ca` checks \
+                 the chain only)"
+            }
+            TlsFailure::ClientCertificate => {
+                "give a client certificate the server trusts with `cert=` and `key=`"
+            }
+            TlsFailure::NotOffered => {
+                "this port has no TLS: turn TLS on in the server, or use a plaintext URL \
+                 (`redis://`, `zookeeper://`, `sslmode=disable`)"
+            }
+            _ => "check the certificate and the TLS versions the server allows",
+        },
+        Error::Authentication { .. } => {
+            "check the user and password of the URL, and what the server grants them"
+        }
+        _ => return Err(e),
+    };
+    let check = if matches!(e, Error::Tls { .. }) {
+        "tls"
+    } else {
+        "authentication"
+    };
+    f.add(Level::Trap, check, format!("{}; fix: {fix}", e.report()));
+    Ok(())
 }
 
 fn unix_ms() -> i64 {
