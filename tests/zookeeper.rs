@@ -200,6 +200,40 @@ mod orphan_places {
         assert_eq!(raw.children(&dir).len(), 1, "the orphaned place");
         b.keep_alive(&waiter, lease).unwrap();
         assert!(raw.children(&dir).is_empty(), "deleted by the keep-alive");
+
+        // An orphaned place that a new wait of the same session takes up again (renewing it)
+        // before the keep-alive is kept: it is that wait's place in the queue now.
+        let take = |s: &simba_lease::SessionId| match b.acquire(s, &name).unwrap() {
+            Acquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let mine = match b.acquire_queued(&waiter, &name, patience).unwrap() {
+            Queued::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        assert!(b.release(&waiter, &name, mine.token).unwrap());
+        let t = take(&holder);
+        assert!(matches!(
+            b.acquire_queued(&waiter, &name, patience).unwrap(),
+            Queued::Waiting { .. }
+        ));
+        assert!(b.release(&holder, &name, t.token).unwrap());
+        b.b().fail_place_deletes(1);
+        let mine = match b.acquire_queued(&waiter, &name, patience).unwrap() {
+            Queued::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let orphan = raw.children(&dir);
+        assert_eq!(orphan.len(), 1, "orphaned again");
+        assert!(b.release(&waiter, &name, mine.token).unwrap());
+        let t = take(&holder);
+        assert!(matches!(
+            b.acquire_queued(&waiter, &name, patience).unwrap(),
+            Queued::Waiting { .. }
+        ));
+        b.keep_alive(&waiter, lease).unwrap();
+        assert_eq!(raw.children(&dir), orphan, "the renewed place stays");
+        assert!(b.release(&holder, &name, t.token).unwrap());
         for s in [&holder, &waiter] {
             b.close_session(s).unwrap();
         }

@@ -665,9 +665,9 @@ struct ZkSession {
     possibly: Mutex<held::Leases>,
     releasing: Mutex<()>,
     closed: Mutex<bool>,
-    /// Own queue places whose delete after a grant failed: the next keep-alive deletes them
-    /// (see `queue`).
-    orphans: Mutex<Vec<String>>,
+    /// Own queue places (path, data version) whose delete after a grant failed: the next
+    /// keep-alive deletes them at that version (see `queue`).
+    orphans: Mutex<Vec<(String, i32)>>,
 }
 
 impl ZkSession {

@@ -77,11 +77,12 @@ impl Inner {
         let data = patience.as_millis().to_string();
         let (mut places, own) = self.places(&s, &client, &dir, OP)?;
         // The write that renews (or makes) the place; its mtime is the server's now.
-        let (own, now) = match own {
+        // The own place, the server's now, and the place's data version after this write.
+        let (own, now, version) = match own {
             Some((node, seq)) => {
                 let path = format!("{dir}/{node}");
                 match call(OP, limit, client.set_data(&path, data.as_bytes(), None))? {
-                    Ok(stat) => ((node, seq), stat.mtime),
+                    Ok(stat) => ((node, seq), stat.mtime, stat.version),
                     Err(e) => return Err(self.fail(&s, OP, e)),
                 }
             }
@@ -107,7 +108,7 @@ impl Inner {
                 let node = format!("q-{}-{seq}", s.id);
                 // Others may have queued between the list and the create: list again.
                 places = self.places(&s, &client, &dir, OP)?.0;
-                ((node, seq.into_i64()), stat.mtime)
+                ((node, seq.into_i64()), stat.mtime, stat.version)
             }
         };
         let before: Vec<&Place> = places.iter().filter(|(_, seq)| *seq < own.1).collect();
@@ -125,9 +126,11 @@ impl Inner {
         match acquire()? {
             Acquire::Acquired(term) => {
                 let path = format!("{dir}/{}", own.0);
-                if !self.delete_place(&s, &client, &path) {
+                if !self.delete_place(&s, &client, &path, None) {
                     // Left, it would hold the queue up to one patience after the release.
-                    s.orphans.lock().push(path);
+                    // At this version only: a later wait of this session renews the place
+                    // (and so keeps it) before it queues with it again.
+                    s.orphans.lock().push((path, version));
                 }
                 Ok(Queued::Acquired(term))
             }
@@ -170,16 +173,22 @@ impl Inner {
                 if stat.mtime.saturating_add(patience) > now {
                     live += 1;
                 } else {
-                    self.delete_place(s, client, &format!("{dir}/{node}"));
+                    self.delete_place(s, client, &format!("{dir}/{node}"), None);
                 }
             }
         }
         Ok(live)
     }
 
-    /// Deletes a place; whether it is gone. A failure (not ours to delete, no connection) is
-    /// only logged.
-    fn delete_place(&self, s: &ZkSession, client: &zk::Client, path: &str) -> bool {
+    /// Deletes a place (only at `version`, if given); whether it is gone, or at another
+    /// version. A failure (not ours to delete, no connection) is only logged.
+    fn delete_place(
+        &self,
+        s: &ZkSession,
+        client: &zk::Client,
+        path: &str,
+        version: Option<i32>,
+    ) -> bool {
         let faults = &self.place_delete_faults;
         let fault = faults
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -190,11 +199,12 @@ impl Inner {
             call(
                 "leaving a queue",
                 s.limit(&self.cfg),
-                client.delete(path, None),
+                client.delete(path, version),
             )
         };
         match r {
-            Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => true,
+            // Renewed since (`BadVersion`): a wait of this session uses it again.
+            Ok(Ok(())) | Ok(Err(zk::Error::NoNode | zk::Error::BadVersion)) => true,
             Ok(Err(e)) => {
                 log::debug!("deleting the queue place {path}: {e}");
                 false
@@ -211,9 +221,9 @@ impl Inner {
     /// with its session anyway, and is skipped by others one patience after its last renewal.
     pub(super) fn delete_orphans(&self, s: &ZkSession, client: &zk::Client) {
         let orphans = std::mem::take(&mut *s.orphans.lock());
-        for path in orphans {
-            if !self.delete_place(s, client, &path) {
-                s.orphans.lock().push(path);
+        for (path, version) in orphans {
+            if !self.delete_place(s, client, &path, Some(version)) {
+                s.orphans.lock().push((path, version));
             }
         }
     }
