@@ -186,14 +186,15 @@ fn doctor_names_the_fix_when_tls_or_the_password_is_refused() {
         )
         .to_owned())
     );
-    let o = simba(&["doctor", &format!("{url}?connect_timeout=5s"), "--json"]);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let o = simba(&["doctor", &format!("{url}{sep}connect_timeout=5s"), "--json"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let tls = finding(&o, "tls");
     assert_eq!(tls["level"], "trap", "{tls}");
     assert!(tls["text"].as_str().unwrap().contains("ca="), "{tls}");
     let pw = "Wr0ng-Pa55word";
     let wrong = url.replacen("rediss://", &format!("rediss://simba:{pw}@"), 1);
-    let o = simba(&["doctor", &format!("{wrong}?ca={ca}"), "--json"]);
+    let o = simba(&["doctor", &format!("{wrong}{sep}ca={ca}"), "--json"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let auth = finding(&o, "authentication");
     assert_eq!(auth["level"], "trap", "{auth}");

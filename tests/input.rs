@@ -387,3 +387,11 @@ proptest! {
         check_no_password(connect(&url));
     }
 }
+
+/// ZooKeeper's `connect_timeout` is another name of `connection_timeout`: both at once are
+/// refused before any I/O rather than one silently winning.
+#[test]
+fn a_timeout_given_under_both_of_its_names_is_refused() {
+    let url = format!("zookeeper://{CLOSED}/simba?connect_timeout=1s&connection_timeout=2s");
+    assert_setting(&err_of(simba_lease::connect(&url)), "connect_timeout");
+}

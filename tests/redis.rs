@@ -2069,6 +2069,16 @@ mod tls {
         assert_eq!(found, expected);
     }
 
+    /// `rediss+cluster://` to the plaintext test cluster: its seeds answer a plaintext `PING`.
+    #[test]
+    fn tls_to_a_plaintext_cluster_is_not_offered() {
+        let plain = super::cluster_url().replacen("redis+cluster://", "rediss+cluster://", 1);
+        assert_handshake_fails(
+            &with_options(&plain, "connect_timeout=2s"),
+            TlsFailure::NotOffered,
+        );
+    }
+
     #[test]
     fn tls_cluster_with_another_ca_fails() {
         assert_handshake_fails(

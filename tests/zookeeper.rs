@@ -161,7 +161,6 @@ mod acl {
     }
 }
 
-/// Take-over after a clean release happens on the release watch, not at the next poll.
 /// A fair-lock place whose delete after its grant failed does not hold the queue up: the
 /// session's next keep-alive deletes it.
 mod orphan_places {
@@ -240,6 +239,7 @@ mod orphan_places {
     }
 }
 
+/// Take-over after a clean release happens on the release watch, not at the next poll.
 mod watch {
     use super::zk;
     use simba_lease::{tck, Config, Session};
@@ -1093,11 +1093,10 @@ mod tls {
         }
     }
 
-    /// `connect` fails with `Error::Tls` for `failure`, naming the server it shook hands with,
-    /// long before the client's 60 s connection timeout: the backend diagnoses the handshake
-    /// itself instead of letting the client retry until then.
+    /// `connect` fails with `Error::Tls` for `failure`, naming the server it shook hands with:
+    /// the backend diagnoses the handshake itself (left to the client, a refused handshake
+    /// is retried until the 60 s connection timeout, and ends as `Error::Timeout`).
     fn assert_handshake_fails(url: &str, failure: TlsFailure) {
-        let started = std::time::Instant::now();
         let sep = if url.ends_with('?') { "" } else { "&" };
         let e = connect_error(&format!("{url}{sep}connection_timeout=60s"));
         assert!(
@@ -1106,11 +1105,6 @@ mod tls {
         );
         let report = e.report().to_string();
         assert!(report.contains("TLS handshake with 127.0.0.1:"), "{report}");
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{:?}",
-            started.elapsed()
-        );
     }
 
     #[test]

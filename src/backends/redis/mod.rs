@@ -69,6 +69,9 @@
 //! no certificate/key fails with [`Error::InvalidConfig`] naming the option; a failed handshake
 //! (unknown CA, wrong host name, expired certificate) fails `connect` with [`Error::Tls`], a
 //! refused ACL user or password with [`Error::Authentication`].
+//! When a TLS connect fails or times out, the backend sends a plaintext `PING` (nothing
+//! else, no credentials) to the same address: a server that answers it does not speak TLS
+//! there, and `connect` fails with [`TlsFailure::NotOffered`](crate::TlsFailure).
 //! These options on a `redis://` URL are refused (never a plaintext fallback). Without the
 //! feature, `rediss://` is refused. [`RedisBackend::builder`] takes a URL and has a method for
 //! each option, of the same name and meaning, which overrides the URL's.

@@ -973,7 +973,9 @@ impl ClusterScripting {
             .collect::<Result<Vec<_>>>()?;
         let diagnose = opts.clone();
         let pools = Pools::connect(opts, open, OP).map_err(|e| match e {
-            Error::Backend { .. } => seed_failure(&seeds, &diagnose, OP).unwrap_or(e),
+            Error::Backend { .. } | Error::Timeout { .. } => {
+                seed_failure(&seeds, &diagnose, OP).unwrap_or(e)
+            }
             e => e,
         })?;
         Ok(ClusterScripting { seeds, pools })
@@ -981,7 +983,8 @@ impl ClusterScripting {
 }
 
 /// The cluster client keeps each seed's failure as text only: after it failed, the seeds are
-/// tried one by one alone, so that a TLS or authentication failure is reported as such.
+/// tried one by one alone, so that a TLS or authentication failure is reported as such (a
+/// TLS seed that answers plaintext as `NotOffered`, see [`plaintext_server`]).
 fn seed_failure(
     seeds: &[redis::Client],
     opts: &ConnectOptions,
@@ -992,7 +995,10 @@ fn seed_failure(
             .and_then(|mut con| redis::cmd("PING").query::<redis::Value>(&mut con))
             .err()?;
         let e = Error::backend(operation, e);
-        matches!(e, Error::Tls { .. } | Error::Authentication { .. }).then_some(e)
+        match e {
+            Error::Tls { .. } | Error::Authentication { .. } => Some(e),
+            _ => plaintext_server(seed, opts, operation),
+        }
     })
 }
 

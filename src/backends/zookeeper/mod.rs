@@ -1822,6 +1822,12 @@ pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBacke
         b = b.digest(user, u.password.as_deref().unwrap_or(""));
     }
     // `connect_timeout`: the name the Redis backend gives the same bound.
+    if u.param("connect_timeout").is_some() && u.param("connection_timeout").is_some() {
+        return Err(Error::config(
+            "connect_timeout",
+            "the same as `connection_timeout`: give one of them",
+        ));
+    }
     for option in ["connect_timeout", "connection_timeout"] {
         if let Some(v) = u.param(option) {
             b = b.connection_timeout(options::timeout(option, v)?);

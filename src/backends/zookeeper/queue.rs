@@ -11,8 +11,10 @@
 //! on them. `{root}/queues/{name}` is a container node, removed by the server once empty.
 //!
 //! A granted waiter deletes its place at once. If that delete fails (a lost connection), the
-//! place is remembered and the session's next keep-alive deletes it (one more round trip,
-//! only then), so it holds the queue up for at most a renew interval instead of a patience.
+//! place is remembered and the session's next successful keep-alive deletes it (one more
+//! round trip, only then, after the renewal), at the version it was left at: a new wait of
+//! the same session that took the place up again keeps it. Otherwise it holds the queue up
+//! until then, or at most one patience.
 //!
 //! Round trips per attempt: a list of the queue, a write of the own place (a create the
 //! first time, then a second list), a multi read of the places ahead (when there are any), a
@@ -76,16 +78,24 @@ impl Inner {
         let dir = self.queue_path(name);
         let data = patience.as_millis().to_string();
         let (mut places, own) = self.places(&s, &client, &dir, OP)?;
-        // The write that renews (or makes) the place; its mtime is the server's now.
-        // The own place, the server's now, and the place's data version after this write.
-        let (own, now, version) = match own {
+        // The write that renews (or makes) the place; its mtime is the server's now. The own
+        // place, the server's now, and the place's data version after this write.
+        let renewed = match own {
             Some((node, seq)) => {
                 let path = format!("{dir}/{node}");
+                // Taken up again: no longer an orphan for a keep-alive to delete.
+                s.orphans.lock().retain(|(p, _)| *p != path);
                 match call(OP, limit, client.set_data(&path, data.as_bytes(), None))? {
-                    Ok(stat) => ((node, seq), stat.mtime, stat.version),
+                    Ok(stat) => Some(((node, seq), stat.mtime, stat.version)),
+                    // An orphan's delete already under way took it: queue anew.
+                    Err(zk::Error::NoNode) => None,
                     Err(e) => return Err(self.fail(&s, OP, e)),
                 }
             }
+            None => None,
+        };
+        let (own, now, version) = match renewed {
+            Some(renewed) => renewed,
             None => {
                 let prefix = format!("{dir}/q-{}-", s.id);
                 let acl = self.cfg.acl.for_path(&dir);

@@ -132,7 +132,9 @@ fn refused(f: &mut Findings, e: Error) -> Result<()> {
             _ => "check the certificate and the TLS versions the server allows",
         },
         Error::Authentication { .. } => {
-            "check the user and password of the URL, and what the server grants them"
+            "check the user and password of the URL and what the server grants them, or \
+             whether its host rules (pg_hba.conf, `REQUIRE SSL`, `require_secure_transport`) \
+             ask for TLS (`sslmode=verify-full&ca=…`) or a client certificate"
         }
         _ => return Err(e),
     };
