@@ -9,6 +9,16 @@
  * Out-pointers are written on SIMBA_OK only (out handles and events are set to NULL on
  * failure).
  *
+ * Config. simba_config grows at its end in later versions; its first field, struct_size,
+ * says how much of it the caller knows. Always fill it first with
+ * simba_config_default(&config, sizeof config), which sets struct_size and the defaults
+ * of every field the caller's header has, then change what you need. The library reads
+ * only the fields that lie wholly within struct_size (later ones take their defaults), so
+ * a program built against an older header keeps working with a newer library; a
+ * struct_size smaller than the first version's or larger than the library's simba_config
+ * gives SIMBA_INVALID_ARGUMENT (a newer program on an older library is refused, never
+ * misread). A NULL config means the defaults.
+ *
  * Strings. Strings passed in are NUL-terminated UTF-8 (invalid UTF-8: SIMBA_INVALID_UTF8)
  * and are not kept after the call. Strings handed out are NUL-terminated; a member's
  * metadata also has an explicit length (metadata_len) and may contain NUL bytes.
@@ -286,9 +296,21 @@ typedef struct simba_event {
   struct simba_member_list left;
 } simba_event;
 
-// Session settings for [`simba_session_open`]; fill it with [`simba_config_default`] first,
-// then change what you need.
+// Session settings for [`simba_session_open`] and [`simba_session_connect`].
+//
+// The struct grows at its end in later versions; `struct_size` says how much of it the
+// caller knows. Always fill it with `simba_config_default(&config, sizeof config)` first
+// (that sets `struct_size` and every field the caller's header has), then change what you
+// need. The library reads only the fields that lie wholly within `struct_size`; later
+// fields take their defaults, so a program built against an older header keeps working
+// with a newer library. A `struct_size` smaller than the first version's (the fields up to
+// `metadata`) or larger than this library's `simba_config` gives `SIMBA_INVALID_ARGUMENT`
+// (a newer program on an older library is refused, never misread).
 typedef struct simba_config {
+  // `sizeof(simba_config)` of the caller's header, set by [`simba_config_default`]. A
+  // `size_t`, the type of `sizeof`, so no cast is needed (on 64-bit targets a `uint32_t`
+  // would be padded to 8 bytes before `lease_ms` anyway).
+  size_t struct_size;
   // How long the session and its leases live without a keep-alive (default 15000).
   uint64_t lease_ms;
   // How often the session is kept alive (default 5000); shorter than the lease.
@@ -302,6 +324,14 @@ typedef struct simba_config {
   // Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
   // bytes, or NULL for none. Read during `simba_session_open` only.
   const char *metadata;
+  // Since the second version. Take this session's locks in arrival order: 0 (the
+  // default) or 1; any other value gives `SIMBA_INVALID_ARGUMENT`. A fair lock call
+  // takes a place in the name's queue on the backend and gets the lock only when no live
+  // waiter is ahead of it; a try-lock gets it only when nobody is queued ahead. Plain
+  // locks of other sessions ignore the queue, so every process locking a name must use
+  // fair locks for the order to hold. Opening the session gives `SIMBA_UNSUPPORTED` on a
+  // backend without queues. Semaphores and elections do not queue.
+  uint8_t fair_locks;
 } simba_config;
 
 // Lease health of a session now.
@@ -400,8 +430,11 @@ enum simba_status simba_connect(const char *url, struct simba_backend **out_back
 enum simba_status simba_backend_free(struct simba_backend *backend);
 
 // Fills `*config` with the defaults (lease 15000 ms, renew 5000 ms, drift 0.01, reopen on
-// expiry, no metadata).
-enum simba_status simba_config_default(struct simba_config *config);
+// expiry, no metadata, no fair locks) and sets `config->struct_size` to `struct_size`,
+// which must be `sizeof *config` as the caller's header has it: only the fields that lie
+// wholly within it are written. A `struct_size` outside the sizes this library knows (see
+// [`simba_config`]) gives `SIMBA_INVALID_ARGUMENT` and writes nothing.
+enum simba_status simba_config_default(struct simba_config *config, size_t struct_size);
 
 // Opens a session on `backend` (one backend call) with `config` (NULL: the defaults).
 // `*out_session` is the new handle.

@@ -31,6 +31,17 @@
 //!   and `connection_timeout` on ZooKeeper); a waiting call returns after about its `timeout_ms`
 //!   plus at most one backend call in flight.
 //!
+//! ## Config
+//!
+//! [`simba_config`] grows at its end in later versions; its first field, `struct_size`, says
+//! how much of it the caller knows. Always fill it first with
+//! `simba_config_default(&config, sizeof config)`, which sets `struct_size` and the defaults
+//! of every field the caller's header has, then change what you need. The library reads only
+//! the fields that lie wholly within `struct_size` (later ones take their defaults), so a
+//! program built against an older header keeps working with a newer library; a
+//! `struct_size` smaller than the first version's or larger than the library's
+//! `simba_config` gives `SIMBA_INVALID_ARGUMENT`. A NULL config means the defaults.
+//!
 //! ## Handles
 //!
 //! A handle (`simba_backend*`, `simba_session*`, `simba_lock*`, `simba_election*`,
@@ -235,11 +246,23 @@ pub enum simba_loss_reason {
     SIMBA_LOSS_OTHER = 6,
 }
 
-/// Session settings for [`simba_session_open`]; fill it with [`simba_config_default`] first,
-/// then change what you need.
+/// Session settings for [`simba_session_open`] and [`simba_session_connect`].
+///
+/// The struct grows at its end in later versions; `struct_size` says how much of it the
+/// caller knows. Always fill it with `simba_config_default(&config, sizeof config)` first
+/// (that sets `struct_size` and every field the caller's header has), then change what you
+/// need. The library reads only the fields that lie wholly within `struct_size`; later
+/// fields take their defaults, so a program built against an older header keeps working
+/// with a newer library. A `struct_size` smaller than the first version's (the fields up to
+/// `metadata`) or larger than this library's `simba_config` gives `SIMBA_INVALID_ARGUMENT`
+/// (a newer program on an older library is refused, never misread).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct simba_config {
+    /// `sizeof(simba_config)` of the caller's header, set by [`simba_config_default`]. A
+    /// `size_t`, the type of `sizeof`, so no cast is needed (on 64-bit targets a `uint32_t`
+    /// would be padded to 8 bytes before `lease_ms` anyway).
+    pub struct_size: usize,
     /// How long the session and its leases live without a keep-alive (default 15000).
     pub lease_ms: u64,
     /// How often the session is kept alive (default 5000); shorter than the lease.
@@ -253,7 +276,31 @@ pub struct simba_config {
     /// Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
     /// bytes, or NULL for none. Read during `simba_session_open` only.
     pub metadata: *const c_char,
+    /// Since the second version. Take this session's locks in arrival order: 0 (the
+    /// default) or 1; any other value gives `SIMBA_INVALID_ARGUMENT`. A fair lock call
+    /// takes a place in the name's queue on the backend and gets the lock only when no live
+    /// waiter is ahead of it; a try-lock gets it only when nobody is queued ahead. Plain
+    /// locks of other sessions ignore the queue, so every process locking a name must use
+    /// fair locks for the order to hold. Opening the session gives `SIMBA_UNSUPPORTED` on a
+    /// backend without queues. Semaphores and elections do not queue.
+    pub fair_locks: u8,
 }
+
+/// The first version of [`simba_config`]: the smallest `struct_size` accepted.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SimbaConfigV1 {
+    struct_size: usize,
+    lease_ms: u64,
+    renew_interval_ms: u64,
+    drift: f64,
+    reopen_on_expiry: u8,
+    metadata: *const c_char,
+}
+
+/// `sizeof` of the first version of `simba_config`.
+const CONFIG_V1_SIZE: usize = std::mem::size_of::<SimbaConfigV1>();
+const CONFIG_SIZE: usize = std::mem::size_of::<simba_config>();
 
 /// Lease health of a session now.
 #[repr(C)]
@@ -1408,47 +1455,95 @@ pub unsafe extern "C" fn simba_backend_free(backend: *mut simba_backend) -> simb
 }
 
 /// Fills `*config` with the defaults (lease 15000 ms, renew 5000 ms, drift 0.01, reopen on
-/// expiry, no metadata).
+/// expiry, no metadata, no fair locks) and sets `config->struct_size` to `struct_size`,
+/// which must be `sizeof *config` as the caller's header has it: only the fields that lie
+/// wholly within it are written. A `struct_size` outside the sizes this library knows (see
+/// [`simba_config`]) gives `SIMBA_INVALID_ARGUMENT` and writes nothing.
 #[no_mangle]
-pub unsafe extern "C" fn simba_config_default(config: *mut simba_config) -> simba_status {
+pub unsafe extern "C" fn simba_config_default(
+    config: *mut simba_config,
+    struct_size: usize,
+) -> simba_status {
     ffi(|| {
         let o = out(config, "config")?;
+        check_config_size(struct_size)?;
         let d = Config::default();
-        put(
-            o,
-            simba_config {
-                lease_ms: millis(d.lease()),
-                renew_interval_ms: millis(d.renew_interval()),
-                drift: d.drift(),
-                reopen_on_expiry: u8::from(d.reopen_on_expiry()),
-                metadata: std::ptr::null(),
-            },
-        );
+        let full = simba_config {
+            struct_size,
+            lease_ms: millis(d.lease()),
+            renew_interval_ms: millis(d.renew_interval()),
+            drift: d.drift(),
+            reopen_on_expiry: u8::from(d.reopen_on_expiry()),
+            metadata: std::ptr::null(),
+            fair_locks: u8::from(d.fair_locks()),
+        };
+        // SAFETY: the caller's struct is `struct_size` bytes (at least the first version).
+        unsafe {
+            o.cast::<SimbaConfigV1>().write(SimbaConfigV1 {
+                struct_size,
+                lease_ms: full.lease_ms,
+                renew_interval_ms: full.renew_interval_ms,
+                drift: full.drift,
+                reopen_on_expiry: full.reopen_on_expiry,
+                metadata: full.metadata,
+            });
+            if struct_size >= FAIR_LOCKS_END {
+                o.cast::<u8>().add(FAIR_LOCKS_AT).write(full.fair_locks);
+            }
+        }
         Ok(())
     })
+}
+
+/// Where `fair_locks` (the second version's field) starts and ends in `simba_config`: it is
+/// read or written only when `struct_size` covers it wholly.
+const FAIR_LOCKS_AT: usize = std::mem::offset_of!(simba_config, fair_locks);
+const FAIR_LOCKS_END: usize = FAIR_LOCKS_AT + std::mem::size_of::<u8>();
+
+fn check_config_size(struct_size: usize) -> R {
+    if (CONFIG_V1_SIZE..=CONFIG_SIZE).contains(&struct_size) {
+        return Ok(());
+    }
+    Err(Fail::new(
+        SIMBA_INVALID_ARGUMENT,
+        format!(
+            "config.struct_size is {struct_size}; this library knows sizes {CONFIG_V1_SIZE} (the \
+             first version) to {CONFIG_SIZE}: fill the config with simba_config_default first"
+        ),
+    ))
+}
+
+fn flag(value: u8, what: &str) -> R<bool> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(Fail::new(
+            SIMBA_INVALID_ARGUMENT,
+            format!("config.{what} is {v}; it must be 0 or 1"),
+        )),
+    }
 }
 
 fn build_config(config: *const simba_config) -> R<Config> {
     if config.is_null() {
         return Ok(Config::default());
     }
-    // SAFETY: the C contract: a readable simba_config.
-    let c = unsafe { *config };
-    let reopen_on_expiry = match c.reopen_on_expiry {
-        0 => false,
-        1 => true,
-        v => {
-            return Err(Fail::new(
-                SIMBA_INVALID_ARGUMENT,
-                format!("config.reopen_on_expiry is {v}; it must be 0 or 1"),
-            ))
-        }
+    // SAFETY: the C contract: a readable simba_config of at least its first version, whose
+    // first field is its size; only the fields within that size are read.
+    let struct_size = unsafe { config.cast::<usize>().read() };
+    check_config_size(struct_size)?;
+    let c = unsafe { config.cast::<SimbaConfigV1>().read() };
+    let fair_locks = if struct_size >= FAIR_LOCKS_END {
+        unsafe { config.cast::<u8>().add(FAIR_LOCKS_AT).read() }
+    } else {
+        u8::from(Config::default().fair_locks())
     };
     let mut b = Config::builder()
         .lease(Duration::from_millis(c.lease_ms))
         .renew_interval(Duration::from_millis(c.renew_interval_ms))
         .drift(c.drift)
-        .reopen_on_expiry(reopen_on_expiry);
+        .reopen_on_expiry(flag(c.reopen_on_expiry, "reopen_on_expiry")?)
+        .fair_locks(flag(fair_locks, "fair_locks")?);
     if !c.metadata.is_null() {
         b = b.metadata(text(c.metadata, "config.metadata")?);
     }
