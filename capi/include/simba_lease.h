@@ -45,8 +45,9 @@
  *    (simba_lock_check: SIMBA_LEASE_LOST), calls that need the session give SIMBA_CLOSED,
  *    their event queues end (SIMBA_CLOSED); what they recorded (a lock's token and name)
  *    stays readable until they are freed.
- *  - A simba_event, simba_member_list or simba_holder_list is a real pointer, freed by
- *    simba_event_free / simba_member_list_free / simba_holder_list_free. A free by the
+ *  - A simba_event, simba_member_list, simba_holder_list or simba_waiter_list is a real
+ *    pointer, freed by simba_event_free / simba_member_list_free / simba_holder_list_free /
+ *    simba_waiter_list_free. A free by the
  *    wrong function gives SIMBA_INVALID_HANDLE; so does a second free, unless the memory
  *    was reused by a newer result of the same kind meanwhile (the check is keyed by
  *    address). Reading one after it was freed is undefined behaviour, as with any freed
@@ -386,6 +387,20 @@ typedef struct simba_holder_list {
   // How many.
   size_t len;
 } simba_holder_list;
+
+// A session waiting in a fair lock's queue, as [`simba_session_lock_queue`] lists it.
+typedef struct simba_waiter {
+  // The waiting session's id (NUL-terminated hex).
+  char session[SIMBA_SESSION_ID_LEN];
+} simba_waiter;
+
+// The waiters of a fair lock, first first (`len` items; `items` is NULL when `len` is 0).
+typedef struct simba_waiter_list {
+  // The waiters.
+  const struct simba_waiter *items;
+  // How many.
+  size_t len;
+} simba_waiter_list;
 
 #ifdef __cplusplus
 extern "C" {
@@ -864,6 +879,18 @@ enum simba_status simba_semaphore_holders(const struct simba_semaphore *semaphor
 // gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the list (its items or their values) after this is
 // undefined behaviour.
 enum simba_status simba_holder_list_free(struct simba_holder_list *list);
+
+// The sessions waiting for the fair lock `name` (NUL-terminated UTF-8), first first (see
+// `simba_config.fair_locks`); one backend call. `*out_list` is a list to free with
+// [`simba_waiter_list_free`]. `SIMBA_UNSUPPORTED` on a backend without queues.
+enum simba_status simba_session_lock_queue(const struct simba_session *session,
+                                           const char *name,
+                                           struct simba_waiter_list **out_list);
+
+// Frees a list from [`simba_session_lock_queue`]. NULL is ignored; a list freed already
+// gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the
+// list after this is undefined behaviour.
+enum simba_status simba_waiter_list_free(struct simba_waiter_list *list);
 
 // Frees the semaphore handle; permits taken through it stay held until their own
 // [`simba_permit_release`] or [`simba_permit_free`].

@@ -65,9 +65,9 @@
 //! longer valid, calls that need the session give `SIMBA_CLOSED`); what they recorded (a
 //! lock's token and name) stays readable until they are freed.
 //!
-//! The plain data results, [`simba_event`], [`simba_member_list`] and [`simba_holder_list`],
-//! are real pointers freed by [`simba_event_free`], [`simba_member_list_free`] and
-//! [`simba_holder_list_free`]; those check that the pointer is a live result of their kind,
+//! The plain data results, [`simba_event`], [`simba_member_list`], [`simba_holder_list`] and
+//! [`simba_waiter_list`], are real pointers freed by [`simba_event_free`],
+//! [`simba_member_list_free`], [`simba_holder_list_free`] and [`simba_waiter_list_free`]; those check that the pointer is a live result of their kind,
 //! keyed by its address: a second free gives `SIMBA_INVALID_HANDLE` unless the memory was
 //! reused by a newer result of the same kind meanwhile (then that one is freed), so it is
 //! detected only then. Reading one after it was freed is not detected (undefined behaviour,
@@ -375,6 +375,24 @@ pub struct simba_holder {
 pub struct simba_holder_list {
     /// The holders.
     pub items: *const simba_holder,
+    /// How many.
+    pub len: usize,
+}
+
+/// A session waiting in a fair lock's queue, as [`simba_session_lock_queue`] lists it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct simba_waiter {
+    /// The waiting session's id (NUL-terminated hex).
+    pub session: [c_char; SIMBA_SESSION_ID_LEN],
+}
+
+/// The waiters of a fair lock, first first (`len` items; `items` is NULL when `len` is 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct simba_waiter_list {
+    /// The waiters.
+    pub items: *const simba_waiter,
     /// How many.
     pub len: usize,
 }
@@ -1160,12 +1178,13 @@ impl Kind for CancelObj {
 // ---------------------------------------------------------------------------------------
 // Plain results: events and member lists (real pointers, tracked for double frees).
 
-/// The live plain results handed out: address to kind (`simba_event`,
-/// `simba_member_list`).
+/// The live plain results handed out: address to kind (`simba_event`, `simba_member_list`,
+/// `simba_holder_list`, `simba_waiter_list`).
 static RESULTS: LazyLock<Mutex<HashMap<usize, &'static str>>> = LazyLock::new(Default::default);
 const EVENT: &str = "simba_event";
 const MEMBER_LIST: &str = "simba_member_list";
 const HOLDER_LIST: &str = "simba_holder_list";
+const WAITER_LIST: &str = "simba_waiter_list";
 
 thread_local! {
     /// The events being passed to callbacks on this thread now (valid during the call).
@@ -2760,6 +2779,66 @@ pub unsafe extern "C" fn simba_semaphore_holders(
 #[no_mangle]
 pub unsafe extern "C" fn simba_holder_list_free(list: *mut simba_holder_list) -> simba_status {
     ffi(|| free_result::<HoldersBox, _>(list, HOLDER_LIST))
+}
+
+/// A waiter list with its items; `c` first, so a pointer to the box is a pointer to the C
+/// struct.
+#[repr(C)]
+struct WaitersBox {
+    c: simba_waiter_list,
+    _items: Vec<simba_waiter>,
+}
+
+/// The sessions waiting for the fair lock `name` (NUL-terminated UTF-8), first first (see
+/// `simba_config.fair_locks`); one backend call. `*out_list` is a list to free with
+/// [`simba_waiter_list_free`]. `SIMBA_UNSUPPORTED` on a backend without queues.
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_lock_queue(
+    session: *const simba_session,
+    name: *const c_char,
+    out_list: *mut *mut simba_waiter_list,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_list, "out_list")?;
+        put(o, std::ptr::null_mut());
+        let s = get::<SessionObj, _>(session)?;
+        let name = text(name, "name")?;
+        let items: Vec<simba_waiter> = s
+            .session
+            .lock_queue(name)?
+            .iter()
+            .map(|id| {
+                let mut w = simba_waiter {
+                    session: [0; SIMBA_SESSION_ID_LEN],
+                };
+                fill(&mut w.session, id.as_str());
+                w
+            })
+            .collect();
+        let b = Box::new(WaitersBox {
+            c: simba_waiter_list {
+                items: if items.is_empty() {
+                    std::ptr::null()
+                } else {
+                    items.as_ptr()
+                },
+                len: items.len(),
+            },
+            _items: items,
+        });
+        let p = Box::into_raw(b);
+        locked(&RESULTS).insert(p as usize, WAITER_LIST);
+        put(o, p.cast());
+        Ok(())
+    })
+}
+
+/// Frees a list from [`simba_session_lock_queue`]. NULL is ignored; a list freed already
+/// gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the
+/// list after this is undefined behaviour.
+#[no_mangle]
+pub unsafe extern "C" fn simba_waiter_list_free(list: *mut simba_waiter_list) -> simba_status {
+    ffi(|| free_result::<WaitersBox, _>(list, WAITER_LIST))
 }
 
 /// Frees the semaphore handle; permits taken through it stay held until their own

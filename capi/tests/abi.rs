@@ -1841,10 +1841,11 @@ fn fair_locks_are_validated_and_serve_waiters_in_arrival_order() {
                 assert_eq!(simba_lock_free(l), SIMBA_OK);
             })
         };
+        assert!(lock_queue(a, "fair").is_empty(), "nobody waits");
         let tb = waiter(b, "first");
-        std::thread::sleep(Duration::from_millis(300));
+        wait_for_queue(a, "fair", &[session_id(b)]);
         let tw = waiter(w, "second");
-        std::thread::sleep(Duration::from_millis(300));
+        wait_for_queue(a, "fair", &[session_id(b), session_id(w)]);
         assert_eq!(simba_lock_unlock(held), SIMBA_OK);
         assert_eq!(simba_lock_free(held), SIMBA_OK);
         let got: Vec<_> = (0..2)
@@ -1853,8 +1854,74 @@ fn fair_locks_are_validated_and_serve_waiters_in_arrival_order() {
         assert_eq!(got, ["first", "second"]);
         tb.join().unwrap();
         tw.join().unwrap();
+        assert!(lock_queue(a, "fair").is_empty(), "nobody waits");
+        // The list is a checked result: a second free or a free as another kind is refused.
+        let mut list = null_mut();
+        assert_eq!(
+            simba_session_lock_queue(a as _, c"fair".as_ptr(), &mut list),
+            SIMBA_OK
+        );
+        assert!((*list).items.is_null() && (*list).len == 0);
+        assert_eq!(simba_holder_list_free(list.cast()), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_waiter_list_free(list), SIMBA_OK);
+        assert_eq!(simba_waiter_list_free(list), SIMBA_INVALID_HANDLE);
+        assert_eq!(
+            simba_session_lock_queue(a as _, c"no/such name".as_ptr(), &mut list),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(list.is_null());
         for s in [a, b, w] {
             assert_eq!(simba_session_free(s as _), SIMBA_OK);
         }
     })
+}
+
+fn session_id(s: usize) -> String {
+    let mut id = [0 as c_char; SIMBA_SESSION_ID_LEN];
+    assert_eq!(
+        unsafe { simba_session_id(s as _, id.as_mut_ptr(), id.len()) },
+        SIMBA_OK
+    );
+    text(&id)
+}
+
+/// The session ids waiting for the fair lock `name`, first first.
+fn lock_queue(s: usize, name: &str) -> Vec<String> {
+    let name = CString::new(name).unwrap();
+    let mut list = null_mut();
+    unsafe {
+        assert_eq!(
+            simba_session_lock_queue(s as _, name.as_ptr(), &mut list),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let l = *list;
+        let ids = if l.len == 0 {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(l.items, l.len)
+                .iter()
+                .map(|w| text(&w.session))
+                .collect()
+        };
+        assert_eq!(simba_waiter_list_free(list), SIMBA_OK);
+        ids
+    }
+}
+
+/// Waits until the queue of `name` is `want`.
+fn wait_for_queue(s: usize, name: &str, want: &[String]) {
+    let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+    loop {
+        let got = lock_queue(s, name);
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue {got:?}, want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
