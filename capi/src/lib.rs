@@ -1487,27 +1487,20 @@ pub unsafe extern "C" fn simba_config_default(
         let o = out(config, "config")?;
         check_config_size(struct_size)?;
         let d = Config::default();
-        let full = simba_config {
-            struct_size,
-            lease_ms: millis(d.lease()),
-            renew_interval_ms: millis(d.renew_interval()),
-            drift: d.drift(),
-            reopen_on_expiry: u8::from(d.reopen_on_expiry()),
-            metadata: std::ptr::null(),
-            fair_locks: u8::from(d.fair_locks()),
-        };
         // SAFETY: the caller's struct is `struct_size` bytes (at least the first version).
         unsafe {
             o.cast::<SimbaConfigV1>().write(SimbaConfigV1 {
                 struct_size,
-                lease_ms: full.lease_ms,
-                renew_interval_ms: full.renew_interval_ms,
-                drift: full.drift,
-                reopen_on_expiry: full.reopen_on_expiry,
-                metadata: full.metadata,
+                lease_ms: millis(d.lease()),
+                renew_interval_ms: millis(d.renew_interval()),
+                drift: d.drift(),
+                reopen_on_expiry: u8::from(d.reopen_on_expiry()),
+                metadata: std::ptr::null(),
             });
             if struct_size >= FAIR_LOCKS_END {
-                o.cast::<u8>().add(FAIR_LOCKS_AT).write(full.fair_locks);
+                o.cast::<u8>()
+                    .add(FAIR_LOCKS_AT)
+                    .write(u8::from(d.fair_locks()));
             }
         }
         Ok(())
