@@ -77,11 +77,13 @@ static void on_event(const simba_event *e, void *user_data) {
 int main(int argc, char **argv) {
   const char *url = argc > 1 ? argv[1] : "memory://";
   simba_config config;
-  CHECK(simba_config_default(&config));
+  /* Always first: sets config.struct_size and the defaults of every field this header has. */
+  CHECK(simba_config_default(&config, sizeof config));
   config.lease_ms = 2000;
   config.renew_interval_ms = 200;
   config.reopen_on_expiry = 1; /* 0 or 1 (a uint8_t); the default, set here to show it */
   config.metadata = "lock.c";
+  config.fair_locks = 0; /* 0 (the default) or 1: locks in arrival order */
 
   simba_session *session = NULL;
   CHECK(simba_session_connect(url, &config, &session));

@@ -24,9 +24,11 @@ KINDS = ["JEOPARDY", "RECOVERED", "SESSION_EXPIRED", "SESSION_REOPENED", "CLOSED
 
 
 class Config(C.Structure):
-    _fields_ = [("lease_ms", C.c_uint64), ("renew_interval_ms", C.c_uint64),
-                ("drift", C.c_double), ("reopen_on_expiry", C.c_uint8),
-                ("metadata", C.c_char_p)]
+    # Mirrors simba_config exactly; struct_size is set by simba_config_default.
+    _fields_ = [("struct_size", C.c_size_t), ("lease_ms", C.c_uint64),
+                ("renew_interval_ms", C.c_uint64), ("drift", C.c_double),
+                ("reopen_on_expiry", C.c_uint8), ("metadata", C.c_char_p),
+                ("fair_locks", C.c_uint8)]
 
 
 class Member(C.Structure):
@@ -67,7 +69,7 @@ def load(path):
     sigs = {
         "simba_last_error": ([], C.c_char_p),
         "simba_status_name": ([C.c_int], C.c_char_p),
-        "simba_config_default": ([C.POINTER(Config)], C.c_int),
+        "simba_config_default": ([C.POINTER(Config), C.c_size_t], C.c_int),
         "simba_session_connect": ([C.c_char_p, C.POINTER(Config), C.POINTER(handle)], C.c_int),
         "simba_session_id": ([handle, C.c_char_p, C.c_size_t], C.c_int),
         "simba_session_on_event": ([handle, CALLBACK, C.c_void_p], C.c_int),
@@ -111,9 +113,11 @@ def main():
         return True
 
     config = Config()
-    check(lib.simba_config_default(C.byref(config)), "config")
+    # Always first: sets struct_size (our sizeof) and the defaults of every field we know.
+    check(lib.simba_config_default(C.byref(config), C.sizeof(config)), "config")
     config.lease_ms, config.renew_interval_ms, config.metadata = 2000, 200, b"lock.py"
     config.reopen_on_expiry = 1  # 0 or 1 (a uint8_t); the default, set here to show it
+    config.fair_locks = 0  # 0 (the default) or 1: locks in arrival order
     session = C.c_void_p()
     check(lib.simba_session_connect(url.encode(), C.byref(config), C.byref(session)),
           "connect")

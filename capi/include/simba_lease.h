@@ -9,6 +9,16 @@
  * Out-pointers are written on SIMBA_OK only (out handles and events are set to NULL on
  * failure).
  *
+ * Config. simba_config grows at its end in later versions; its first field, struct_size,
+ * says how much of it the caller knows. Always fill it first with
+ * simba_config_default(&config, sizeof config), which sets struct_size and the defaults
+ * of every field the caller's header has, then change what you need. The library reads
+ * only the fields that lie wholly within struct_size (later ones take their defaults), so
+ * a program built against an older header keeps working with a newer library; a
+ * struct_size smaller than the first version's or larger than the library's simba_config
+ * gives SIMBA_INVALID_ARGUMENT (a newer program on an older library is refused, never
+ * misread). A NULL config means the defaults.
+ *
  * Strings. Strings passed in are NUL-terminated UTF-8 (invalid UTF-8: SIMBA_INVALID_UTF8)
  * and are not kept after the call. Strings handed out are NUL-terminated; a member's
  * metadata also has an explicit length (metadata_len) and may contain NUL bytes.
@@ -35,8 +45,9 @@
  *    (simba_lock_check: SIMBA_LEASE_LOST), calls that need the session give SIMBA_CLOSED,
  *    their event queues end (SIMBA_CLOSED); what they recorded (a lock's token and name)
  *    stays readable until they are freed.
- *  - A simba_event, simba_member_list or simba_holder_list is a real pointer, freed by
- *    simba_event_free / simba_member_list_free / simba_holder_list_free. A free by the
+ *  - A simba_event, simba_member_list, simba_holder_list or simba_waiter_list is a real
+ *    pointer, freed by simba_event_free / simba_member_list_free / simba_holder_list_free /
+ *    simba_waiter_list_free. A free by the
  *    wrong function gives SIMBA_INVALID_HANDLE; so does a second free, unless the memory
  *    was reused by a newer result of the same kind meanwhile (the check is keyed by
  *    address). Reading one after it was freed is undefined behaviour, as with any freed
@@ -286,9 +297,21 @@ typedef struct simba_event {
   struct simba_member_list left;
 } simba_event;
 
-// Session settings for [`simba_session_open`]; fill it with [`simba_config_default`] first,
-// then change what you need.
+// Session settings for [`simba_session_open`] and [`simba_session_connect`].
+//
+// The struct grows at its end in later versions; `struct_size` says how much of it the
+// caller knows. Always fill it with `simba_config_default(&config, sizeof config)` first
+// (that sets `struct_size` and every field the caller's header has), then change what you
+// need. The library reads only the fields that lie wholly within `struct_size`; later
+// fields take their defaults, so a program built against an older header keeps working
+// with a newer library. A `struct_size` smaller than the first version's (the fields up to
+// `metadata`) or larger than this library's `simba_config` gives `SIMBA_INVALID_ARGUMENT`
+// (a newer program on an older library is refused, never misread).
 typedef struct simba_config {
+  // `sizeof(simba_config)` of the caller's header, set by [`simba_config_default`]. A
+  // `size_t`, the type of `sizeof`, so no cast is needed (on 64-bit targets a `uint32_t`
+  // would be padded to 8 bytes before `lease_ms` anyway).
+  size_t struct_size;
   // How long the session and its leases live without a keep-alive (default 15000).
   uint64_t lease_ms;
   // How often the session is kept alive (default 5000); shorter than the lease.
@@ -302,6 +325,14 @@ typedef struct simba_config {
   // Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
   // bytes, or NULL for none. Read during `simba_session_open` only.
   const char *metadata;
+  // Since the second version. Take this session's locks in arrival order: 0 (the
+  // default) or 1; any other value gives `SIMBA_INVALID_ARGUMENT`. A fair lock call
+  // takes a place in the name's queue on the backend and gets the lock only when no live
+  // waiter is ahead of it; a try-lock gets it only when nobody is queued ahead. Plain
+  // locks of other sessions ignore the queue, so every process locking a name must use
+  // fair locks for the order to hold. Opening the session gives `SIMBA_UNSUPPORTED` on a
+  // backend without queues. Semaphores and elections do not queue.
+  uint8_t fair_locks;
 } simba_config;
 
 // Lease health of a session now.
@@ -357,6 +388,20 @@ typedef struct simba_holder_list {
   size_t len;
 } simba_holder_list;
 
+// A session waiting in a fair lock's queue, as [`simba_session_lock_queue`] lists it.
+typedef struct simba_waiter {
+  // The waiting session's id (NUL-terminated hex).
+  char session[SIMBA_SESSION_ID_LEN];
+} simba_waiter;
+
+// The waiters of a fair lock, first first (`len` items; `items` is NULL when `len` is 0).
+typedef struct simba_waiter_list {
+  // The waiters.
+  const struct simba_waiter *items;
+  // How many.
+  size_t len;
+} simba_waiter_list;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -400,8 +445,11 @@ enum simba_status simba_connect(const char *url, struct simba_backend **out_back
 enum simba_status simba_backend_free(struct simba_backend *backend);
 
 // Fills `*config` with the defaults (lease 15000 ms, renew 5000 ms, drift 0.01, reopen on
-// expiry, no metadata).
-enum simba_status simba_config_default(struct simba_config *config);
+// expiry, no metadata, no fair locks) and sets `config->struct_size` to `struct_size`,
+// which must be `sizeof *config` as the caller's header has it: only the fields that lie
+// wholly within it are written. A `struct_size` outside the sizes this library knows (see
+// [`simba_config`]) gives `SIMBA_INVALID_ARGUMENT` and writes nothing.
+enum simba_status simba_config_default(struct simba_config *config, size_t struct_size);
 
 // Opens a session on `backend` (one backend call) with `config` (NULL: the defaults).
 // `*out_session` is the new handle.
@@ -831,6 +879,18 @@ enum simba_status simba_semaphore_holders(const struct simba_semaphore *semaphor
 // gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the list (its items or their values) after this is
 // undefined behaviour.
 enum simba_status simba_holder_list_free(struct simba_holder_list *list);
+
+// The sessions waiting for the fair lock `name` (NUL-terminated UTF-8), first first (see
+// `simba_config.fair_locks`); one backend call. `*out_list` is a list to free with
+// [`simba_waiter_list_free`]. `SIMBA_UNSUPPORTED` on a backend without queues.
+enum simba_status simba_session_lock_queue(const struct simba_session *session,
+                                           const char *name,
+                                           struct simba_waiter_list **out_list);
+
+// Frees a list from [`simba_session_lock_queue`]. NULL is ignored; a list freed already
+// gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the
+// list after this is undefined behaviour.
+enum simba_status simba_waiter_list_free(struct simba_waiter_list *list);
 
 // Frees the semaphore handle; permits taken through it stay held until their own
 // [`simba_permit_release`] or [`simba_permit_free`].

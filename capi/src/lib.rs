@@ -31,6 +31,17 @@
 //!   and `connection_timeout` on ZooKeeper); a waiting call returns after about its `timeout_ms`
 //!   plus at most one backend call in flight.
 //!
+//! ## Config
+//!
+//! [`simba_config`] grows at its end in later versions; its first field, `struct_size`, says
+//! how much of it the caller knows. Always fill it first with
+//! `simba_config_default(&config, sizeof config)`, which sets `struct_size` and the defaults
+//! of every field the caller's header has, then change what you need. The library reads only
+//! the fields that lie wholly within `struct_size` (later ones take their defaults), so a
+//! program built against an older header keeps working with a newer library; a
+//! `struct_size` smaller than the first version's or larger than the library's
+//! `simba_config` gives `SIMBA_INVALID_ARGUMENT`. A NULL config means the defaults.
+//!
 //! ## Handles
 //!
 //! A handle (`simba_backend*`, `simba_session*`, `simba_lock*`, `simba_election*`,
@@ -54,9 +65,9 @@
 //! longer valid, calls that need the session give `SIMBA_CLOSED`); what they recorded (a
 //! lock's token and name) stays readable until they are freed.
 //!
-//! The plain data results, [`simba_event`], [`simba_member_list`] and [`simba_holder_list`],
-//! are real pointers freed by [`simba_event_free`], [`simba_member_list_free`] and
-//! [`simba_holder_list_free`]; those check that the pointer is a live result of their kind,
+//! The plain data results, [`simba_event`], [`simba_member_list`], [`simba_holder_list`] and
+//! [`simba_waiter_list`], are real pointers freed by [`simba_event_free`],
+//! [`simba_member_list_free`], [`simba_holder_list_free`] and [`simba_waiter_list_free`]; those check that the pointer is a live result of their kind,
 //! keyed by its address: a second free gives `SIMBA_INVALID_HANDLE` unless the memory was
 //! reused by a newer result of the same kind meanwhile (then that one is freed), so it is
 //! detected only then. Reading one after it was freed is not detected (undefined behaviour,
@@ -235,11 +246,23 @@ pub enum simba_loss_reason {
     SIMBA_LOSS_OTHER = 6,
 }
 
-/// Session settings for [`simba_session_open`]; fill it with [`simba_config_default`] first,
-/// then change what you need.
+/// Session settings for [`simba_session_open`] and [`simba_session_connect`].
+///
+/// The struct grows at its end in later versions; `struct_size` says how much of it the
+/// caller knows. Always fill it with `simba_config_default(&config, sizeof config)` first
+/// (that sets `struct_size` and every field the caller's header has), then change what you
+/// need. The library reads only the fields that lie wholly within `struct_size`; later
+/// fields take their defaults, so a program built against an older header keeps working
+/// with a newer library. A `struct_size` smaller than the first version's (the fields up to
+/// `metadata`) or larger than this library's `simba_config` gives `SIMBA_INVALID_ARGUMENT`
+/// (a newer program on an older library is refused, never misread).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct simba_config {
+    /// `sizeof(simba_config)` of the caller's header, set by [`simba_config_default`]. A
+    /// `size_t`, the type of `sizeof`, so no cast is needed (on 64-bit targets a `uint32_t`
+    /// would be padded to 8 bytes before `lease_ms` anyway).
+    pub struct_size: usize,
     /// How long the session and its leases live without a keep-alive (default 15000).
     pub lease_ms: u64,
     /// How often the session is kept alive (default 5000); shorter than the lease.
@@ -253,7 +276,31 @@ pub struct simba_config {
     /// Session metadata visible to group members: NUL-terminated UTF-8 of at most 1024
     /// bytes, or NULL for none. Read during `simba_session_open` only.
     pub metadata: *const c_char,
+    /// Since the second version. Take this session's locks in arrival order: 0 (the
+    /// default) or 1; any other value gives `SIMBA_INVALID_ARGUMENT`. A fair lock call
+    /// takes a place in the name's queue on the backend and gets the lock only when no live
+    /// waiter is ahead of it; a try-lock gets it only when nobody is queued ahead. Plain
+    /// locks of other sessions ignore the queue, so every process locking a name must use
+    /// fair locks for the order to hold. Opening the session gives `SIMBA_UNSUPPORTED` on a
+    /// backend without queues. Semaphores and elections do not queue.
+    pub fair_locks: u8,
 }
+
+/// The first version of [`simba_config`]: the smallest `struct_size` accepted.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SimbaConfigV1 {
+    struct_size: usize,
+    lease_ms: u64,
+    renew_interval_ms: u64,
+    drift: f64,
+    reopen_on_expiry: u8,
+    metadata: *const c_char,
+}
+
+/// `sizeof` of the first version of `simba_config`.
+const CONFIG_V1_SIZE: usize = std::mem::size_of::<SimbaConfigV1>();
+const CONFIG_SIZE: usize = std::mem::size_of::<simba_config>();
 
 /// Lease health of a session now.
 #[repr(C)]
@@ -328,6 +375,24 @@ pub struct simba_holder {
 pub struct simba_holder_list {
     /// The holders.
     pub items: *const simba_holder,
+    /// How many.
+    pub len: usize,
+}
+
+/// A session waiting in a fair lock's queue, as [`simba_session_lock_queue`] lists it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct simba_waiter {
+    /// The waiting session's id (NUL-terminated hex).
+    pub session: [c_char; SIMBA_SESSION_ID_LEN],
+}
+
+/// The waiters of a fair lock, first first (`len` items; `items` is NULL when `len` is 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct simba_waiter_list {
+    /// The waiters.
+    pub items: *const simba_waiter,
     /// How many.
     pub len: usize,
 }
@@ -1113,12 +1178,13 @@ impl Kind for CancelObj {
 // ---------------------------------------------------------------------------------------
 // Plain results: events and member lists (real pointers, tracked for double frees).
 
-/// The live plain results handed out: address to kind (`simba_event`,
-/// `simba_member_list`).
+/// The live plain results handed out: address to kind (`simba_event`, `simba_member_list`,
+/// `simba_holder_list`, `simba_waiter_list`).
 static RESULTS: LazyLock<Mutex<HashMap<usize, &'static str>>> = LazyLock::new(Default::default);
 const EVENT: &str = "simba_event";
 const MEMBER_LIST: &str = "simba_member_list";
 const HOLDER_LIST: &str = "simba_holder_list";
+const WAITER_LIST: &str = "simba_waiter_list";
 
 thread_local! {
     /// The events being passed to callbacks on this thread now (valid during the call).
@@ -1408,47 +1474,88 @@ pub unsafe extern "C" fn simba_backend_free(backend: *mut simba_backend) -> simb
 }
 
 /// Fills `*config` with the defaults (lease 15000 ms, renew 5000 ms, drift 0.01, reopen on
-/// expiry, no metadata).
+/// expiry, no metadata, no fair locks) and sets `config->struct_size` to `struct_size`,
+/// which must be `sizeof *config` as the caller's header has it: only the fields that lie
+/// wholly within it are written. A `struct_size` outside the sizes this library knows (see
+/// [`simba_config`]) gives `SIMBA_INVALID_ARGUMENT` and writes nothing.
 #[no_mangle]
-pub unsafe extern "C" fn simba_config_default(config: *mut simba_config) -> simba_status {
+pub unsafe extern "C" fn simba_config_default(
+    config: *mut simba_config,
+    struct_size: usize,
+) -> simba_status {
     ffi(|| {
         let o = out(config, "config")?;
+        check_config_size(struct_size)?;
         let d = Config::default();
-        put(
-            o,
-            simba_config {
+        // SAFETY: the caller's struct is `struct_size` bytes (at least the first version).
+        unsafe {
+            o.cast::<SimbaConfigV1>().write(SimbaConfigV1 {
+                struct_size,
                 lease_ms: millis(d.lease()),
                 renew_interval_ms: millis(d.renew_interval()),
                 drift: d.drift(),
                 reopen_on_expiry: u8::from(d.reopen_on_expiry()),
                 metadata: std::ptr::null(),
-            },
-        );
+            });
+            if struct_size >= FAIR_LOCKS_END {
+                o.cast::<u8>()
+                    .add(FAIR_LOCKS_AT)
+                    .write(u8::from(d.fair_locks()));
+            }
+        }
         Ok(())
     })
+}
+
+/// Where `fair_locks` (the second version's field) starts and ends in `simba_config`: it is
+/// read or written only when `struct_size` covers it wholly.
+const FAIR_LOCKS_AT: usize = std::mem::offset_of!(simba_config, fair_locks);
+const FAIR_LOCKS_END: usize = FAIR_LOCKS_AT + std::mem::size_of::<u8>();
+
+fn check_config_size(struct_size: usize) -> R {
+    if (CONFIG_V1_SIZE..=CONFIG_SIZE).contains(&struct_size) {
+        return Ok(());
+    }
+    Err(Fail::new(
+        SIMBA_INVALID_ARGUMENT,
+        format!(
+            "config.struct_size is {struct_size}; this library knows sizes {CONFIG_V1_SIZE} (the \
+             first version) to {CONFIG_SIZE}: fill the config with simba_config_default first"
+        ),
+    ))
+}
+
+fn flag(value: u8, what: &str) -> R<bool> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(Fail::new(
+            SIMBA_INVALID_ARGUMENT,
+            format!("config.{what} is {v}; it must be 0 or 1"),
+        )),
+    }
 }
 
 fn build_config(config: *const simba_config) -> R<Config> {
     if config.is_null() {
         return Ok(Config::default());
     }
-    // SAFETY: the C contract: a readable simba_config.
-    let c = unsafe { *config };
-    let reopen_on_expiry = match c.reopen_on_expiry {
-        0 => false,
-        1 => true,
-        v => {
-            return Err(Fail::new(
-                SIMBA_INVALID_ARGUMENT,
-                format!("config.reopen_on_expiry is {v}; it must be 0 or 1"),
-            ))
-        }
+    // SAFETY: the C contract: a readable simba_config of at least its first version, whose
+    // first field is its size; only the fields within that size are read.
+    let struct_size = unsafe { config.cast::<usize>().read() };
+    check_config_size(struct_size)?;
+    let c = unsafe { config.cast::<SimbaConfigV1>().read() };
+    let fair_locks = if struct_size >= FAIR_LOCKS_END {
+        unsafe { config.cast::<u8>().add(FAIR_LOCKS_AT).read() }
+    } else {
+        u8::from(Config::default().fair_locks())
     };
     let mut b = Config::builder()
         .lease(Duration::from_millis(c.lease_ms))
         .renew_interval(Duration::from_millis(c.renew_interval_ms))
         .drift(c.drift)
-        .reopen_on_expiry(reopen_on_expiry);
+        .reopen_on_expiry(flag(c.reopen_on_expiry, "reopen_on_expiry")?)
+        .fair_locks(flag(fair_locks, "fair_locks")?);
     if !c.metadata.is_null() {
         b = b.metadata(text(c.metadata, "config.metadata")?);
     }
@@ -2665,6 +2772,66 @@ pub unsafe extern "C" fn simba_semaphore_holders(
 #[no_mangle]
 pub unsafe extern "C" fn simba_holder_list_free(list: *mut simba_holder_list) -> simba_status {
     ffi(|| free_result::<HoldersBox, _>(list, HOLDER_LIST))
+}
+
+/// A waiter list with its items; `c` first, so a pointer to the box is a pointer to the C
+/// struct.
+#[repr(C)]
+struct WaitersBox {
+    c: simba_waiter_list,
+    _items: Vec<simba_waiter>,
+}
+
+/// The sessions waiting for the fair lock `name` (NUL-terminated UTF-8), first first (see
+/// `simba_config.fair_locks`); one backend call. `*out_list` is a list to free with
+/// [`simba_waiter_list_free`]. `SIMBA_UNSUPPORTED` on a backend without queues.
+#[no_mangle]
+pub unsafe extern "C" fn simba_session_lock_queue(
+    session: *const simba_session,
+    name: *const c_char,
+    out_list: *mut *mut simba_waiter_list,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_list, "out_list")?;
+        put(o, std::ptr::null_mut());
+        let s = get::<SessionObj, _>(session)?;
+        let name = text(name, "name")?;
+        let items: Vec<simba_waiter> = s
+            .session
+            .lock_queue(name)?
+            .iter()
+            .map(|id| {
+                let mut w = simba_waiter {
+                    session: [0; SIMBA_SESSION_ID_LEN],
+                };
+                fill(&mut w.session, id.as_str());
+                w
+            })
+            .collect();
+        let b = Box::new(WaitersBox {
+            c: simba_waiter_list {
+                items: if items.is_empty() {
+                    std::ptr::null()
+                } else {
+                    items.as_ptr()
+                },
+                len: items.len(),
+            },
+            _items: items,
+        });
+        let p = Box::into_raw(b);
+        locked(&RESULTS).insert(p as usize, WAITER_LIST);
+        put(o, p.cast());
+        Ok(())
+    })
+}
+
+/// Frees a list from [`simba_session_lock_queue`]. NULL is ignored; a list freed already
+/// gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the
+/// list after this is undefined behaviour.
+#[no_mangle]
+pub unsafe extern "C" fn simba_waiter_list_free(list: *mut simba_waiter_list) -> simba_status {
+    ffi(|| free_result::<WaitersBox, _>(list, WAITER_LIST))
 }
 
 /// Frees the semaphore handle; permits taken through it stay held until their own

@@ -35,7 +35,10 @@ fn text(a: &[c_char]) -> String {
 fn config() -> simba_config {
     let mut config = std::mem::MaybeUninit::<simba_config>::uninit();
     unsafe {
-        assert_eq!(simba_config_default(config.as_mut_ptr()), SIMBA_OK);
+        assert_eq!(
+            simba_config_default(config.as_mut_ptr(), size_of::<simba_config>()),
+            SIMBA_OK
+        );
         let mut config = config.assume_init();
         config.lease_ms = 1000;
         config.renew_interval_ms = 100;
@@ -358,7 +361,10 @@ fn null_arguments_and_invalid_utf8_are_errors() {
 fn bad_config_and_small_buffers_are_errors_not_panics() {
     unsafe {
         let mut config = std::mem::MaybeUninit::<simba_config>::uninit();
-        assert_eq!(simba_config_default(config.as_mut_ptr()), SIMBA_OK);
+        assert_eq!(
+            simba_config_default(config.as_mut_ptr(), size_of::<simba_config>()),
+            SIMBA_OK
+        );
         let mut config = config.assume_init();
         config.renew_interval_ms = config.lease_ms * 2;
         let mut s = null_mut();
@@ -1691,4 +1697,231 @@ fn leader_changed_events_carry_the_value() {
         assert_eq!(simba_session_free(b), SIMBA_OK);
         drop(tx);
     })
+}
+
+/// The first version of `simba_config`, as a program built against that header has it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ConfigV1 {
+    struct_size: usize,
+    lease_ms: u64,
+    renew_interval_ms: u64,
+    drift: f64,
+    reopen_on_expiry: u8,
+    metadata: *const c_char,
+}
+
+#[test]
+fn config_struct_size_is_checked_and_an_older_caller_gets_the_defaults() {
+    let v1 = size_of::<ConfigV1>();
+    let full = size_of::<simba_config>();
+    assert!(v1 < full, "fair_locks grows the struct");
+    unsafe {
+        let mut c = config();
+        assert_eq!(c.struct_size, full);
+        assert_eq!(c.fair_locks, 0, "the default");
+        for bad in [0, 8, v1 - 1, full + 1, usize::MAX] {
+            // Too small or too large: refused, nothing written.
+            let mut d = std::mem::MaybeUninit::<simba_config>::zeroed();
+            assert_eq!(
+                simba_config_default(d.as_mut_ptr(), bad),
+                SIMBA_INVALID_ARGUMENT
+            );
+            assert!(last_error().contains("struct_size is"), "{}", last_error());
+            assert_eq!(d.assume_init().lease_ms, 0);
+            c.struct_size = bad;
+            let mut s = null_mut();
+            assert_eq!(
+                simba_session_connect(c"memory://".as_ptr(), &c, &mut s),
+                SIMBA_INVALID_ARGUMENT
+            );
+            assert!(
+                last_error().contains("struct_size is") && s.is_null(),
+                "{}",
+                last_error()
+            );
+        }
+        // An older caller's simba_config_default writes only the first version's fields.
+        let mut buf = std::mem::MaybeUninit::<simba_config>::uninit();
+        std::ptr::write_bytes(buf.as_mut_ptr().cast::<u8>(), 0xaa, full);
+        assert_eq!(simba_config_default(buf.as_mut_ptr(), v1), SIMBA_OK);
+        let bytes = std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), full);
+        assert!(bytes[v1..].iter().all(|&b| b == 0xaa), "{bytes:?}");
+        let old = buf.as_ptr().cast::<ConfigV1>().read();
+        assert_eq!(
+            (old.struct_size, old.lease_ms, old.reopen_on_expiry),
+            (v1, 15000, 1)
+        );
+        assert!(old.metadata.is_null());
+        // The library reads no further than struct_size: the 0xaa in the place of
+        // fair_locks (an invalid value) is not seen, fair_locks takes its default.
+        let mut s = null_mut();
+        assert_eq!(
+            simba_session_connect(c"memory://".as_ptr(), buf.as_ptr(), &mut s),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+        // A byte copy of the old prefix, in memory of exactly the old size.
+        let mut c = config();
+        c.fair_locks = 1;
+        let mut old = (&raw const c).cast::<ConfigV1>().read();
+        old.struct_size = v1;
+        let mut s = null_mut();
+        assert_eq!(
+            simba_session_connect(
+                c"memory://".as_ptr(),
+                (&raw const old).cast::<simba_config>(),
+                &mut s
+            ),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+        // NULL keeps meaning the defaults.
+        assert_eq!(
+            simba_session_connect(c"memory://".as_ptr(), std::ptr::null(), &mut s),
+            SIMBA_OK
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    }
+}
+
+#[test]
+fn fair_locks_are_validated_and_serve_waiters_in_arrival_order() {
+    on_each_backend(|| unsafe {
+        let u = url();
+        let mut c = config();
+        let mut s = null_mut();
+        for bad in [2, 0xff] {
+            c.fair_locks = bad;
+            assert_eq!(
+                simba_session_connect(u.as_ptr(), &c, &mut s),
+                SIMBA_INVALID_ARGUMENT
+            );
+            assert!(
+                last_error().contains("fair_locks is") && s.is_null(),
+                "{}",
+                last_error()
+            );
+        }
+        c.fair_locks = 1;
+        let mut backend = null_mut();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let open = || {
+            let mut s = null_mut();
+            assert_eq!(
+                simba_session_open(backend, &c, &mut s),
+                SIMBA_OK,
+                "{}",
+                last_error()
+            );
+            s as usize
+        };
+        let (a, b, w) = (open(), open(), open());
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let mut held = null_mut();
+        assert_eq!(
+            simba_session_lock_timeout(a as _, c"fair".as_ptr(), PATIENCE_MS, &mut held),
+            SIMBA_OK
+        );
+        // b queues first, then w; each waits long enough to have taken its place.
+        let (tx, rx) = mpsc::channel();
+        let waiter = |s: usize, who: &'static str| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut l = null_mut();
+                let st = simba_session_lock_timeout(s as _, c"fair".as_ptr(), PATIENCE_MS, &mut l);
+                assert_eq!(st, SIMBA_OK, "{who}: {}", last_error());
+                tx.send(who).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                assert_eq!(simba_lock_unlock(l), SIMBA_OK);
+                assert_eq!(simba_lock_free(l), SIMBA_OK);
+            })
+        };
+        assert!(lock_queue(a, "fair").is_empty(), "nobody waits");
+        let tb = waiter(b, "first");
+        wait_for_queue(a, "fair", &[session_id(b)]);
+        let tw = waiter(w, "second");
+        wait_for_queue(a, "fair", &[session_id(b), session_id(w)]);
+        assert_eq!(simba_lock_unlock(held), SIMBA_OK);
+        assert_eq!(simba_lock_free(held), SIMBA_OK);
+        let got: Vec<_> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_millis(PATIENCE_MS)).unwrap())
+            .collect();
+        assert_eq!(got, ["first", "second"]);
+        tb.join().unwrap();
+        tw.join().unwrap();
+        assert!(lock_queue(a, "fair").is_empty(), "nobody waits");
+        // The list is a checked result: a second free or a free as another kind is refused.
+        let mut list = null_mut();
+        assert_eq!(
+            simba_session_lock_queue(a as _, c"fair".as_ptr(), &mut list),
+            SIMBA_OK
+        );
+        assert!((*list).items.is_null() && (*list).len == 0);
+        assert_eq!(simba_holder_list_free(list.cast()), SIMBA_INVALID_HANDLE);
+        assert_eq!(simba_waiter_list_free(list), SIMBA_OK);
+        assert_eq!(simba_waiter_list_free(list), SIMBA_INVALID_HANDLE);
+        assert_eq!(
+            simba_session_lock_queue(a as _, c"no/such name".as_ptr(), &mut list),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(list.is_null());
+        for s in [a, b, w] {
+            assert_eq!(simba_session_free(s as _), SIMBA_OK);
+        }
+    })
+}
+
+fn session_id(s: usize) -> String {
+    let mut id = [0 as c_char; SIMBA_SESSION_ID_LEN];
+    assert_eq!(
+        unsafe { simba_session_id(s as _, id.as_mut_ptr(), id.len()) },
+        SIMBA_OK
+    );
+    text(&id)
+}
+
+/// The session ids waiting for the fair lock `name`, first first.
+fn lock_queue(s: usize, name: &str) -> Vec<String> {
+    let name = CString::new(name).unwrap();
+    let mut list = null_mut();
+    unsafe {
+        assert_eq!(
+            simba_session_lock_queue(s as _, name.as_ptr(), &mut list),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        let l = *list;
+        let ids = if l.len == 0 {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(l.items, l.len)
+                .iter()
+                .map(|w| text(&w.session))
+                .collect()
+        };
+        assert_eq!(simba_waiter_list_free(list), SIMBA_OK);
+        ids
+    }
+}
+
+/// Waits until the queue of `name` is `want`.
+fn wait_for_queue(s: usize, name: &str, want: &[String]) {
+    let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+    loop {
+        let got = lock_queue(s, name);
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue {got:?}, want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
