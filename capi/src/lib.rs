@@ -1186,6 +1186,22 @@ const MEMBER_LIST: &str = "simba_member_list";
 const HOLDER_LIST: &str = "simba_holder_list";
 const WAITER_LIST: &str = "simba_waiter_list";
 
+/// Hands a result box to C, tracked as `kind` for its free function.
+fn hand_out<B>(b: B, kind: &'static str) -> *mut B {
+    let p = Box::into_raw(Box::new(b));
+    locked(&RESULTS).insert(p as usize, kind);
+    p
+}
+
+/// The pointer C sees for a list's items: NULL when there are none.
+fn items_ptr<T>(items: &[T]) -> *const T {
+    if items.is_empty() {
+        std::ptr::null()
+    } else {
+        items.as_ptr()
+    }
+}
+
 thread_local! {
     /// The events being passed to callbacks on this thread now (valid during the call).
     static CALLBACK_EVENTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
@@ -1229,11 +1245,7 @@ impl Members {
 
     fn list(&self) -> simba_member_list {
         simba_member_list {
-            items: if self.items.is_empty() {
-                std::ptr::null()
-            } else {
-                self.items.as_ptr()
-            },
+            items: items_ptr(&self.items),
             len: self.items.len(),
         }
     }
@@ -1360,9 +1372,7 @@ fn next_event(rx: &Receiver<Event>, timeout_ms: u64, out_event: *mut *mut simba_
             }
             RecvTimeoutError::Disconnected => Fail::new(SIMBA_CLOSED, "the event queue was closed"),
         })?;
-    let p = Box::into_raw(Box::new(convert(&event)));
-    locked(&RESULTS).insert(p as usize, EVENT);
-    put(out_event, p.cast());
+    put(out_event, hand_out(convert(&event), EVENT).cast());
     Ok(())
 }
 
@@ -2507,13 +2517,11 @@ pub unsafe extern "C" fn simba_group_members(
 /// A heap member list for C, tracked for [`simba_member_list_free`].
 fn member_list(members: &[Member]) -> *mut simba_member_list {
     let storage = Members::new(members);
-    let b = Box::new(MembersBox {
+    let b = MembersBox {
         c: storage.list(),
         _storage: storage,
-    });
-    let p = Box::into_raw(b);
-    locked(&RESULTS).insert(p as usize, MEMBER_LIST);
-    p.cast()
+    };
+    hand_out(b, MEMBER_LIST).cast()
 }
 
 #[repr(C)]
@@ -2747,21 +2755,15 @@ pub unsafe extern "C" fn simba_semaphore_holders(
                 }
             })
             .collect();
-        let b = Box::new(HoldersBox {
+        let b = HoldersBox {
             c: simba_holder_list {
-                items: if items.is_empty() {
-                    std::ptr::null()
-                } else {
-                    items.as_ptr()
-                },
+                items: items_ptr(&items),
                 len: items.len(),
             },
             _items: items,
             _values: values,
-        });
-        let p = Box::into_raw(b);
-        locked(&RESULTS).insert(p as usize, HOLDER_LIST);
-        put(o, p.cast());
+        };
+        put(o, hand_out(b, HOLDER_LIST).cast());
         Ok(())
     })
 }
@@ -2808,20 +2810,14 @@ pub unsafe extern "C" fn simba_session_lock_queue(
                 w
             })
             .collect();
-        let b = Box::new(WaitersBox {
+        let b = WaitersBox {
             c: simba_waiter_list {
-                items: if items.is_empty() {
-                    std::ptr::null()
-                } else {
-                    items.as_ptr()
-                },
+                items: items_ptr(&items),
                 len: items.len(),
             },
             _items: items,
-        });
-        let p = Box::into_raw(b);
-        locked(&RESULTS).insert(p as usize, WAITER_LIST);
-        put(o, p.cast());
+        };
+        put(o, hand_out(b, WAITER_LIST).cast());
         Ok(())
     })
 }
