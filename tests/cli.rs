@@ -213,12 +213,15 @@ fn finding(o: &Output, check: &str) -> Value {
         .clone()
 }
 
-/// Missing tables are a trap, installed ones are fine, and a key column given a collation
-/// that does not compare byte by byte (`relax` alters `{prefix}simba_lease.name`) is a trap.
+/// Missing tables are a trap, installed ones are fine, a missing run-once jobs table (an
+/// older schema) is a warning, and a key column given a collation that does not compare
+/// byte by byte (`relax` alters `{prefix}simba_lease.name`) is a trap. `exec` runs a
+/// statement on `url`.
 fn sql_schema_traps(
     url: &str,
     make: fn(&str) -> simba_lease::Result<SqlBackend>,
     relax: fn(&str, &str),
+    exec: fn(&str, &str),
 ) {
     let prefix = format!("t{}_", tag());
     let sep = if url.contains('?') { '&' } else { '?' };
@@ -231,6 +234,13 @@ fn sql_schema_traps(
     let o = simba(&["doctor", &full, "--json"]);
     assert_eq!(finding(&o, "schema")["level"], "ok", "{o:?}");
     assert_eq!(finding(&o, "collation")["level"], "ok", "{o:?}");
+    assert_eq!(finding(&o, "tables")["level"], "ok", "{o:?}");
+    exec(url, &format!("DROP TABLE {prefix}simba_job"));
+    let o = simba(&["doctor", &full, "--json"]);
+    let t = finding(&o, "tables");
+    assert_eq!(t["level"], "warn", "{t}");
+    assert!(t["text"].as_str().unwrap().contains("simba_job"), "{t}");
+    b.install_schema().unwrap();
     relax(url, &prefix);
     let o = simba(&["doctor", &full, "--json"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
@@ -261,6 +271,17 @@ fn pg_relax(url: &str, prefix: &str) {
     .unwrap();
 }
 
+fn pg_exec(url: &str, sql: &str) {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    c.batch_execute(sql).unwrap();
+}
+
+fn mysql_exec(url: &str, sql: &str) {
+    use mysql::prelude::Queryable;
+    let mut c = mysql::Conn::new(mysql::Opts::from_url(url).unwrap()).unwrap();
+    c.query_drop(sql).unwrap();
+}
+
 fn mysql_relax(url: &str, prefix: &str) {
     use mysql::prelude::Queryable;
     let mut c = mysql::Conn::new(mysql::Opts::from_url(url).unwrap()).unwrap();
@@ -280,6 +301,7 @@ fn doctor_flags_postgres_schema_traps() {
         ),
         SqlBackend::postgres,
         pg_relax,
+        pg_exec,
     );
 }
 
@@ -289,6 +311,7 @@ fn doctor_flags_mysql_schema_traps() {
         &env_url("SIMBA_MYSQL_URL", "mysql://simba:simba@127.0.0.1:3306/test"),
         SqlBackend::mysql,
         mysql_relax,
+        mysql_exec,
     );
 }
 

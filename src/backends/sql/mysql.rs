@@ -1050,14 +1050,20 @@ impl Driver for MyDriver {
 
     fn key_collations(&self) -> DbResult<Vec<(String, String, String)>> {
         let t = &self.tables;
-        let (s, l, m) = (t.session.clone(), t.lease.clone(), t.member.clone());
+        let names = (
+            t.session.clone(),
+            t.lease.clone(),
+            t.member.clone(),
+            t.queue.clone(),
+            t.job.clone(),
+        );
         self.run(|c| {
             Ok(c.exec(
                 "SELECT TABLE_NAME, COLUMN_NAME, COALESCE(COLLATION_NAME, '') \
                  FROM information_schema.COLUMNS \
-                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?) \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?, ?, ?) \
                  AND COLUMN_NAME IN ('name', 'session_id', 'group_name') ORDER BY 1, 2",
-                (&s, &l, &m),
+                names.clone(),
             )?)
         })
     }

@@ -884,7 +884,7 @@ impl Driver for PgDriver {
     fn key_collations(&self) -> DbResult<Vec<(String, String, String)>> {
         let t = &self.tables;
         // Unquoted names are folded to lower case in the catalog.
-        let names: Vec<String> = [&t.session, &t.lease, &t.member]
+        let names: Vec<String> = [&t.session, &t.lease, &t.member, &t.queue, &t.job]
             .iter()
             .map(|n| n.to_lowercase())
             .collect();

@@ -374,6 +374,7 @@ fn sql_checks(b: &SqlBackend, f: &mut Findings, postgres: bool, pooled: bool) ->
         ),
     }
     let collations = b.key_collations()?;
+    optional_tables(b, f, &collations);
     let wrong: Vec<String> = collations
         .iter()
         .filter(|(_, _, c)| {
@@ -416,6 +417,43 @@ fn sql_checks(b: &SqlBackend, f: &mut Findings, postgres: bool, pooled: bool) ->
 /// Supavisor; ProxySQL multiplexing on MySQL), seen from two connections of the doctor's own:
 /// impossible ids on a direct connection. On PostgreSQL also the statement timeout the backend
 /// asks for in the startup options, which such poolers drop. Returns whether one was found.
+/// The tables of fair locks and run-once jobs, when the others exist: older schemas lack
+/// them, and only those features fail without them.
+fn optional_tables(b: &SqlBackend, f: &mut Findings, collations: &[(String, String, String)]) {
+    let has = |table: &str| {
+        let name = format!("{}{table}", b.table_prefix()).to_lowercase();
+        collations.iter().any(|(t, _, _)| t.to_lowercase() == name)
+    };
+    if !has("simba_lease") {
+        return; // the schema finding says it all
+    }
+    let missing: Vec<String> = [
+        ("simba_queue", "fair locks"),
+        ("simba_job", "run-once jobs"),
+    ]
+    .iter()
+    .filter(|(table, _)| !has(table))
+    .map(|(table, what)| format!("`{}{table}` ({what})", b.table_prefix()))
+    .collect();
+    if missing.is_empty() {
+        f.add(
+            Level::Ok,
+            "tables",
+            "fair-lock queues and run-once jobs have their tables",
+        );
+    } else {
+        f.add(
+            Level::Warn,
+            "tables",
+            format!(
+                "{} missing: those features fail until they exist; fix: \
+                 `SqlBackend::install_schema()` (adds them, keeps the rest) or the schema script",
+                missing.join(" and ")
+            ),
+        );
+    }
+}
+
 fn pooler(b: &SqlBackend, f: &mut Findings, postgres: bool) -> bool {
     let p = match b.probe_connections() {
         Ok(p) => p,
