@@ -164,8 +164,8 @@ pub fn owner_only_while_live(h: &Harness) {
     let t = acquired(&*b, &s, &name);
     let o = b.owner(&name).unwrap().expect("held");
     assert_eq!((o.session, o.token), (s.clone(), t.token));
-    h.until("the owner disappears with its session", || {
-        b.owner(&name).unwrap().is_none()
+    h.until_ok("the owner disappears with its session", || {
+        Ok(b.owner(&name)?.is_none())
     });
 }
 

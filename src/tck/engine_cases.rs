@@ -150,9 +150,9 @@ pub fn lock_guard_drop_releases(h: &Harness) {
     let t1 = g.token();
     drop(g); // ends the term at once; the release runs on a's work thread
     let mut g2 = None;
-    h.until("released on drop", || {
-        g2 = c.try_lock(&name).unwrap();
-        g2.is_some()
+    h.until_ok("released on drop", || {
+        g2 = c.try_lock(&name)?;
+        Ok(g2.is_some())
     });
     let g2 = g2.unwrap();
     assert!(g2.token() > t1);
@@ -328,13 +328,8 @@ pub fn expired_session_reopens_and_reenters_elections_and_groups(h: &Harness) {
         b.owner(&t2.name).unwrap().map(|o| o.session),
         Some(new.clone())
     );
-    h.until("the new session is a member", || {
-        group
-            .members()
-            .unwrap()
-            .iter()
-            .map(|m| &m.session)
-            .eq([&new])
+    h.until_ok("the new session is a member", || {
+        Ok(group.members()?.iter().map(|m| &m.session).eq([&new]))
     });
     let g2 = s
         .try_lock(lease_name("reopen-l2"))

@@ -103,8 +103,8 @@ pub fn queued_acquires_take_the_lease_in_arrival_order(h: &Harness) {
         b.acquire_queued(&s2, &name, short).unwrap(),
         Queued::Waiting { ahead: 0, owner: Some(o) } if o.session == s1
     ));
-    h.until("a place whose patience ran out is skipped", || {
-        b.queue(&name).unwrap() == vec![s3.clone()]
+    h.until_ok("a place whose patience ran out is skipped", || {
+        Ok(b.queue(&name)? == vec![s3.clone()])
     });
     assert!(b.release(&s1, &name, t1.token).unwrap());
     let t3 = match b.acquire_queued(&s3, &name, long).unwrap() {
@@ -170,8 +170,8 @@ pub fn fair_locks_are_granted_in_arrival_order(h: &Harness) {
                 let g = w.lock(n).expect("a fair waiter gets the lock");
                 tx.send((i, g.token())).unwrap();
             });
-            h.until("the waiter is queued", || {
-                a.lock_queue(&name).unwrap().contains(&w.id())
+            h.until_ok("the waiter is queued", || {
+                Ok(a.lock_queue(&name)?.contains(&w.id()))
             });
         }
         let ids: Vec<_> = waiters.iter().map(Session::id).collect();

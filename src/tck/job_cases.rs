@@ -62,13 +62,14 @@ fn claim_when_free(
     what: &str,
 ) -> Token {
     let mut token = None;
-    h.until(what, || match b.claim_job(s, name, at_most) {
-        Ok(JobClaim::Claimed { token: t, .. }) => {
-            token = Some(t);
-            true
-        }
-        Ok(JobClaim::Busy { .. }) => false,
-        Err(e) => panic!("{what}: {e}"),
+    h.until_ok(what, || {
+        Ok(match b.claim_job(s, name, at_most)? {
+            JobClaim::Claimed { token: t, .. } => {
+                token = Some(t);
+                true
+            }
+            JobClaim::Busy { .. } => false,
+        })
     });
     token.expect("claimed")
 }
@@ -143,11 +144,9 @@ pub fn run_once_claims_once_per_window_with_increasing_tokens(h: &Harness) {
         .unwrap()
         .expect("a free job runs");
     let mut second = None;
-    h.until("the other session runs it next", || {
-        second = two
-            .run_once(&name, at_most, at_least, |job| job.token())
-            .unwrap();
-        second.is_some()
+    h.until_ok("the other session runs it next", || {
+        second = two.run_once(&name, at_most, at_least, |job| job.token())?;
+        Ok(second.is_some())
     });
     assert!(second.expect("ran") > first);
     for (most, least) in [
@@ -207,10 +206,8 @@ pub fn run_once_at_least_keeps_the_name_taken_after_a_fast_job(h: &Harness) {
         .run_once(&name, long, at_least, |_| ())
         .unwrap()
         .is_none());
-    h.until("the name is free after at_least", || {
-        two.run_once(&name, long, at_least, |_| ())
-            .unwrap()
-            .is_some()
+    h.until_ok("the name is free after at_least", || {
+        Ok(two.run_once(&name, long, at_least, |_| ())?.is_some())
     });
     one.close().unwrap();
     two.close().unwrap();

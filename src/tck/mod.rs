@@ -116,6 +116,16 @@ impl Harness {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+
+    /// [`until`](Self::until) for a condition read from the backend: a transient error (a
+    /// call that timed out on a loaded machine) is read again, any other fails the case.
+    pub fn until_ok(&self, what: &str, mut cond: impl FnMut() -> crate::Result<bool>) {
+        self.until(what, || match cond() {
+            Ok(holds) => holds,
+            Err(e) if e.is_transient() => false,
+            Err(e) => panic!("{what}: {}", e.report()),
+        });
+    }
 }
 
 /// A unique name for a case (so cases sharing a server never collide).
