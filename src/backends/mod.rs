@@ -4,6 +4,13 @@ pub(crate) mod failure;
 pub(crate) mod jobs;
 mod memory;
 pub mod options;
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    all(feature = "zookeeper", feature = "tls")
+))]
+mod pem;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -185,20 +185,7 @@ impl TlsFiles {
 
 /// The PEM file `path` of `option`, checked to hold a certificate (a private key for `key`).
 fn pem(option: &str, path: &Path) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::config(option, format!("cannot read {path:?}: {e}")))?;
-    if pem_check(option, &bytes) {
-        return Ok(bytes);
-    }
-    let what = if option == "key" {
-        "private key"
-    } else {
-        "certificate"
-    };
-    Err(Error::config(
-        option,
-        format!("{path:?} holds no PEM {what}"),
-    ))
+    crate::backends::pem::read(option, path, option == "key")
 }
 
 /// Checks that `key` is the private key of the certificate `cert` (both PEM, checked), so a
@@ -223,23 +210,6 @@ fn pair_check(cert: &[u8], key: &[u8]) -> Result<()> {
 #[cfg(not(feature = "tls"))]
 fn pair_check(_cert: &[u8], _key: &[u8]) -> Result<()> {
     Ok(())
-}
-
-#[cfg(feature = "tls")]
-fn pem_check(option: &str, bytes: &[u8]) -> bool {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    if option == "key" {
-        PrivateKeyDer::from_pem_slice(bytes).is_ok()
-    } else {
-        let mut certs = CertificateDer::pem_slice_iter(bytes);
-        matches!(certs.next(), Some(Ok(_))) && certs.all(|c| c.is_ok())
-    }
-}
-
-#[cfg(not(feature = "tls"))]
-fn pem_check(_option: &str, _bytes: &[u8]) -> bool {
-    false
 }
 
 /// A [`RedisBackend`] from a URL and settings: each method overrides the URL option of the

@@ -33,7 +33,7 @@
 use crate::backends::options;
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The URL options read here, for `check_params`.
 pub(crate) const OPTIONS: [&str; 7] = [
@@ -155,48 +155,13 @@ fn read(option: &'static str, path: &str) -> Result<PemFile> {
     if path.is_empty() {
         return Err(Error::config(option, "needs the path of a PEM file"));
     }
-    let pem = std::fs::read(path)
-        .map_err(|e| Error::config(option, format!("cannot read {}: {e}", options::quote(path))))?;
     let key = matches!(option, "key" | "sslkey");
-    if !pem_check(key, &pem) {
-        return Err(Error::config(
-            option,
-            format!(
-                "{} holds no PEM {}",
-                options::quote(path),
-                if key { "private key" } else { "certificate" }
-            ),
-        ));
-    }
+    let pem = crate::backends::pem::read(option, Path::new(path), key)?;
     Ok(PemFile {
         option,
         path: PathBuf::from(path),
         pem,
     })
-}
-
-/// Whether `bytes` hold a PEM private key (`key`) or PEM certificates, all well-formed.
-#[cfg(feature = "tls")]
-fn pem_check(key: bool, bytes: &[u8]) -> bool {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    if key {
-        PrivateKeyDer::from_pem_slice(bytes).is_ok()
-    } else {
-        let mut certs = CertificateDer::pem_slice_iter(bytes);
-        matches!(certs.next(), Some(Ok(_))) && certs.all(|c| c.is_ok())
-    }
-}
-
-/// Without rustls: the PEM labels only (the files are refused before use anyway).
-#[cfg(not(feature = "tls"))]
-fn pem_check(key: bool, bytes: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(bytes);
-    if key {
-        text.contains("PRIVATE KEY-----")
-    } else {
-        text.contains("-----BEGIN CERTIFICATE-----")
-    }
 }
 
 impl SqlTls {

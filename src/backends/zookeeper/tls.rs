@@ -36,26 +36,9 @@ pub(super) struct ZkTls {
 /// Reads the PEM file of `option` (`ca`, `cert` or `key`) and checks that it holds at least
 /// one certificate (`ca`, `cert`) or a private key (`key`).
 fn read_pem(option: &str, path: &str) -> Result<String> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::config(option, format!("cannot read {path:?}: {e}")))?;
-    let ok = if option == "key" {
-        PrivateKeyDer::from_pem_slice(&bytes).is_ok()
-    } else {
-        let mut certs = CertificateDer::pem_slice_iter(&bytes);
-        matches!(certs.next(), Some(Ok(_))) && certs.all(|c| c.is_ok())
-    };
-    let what = if option == "key" {
-        "private key"
-    } else {
-        "certificate"
-    };
-    match String::from_utf8(bytes) {
-        Ok(text) if ok => Ok(text),
-        _ => Err(Error::config(
-            option,
-            format!("{path:?} holds no PEM {what}"),
-        )),
-    }
+    let bytes = crate::backends::pem::read(option, std::path::Path::new(path), option == "key")?;
+    String::from_utf8(bytes)
+        .map_err(|_| Error::config(option, format!("{path:?} is not UTF-8 text")))
 }
 
 /// Standard base64 with padding (PEM bodies).
