@@ -425,7 +425,7 @@ impl Core {
     /// Ends what passed its local deadline by `now` (the session, or single terms), with the
     /// true reason, before anything else looks at the terms. Returns whether the session is
     /// still live.
-    fn settle(&mut self, now: Instant) -> bool {
+    pub fn settle(&mut self, now: Instant) -> bool {
         if !self.state.is_live() {
             return false;
         }
@@ -619,6 +619,17 @@ impl Core {
         if self.releasing.contains(&term.name) || released {
             return false;
         }
+        // A grant whose local deadline passed before its reply arrived (an acquire slower
+        // than the lease) is no term to hand out: the backend may have expired it already.
+        let deadline = self.t.local(sent, term.remaining).min(self.deadline);
+        if deadline <= now {
+            log::warn!(
+                "the grant of {} (token {}) arrived after its local deadline; released",
+                term.name,
+                term.token
+            );
+            return false;
+        }
         // A newer token: no release of the older one can touch it.
         if let Some(m) = self.released.get_mut(&term.name) {
             m.state = MemoState::Settled;
@@ -626,7 +637,6 @@ impl Core {
         if let Holder::Election(h) = holder {
             self.lost_terms.remove(&h);
         }
-        let deadline = self.t.local(sent, term.remaining).min(self.deadline);
         let name = term.name.clone();
         self.leases.insert(
             name.clone(),
@@ -639,6 +649,33 @@ impl Core {
         );
         self.observers_due(&name, now);
         true
+    }
+
+    /// Reports that `term` was granted with a token not above `seen` (see
+    /// [`Event::TokenRegressed`]), to the session's listeners and to `handle`'s.
+    pub fn token_regressed(&mut self, handle: HandleId, term: &Term, seen: Token) {
+        log::error!(
+            "the backend granted {} with token {}, not above token {seen} granted before: it \
+             lost data (a failover to a replica that missed writes, a restart without \
+             persistence, or an eviction); a resource that saw {seen} will reject the new term",
+            term.name,
+            term.token
+        );
+        let term = term.clone();
+        self.emit(Some(handle), Event::TokenRegressed { term, seen });
+    }
+
+    /// Whether `holder` holds `term` already (same name and token); its local deadline then
+    /// moves to what this grant, sent at `sent`, allows if that is later.
+    fn renew_held(&mut self, term: &Term, sent: Instant, holder: Holder) -> bool {
+        let local = self.t.local(sent, term.remaining).min(self.deadline);
+        match self.leases.get_mut(&term.name) {
+            Some(h) if h.holder == holder && h.term.token == term.token => {
+                h.deadline = h.deadline.max(local);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The result of a lock's acquire sent at `sent`. Returns the term if the lock now holds
@@ -899,6 +936,11 @@ impl Core {
         match reply {
             Ok(Acquire::Acquired(term)) => {
                 if !self.state.is_live() {
+                    return;
+                }
+                if self.renew_held(&term, sent, Holder::Election(handle)) {
+                    // The term this candidate holds already (an attempt that overlapped
+                    // another, e.g. across `resign` and `campaign`): announced once.
                     return;
                 }
                 if self.adopt(term.clone(), sent, now, Holder::Election(handle)) {

@@ -1,6 +1,6 @@
 //! Events a session reports: state changes, terms won and lost, leader and member changes.
 
-use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Term};
+use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Term, Token};
 
 /// Why a term ended without the holder asking for it (or how it ended when it did).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -22,7 +22,10 @@ pub enum LossReason {
 ///
 /// Every event reaches the session's listeners ([`Session::events`](crate::Session::events)),
 /// and the handle it concerns (an election, a lock, an observer, a group) gets it on its own
-/// receiver too. Events are delivered in order on the session's event thread.
+/// receiver too. Events arrive in order: on a channel at once, when they happen; on a
+/// callback in order on a queue of that callback's own, so a slow callback delays only its
+/// own later events. Callbacks should not block (a run longer than the retry interval is
+/// logged); hand slow work, such as a backend call, to a thread of your own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
@@ -81,6 +84,17 @@ pub enum Event {
         name: LeaseName,
         /// The new holder with its token and term value.
         owner: Option<Owner>,
+    },
+    /// The backend granted `term` with a token not greater than `seen`, a token this
+    /// process saw granted for the same name before: the backend lost data (a failover to
+    /// a replica that missed writes, a restart without persistence, an eviction). The term
+    /// is held, but a resource that saw `seen` rejects its token, and a former holder in
+    /// another process may still believe it holds the name. Logged as an error too.
+    TokenRegressed {
+        /// The term granted.
+        term: Term,
+        /// The highest token this process saw granted for the name before.
+        seen: Token,
     },
     /// A watched group's membership changed.
     MembersChanged {

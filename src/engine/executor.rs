@@ -167,12 +167,6 @@ impl Serial {
         }
     }
 
-    /// Whether no job is queued or running.
-    pub(crate) fn is_idle(&self) -> bool {
-        let jobs = self.jobs.lock();
-        jobs.0.is_empty() && !jobs.1
-    }
-
     /// Whether the calling thread is running one of this queue's jobs.
     pub(crate) fn is_current(self: &Arc<Self>) -> bool {
         CURRENT.with(|c| c.get() == Arc::as_ptr(self) as usize)

@@ -1,31 +1,76 @@
-//! Event delivery: per-handle channels and callbacks, served in order on the session's event
-//! queue.
+//! Event delivery: per-handle channels and callbacks.
+//!
+//! A channel gets each event at once, when the core emits it (a non-blocking send). Each
+//! callback has a serial queue of its own on the process's event pool, so a callback that
+//! blocks delays only itself (and its own later events, which keep their order), never a
+//! channel or another callback.
 
 use super::core::HandleId;
 use super::event::Event;
+use super::executor::{Pool, Serial};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The handle id of the session itself (listeners that see every event).
 pub(crate) const SESSION: HandleId = 0;
 
-type Callback = Arc<Mutex<Box<dyn FnMut(&Event) + Send>>>;
+/// A user's event callback.
+type EventFn = Box<dyn FnMut(&Event) + Send>;
+
+/// A callback and the queue its events run on, in order.
+struct Callback {
+    f: Mutex<EventFn>,
+    queue: Arc<Serial>,
+}
+
+impl Callback {
+    /// Runs the callback on `event`; a panic is logged (later events still arrive), and a
+    /// run longer than `slow` is logged too (callbacks should not block).
+    fn call(&self, event: &Event, slow: Duration) {
+        let started = Instant::now();
+        let call = std::panic::AssertUnwindSafe(|| (self.f.lock())(event));
+        if let Err(payload) = std::panic::catch_unwind(call) {
+            let message = super::guarded::panic_message(&*payload);
+            log::error!("an event callback panicked on {event:?}: {message}");
+        }
+        let took = started.elapsed();
+        if took > slow {
+            log::warn!(
+                "an event callback ran {} ms on {event:?}, longer than the retry interval \
+                 ({} ms): callbacks should hand slow work to a thread of their own (this one \
+                 delays only its own later events)",
+                took.as_millis(),
+                slow.as_millis()
+            );
+        }
+    }
+}
 
 #[derive(Clone)]
 enum Listener {
     Channel(Sender<Event>),
-    Callback(Callback),
+    Callback(Arc<Callback>),
 }
 
 /// Listeners by handle.
-#[derive(Default)]
 pub(crate) struct Listeners {
     map: Mutex<HashMap<HandleId, Vec<Listener>>>,
+    /// A callback running longer than this is logged.
+    slow: Duration,
 }
 
 impl Listeners {
+    /// No listeners yet; callbacks running longer than `slow` will be logged.
+    pub(crate) fn new(slow: Duration) -> Self {
+        Listeners {
+            map: Mutex::new(HashMap::new()),
+            slow,
+        }
+    }
+
     /// A new channel listening to `handle`.
     pub(crate) fn channel(&self, handle: HandleId) -> Receiver<Event> {
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -37,9 +82,12 @@ impl Listeners {
         rx
     }
 
-    /// A callback listening to `handle`.
+    /// A callback listening to `handle`, with a queue of its own.
     pub(crate) fn callback(&self, handle: HandleId, f: impl FnMut(&Event) + Send + 'static) {
-        let cb: Callback = Arc::new(Mutex::new(Box::new(f)));
+        let cb = Arc::new(Callback {
+            f: Mutex::new(Box::new(f)),
+            queue: Pool::events().serial(),
+        });
         self.map
             .lock()
             .entry(handle)
@@ -47,54 +95,83 @@ impl Listeners {
             .push(Listener::Callback(cb));
     }
 
-    /// Forgets a handle's listeners.
+    /// Forgets a handle's listeners (events already queued for its callbacks still run).
     pub(crate) fn remove(&self, handle: HandleId) {
         self.map.lock().remove(&handle);
     }
 
-    /// Forgets every listener, so that every receiver disconnects.
-    pub(crate) fn clear(&self) {
-        self.map.lock().clear();
-    }
-
-    /// Delivers one event to the session's listeners and to `handle`'s, outside the map's lock.
-    pub(crate) fn deliver(&self, handle: Option<HandleId>, event: &Event) {
-        let targets: Vec<(HandleId, Listener)> = {
-            let map = self.map.lock();
-            let ids = std::iter::once(SESSION).chain(handle.filter(|h| *h != SESSION));
-            ids.flat_map(|id| {
-                map.get(&id)
-                    .into_iter()
-                    .flatten()
-                    .map(move |l| (id, l.clone()))
+    /// Forgets every listener, so that every receiver disconnects once drained; returns the
+    /// callbacks' queues (to wait for, see [`Listeners::wait_for`]).
+    pub(crate) fn clear(&self) -> Vec<Arc<Serial>> {
+        let map = std::mem::take(&mut *self.map.lock());
+        map.into_values()
+            .flatten()
+            .filter_map(|l| match l {
+                Listener::Callback(cb) => Some(cb.queue.clone()),
+                Listener::Channel(_) => None,
             })
             .collect()
-        };
-        let mut dead = Vec::new();
-        for (id, l) in targets {
-            match l {
-                Listener::Channel(tx) => {
-                    if tx.send(event.clone()).is_err() {
-                        dead.push((id, tx));
-                    }
-                }
-                Listener::Callback(cb) => {
-                    // A panicking callback must not stop the delivery of later events.
-                    let call = std::panic::AssertUnwindSafe(|| (cb.lock())(event));
-                    if let Err(payload) = std::panic::catch_unwind(call) {
-                        let message = super::guarded::panic_message(&*payload);
-                        log::error!("an event callback panicked on {event:?}: {message}");
-                    }
-                }
+    }
+
+    /// The queues of the callbacks of the session and of `handle`.
+    pub(crate) fn queues_of(&self, handle: HandleId) -> Vec<Arc<Serial>> {
+        let map = self.map.lock();
+        let ids = std::iter::once(SESSION).chain(Some(handle).filter(|h| *h != SESSION));
+        ids.flat_map(|h| map.get(&h).into_iter().flatten())
+            .filter_map(|l| match l {
+                Listener::Callback(cb) => Some(cb.queue.clone()),
+                Listener::Channel(_) => None,
+            })
+            .collect()
+    }
+
+    /// Whether the calling thread runs one of this session's callbacks now.
+    pub(crate) fn in_callback(&self) -> bool {
+        let map = self.map.lock();
+        map.values().flatten().any(|l| match l {
+            Listener::Callback(cb) => cb.queue.is_current(),
+            Listener::Channel(_) => false,
+        })
+    }
+
+    /// Waits until every event queued on `queues` so far has been handled by its callback,
+    /// or `until` passes; returns whether they all were. Not waited for from a queue's own
+    /// thread (it would wait for itself).
+    pub(crate) fn wait_for(queues: &[Arc<Serial>], until: Instant) -> bool {
+        let (tx, rx) = crossbeam_channel::unbounded::<()>();
+        let mut pending = 0;
+        for q in queues {
+            if q.is_current() {
+                continue;
             }
+            let tx = tx.clone();
+            q.push(move || {
+                let _ = tx.send(());
+            });
+            pending += 1;
         }
-        if !dead.is_empty() {
-            let mut map = self.map.lock();
-            for (id, tx) in dead {
-                if let Some(v) = map.get_mut(&id) {
-                    v.retain(|l| !matches!(l, Listener::Channel(t) if t.same_channel(&tx)));
+        drop(tx);
+        (0..pending).all(|_| rx.recv_deadline(until).is_ok())
+    }
+
+    /// Delivers one event to the session's listeners and to `handle`'s: sent on every
+    /// channel now, queued for every callback.
+    pub(crate) fn deliver(&self, handle: Option<HandleId>, event: &Event) {
+        let mut map = self.map.lock();
+        let ids = std::iter::once(SESSION).chain(handle.filter(|h| *h != SESSION));
+        for id in ids {
+            let Some(listeners) = map.get_mut(&id) else {
+                continue;
+            };
+            listeners.retain(|l| match l {
+                // A receiver dropped: forget its channel.
+                Listener::Channel(tx) => tx.send(event.clone()).is_ok(),
+                Listener::Callback(cb) => {
+                    let (cb2, e, slow) = (cb.clone(), event.clone(), self.slow);
+                    cb.queue.push(move || cb2.call(&e, slow));
+                    true
                 }
-            }
+            });
         }
     }
 }

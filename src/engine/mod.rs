@@ -13,6 +13,7 @@ mod guarded;
 mod listeners;
 mod router;
 pub(crate) mod session;
+mod watermark;
 
 #[cfg(test)]
 mod core_tests;

@@ -28,6 +28,8 @@ struct Routes {
 /// Routes one backend's notifications to the interested sessions of this process.
 pub(crate) struct Router {
     routes: RwLock<Routes>,
+    /// The highest tokens this process saw granted on this backend.
+    pub(crate) tokens: super::watermark::Watermarks,
     subscription: Mutex<Option<Subscription>>,
     next: AtomicU64,
 }
@@ -63,6 +65,7 @@ impl Router {
         }
         let router = Arc::new(Router {
             routes: RwLock::new(Routes::default()),
+            tokens: Default::default(),
             subscription: Mutex::new(None),
             next: AtomicU64::new(1),
         });

@@ -11,7 +11,7 @@ use super::listeners::{Listeners, SESSION};
 use super::router::{Interest, Router};
 use crate::error::{Error, Result};
 use crate::spi::{LeaseBackend, Notification};
-use crate::types::{GroupName, LeaseName, SessionId, Token};
+use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;
@@ -74,8 +74,6 @@ pub(crate) struct Inner {
     pub(crate) listeners: Listeners,
     /// Backend work, run in order on the shared work pool.
     work: Arc<Serial>,
-    /// Event delivery, in order on the shared event pool.
-    events: Arc<Serial>,
     /// This session's key in the process's [`Timer`].
     timer: AtomicU64,
     next_handle: AtomicU64,
@@ -155,6 +153,7 @@ impl Session {
             crate::rand::u64(),
         );
         let (ka_tx, ka_rx) = crossbeam_channel::unbounded();
+        let config_retry = config.retry_interval();
         let inner = Arc::new_cyclic(|me| Inner {
             me: me.clone(),
             backend,
@@ -173,9 +172,8 @@ impl Session {
                 keep_alive: ka_tx,
             }),
             changed: Condvar::new(),
-            listeners: Listeners::default(),
+            listeners: Listeners::new(config_retry),
             work: Pool::work().serial(),
-            events: Pool::events().serial(),
             timer: AtomicU64::new(0),
             next_handle: AtomicU64::new(SESSION + 1),
             closed: AtomicBool::new(false),
@@ -248,8 +246,13 @@ impl Session {
         self.inner.listeners.channel(SESSION)
     }
 
-    /// Calls `f` with every event of this session and its handles, in order, on the session's
-    /// event thread (never under an internal lock).
+    /// Calls `f` with every event of this session and its handles, in order, on a thread of
+    /// the process's event pool (never under an internal lock). `f` has a queue of its own:
+    /// if it blocks, it delays only its own later events, never a channel or another
+    /// callback. It should not block (a run longer than the retry interval is logged):
+    /// hand slow work, such as a backend call, to a thread of your own.
+    /// [`close`](Self::close) and [`Election::resign`](crate::Election::resign) return once
+    /// their final events reached the callbacks (waiting at most the lease, or 5 s if longer).
     pub fn on_event(&self, f: impl FnMut(&Event) + Send + 'static) {
         self.inner.listeners.callback(SESSION, f)
     }
@@ -390,6 +393,14 @@ impl Inner {
         Some(r)
     }
 
+    /// Checks a term just granted to `handle` against the highest token this process saw
+    /// for its name on this backend, and reports a regression.
+    pub(crate) fn check_token(&self, core: &mut Core, handle: HandleId, term: &Term) {
+        if let Some(seen) = self.router.tokens.note(&term.name, term.token, core.session()) {
+            core.token_regressed(handle, term, seen);
+        }
+    }
+
     pub(crate) fn next_handle(&self) -> HandleId {
         self.next_handle.fetch_add(1, Ordering::Relaxed)
     }
@@ -406,6 +417,13 @@ impl Inner {
         self.dispatch(&mut s, true);
         drop(s);
         r
+    }
+
+    /// Ends what passed its local deadline by now (as the timer would on its next tick), so
+    /// that what the caller reads next is valid now; dispatches the losses.
+    pub(crate) fn settle(&self, s: &mut Shared) {
+        s.core.settle(self.now());
+        self.dispatch(s, true);
     }
 
     /// Sends the core's outputs on; wakes the ticker unless the ticker itself dispatches.
@@ -491,15 +509,10 @@ impl Inner {
         }
     }
 
-    /// Forgets a dropped handle's listeners after the events already queued for it.
+    /// Forgets a dropped handle's listeners (its channels got every event already; events
+    /// queued for its callbacks still run).
     pub(crate) fn drop_listeners(&self, handle: HandleId) {
-        // Nothing queued for delivery: no event for this handle is pending either.
-        if self.closed.load(Ordering::SeqCst) || self.events.is_idle() {
-            self.listeners.remove(handle);
-        } else {
-            let i = self.clone_arc();
-            self.events.push(move || i.listeners.remove(handle));
-        }
+        self.listeners.remove(handle);
     }
 
     /// Frees a local reservation and wakes waiters.
@@ -678,17 +691,32 @@ impl Inner {
         }
     }
 
-    /// Queues an event for delivery, in order.
+    /// Delivers an event: sent on its channels now, queued for its callbacks (in order).
     fn deliver(&self, handle: Option<HandleId>, e: Event) {
         crate::metrics::event(&e);
-        if let Some(i) = self.me.upgrade() {
-            self.events.push(move || i.listeners.deliver(handle, &e));
-        }
+        self.listeners.deliver(handle, &e);
     }
 
-    /// An `Arc` of this session's state (for jobs); it lives while the caller holds `&self`.
-    fn clone_arc(&self) -> Arc<Inner> {
-        self.me.upgrade().expect("the caller holds the session")
+    /// How long a call that ends a term (close, resign) waits for the callbacks to have
+    /// handled the final events: long enough for any callback that does not block.
+    fn delivery_bound(&self) -> Duration {
+        self.config.lease().max(Duration::from_secs(5))
+    }
+
+    /// Waits (bounded) until the callbacks of the session and of `handle` have handled every
+    /// event emitted so far, unless called from one of this session's callbacks.
+    pub(crate) fn wait_delivered(&self, handle: HandleId) {
+        if self.listeners.in_callback() {
+            return;
+        }
+        let queues = self.listeners.queues_of(handle);
+        let bound = self.delivery_bound();
+        if !Listeners::wait_for(&queues, Instant::now() + bound) {
+            log::warn!(
+                "an event callback did not return within {} ms: not waited for any longer",
+                bound.as_millis()
+            );
+        }
     }
 
     fn run_work(self: Arc<Self>, w: Work) {
@@ -770,6 +798,9 @@ impl Inner {
         let fix = self.with_session_shared(&id, |s| {
             s.core.on_attempt(h, &name, sent, now, reply);
             let held = s.core.term_of(&name, super::Holder::Election(h));
+            if let Some(t) = held.as_ref().filter(|t| Some(t.token) == granted) {
+                self.check_token(&mut s.core, h, t);
+            }
             let current = s.values.get(&h).map_or("", String::as_str);
             match (granted, held) {
                 (Some(g), Some(t)) if t.token == g && current != value => {
@@ -808,16 +839,17 @@ impl Inner {
         Timer::global().remove(self.timer.load(Ordering::SeqCst));
         // The keep-alive thread may be stuck in a backend call: it exits after it returns.
         let _ = self.shared.lock().keep_alive.send(None);
-        // Every receiver disconnects once the final events are delivered: the last job
-        // clears the listeners. Waited for, unless called from a callback of this session.
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-        let i = self.clone_arc();
-        self.events.push(move || {
-            i.listeners.clear();
-            let _ = done_tx.send(());
-        });
-        if !self.events.is_current() {
-            let _ = done_rx.recv();
+        // Every channel got the final events: forgetting the senders disconnects the
+        // receivers once drained. The callbacks' final events are waited for (bounded),
+        // unless called from a callback of this session.
+        let in_callback = self.listeners.in_callback();
+        let queues = self.listeners.clear();
+        let bound = self.delivery_bound();
+        if !in_callback && !Listeners::wait_for(&queues, Instant::now() + bound) {
+            log::warn!(
+                "closing: an event callback did not return within {} ms: not waited for",
+                bound.as_millis()
+            );
         }
         self.changed.notify_all();
     }

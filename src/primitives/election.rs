@@ -37,7 +37,7 @@ impl Session {
     }
 
     /// Like [`Session::election`], with a callback that receives the election's events in
-    /// order on the session's event thread, starting with the first.
+    /// order (on a queue of its own, see [`Session::on_event`]), starting with the first.
     pub fn election_with(
         &self,
         name: impl IntoLeaseName,
@@ -193,7 +193,12 @@ impl Election {
         loop {
             Cancel::check(cancel, OP)?;
             self.inner.check_waitable(&s)?;
-            if let Some(t) = s.core.term_of(&self.name, Holder::Election(self.handle)) {
+            // A term whose local deadline passed is lost first (the timer may not have
+            // ticked yet): only a term valid now is handed out.
+            self.inner.settle(&mut s);
+            let now = self.inner.now();
+            let held = s.core.term_of(&self.name, Holder::Election(self.handle));
+            if let Some(t) = held.filter(|t| s.core.is_valid(&t.name, t.token, now)) {
                 return Ok(t);
             }
             if !s.core.is_candidate(self.handle) {
@@ -213,7 +218,11 @@ impl Election {
 
     /// Leaves the election: a leader releases its term (emitting [`Event::Revoked`] with
     /// [`LossReason::Resigned`](crate::LossReason::Resigned)) so another candidate can take
-    /// over at once. Idempotent.
+    /// over at once. Idempotent. Like [`Session::close`], it returns once the `Revoked`
+    /// reached the callbacks of this candidate and of the session (a caller that resigns,
+    /// then acts, finds its listeners already told), waiting at most the lease (or 5 s if
+    /// longer); called from a callback, it does not wait. Dropping the handle waits for
+    /// nothing.
     ///
     /// If this candidate's last term was already lost, it says so with
     /// [`Error::LeaseLost`]: lost locally (reported by `Revoked` with its true reason, first
@@ -224,7 +233,11 @@ impl Election {
     /// The handle stays usable: [`Election::wait_elected`] then fails with
     /// [`Error::NotCandidate`] until [`Election::campaign`] enters again.
     pub fn resign(&self) -> Result<()> {
-        self.withdraw(true)
+        let r = self.withdraw(true);
+        // As `close()`: the final `Revoked` has reached this candidate's and the session's
+        // callbacks when `resign` returns (bounded; not waited for from a callback).
+        self.inner.wait_delivered(self.handle);
+        r
     }
 
     /// Enters the election again after [`Election::resign`] (nothing to do if this handle

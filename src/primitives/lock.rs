@@ -23,6 +23,7 @@ impl Session {
     /// exclude each other, like processes with different sessions do.
     pub fn lock(&self, name: impl IntoLeaseName) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
+        let mut last = None;
         lock_until(
             &self.inner,
             name,
@@ -30,12 +31,9 @@ impl Session {
             false,
             self.inner.config.fair_locks(),
             None,
+            &mut last,
         )?
-        .ok_or(Error::Timeout {
-            operation: "taking a lock",
-            after: Duration::MAX,
-            source: None,
-        })
+        .ok_or_else(|| timed_out("taking a lock", Duration::MAX, last))
     }
 
     /// Takes the lock `name` if it is free now; `Ok(None)` if someone holds it.
@@ -61,6 +59,7 @@ impl Session {
             true,
             self.inner.config.fair_locks(),
             None,
+            &mut None,
         )
     }
 
@@ -69,6 +68,7 @@ impl Session {
         let name = name.into_lease_name()?;
         // A timeout too large for an `Instant` means no deadline.
         let until = Instant::now().checked_add(timeout);
+        let mut last = None;
         match lock_until(
             &self.inner,
             name,
@@ -76,13 +76,10 @@ impl Session {
             false,
             self.inner.config.fair_locks(),
             None,
+            &mut last,
         )? {
             Some(g) => Ok(g),
-            None => Err(Error::Timeout {
-                operation: "waiting for a lock",
-                after: timeout,
-                source: None,
-            }),
+            None => Err(timed_out("waiting for a lock", timeout, last)),
         }
     }
 
@@ -101,6 +98,7 @@ impl Session {
         let name = name.into_lease_name()?;
         // A timeout too large for an `Instant` means no deadline.
         let until = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut last = None;
         match lock_until(
             &self.inner,
             name,
@@ -108,13 +106,14 @@ impl Session {
             false,
             self.inner.config.fair_locks(),
             Some(cancel),
+            &mut last,
         )? {
             Some(g) => Ok(g),
-            None => Err(Error::Timeout {
-                operation: "taking a lock",
-                after: timeout.unwrap_or_default(),
-                source: None,
-            }),
+            None => Err(timed_out(
+                "taking a lock",
+                timeout.unwrap_or_default(),
+                last,
+            )),
         }
     }
 
@@ -136,8 +135,20 @@ impl Session {
     }
 }
 
+/// The timeout of a wait that ran out; the last failed attempt (if the last attempt failed)
+/// is its source, as `try_lock` would have returned it.
+pub(crate) fn timed_out(operation: &'static str, after: Duration, last: Option<Error>) -> Error {
+    Error::Timeout {
+        operation,
+        after,
+        source: last.map(|e| Box::new(e) as crate::error::BoxError),
+    }
+}
+
 /// Takes the lock `name` by `until` (`None`: no deadline); `once`: one try, no waiting.
 /// `fair`: through the name's queue (see [`ConfigBuilder::fair_locks`](crate::ConfigBuilder::fair_locks)).
+/// `last` is the error of the last attempt if it failed (`None` if it found the lock held).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn lock_until(
     inner: &Arc<Inner>,
     name: LeaseName,
@@ -145,6 +156,7 @@ pub(crate) fn lock_until(
     once: bool,
     fair: bool,
     cancel: Option<&Cancel>,
+    last: &mut Option<Error>,
 ) -> Result<Option<LockGuard>> {
     const OP: &str = "taking a lock";
     let started = inner.now();
@@ -177,7 +189,7 @@ pub(crate) fn lock_until(
         }
     }
     let events = inner.listeners.channel(h);
-    let r = acquire_loop(inner, &name, h, until, once, fair, cancel);
+    let r = acquire_loop(inner, &name, h, until, once, fair, cancel, last);
     match r {
         Ok(Some((session, term))) => Ok(Some(LockGuard {
             acquired: {
@@ -213,6 +225,7 @@ pub(crate) fn leave_queue(inner: &Inner, name: &LeaseName) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn acquire_loop(
     inner: &Arc<Inner>,
     name: &LeaseName,
@@ -221,6 +234,7 @@ fn acquire_loop(
     once: bool,
     fair: bool,
     cancel: Option<&Cancel>,
+    last: &mut Option<Error>,
 ) -> Result<Option<(SessionId, Term)>> {
     const OP: &str = "taking a lock";
     let retry = inner.config.retry_interval();
@@ -265,7 +279,13 @@ fn acquire_loop(
         let now = inner.now();
         let r = inner
             .with_session(&id, |c| match reply.transpose() {
-                Some(reply) => c.on_lock_acquire(h, name, sent, now, reply).map(Some),
+                Some(reply) => {
+                    let r = c.on_lock_acquire(h, name, sent, now, reply);
+                    if let Ok(Acquire::Acquired(term)) = &r {
+                        inner.check_token(c, h, term);
+                    }
+                    r.map(Some)
+                }
                 None => {
                     c.on_lock_queued(name);
                     Ok(None)
@@ -276,6 +296,7 @@ fn acquire_loop(
                     session: id.clone(),
                 })
             });
+        *last = None;
         match r {
             Ok(Some(Acquire::Acquired(term))) => return Ok(Some((id, term))),
             Ok(_) if once => return Ok(None),
@@ -292,7 +313,10 @@ fn acquire_loop(
             }
             Err(e @ (Error::SessionExpired { .. } | Error::Closed)) => return Err(e),
             Err(e) if once => return Err(e),
-            Err(e) => log::warn!("acquiring lock {name} failed, retrying: {}", e.report()),
+            Err(e) => {
+                log::warn!("acquiring lock {name} failed, retrying: {}", e.report());
+                *last = Some(e);
+            }
         }
         let mut next = inner.now() + retry + crate::rand::jitter(retry / 2);
         if let Some(u) = until {
@@ -420,7 +444,10 @@ impl LockGuard {
     /// [`LossReason::Missing`](crate::LossReason::Missing)). Either way the loss is reported
     /// exactly once.
     pub fn unlock(mut self) -> Result<()> {
-        self.release(true)
+        let r = self.release(true);
+        // A `LockLost` it reported has reached the session's callbacks when it returns.
+        self.inner.wait_delivered(self.handle);
+        r
     }
 
     /// Ends the term locally; releases it on the backend now if `wait`, else queues the

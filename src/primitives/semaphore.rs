@@ -3,7 +3,7 @@
 //! [`Permit`] is dropped and lost with its session (a crashed holder's permits come back once
 //! its session expires: no orphaned permits), on every backend.
 
-use super::lock::{lock_until, LockGuard, WaitingForRelease};
+use super::lock::{lock_until, timed_out, LockGuard, WaitingForRelease};
 use super::IntoLeaseName;
 use crate::engine::session::Inner;
 use crate::engine::{Cancel, Session};
@@ -87,28 +87,22 @@ impl Semaphore {
 
     /// A permit if one is free now; `Ok(None)` if all are held.
     pub fn try_acquire(&self) -> Result<Option<Permit>> {
-        self.acquire_until(Some(Instant::now()), true, None)
+        self.acquire_until(Some(Instant::now()), true, None, &mut None)
     }
 
     /// A permit, waiting as long as it takes (until the session is lost).
     pub fn acquire(&self) -> Result<Permit> {
-        self.acquire_until(None, false, None)?
-            .ok_or(Error::Timeout {
-                operation: "taking a permit",
-                after: Duration::MAX,
-                source: None,
-            })
+        let mut last = None;
+        self.acquire_until(None, false, None, &mut last)?
+            .ok_or_else(|| timed_out("taking a permit", Duration::MAX, last))
     }
 
     /// A permit, waiting at most `timeout`; [`Error::Timeout`] after that.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
         let until = Instant::now().checked_add(timeout);
-        self.acquire_until(until, false, None)?
-            .ok_or(Error::Timeout {
-                operation: "waiting for a permit",
-                after: timeout,
-                source: None,
-            })
+        let mut last = None;
+        self.acquire_until(until, false, None, &mut last)?
+            .ok_or_else(|| timed_out("waiting for a permit", timeout, last))
     }
 
     /// A permit, waiting until `timeout` passes (`None`: no deadline) or `cancel` is
@@ -119,12 +113,9 @@ impl Semaphore {
         cancel: &Cancel,
     ) -> Result<Permit> {
         let until = timeout.and_then(|t| Instant::now().checked_add(t));
-        self.acquire_until(until, false, Some(cancel))?
-            .ok_or(Error::Timeout {
-                operation: "waiting for a permit",
-                after: timeout.unwrap_or_default(),
-                source: None,
-            })
+        let mut last = None;
+        self.acquire_until(until, false, Some(cancel), &mut last)?
+            .ok_or_else(|| timed_out("waiting for a permit", timeout.unwrap_or_default(), last))
     }
 
     /// The live holders, by permit index (one backend read per permit).
@@ -143,6 +134,7 @@ impl Semaphore {
         until: Option<Instant>,
         once: bool,
         cancel: Option<&Cancel>,
+        last: &mut Option<Error>,
     ) -> Result<Option<Permit>> {
         const OP: &str = "taking a permit";
         let inner = &self.inner;
@@ -178,11 +170,12 @@ impl Semaphore {
                 }
                 self.slots.iter().map(|n| s.core.releases_of(n)).collect()
             };
+            *last = None;
             for k in 0..n {
                 let i = (start + k) % n;
                 // Plain acquires: a queue per permit would order nothing.
                 let slot = self.slots[i].clone();
-                match lock_until(inner, slot, Some(Instant::now()), true, false, None) {
+                match lock_until(inner, slot, Some(Instant::now()), true, false, None, &mut None) {
                     Ok(Some(guard)) => {
                         return Ok(Some(Permit {
                             guard,
@@ -203,6 +196,7 @@ impl Semaphore {
                             self.name,
                             e.report()
                         );
+                        *last = Some(e);
                         break;
                     }
                 }

@@ -13,6 +13,7 @@
 
 mod backend_cases;
 mod engine_cases;
+mod event_cases;
 mod fair_cases;
 mod gate;
 mod job_cases;
@@ -21,6 +22,7 @@ mod value_cases;
 
 pub use backend_cases::*;
 pub use engine_cases::*;
+pub use event_cases::*;
 pub use fair_cases::*;
 pub use job_cases::*;
 pub use semaphore_cases::*;
@@ -203,6 +205,12 @@ macro_rules! tck_suite {
             run_once_claim_of_an_ended_session_is_freed,
             term_values_belong_to_their_term,
             observers_see_leader_values_and_candidates,
+            a_blocking_callback_holds_back_no_channel_or_other_callback,
+            wait_elected_hands_out_only_a_valid_term,
+            one_elected_per_term_across_resign_and_campaign,
+            resign_and_unlock_return_after_their_event_reached_the_callbacks,
+            a_timeout_after_failed_acquires_keeps_the_last_failure,
+            a_token_not_above_one_seen_before_is_reported,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {
