@@ -57,7 +57,7 @@ pub fn a_blocking_callback_holds_back_no_channel_or_other_callback(h: &Harness) 
     gate.keep_alives.hold();
     let revoked = next(h, e.events(), "Revoked on the channel, callback blocked");
     assert!(
-        matches!(&revoked, Event::Revoked { term: t, reason: LossReason::SessionExpired } if t.token == term.token),
+        matches!(&revoked, Event::Revoked { term: t, reason: LossReason::SessionExpired | LossReason::Expired } if t.token == term.token),
         "{revoked:?}"
     );
     assert_eq!(next(h, &other_rx, "Revoked on the other callback"), revoked);
