@@ -76,6 +76,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod backends;
+mod connect;
 pub mod engine;
 mod error;
 pub mod metrics;
@@ -88,16 +89,13 @@ pub mod spi;
 pub mod tck;
 mod types;
 
-pub use backends::connect;
-pub use engine::{
-    Cancel, Clock, Config, ConfigBuilder, Event, Health, LossReason, ManualClock, Session,
-    SessionState, SystemClock,
-};
+pub use connect::connect;
+pub use engine::{Cancel, Config, ConfigBuilder, Event, Health, LossReason, Session, SessionState};
 pub use error::{BoxError, Error, Report, Result, TlsFailure};
 pub use primitives::{Election, Group, Job, LockGuard, Membership, Observer, Permit, Semaphore};
 pub use types::{
-    check_value, GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token,
-    MAX_NAME_LEN, MAX_VALUE_LEN,
+    check_value, Clock, GroupName, LeaseName, ManualClock, Member, Metadata, Owner, SessionId,
+    SystemClock, Term, Token, MAX_NAME_LEN, MAX_VALUE_LEN,
 };
 
 /// The README's examples, compiled and run as doc tests.

@@ -1,11 +1,11 @@
 //! The in-memory backend: the embedded default and a supported test double.
 
-use crate::engine::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
     Notification, NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
 };
+use crate::types::{Clock, SystemClock};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};

@@ -47,7 +47,7 @@ impl Default for Config {
 
 impl Config {
     /// The longest lease accepted: one week.
-    pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+    pub const MAX_LEASE: Duration = crate::types::limits::MAX_LEASE;
 
     /// A builder starting from the defaults.
     pub fn builder() -> ConfigBuilder {

@@ -4,13 +4,13 @@
 //! (`router`); backend calls guarded against panics (`guarded`).
 
 mod cancel;
-mod clock;
 mod config;
 pub mod core;
 mod event;
 mod executor;
 mod guarded;
 mod listeners;
+pub(crate) mod metrics;
 mod router;
 pub(crate) mod session;
 mod watermark;
@@ -19,8 +19,8 @@ mod watermark;
 mod core_tests;
 
 pub use self::core::{HandleId, Health, Holder};
+pub use crate::types::{Clock, ManualClock, SystemClock};
 pub use cancel::Cancel;
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, ConfigBuilder};
 pub use event::{Event, LossReason};
 pub use session::{Session, SessionState};

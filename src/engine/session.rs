@@ -1,7 +1,6 @@
 //! `Session`: the threads around the core: its own keep-alive thread, and the process's
 //! shared work and event pools and timer ([`super::executor`]).
 
-use super::clock::{Clock, SystemClock};
 use super::config::Config;
 use super::core::{Core, HandleId, Health, Output, State, Task, Timing};
 use super::event::Event;
@@ -11,6 +10,7 @@ use super::listeners::{Listeners, SESSION};
 use super::router::{Interest, Router};
 use crate::error::{Error, Result};
 use crate::spi::{LeaseBackend, Notification};
+use crate::types::{Clock, SystemClock};
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -192,17 +192,6 @@ impl Session {
             .store(Timer::global().add(target), Ordering::SeqCst);
         let session = Session { inner };
         result.map(|()| session)
-    }
-
-    /// Builds the backend from `url` (see [`connect`](crate::connect)) and opens a session.
-    ///
-    /// ```
-    /// use simba_lease::{Config, Session};
-    /// let session = Session::connect("memory://", Config::default())?;
-    /// # Ok::<(), simba_lease::Error>(())
-    /// ```
-    pub fn connect(url: &str, config: Config) -> Result<Session> {
-        Session::open(crate::backends::connect(url)?, config)
     }
 
     /// The current backend session's id (a new one after a reopen).
@@ -396,7 +385,11 @@ impl Inner {
     /// Checks a term just granted to `handle` against the highest token this process saw
     /// for its name on this backend, and reports a regression.
     pub(crate) fn check_token(&self, core: &mut Core, handle: HandleId, term: &Term) {
-        if let Some(seen) = self.router.tokens.note(&term.name, term.token, core.session()) {
+        if let Some(seen) = self
+            .router
+            .tokens
+            .note(&term.name, term.token, core.session())
+        {
             core.token_regressed(handle, term, seen);
         }
     }
@@ -586,13 +579,13 @@ impl Inner {
                 let left = c.deadline().saturating_duration_since(sent);
                 c.on_keep_alive(sent, now, reply);
                 match outcome {
-                    Some(true) => crate::metrics::keep_alive(
+                    Some(true) => crate::engine::metrics::keep_alive(
                         kind,
                         now.saturating_duration_since(sent),
                         left,
                         c.deadline().saturating_duration_since(now),
                     ),
-                    Some(false) => crate::metrics::keep_alive_failed(kind),
+                    Some(false) => crate::engine::metrics::keep_alive_failed(kind),
                     None => {}
                 }
             });
@@ -693,7 +686,7 @@ impl Inner {
 
     /// Delivers an event: sent on its channels now, queued for its callbacks (in order).
     fn deliver(&self, handle: Option<HandleId>, e: Event) {
-        crate::metrics::event(&e);
+        crate::engine::metrics::event(&e);
         self.listeners.deliver(handle, &e);
     }
 

@@ -20,7 +20,12 @@ impl Watermarks {
     /// Notes a grant of `name` with `token` to `session`; returns the higher (or equal)
     /// token seen before if this grant does not exceed it. The same session granted the
     /// same token again (a renewed term) is no regression.
-    pub(crate) fn note(&self, name: &LeaseName, token: Token, session: &SessionId) -> Option<Token> {
+    pub(crate) fn note(
+        &self,
+        name: &LeaseName,
+        token: Token,
+        session: &SessionId,
+    ) -> Option<Token> {
         let mut seen = self.seen.lock();
         match seen.get(name) {
             Some((t, s)) if *t == token && s == session => None,
@@ -48,7 +53,11 @@ mod tests {
         let (a, b) = (SessionId::random(), SessionId::random());
         assert_eq!(w.note(&name, t(5), &a), None);
         assert_eq!(w.note(&name, t(5), &a), None, "the same term renewed");
-        assert_eq!(w.note(&name, t(5), &b), Some(t(5)), "one token granted twice");
+        assert_eq!(
+            w.note(&name, t(5), &b),
+            Some(t(5)),
+            "one token granted twice"
+        );
         assert_eq!(w.note(&name, t(3), &b), Some(t(5)));
         assert_eq!(w.note(&name, t(6), &b), None);
         assert_eq!(w.note(&name, t(6), &b), None);

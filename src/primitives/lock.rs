@@ -194,7 +194,7 @@ pub(crate) fn lock_until(
         Ok(Some((session, term))) => Ok(Some(LockGuard {
             acquired: {
                 let now = inner.now();
-                crate::metrics::lock_wait(now.saturating_duration_since(started));
+                crate::engine::metrics::lock_wait(now.saturating_duration_since(started));
                 now
             },
             inner: inner.clone(),
@@ -458,7 +458,7 @@ impl LockGuard {
         }
         let inner = &self.inner;
         let now = inner.now();
-        crate::metrics::lock_hold(now.saturating_duration_since(self.acquired));
+        crate::engine::metrics::lock_hold(now.saturating_duration_since(self.acquired));
         let (id, term, h) = (&self.session, &self.term, self.handle);
         // A term of a replaced (expired) session was lost and reported with it.
         let token = inner

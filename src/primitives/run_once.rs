@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 /// [`Config::MAX_LEASE`](crate::Config::MAX_LEASE), `at_least` at most `at_most` (zero
 /// frees the name as soon as the job returns). [`Error::InvalidConfig`] names the bad one.
 pub fn check_job_window(at_most: Duration, at_least: Duration) -> Result<()> {
-    crate::backends::jobs::check_at_most(at_most)?;
+    crate::types::limits::check_at_most(at_most)?;
     if at_least > at_most {
         return Err(Error::config(
             "at_least",

@@ -175,7 +175,15 @@ impl Semaphore {
                 let i = (start + k) % n;
                 // Plain acquires: a queue per permit would order nothing.
                 let slot = self.slots[i].clone();
-                match lock_until(inner, slot, Some(Instant::now()), true, false, None, &mut None) {
+                match lock_until(
+                    inner,
+                    slot,
+                    Some(Instant::now()),
+                    true,
+                    false,
+                    None,
+                    &mut None,
+                ) {
                     Ok(Some(guard)) => {
                         return Ok(Some(Permit {
                             guard,

@@ -6,6 +6,8 @@
 
 mod backend;
 mod notify;
+pub mod options;
+pub(crate) mod url;
 
 pub use backend::{
     Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing, Queued,

@@ -67,7 +67,10 @@ pub fn a_blocking_callback_holds_back_no_channel_or_other_callback(h: &Harness) 
     );
     // Unblocked, the callback gets its events in order.
     unblock_tx.send(()).unwrap();
-    assert_eq!(next(h, &blocked_rx, "the blocked callback's first"), elected);
+    assert_eq!(
+        next(h, &blocked_rx, "the blocked callback's first"),
+        elected
+    );
     let mut rest = Vec::new();
     while !rest.contains(&revoked) {
         rest.push(next(h, &blocked_rx, "Revoked on the unblocked callback"));
@@ -122,12 +125,16 @@ pub fn one_elected_per_term_across_resign_and_campaign(h: &Harness) {
     let s = Session::open(b, h.config()).unwrap();
     gate.acquires.hold();
     let e = s.election(lease_name("once")).unwrap();
-    h.until("the first acquire is in flight", || gate.acquires.entered() >= 1);
+    h.until("the first acquire is in flight", || {
+        gate.acquires.entered() >= 1
+    });
     e.resign().unwrap();
     e.campaign().unwrap();
     // A tick after `campaign` (the one sending a keep-alive) starts the second attempt.
     let ticks = gate.keep_alives.entered();
-    h.until("a tick after campaign", || gate.keep_alives.entered() > ticks);
+    h.until("a tick after campaign", || {
+        gate.keep_alives.entered() > ticks
+    });
     gate.acquires.pass();
     let term = e.wait_elected(h.patience).unwrap();
     h.until("both attempts returned", || gate.acquires.left() >= 2);
@@ -267,6 +274,10 @@ pub fn a_token_not_above_one_seen_before_is_reported(h: &Harness) {
             }]
         );
     } else {
-        assert!(reports.is_empty(), "token {} after {before}: {reports:?}", after.token());
+        assert!(
+            reports.is_empty(),
+            "token {} after {before}: {reports:?}",
+            after.token()
+        );
     }
 }

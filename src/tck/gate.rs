@@ -121,8 +121,9 @@ impl LeaseBackend for GatedOpens {
         self.current().kind()
     }
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.opens
-            .through(self.patience, || self.current().open_session(lease, metadata))
+        self.opens.through(self.patience, || {
+            self.current().open_session(lease, metadata)
+        })
     }
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         self.keep_alives

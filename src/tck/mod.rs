@@ -132,7 +132,7 @@ impl Harness {
 
 /// A unique name for a case (so cases sharing a server never collide).
 pub fn unique(prefix: &str) -> String {
-    format!("{prefix}-{:08x}", crate::rand::u64() as u32)
+    format!("{prefix}-{}", &SessionId::random().as_str()[..8])
 }
 
 /// A unique lease name.

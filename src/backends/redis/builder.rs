@@ -2,8 +2,8 @@
 
 use super::{RedisBackend, RedisConfig, RedisTls, MAX_COUNT};
 use crate::backends::options;
-use crate::backends::url::{redact, BackendUrl};
 use crate::error::{Error, Result};
+use crate::spi::url::{redact, BackendUrl};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -187,8 +187,8 @@ pub use scripting::{
 };
 
 use super::options;
-use super::url::BackendUrl;
 use crate::error::{Error, Result};
+use crate::spi::url::BackendUrl;
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, Notification,
     NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,

@@ -95,9 +95,9 @@ mod postgres;
 mod tls;
 
 use crate::backends::options;
-use crate::backends::url::redact;
 use crate::backends::BackendUrl;
 use crate::error::{BoxError, Error, Result};
+use crate::spi::url::redact;
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued,
     SessionGrant, SessionInfo, Subscription,

@@ -35,11 +35,9 @@ use crate::error::{Error, Result};
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
-/// The longest timeout any backend accepts: one hour.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+pub use crate::types::limits::MAX_TIMEOUT;
 
-/// The longest interval (`purge_interval`) any backend accepts: one week.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub use crate::types::limits::MAX_INTERVAL;
 
 /// `v` cut to its first 64 characters.
 pub(crate) fn cut(v: &str) -> &str {
@@ -249,14 +247,14 @@ pub(crate) fn deadline(limit: Duration) -> Instant {
 
 /// Checks a lease handed to a backend (the engine's [`Config`](crate::Config) already
 /// bounds it; direct callers of the SPI get the same rule): more than zero and at most
-/// [`Config::MAX_LEASE`](crate::Config::MAX_LEASE), so no deadline arithmetic can overflow.
+/// [`Config::MAX_LEASE`](crate::types::limits::MAX_LEASE), so no deadline arithmetic can overflow.
 pub(crate) fn check_lease(lease: Duration) -> Result<()> {
-    if lease.is_zero() || lease > crate::Config::MAX_LEASE {
+    if lease.is_zero() || lease > crate::types::limits::MAX_LEASE {
         return Err(Error::config(
             "lease",
             format!(
                 "{lease:?} is out of range: more than zero and at most {:?}",
-                crate::Config::MAX_LEASE
+                crate::types::limits::MAX_LEASE
             ),
         ));
     }

@@ -1,6 +1,8 @@
 //! The one error type of the crate.
 
 use crate::types::{LeaseName, SessionId, Token};
+
+mod classify;
 use std::time::Duration;
 
 /// A boxed driver error kept as the source of [`Error::Backend`].
@@ -264,7 +266,7 @@ impl Error {
     /// assert!(matches!(e, Error::Authentication { .. }));
     /// ```
     pub fn backend(operation: &'static str, source: impl Into<BoxError>) -> Self {
-        use crate::backends::failure::{classify, Failure};
+        use classify::{classify, Failure};
         let source = source.into();
         match classify(&*source) {
             Some(Failure::Tls(failure)) => Error::Tls {
