@@ -1975,7 +1975,7 @@ fn next_event_sets_the_out_event_to_null_on_a_bad_handle() {
                 if what == "freed lock" && function != "lock" {
                     continue;
                 }
-                let mut event = 0x1usize as *mut simba_event; // a stale value
+                let mut event = std::ptr::dangling_mut::<simba_event>(); // a stale value
                 assert_eq!(
                     next_event(handle, 0, &mut event),
                     status,
@@ -1994,7 +1994,7 @@ fn next_event_sets_the_out_event_to_null_on_a_bad_handle() {
             );
         }
         // A valid handle whose queue times out also gives NULL.
-        let mut event = 0x1usize as *mut simba_event;
+        let mut event = std::ptr::dangling_mut::<simba_event>();
         assert_eq!(simba_session_next_event(s, 0, &mut event), SIMBA_TIMEOUT);
         assert!(event.is_null());
         assert_eq!(simba_cancel_free(cancel), SIMBA_OK);
