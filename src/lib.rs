@@ -71,6 +71,21 @@
 //! Always check [`LockGuard::is_valid`] or, better, pass the fencing token
 //! ([`LockGuard::token`], [`Term::token`]) to the protected resource and let it reject
 //! tokens lower than the highest it has seen.
+//!
+//! ## Using it from async code
+//!
+//! Every call blocks its thread (a lock waits, a backend call takes a round trip), so from
+//! async code run it off the executor: `tokio::task::spawn_blocking(move || session.lock(..))`
+//! (or a plain thread), and read events with a blocking `recv` there too, or forward them
+//! into an async channel from a callback ([`Session::on_event`]). Called directly inside an
+//! async task or a `#[tokio::main]` body it still works on every backend, but blocks that
+//! executor thread for as long as the call takes (a current-thread runtime runs nothing
+//! else meanwhile). The PostgreSQL driver blocks on a tokio runtime of its own and would
+//! panic inside another one: the backend notices a caller inside a tokio runtime
+//! (`spawn_blocking` threads included) and runs its calls on a short-lived thread of its
+//! own, costing a thread start per call. The library's own
+//! threads (keep-alive, work, events, pool connects, PostgreSQL's `LISTEN`) are plain
+//! threads outside any runtime.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]

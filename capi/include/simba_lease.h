@@ -133,7 +133,12 @@ typedef enum simba_status {
   SIMBA_NOT_LEADER = 10,
   // The election handle resigned (campaign again first).
   SIMBA_NOT_CANDIDATE = 11,
-  // The name is in use by another handle of this session (locks are not reentrant).
+  // Waiting could not help: a lock call (`simba_session_lock`, `_lock_timeout`,
+  // `_lock_cancellable`) by the thread that already holds or is taking that name through
+  // this session, as a lock or as a candidate it entered (locks are not reentrant; the
+  // session's other threads wait for the name instead, and `simba_session_try_lock` gives
+  // `SIMBA_BUSY`), or a second candidate (`simba_session_election*`,
+  // `simba_election_campaign`) for a name this session already uses, from any thread.
   SIMBA_ALREADY_HELD = 12,
   // The session (or the handle, or an event queue) was closed.
   SIMBA_CLOSED = 13,

@@ -156,7 +156,12 @@ pub enum simba_status {
     SIMBA_NOT_LEADER = 10,
     /// The election handle resigned (campaign again first).
     SIMBA_NOT_CANDIDATE = 11,
-    /// The name is in use by another handle of this session (locks are not reentrant).
+    /// Waiting could not help: a lock call (`simba_session_lock`, `_lock_timeout`,
+    /// `_lock_cancellable`) by the thread that already holds or is taking that name through
+    /// this session, as a lock or as a candidate it entered (locks are not reentrant; the
+    /// session's other threads wait for the name instead, and `simba_session_try_lock` gives
+    /// `SIMBA_BUSY`), or a second candidate (`simba_session_election*`,
+    /// `simba_election_campaign`) for a name this session already uses, from any thread.
     SIMBA_ALREADY_HELD = 12,
     /// The session (or the handle, or an event queue) was closed.
     SIMBA_CLOSED = 13,
@@ -1096,9 +1101,8 @@ fn held_next_event<G: Held, H>(
 where
     HeldObj<G>: Kind,
 {
-    ffi(|| {
-        let rx = get::<HeldObj<G>, _>(handle)?.lost.clone();
-        next_event(&rx, timeout_ms, out_event)
+    event_call(out_event, timeout_ms, || {
+        Ok(get::<HeldObj<G>, _>(handle)?.lost.clone())
     })
 }
 
@@ -1358,6 +1362,21 @@ fn convert(e: &Event) -> EventBox {
         _ => {}
     }
     EventBox { c, storage, value }
+}
+
+/// The body of every `*_next_event` function: `*out_event` is set to NULL first (when
+/// `out_event` is not NULL), so it is NULL on every failure, a bad handle included; then
+/// `queue` looks the handle's queue up and the next event is waited for.
+fn event_call(
+    out_event: *mut *mut simba_event,
+    timeout_ms: u64,
+    queue: impl FnOnce() -> R<Receiver<Event>>,
+) -> simba_status {
+    ffi(|| {
+        put_opt(out_event, std::ptr::null_mut());
+        let rx = queue()?;
+        next_event(&rx, timeout_ms, out_event)
+    })
 }
 
 /// Waits for the next event on `rx` and hands it out as a heap event.
@@ -1755,12 +1774,12 @@ pub unsafe extern "C" fn simba_session_next_event(
     timeout_ms: u64,
     out_event: *mut *mut simba_event,
 ) -> simba_status {
-    ffi(|| {
+    event_call(out_event, timeout_ms, || {
         let s = get::<SessionObj, _>(session)?;
         let rx = locked(&s.events)
             .get_or_insert_with(|| s.session.events())
             .clone();
-        next_event(&rx, timeout_ms, out_event)
+        Ok(rx)
     })
 }
 
@@ -2321,9 +2340,8 @@ pub unsafe extern "C" fn simba_election_next_event(
     timeout_ms: u64,
     out_event: *mut *mut simba_event,
 ) -> simba_status {
-    ffi(|| {
-        let rx = get::<ElectionObj, _>(election)?.0.events().clone();
-        next_event(&rx, timeout_ms, out_event)
+    event_call(out_event, timeout_ms, || {
+        Ok(get::<ElectionObj, _>(election)?.0.events().clone())
     })
 }
 
@@ -2428,9 +2446,8 @@ pub unsafe extern "C" fn simba_observer_next_event(
     timeout_ms: u64,
     out_event: *mut *mut simba_event,
 ) -> simba_status {
-    ffi(|| {
-        let rx = get::<ObserverObj, _>(observer)?.0.events().clone();
-        next_event(&rx, timeout_ms, out_event)
+    event_call(out_event, timeout_ms, || {
+        Ok(get::<ObserverObj, _>(observer)?.0.events().clone())
     })
 }
 
@@ -2546,20 +2563,19 @@ pub unsafe extern "C" fn simba_group_next_event(
     timeout_ms: u64,
     out_event: *mut *mut simba_event,
 ) -> simba_status {
-    ffi(|| {
+    event_call(out_event, timeout_ms, || {
         let g = get::<GroupObj, _>(group)?;
-        let rx = match g.watch_rx(timeout_ms)? {
-            Some(rx) => rx,
+        match g.watch_rx(timeout_ms)? {
+            Some(rx) => Ok(rx),
             None => {
                 // Another thread is starting the watch and this call may not wait for it.
-                out(out_event, "out_event").map(|o| put(o, std::ptr::null_mut()))?;
-                return Err(Fail::new(
+                out(out_event, "out_event")?;
+                Err(Fail::new(
                     SIMBA_TIMEOUT,
                     format!("no event within {timeout_ms} ms"),
-                ));
+                ))
             }
-        };
-        next_event(&rx, timeout_ms, out_event)
+        }
     })
 }
 

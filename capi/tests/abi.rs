@@ -1925,3 +1925,79 @@ fn wait_for_queue(s: usize, name: &str, want: &[String]) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Every `*_next_event` sets `*out_event` to NULL on failure, as the header promises, when
+/// the handle is NULL, a wild pointer, a handle of another kind or a freed one (they used
+/// to leave it unchanged, so a caller freeing what it got would free garbage).
+#[test]
+fn next_event_sets_the_out_event_to_null_on_a_bad_handle() {
+    unsafe {
+        type NextEvent = unsafe fn(*const c_void, u64, *mut *mut simba_event) -> simba_status;
+        let all: [(&str, NextEvent); 6] = [
+            ("session", |h, t, e| {
+                simba_session_next_event(h.cast(), t, e)
+            }),
+            ("lock", |h, t, e| simba_lock_next_event(h.cast(), t, e)),
+            ("election", |h, t, e| {
+                simba_election_next_event(h.cast(), t, e)
+            }),
+            ("observer", |h, t, e| {
+                simba_observer_next_event(h.cast(), t, e)
+            }),
+            ("group", |h, t, e| simba_group_next_event(h.cast(), t, e)),
+            ("permit", |h, t, e| simba_permit_next_event(h.cast(), t, e)),
+        ];
+        let s = session();
+        let mut lock = null_mut();
+        assert_eq!(
+            simba_session_lock(s, c"freed".as_ptr(), &mut lock),
+            SIMBA_OK
+        );
+        assert_eq!(simba_lock_free(lock), SIMBA_OK);
+        let mut cancel = null_mut();
+        assert_eq!(simba_cancel_new(&mut cancel), SIMBA_OK);
+        let bad: [(&str, *const c_void, simba_status); 4] = [
+            ("NULL", std::ptr::null(), SIMBA_NULL_ARGUMENT),
+            (
+                "wild",
+                0xdead_0000usize as *const c_void,
+                SIMBA_INVALID_HANDLE,
+            ),
+            (
+                "another kind",
+                cancel as *const c_void,
+                SIMBA_INVALID_HANDLE,
+            ),
+            ("freed lock", lock as *const c_void, SIMBA_INVALID_HANDLE),
+        ];
+        for (function, next_event) in all {
+            for (what, handle, status) in bad {
+                if what == "freed lock" && function != "lock" {
+                    continue;
+                }
+                let mut event = std::ptr::dangling_mut::<simba_event>(); // a stale value
+                assert_eq!(
+                    next_event(handle, 0, &mut event),
+                    status,
+                    "{function} with a {what} handle: {}",
+                    last_error()
+                );
+                assert!(
+                    event.is_null(),
+                    "simba_{function}_next_event left *out_event unchanged for a {what} handle"
+                );
+            }
+            // A NULL out-pointer is still an error, not a write.
+            assert_eq!(
+                next_event(std::ptr::null(), 0, null_mut()),
+                SIMBA_NULL_ARGUMENT
+            );
+        }
+        // A valid handle whose queue times out also gives NULL.
+        let mut event = std::ptr::dangling_mut::<simba_event>();
+        assert_eq!(simba_session_next_event(s, 0, &mut event), SIMBA_TIMEOUT);
+        assert!(event.is_null());
+        assert_eq!(simba_cancel_free(cancel), SIMBA_OK);
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    }
+}

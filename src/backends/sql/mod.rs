@@ -518,8 +518,12 @@ pub struct ServerVersion {
 ///   backend prepares statements per connection.
 /// * Tokens are as durable as the database's commits: keep fencing strict across failovers
 ///   with synchronous replication.
-/// * The `postgres` crate runs a private current-thread tokio runtime per connection: call
-///   this backend from plain threads (or `spawn_blocking`), not from inside an async task.
+/// * The `postgres` crate runs a private current-thread tokio runtime per connection, which
+///   cannot block inside another runtime: a call made on a thread inside a tokio runtime (an
+///   async task, a `#[tokio::main]` body, `spawn_blocking`) runs on a short-lived thread of
+///   the backend's own (one thread start per call; it still blocks the caller), and a
+///   connection dropped there is closed on one. Prefer calling it from plain threads or
+///   `spawn_blocking` (see the crate's "Using it from async code").
 /// * TLS (feature `tls`, rustls): URL options `sslmode`, `ca`, `cert`, `key` (see
 ///   [`SqlBackendBuilder`]); the default is plaintext.
 /// * PostgreSQL pushes releases, new terms and membership changes (`pg_notify` in the

@@ -7,8 +7,8 @@
 //! reply claims more time than the database grants.
 
 use super::{
-    with_conn, AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Kind, Known, Options,
-    Pool, PoolConn, RawListing, Renewed, Tables,
+    AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Kind, Known, Options, Pool,
+    PoolConn, RawListing, Renewed, Tables,
 };
 use crate::backends::BackendUrl;
 use crate::error::{Error, Result};
@@ -93,19 +93,96 @@ struct Stmts {
 }
 
 pub(crate) struct PgConn {
-    client: Client,
+    /// `Some` until the connection is dropped (see `Drop`).
+    client: Option<Client>,
     /// Prepared on first use (the tables may not exist when the connection opens).
     stmts: Option<Stmts>,
     pid: u32,
 }
 
+impl PgConn {
+    fn client(&mut self) -> DbResult<&mut Client> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| DbError::new(Kind::Connection, "the connection was closed"))
+    }
+}
+
 impl PoolConn for PgConn {
     fn is_closed(&self) -> bool {
-        self.client.is_closed()
+        self.client.as_ref().is_none_or(Client::is_closed)
     }
     fn is_valid(&mut self, timeout: Duration) -> bool {
-        self.client.is_valid(timeout).is_ok()
+        let Some(client) = self.client.as_mut() else {
+            return false;
+        };
+        outside_runtime(|| client.is_valid(timeout).is_ok()).unwrap_or(false)
     }
+}
+
+/// A `postgres::Client` blocks on a private tokio runtime in every call and when it is
+/// dropped (it sends `Terminate`), which panics ("Cannot start a runtime from within a
+/// runtime") on a thread inside a tokio runtime. Such a thread hands its connection to a
+/// short-lived thread to close; elsewhere it is closed here.
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        if !in_tokio_runtime() {
+            return drop(client);
+        }
+        let closer = std::thread::Builder::new()
+            .name("simba-pg-close".into())
+            .spawn(move || drop(client));
+        if let Err(e) = closer {
+            // The client went down with the failed spawn's closure, unrun: closing it here
+            // would panic, so its socket is left to the OS (the server ends the session).
+            log::warn!("PostgreSQL connection not closed: no thread to close it on ({e})");
+        }
+    }
+}
+
+/// Whether this thread is inside a tokio runtime (a `#[tokio::main]` body, an async task, a
+/// `block_on`, a `spawn_blocking` closure), where the `postgres` driver cannot block on its
+/// own runtime.
+fn in_tokio_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// Runs `f` on this thread, or, on a thread inside a tokio runtime, on a scoped thread of
+/// its own (waiting for it): the `postgres` driver's calls panic inside a runtime, and an
+/// async caller is better served by a call that works (and blocks, as documented) than by a
+/// panic. A panic of `f` is passed on as it is.
+fn outside_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T> {
+    if !in_tokio_runtime() {
+        return Ok(f());
+    }
+    std::thread::scope(|scope| {
+        let call = std::thread::Builder::new()
+            .name("simba-pg-call".into())
+            .spawn_scoped(scope, f)
+            .map_err(|e| {
+                Error::backend(
+                    "starting a thread for a PostgreSQL call from inside a tokio runtime \
+                     (call the backend from `tokio::task::spawn_blocking` or a plain thread)",
+                    e,
+                )
+            })?;
+        Ok(call
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
+}
+
+/// [`super::with_conn`] off any tokio runtime (see [`outside_runtime`]).
+fn with_conn<T: Send>(
+    pool: &Pool<PgConn>,
+    timeout: Duration,
+    f: impl FnMut(&mut PgConn) -> DbResult<T> + Send,
+) -> DbResult<T> {
+    outside_runtime(|| super::with_conn(pool, timeout, f))
+        .map_err(|e| DbError::new(Kind::Other, e))?
 }
 
 fn classify(e: ::postgres::Error) -> DbError {
@@ -532,7 +609,7 @@ impl PgDriver {
                 )
             })?;
             Ok(PgConn {
-                client,
+                client: Some(client),
                 stmts: None,
                 pid,
             })
@@ -549,31 +626,34 @@ impl PgDriver {
             listener,
         };
         // Check the server answers now, so a bad URL fails at build time.
-        drop(driver.pool.get(options.query_timeout)?);
+        outside_runtime(|| driver.pool.get(options.query_timeout).map(drop))??;
         Ok(driver)
     }
 
     /// Runs `f` with the prepared statements; `f` classifies driver errors with `classify`
     /// (`?` does) and decodes values with [`col`].
-    fn run<T>(&self, mut f: impl FnMut(&mut Client, &Stmts) -> DbResult<T>) -> DbResult<T> {
+    fn run<T: Send>(
+        &self,
+        mut f: impl FnMut(&mut Client, &Stmts) -> DbResult<T> + Send,
+    ) -> DbResult<T> {
         with_conn(&self.pool, self.timeout, |c| {
             let stmts = match c.stmts.take() {
                 Some(s) => s,
-                None => prepare(&mut c.client, &self.tables).map_err(classify)?,
+                None => prepare(c.client()?, &self.tables).map_err(classify)?,
             };
-            let r = f(&mut c.client, &stmts);
+            let r = f(c.client()?, &stmts);
             c.stmts = Some(stmts);
             r
         })
     }
 
     /// Runs `f` on the plain client (no prepared statements needed).
-    fn run_plain<T>(
+    fn run_plain<T: Send>(
         &self,
-        mut f: impl FnMut(&mut Client) -> std::result::Result<T, ::postgres::Error>,
+        mut f: impl FnMut(&mut Client) -> std::result::Result<T, ::postgres::Error> + Send,
     ) -> DbResult<T> {
         with_conn(&self.pool, self.timeout, |c| {
-            f(&mut c.client).map_err(classify)
+            f(c.client()?).map_err(classify)
         })
     }
 }
@@ -963,7 +1043,7 @@ impl Driver for PgDriver {
         // The simple query protocol: no prepared statement (which a pooler may break).
         with_conn(&self.pool, self.timeout, |c| {
             simple_value(
-                &mut c.client,
+                c.client()?,
                 "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::int8",
             )?
             .and_then(|v| v.parse::<i64>().ok())
@@ -972,28 +1052,32 @@ impl Driver for PgDriver {
     }
 
     fn probe_connections(&self) -> DbResult<ConnectionProbe> {
-        let open = || {
-            self.pool
-                .open_unpooled(self.timeout)
-                .map_err(|e| DbError::new(Kind::Connection, e))
-        };
-        let (mut a, mut b) = (open()?, open()?);
-        let mut own = vec![pid(&mut a.client)?, pid(&mut a.client)?];
-        b.client.simple_query("BEGIN").map_err(classify)?;
-        let other = pid(&mut b.client)?;
-        own.push(pid(&mut a.client)?);
-        let _ = b.client.simple_query("ROLLBACK");
-        let timeout = simple_value(
-            &mut a.client,
-            "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'",
-        )?
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(Duration::from_millis);
-        Ok(ConnectionProbe {
-            own,
-            other,
-            statement_timeout: timeout,
+        outside_runtime(|| {
+            let open = || {
+                self.pool
+                    .open_unpooled(self.timeout)
+                    .map_err(|e| DbError::new(Kind::Connection, e))
+            };
+            let (mut a, mut b) = (open()?, open()?);
+            let (a, b) = (a.client()?, b.client()?);
+            let mut own = vec![pid(a)?, pid(a)?];
+            b.simple_query("BEGIN").map_err(classify)?;
+            let other = pid(b)?;
+            own.push(pid(a)?);
+            let _ = b.simple_query("ROLLBACK");
+            let timeout = simple_value(
+                a,
+                "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'",
+            )?
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis);
+            Ok(ConnectionProbe {
+                own,
+                other,
+                statement_timeout: timeout,
+            })
         })
+        .map_err(|e| DbError::new(Kind::Other, e))?
     }
 
     fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
