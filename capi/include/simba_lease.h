@@ -188,6 +188,10 @@ typedef enum simba_event_kind {
   SIMBA_EVENT_MEMBERS_CHANGED = 9,
   // An event of a kind this version does not know.
   SIMBA_EVENT_OTHER = 10,
+  // The backend granted a term with a token not greater than one this process saw
+  // granted for the name before: it lost data (`name`, `token` of the new term,
+  // `remaining_ms`; [`simba_event_value`] gives the token seen before, in decimal).
+  SIMBA_EVENT_TOKEN_REGRESSED = 11,
 } simba_event_kind;
 
 // Why a term ended.
@@ -353,10 +357,12 @@ typedef struct simba_health {
 } simba_health;
 
 // A function receiving a session's events: the event (valid only during the call) and the
-// `user_data` given at registration. It runs on one of the library's event threads and must
-// return normally: a C++ exception or a `longjmp` leaving it is undefined behaviour (it
-// would cross the library's Rust frames); catch exceptions inside it. It should not block:
-// `simba_session_close` and `simba_session_free` wait until it returned.
+// `user_data` given at registration. It runs on one of the library's event threads (each
+// callback in order on a queue of its own: one that blocks delays only its own later
+// events) and must return normally: a C++ exception or a `longjmp` leaving it is undefined
+// behaviour (it would cross the library's Rust frames); catch exceptions inside it. It
+// should not block: `simba_session_close` and `simba_session_free` wait until it returned
+// (at most the lease, or 5 s if longer).
 typedef void (*simba_event_callback)(const struct simba_event *event, void *user_data);
 
 // The holder of a lease, as [`simba_observer_leader`] reads it.
@@ -431,7 +437,7 @@ enum simba_status simba_event_free(struct simba_event *event);
 // (`buf` NULL with `buf_len` 0: not copied; `out_value_len` may be NULL): for
 // `LEADER_CHANGED`, the new holder's value (a `LEADER_CHANGED` with an unchanged token
 // reports a new value set by [`simba_election_set_value`] or [`simba_lock_set_value`]);
-// empty for every other kind, or when the holder set none or the lease became free.
+// for `TOKEN_REGRESSED`, the token seen before, in decimal; empty for every other kind, or when the holder set none or the lease became free.
 // `event` is one from a `*_next_event` function, not freed yet, or, inside a callback, the
 // event that callback was given (on its thread, during the call); any other pointer gives
 // `SIMBA_INVALID_HANDLE` (a freed event only unless its memory was reused by a newer event:
