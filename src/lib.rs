@@ -53,7 +53,7 @@
 //! A [`Session`] owns four threads: a keep-alive thread (never delayed by acquires), a work
 //! thread (candidates' attempts, observers, releases), a ticker (deadlines) and an event
 //! thread (callbacks, in order, never under an internal lock). Every decision is made by a
-//! pure state machine ([`engine::core::Core`]) on the monotonic clock:
+//! pure state machine (`engine::core::Core`, crate-private) on the monotonic clock:
 //!
 //! * a term is valid locally until `send instant + remaining × (1 − drift)` of the request
 //!   that last confirmed it — never later than the backend's own expiry, so at most one

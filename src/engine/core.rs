@@ -283,11 +283,6 @@ impl Core {
         self.deadline
     }
 
-    /// The timing.
-    pub fn timing(&self) -> Timing {
-        self.t
-    }
-
     /// A snapshot of the session's lease health at `now`.
     pub fn health(&self, now: Instant) -> Health {
         Health {
@@ -825,7 +820,7 @@ impl Core {
 
     /// How many names the core remembers a release for (bounded by the releases that did
     /// not finish definitively).
-    #[cfg(any(test, feature = "sim"))]
+    #[cfg(test)]
     pub fn remembered_releases(&self) -> usize {
         self.released.len()
     }

@@ -802,3 +802,58 @@ fn an_observer_reports_a_new_value_of_the_same_term_once() {
     );
     assert!(changes(&mut c, t0 + 1200 * MS, "10.0.0.7:80").is_empty());
 }
+
+/// The engine fix behind the regression seeds, step by step on the core: an unlock's release
+/// times out, the lock gets the same term back, and the engine must not adopt it.
+#[test]
+fn same_term_after_an_unfinished_release_is_not_adopted() {
+    let t = Timing {
+        lease: Duration::from_secs(1),
+        renew: Duration::from_millis(300),
+        retry: Duration::from_millis(150),
+        drift: 0.01,
+    };
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let id = SessionId::random();
+    let mut core = Core::new(t, id.clone(), t0, t.lease, 1);
+    let name = LeaseName::new("job").unwrap();
+    let term = Term {
+        name: name.clone(),
+        token: Token::new(1).unwrap(),
+        remaining: Duration::from_millis(900),
+    };
+    core.begin_acquire(&name);
+    let r = core.on_lock_acquire(7, &name, ms(1), ms(2), Ok(Acquire::Acquired(term.clone())));
+    assert!(matches!(r, Ok(Acquire::Acquired(_))));
+    assert_eq!(core.unlock(7, &term, ms(10)).unwrap(), term.token);
+    core.on_released(&name, false); // the release timed out: it may still land
+    core.begin_acquire(&name);
+    let r = core.on_lock_acquire(
+        8,
+        &name,
+        ms(20),
+        ms(21),
+        Ok(Acquire::Acquired(term.clone())),
+    );
+    assert!(
+        matches!(r, Ok(Acquire::Held(o)) if o.session == id),
+        "not adopted"
+    );
+    assert!(!core.is_valid(&name, term.token, ms(22)));
+    let out = core.take_outputs();
+    assert!(
+        out.contains(&Output::Release(name.clone(), term.token)),
+        "{out:?}"
+    );
+    // Once released, the next grant has a new token and is adopted.
+    core.on_released(&name, true);
+    core.begin_acquire(&name);
+    let next = Term {
+        token: Token::new(2).unwrap(),
+        ..term
+    };
+    let r = core.on_lock_acquire(9, &name, ms(30), ms(31), Ok(Acquire::Acquired(next)));
+    assert!(matches!(r, Ok(Acquire::Acquired(_))));
+    assert!(core.is_valid(&name, Token::new(2).unwrap(), ms(32)));
+}

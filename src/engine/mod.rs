@@ -1,11 +1,11 @@
-//! The session engine: a pure, clock-injected state machine ([`core`]) and the threads that
+//! The session engine: a pure, clock-injected state machine (`core`) and the threads that
 //! carry its inputs and outputs ([`Session`]): one keep-alive thread per session; the process's
 //! shared timer, work and event pools (`executor`); one notification router per backend
 //! (`router`); backend calls guarded against panics (`guarded`).
 
 mod cancel;
 mod config;
-pub mod core;
+pub(crate) mod core;
 mod event;
 mod executor;
 mod guarded;

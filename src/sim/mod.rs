@@ -1,7 +1,7 @@
 //! Deterministic simulation of the engine with injected faults, and a contract checker
 //! (feature `sim`).
 //!
-//! [`run`] drives several sessions' real engine cores ([`Core`](crate::engine::core::Core)),
+//! [`run`] drives several sessions' real engine cores (`Core`),
 //! each with election candidates, observers, locks and a group watch, against a
 //! [`Model`] backend, through a network that delays and loses requests and replies, on one
 //! virtual clock and one seeded [`Rng`]: the same seed gives the same history, bit for bit.
