@@ -6,6 +6,7 @@
 mod cancel;
 mod config;
 pub(crate) mod core;
+pub(crate) mod driver;
 mod event;
 mod executor;
 mod guarded;

@@ -2,7 +2,8 @@
 //! shared work and event pools and timer ([`super::executor`]).
 
 use super::config::Config;
-use super::core::{Core, HandleId, Health, Output, State, Task, Timing};
+use super::core::{Core, HandleId, Health, State, Task, Timing};
+use super::driver::{self, reopen, Route};
 use super::event::Event;
 use super::executor::{Pool, Serial, Tick, Timer};
 use super::guarded::PanicGuard;
@@ -24,11 +25,10 @@ pub use super::core::State as SessionState;
 
 /// Work for the session's work queue.
 enum Work {
-    Run(SessionId, Task),
-    Release(SessionId, LeaseName, Token),
+    /// Work an output of the core asked for, for backend session `SessionId`.
+    Core(SessionId, driver::Work),
     Leave(SessionId, GroupName),
     Join(SessionId, GroupName),
-    CloseBackend(SessionId),
     Reopen,
 }
 
@@ -374,7 +374,7 @@ impl Inner {
         f: impl FnOnce(&mut Shared) -> R,
     ) -> Option<R> {
         let mut s = self.shared.lock();
-        if s.core.session() != id {
+        if !driver::accepts(s.core.session(), id) {
             return None;
         }
         let r = f(&mut s);
@@ -424,22 +424,15 @@ impl Inner {
         let now = self.now();
         let id = s.core.session().clone();
         for o in s.core.take_outputs() {
-            match o {
-                Output::KeepAlive => {
+            match driver::route(o) {
+                Route::KeepAlive => {
                     let _ = s.keep_alive.send(Some((id.clone(), now)));
                 }
-                Output::Run(t) => self.queue(Work::Run(id.clone(), t)),
-                Output::Release(n, t) => self.queue(Work::Release(id.clone(), n, t)),
-                Output::CloseBackend => self.queue(Work::CloseBackend(id.clone())),
-                Output::Emit(h, e) => self.deliver(h, e),
+                Route::Work(w) => self.queue(Work::Core(id.clone(), w)),
+                Route::Emit(h, e) => self.deliver(h, e),
             }
         }
-        if s.core.state() == State::Expired
-            && self.config.reopen_on_expiry()
-            && !s.reopening
-            && !self.closed.load(Ordering::SeqCst)
-            && !self.reopen_failed.load(Ordering::SeqCst)
-        {
+        if reopen::should_reopen(s.core.state(), self.flags(s)) {
             s.reopening = true;
             self.queue(Work::Reopen);
         }
@@ -487,17 +480,26 @@ impl Inner {
         }
     }
 
+    /// What the driver's decisions need to know of this session besides its core.
+    fn flags(&self, s: &Shared) -> reopen::Flags {
+        reopen::Flags {
+            reopen_on_expiry: self.config.reopen_on_expiry(),
+            reopening: s.reopening,
+            closed: self.closed.load(Ordering::SeqCst),
+            failed: self.reopen_failed.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Whether an expired session will be reopened (waiting on it can still succeed).
+    pub(crate) fn reopen_coming(&self, s: &Shared) -> bool {
+        reopen::reopen_coming(self.flags(s))
+    }
+
     /// Whether waiting on this session can still succeed: fails once it is closed, or
     /// expired for good (an expired session that will be reopened is worth waiting for).
     pub(crate) fn check_waitable(&self, s: &Shared) -> Result<()> {
         match s.core.check_live() {
-            Err(Error::SessionExpired { .. })
-                if self.config.reopen_on_expiry()
-                    && !self.closed.load(Ordering::SeqCst)
-                    && !self.reopen_failed.load(Ordering::SeqCst) =>
-            {
-                Ok(())
-            }
+            Err(Error::SessionExpired { .. }) if self.reopen_coming(s) => Ok(()),
             other => other,
         }
     }
@@ -521,7 +523,10 @@ impl Inner {
     /// Queues the release of a term of session `id` on the work thread (for `Drop`, which
     /// never does network I/O on the caller's thread).
     pub(crate) fn release_later(&self, id: &SessionId, name: &LeaseName, token: Token) {
-        self.queue(Work::Release(id.clone(), name.clone(), token));
+        self.queue(Work::Core(
+            id.clone(),
+            driver::Work::Release(name.clone(), token),
+        ));
     }
 
     /// Queues leaving `group` as session `id` on the work thread (for `Drop`).
@@ -630,7 +635,7 @@ impl Inner {
                     if let Err(e) = self.spawn_keep_alive(&id, rx) {
                         log::error!("no keep-alive thread for session {id}: {e}");
                     }
-                    let groups: Vec<GroupName> = s.joined.keys().cloned().collect();
+                    let groups = reopen::rejoin(&s.joined);
                     self.dispatch(&mut s, true);
                     drop(s);
                     log::info!("session {old} expired; reopened as {id}");
@@ -645,34 +650,31 @@ impl Inner {
                     }
                     return;
                 }
-                Err(e @ (Error::Tls { .. } | Error::Authentication { .. })) => {
-                    // Not transient, but fixed outside this process (a renewed certificate,
-                    // a restored password): keep trying, loudly.
-                    log::error!(
-                        "reopening an expired session failed, retrying: {}",
-                        e.report()
-                    );
-                    std::thread::sleep(retry + crate::rand::jitter(retry / 2));
-                }
-                Err(e) if !e.is_transient() => {
-                    // Retrying cannot help (e.g. the server now grants less than the lease):
-                    // expiry becomes terminal, and waiters get `SessionExpired` at once.
-                    log::error!(
-                        "reopening an expired session failed for good: {}",
-                        e.report()
-                    );
-                    self.shared.lock().reopening = false;
-                    self.reopen_failed.store(true, Ordering::SeqCst);
-                    self.changed.notify_all();
-                    return;
-                }
-                Err(e) => {
-                    log::warn!(
-                        "reopening an expired session failed, retrying: {}",
-                        e.report()
-                    );
-                    std::thread::sleep(retry + crate::rand::jitter(retry / 2));
-                }
+                Err(e) => match reopen::after_open_error(&e) {
+                    reopen::AfterOpenError::Terminal => {
+                        // Retrying cannot help (e.g. the server now grants less than the
+                        // lease): expiry becomes terminal, and waiters get `SessionExpired`.
+                        log::error!(
+                            "reopening an expired session failed for good: {}",
+                            e.report()
+                        );
+                        self.shared.lock().reopening = false;
+                        self.reopen_failed.store(true, Ordering::SeqCst);
+                        self.changed.notify_all();
+                        return;
+                    }
+                    step => {
+                        // TLS and authentication failures are fixed outside this process (a
+                        // renewed certificate, a restored password): retried, loudly.
+                        let text = e.report();
+                        if step == reopen::AfterOpenError::RetryLoudly {
+                            log::error!("reopening an expired session failed, retrying: {text}");
+                        } else {
+                            log::warn!("reopening an expired session failed, retrying: {text}");
+                        }
+                        std::thread::sleep(driver::retry_delay(retry, crate::rand::jitter));
+                    }
+                },
             }
         }
     }
@@ -718,18 +720,20 @@ impl Inner {
         }
         {
             match w {
-                Work::Run(id, Task::Attempt(h, name)) => self.attempt(id, h, name),
-                Work::Run(id, Task::Owner(h, name)) => {
+                Work::Core(id, driver::Work::Run(Task::Attempt(h, name))) => {
+                    self.attempt(id, h, name)
+                }
+                Work::Core(id, driver::Work::Run(Task::Owner(h, name))) => {
                     let reply = self.backend.owner(&name);
                     let now = self.now();
                     self.with_session(&id, |c| c.on_owner(h, now, reply));
                 }
-                Work::Run(id, Task::Members(h, group)) => {
+                Work::Core(id, driver::Work::Run(Task::Members(h, group))) => {
                     let reply = self.backend.members(&group);
                     let now = self.now();
                     self.with_session(&id, |c| c.on_members(h, now, reply));
                 }
-                Work::Release(id, name, token) => {
+                Work::Core(id, driver::Work::Release(name, token)) => {
                     if let Err(e) = self.release_now(&id, &name, token) {
                         log::warn!("releasing {name} (token {token}) failed: {}", e.report());
                     }
@@ -753,7 +757,7 @@ impl Inner {
                         let _ = self.backend.leave(&id, &group);
                     }
                 }
-                Work::CloseBackend(id) => {
+                Work::Core(id, driver::Work::CloseBackend) => {
                     if let Err(e) = self.backend.close_session(&id) {
                         log::warn!("closing session {id} failed: {}", e.report());
                     }
@@ -866,7 +870,7 @@ impl Inner {
         let result = match (was_live, wait) {
             (true, true) => self.backend.close_session(&id),
             (true, false) => {
-                self.queue(Work::CloseBackend(id));
+                self.queue(Work::Core(id, driver::Work::CloseBackend));
                 Ok(())
             }
             (false, _) => Ok(()),

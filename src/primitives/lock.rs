@@ -2,6 +2,7 @@
 
 use super::IntoLeaseName;
 use crate::engine::core::lease_lost;
+use crate::engine::driver::wait::{LockWait, Step};
 use crate::engine::session::Inner;
 use crate::engine::{Cancel, HandleId, Session};
 use crate::error::{Error, Result};
@@ -225,6 +226,8 @@ pub(crate) fn leave_queue(inner: &Inner, name: &LeaseName) {
     }
 }
 
+/// One lock call: acquires until the term is held, the deadline passes, or the driver's
+/// [`LockWait`] gives up; `last` gets the last failure (the timeout's source).
 #[allow(clippy::too_many_arguments)]
 fn acquire_loop(
     inner: &Arc<Inner>,
@@ -237,7 +240,7 @@ fn acquire_loop(
     last: &mut Option<Error>,
 ) -> Result<Option<(SessionId, Term)>> {
     const OP: &str = "taking a lock";
-    let retry = inner.config.retry_interval();
+    let mut wait = LockWait::new(once, inner.config.retry_interval());
     // A blocking caller waits for a release of this name only: other names' releases
     // neither wake it nor reach this session. Registered once the name is found held
     // (then tried again at once, so a release in between is not missed).
@@ -296,32 +299,21 @@ fn acquire_loop(
                     session: id.clone(),
                 })
             });
-        *last = None;
-        match r {
-            Ok(Some(Acquire::Acquired(term))) => return Ok(Some((id, term))),
-            Ok(_) if once => return Ok(None),
-            Ok(_) if waiting.is_none() => {
+        let expired = matches!(r, Err(Error::SessionExpired { .. }));
+        let coming = expired && inner.reopen_coming(&inner.lock_shared());
+        let next = match wait.on_reply(r, coming, inner.now(), crate::rand::jitter) {
+            Step::Acquired(term) => return Ok(Some((id, term))),
+            Step::Busy => return Ok(None),
+            Step::Fail(e) => return Err(e),
+            Step::WaitForReleases => {
                 waiting = Some(WaitingForRelease::new(inner, name));
                 continue;
             }
-            Ok(_) => {}
-            Err(e @ Error::Unsupported { .. }) => return Err(e),
-            Err(e @ Error::SessionExpired { .. }) if !once => {
-                // Try again on the reopened session, if there will be one.
-                inner.check_waitable(&inner.lock_shared()).map_err(|_| e)?;
-                continue;
-            }
-            Err(e @ (Error::SessionExpired { .. } | Error::Closed)) => return Err(e),
-            Err(e) if once => return Err(e),
-            Err(e) => {
-                log::warn!("acquiring lock {name} failed, retrying: {}", e.report());
-                *last = Some(e);
-            }
-        }
-        let mut next = inner.now() + retry + crate::rand::jitter(retry / 2);
-        if let Some(u) = until {
-            next = next.min(u);
-        }
+            Step::RetryNow => continue,
+            Step::RetryAt(at) => at,
+        };
+        *last = wait.take_last();
+        let next = until.map_or(next, |u| next.min(u));
         let mut s = inner.lock_shared();
         while s.core.releases_of(name) == seen && s.core.check_live().is_ok() {
             if cancel.is_some_and(Cancel::is_cancelled) {
@@ -331,7 +323,9 @@ fn acquire_loop(
                 break;
             }
         }
+        drop(s);
         if until.is_some_and(|u| inner.now() >= u) {
+            drop(waiting);
             return Ok(None);
         }
     }

@@ -5,6 +5,7 @@
 
 use super::lock::{lock_until, timed_out, LockGuard, WaitingForRelease};
 use super::IntoLeaseName;
+use crate::engine::driver::wait::{LockWait, Step};
 use crate::engine::session::Inner;
 use crate::engine::{Cancel, Session};
 use crate::error::{Error, Result};
@@ -140,7 +141,7 @@ impl Semaphore {
         let inner = &self.inner;
         let n = self.slots.len();
         let start = (crate::rand::u64() % n as u64) as usize;
-        let retry = inner.config.retry_interval();
+        let mut wait = LockWait::new(once, inner.config.retry_interval()).waiting_from_start();
         // Registered before the first round, so a release during it is not missed.
         let _waiting: Vec<WaitingForRelease<'_>> = if once {
             Vec::new()
@@ -170,7 +171,9 @@ impl Semaphore {
                 }
                 self.slots.iter().map(|n| s.core.releases_of(n)).collect()
             };
-            *last = None;
+            // One round over the permits, each tried once; the round's outcome goes through
+            // the lock calls' wait-and-retry policy.
+            let mut round: Result<Option<crate::spi::Acquire>> = Ok(None);
             for k in 0..n {
                 let i = (start + k) % n;
                 // Plain acquires: a queue per permit would order nothing.
@@ -191,31 +194,25 @@ impl Semaphore {
                         }))
                     }
                     Ok(None) => {}
-                    Err(e @ Error::SessionExpired { .. }) if !once => {
-                        // Wait for the reopened session, if there will be one.
-                        inner.check_waitable(&inner.lock_shared()).map_err(|_| e)?;
-                        break;
-                    }
-                    Err(e) if once => return Err(e),
-                    Err(e @ Error::Closed) => return Err(e),
                     Err(e) => {
-                        log::warn!(
-                            "taking a permit of {} failed, retrying: {}",
-                            self.name,
-                            e.report()
-                        );
-                        *last = Some(e);
+                        round = Err(e);
                         break;
                     }
                 }
             }
-            if once || until.is_some_and(|u| inner.now() >= u) {
+            let expired = matches!(round, Err(Error::SessionExpired { .. }));
+            let coming = expired && inner.reopen_coming(&inner.lock_shared());
+            let next = match wait.on_reply(round, coming, inner.now(), crate::rand::jitter) {
+                Step::Busy => return Ok(None),
+                Step::Fail(e) => return Err(e),
+                Step::RetryNow | Step::WaitForReleases | Step::Acquired(_) => continue,
+                Step::RetryAt(at) => at,
+            };
+            *last = wait.take_last();
+            if until.is_some_and(|u| inner.now() >= u) {
                 return Ok(None);
             }
-            let mut next = inner.now() + retry + crate::rand::jitter(retry / 2);
-            if let Some(u) = until {
-                next = next.min(u);
-            }
+            let next = until.map_or(next, |u| next.min(u));
             let mut s = inner.lock_shared();
             let unchanged = |s: &crate::engine::session::Shared| {
                 self.slots
