@@ -212,6 +212,35 @@ fn engine_regression_seeds() {
     }
 }
 
+/// The driver paths the simulation runs through the shipped `engine::driver` are taken: an
+/// unlock whose release finds the term gone (reported as `LockLost{Missing}`, once, by the
+/// checker's rule), terminal expiry (`reopen_on_expiry(false)`), the engine's reopen, and
+/// lock callers that wait for releases only after a refusal.
+#[test]
+fn the_simulation_takes_the_driver_paths_it_checks() {
+    let mut seen = [0usize; 4];
+    for seed in 0..300 {
+        let o = run_seed(seed, Premises::default(), true);
+        assert!(o.violations.is_empty(), "{}", o.report());
+        for l in &o.trace {
+            let t = &l.text;
+            seen[0] += (t.contains("Unlock") && t.contains("was held: false")) as usize;
+            seen[1] += t.contains("expiry is terminal") as usize;
+            seen[2] += t.contains("engine reopened") as usize;
+            seen[3] += t.contains("LockLost") as usize;
+        }
+    }
+    let names = [
+        "unlock found its term gone",
+        "terminal expiry",
+        "engine reopen",
+        "LockLost",
+    ];
+    for (n, what) in seen.iter().zip(names) {
+        assert!(*n > 0, "no {what} in 300 seeds: {seen:?}");
+    }
+}
+
 /// Replays `SIMBA_SIM_SEED` with its trace (does nothing without it).
 #[test]
 fn replay() {

@@ -5,7 +5,10 @@ use super::check::{self, Belief, Kind, Violation};
 use super::config::SimConfig;
 use super::model::{session_no, Model};
 use super::rng::Rng;
-use crate::engine::core::{Core, HandleId, Output, State, Task, Timing};
+use crate::engine::core::{Core, HandleId, Task, Timing};
+use crate::engine::driver::reopen::{self, AfterOpenError};
+use crate::engine::driver::wait::{LockWait, Step};
+use crate::engine::driver::{self, Route};
 use crate::engine::{Event, LossReason};
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, KeepAlive};
@@ -200,6 +203,8 @@ enum Rep {
     Acquire(Acquire),
     Owner(Option<Owner>),
     Members(Vec<Member>),
+    /// A release: whether the term was still held.
+    Released(bool),
     Done,
 }
 
@@ -281,6 +286,10 @@ struct LockSt {
     seen: Option<u64>,
     /// The term while holding.
     term: Option<Term>,
+    /// The term being unlocked (its release in flight).
+    unlocking: Option<Term>,
+    /// The lock call in progress (the driver's wait-and-retry policy), if any.
+    wait: Option<LockWait>,
 }
 
 struct Cand {
@@ -297,6 +306,12 @@ struct Client {
     reopen_due: bool,
     /// The engine's reopen after an expiry is queued or running on the work thread.
     reopening: bool,
+    /// `Config::reopen_on_expiry` of this process's sessions.
+    reopen_on_expiry: bool,
+    /// A reopen failed for good: expiry is terminal (the process opens a new session).
+    reopen_failed: bool,
+    /// Terms whose unlock found them gone: each must be reported lost once.
+    lost_on_unlock: Vec<Term>,
     ended: bool,
     paused_until: u64,
     wake_at: Option<u64>,
@@ -500,6 +515,9 @@ impl World<'_> {
                 .collect();
             let member = self.rng.chance(0.7);
             let watches = self.rng.chance(0.5);
+            // Most processes let the engine reopen an expired session; the others open a
+            // new one themselves (expiry terminal: `reopen_on_expiry(false)`).
+            let reopen_on_expiry = c < 2 || self.rng.chance(0.75);
             let mut locks = Vec::new();
             for l in 0..cfg.locks {
                 if c < 2 || self.rng.chance(0.7) {
@@ -510,6 +528,8 @@ impl World<'_> {
                         next: 0,
                         seen: None,
                         term: None,
+                        unlocking: None,
+                        wait: None,
                     });
                 }
             }
@@ -520,6 +540,9 @@ impl World<'_> {
                 opening: false,
                 reopen_due: false,
                 reopening: false,
+                reopen_on_expiry,
+                reopen_failed: false,
+                lost_on_unlock: Vec::new(),
                 ended: false,
                 paused_until: 0,
                 wake_at: None,
@@ -629,8 +652,11 @@ impl World<'_> {
                 self.tr(Some(c), Some(&name), || {
                     format!("notified: {name} released")
                 });
+                // The router hands a notification only to sessions interested in its name.
                 if let Some(core) = self.clients[c].core.as_mut() {
-                    core.notify(&crate::spi::Notification::Released(name), local);
+                    if core.interest().0.contains(&name) {
+                        core.notify(&crate::spi::Notification::Released(name), local);
+                    }
                 }
                 self.settle(c);
             }
@@ -754,10 +780,11 @@ impl World<'_> {
             }
             Op::Lock(_, n) => self.model.acquire(t, &sid(), n).map(Rep::Acquire),
             Op::Release(n, tok) | Op::Unlock(n, tok) | Op::Resign(n, tok) => {
-                if self.model.release(&sid(), n, *tok) {
+                let held = self.model.release(&sid(), n, *tok);
+                if held {
                     freed.push(n.clone());
                 }
-                Ok(Rep::Done)
+                Ok(Rep::Released(held))
             }
             Op::CloseBackend | Op::Close => {
                 freed = self.model.close_session(&sid());
@@ -814,21 +841,26 @@ impl World<'_> {
         let t = self.now;
         let local = self.local(c, t);
         let lease = self.cfg.lease.as_nanos() as u64;
-        // As the driver's `with_session`: a reply for an earlier session (before a reopen)
-        // does not reach the current engine.
+        // The driver's `accepts`: a reply for an earlier session (before a reopen) does not
+        // reach the current engine.
         let current = self.clients[c].core.as_ref().map(|k| k.session().clone());
-        let stale = for_session.is_some() && for_session != current;
+        let stale = match (&for_session, &current) {
+            (Some(sent_for), Some(current)) => !driver::accepts(current, sent_for),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
         if stale && !matches!(op, Op::Open) {
-            if let Op::Lock(h, _) = op {
-                let retry = self.retry_delay();
-                if let Some(l) = self.clients[c].locks.iter_mut().find(|l| l.handle == h) {
-                    l.phase = LockPhase::Idle;
-                    l.next = t + retry;
-                }
+            if let Op::Lock(h, n) = &op {
+                // As `with_session` answers the lock caller: its session expired.
+                let expired = Err(Error::SessionExpired {
+                    session: for_session.clone().expect("stale replies have a session"),
+                });
+                self.lock_reply(c, *h, n, expired);
             }
             if let Op::Unlock(n, _) = &op {
                 if let Some(l) = self.clients[c].locks.iter_mut().find(|l| &l.name == n) {
                     l.phase = LockPhase::Idle;
+                    l.unlocking = None;
                     l.next = t;
                 }
             }
@@ -850,7 +882,18 @@ impl World<'_> {
                     self.reopened(c, sid, sent, rem);
                     return;
                 }
-                _ => {
+                Ok(other) => unreachable!("open reply {other:?}"),
+                Err(e) => {
+                    self.clients[c].work_busy = false;
+                    if reopen::after_open_error(&e) == AfterOpenError::Terminal {
+                        // Expiry is terminal: the process opens a new session later.
+                        self.tr(Some(c), None, || "reopen failed for good".into());
+                        let cl = &mut self.clients[c];
+                        cl.reopening = false;
+                        cl.reopen_failed = true;
+                        self.settle(c);
+                        return;
+                    }
                     // The work thread sleeps a retry interval (plus jitter), then tries again.
                     let d = self.retry_delay();
                     self.push(t + d, Ev::RetryReopen(c));
@@ -916,37 +959,29 @@ impl World<'_> {
                     return;
                 };
                 let r = core.on_lock_acquire(h, &n, sent, local, r);
-                let hold = self.rng.range(10 * MS, 2 * lease);
-                let retry = self.retry_delay();
-                let li = self.clients[c].locks.iter().position(|l| l.handle == h);
-                match r {
-                    Ok(Acquire::Acquired(term)) => {
-                        self.tr(Some(c), Some(&n), || {
-                            format!("LockAcquired {n} token {}", term.token)
-                        });
-                        self.open_belief(c, h, &n, term.token, true);
-                        if let Some(i) = li {
-                            self.clients[c].locks[i].phase = LockPhase::Holding(t + hold);
-                            self.clients[c].locks[i].term = Some(term);
-                        }
-                    }
-                    _ => {
-                        if let Some(i) = li {
-                            let l = &mut self.clients[c].locks[i];
-                            l.phase = LockPhase::Idle;
-                            l.next = t + retry;
-                        }
-                    }
-                }
+                self.lock_reply(c, h, &n, r);
             }
             Op::Unlock(n, _) => {
+                let held = matches!(reply, Ok(Rep::Released(true)));
                 if let Some(core) = self.clients[c].core.as_mut() {
                     core.on_released(&n, reply.is_ok());
                 }
                 let pause = self.rng.range(10 * MS, lease);
-                if let Some(l) = self.clients[c].locks.iter_mut().find(|l| l.name == n) {
+                let li = self.clients[c].locks.iter().position(|l| l.name == n);
+                if let Some(i) = li {
+                    let l = &mut self.clients[c].locks[i];
                     l.phase = LockPhase::Idle;
                     l.next = t + pause;
+                    let term = l.unlocking.take();
+                    let h = l.handle;
+                    // The release found the term gone: the unlock reports it, as `unlock`
+                    // does (`LockLost{Missing}`, once).
+                    if let (false, Ok(_), Some(term)) = (held, &reply, term) {
+                        if let Some(core) = self.clients[c].core.as_mut() {
+                            let _ = core.lost_on_unlock(h, term.clone());
+                            self.clients[c].lost_on_unlock.push(term);
+                        }
+                    }
                 }
             }
         }
@@ -957,8 +992,80 @@ impl World<'_> {
     }
 
     fn retry_delay(&mut self) -> u64 {
-        let r = self.timing.retry.as_nanos() as u64;
-        r + self.rng.below(r / 2)
+        let rng = &mut self.rng;
+        let jitter = |max: Duration| Duration::from_nanos(rng.below(max.as_nanos() as u64));
+        driver::retry_delay(self.timing.retry, jitter).as_nanos() as u64
+    }
+
+    /// What the driver's decisions know of client `c`'s session besides its core.
+    fn flags(&self, c: usize) -> reopen::Flags {
+        let cl = &self.clients[c];
+        reopen::Flags {
+            reopen_on_expiry: cl.reopen_on_expiry,
+            reopening: cl.reopening,
+            closed: false,
+            failed: cl.reopen_failed,
+        }
+    }
+
+    /// A lock call's acquire answered `r` (after the engine took it in): the driver's
+    /// [`LockWait`] says what the caller does next.
+    fn lock_reply(&mut self, c: usize, h: HandleId, n: &LeaseName, r: Result<Acquire>) {
+        let t = self.now;
+        let local = self.local(c, t);
+        let Some(i) = self.clients[c].locks.iter().position(|l| l.handle == h) else {
+            return;
+        };
+        let coming = reopen::reopen_coming(self.flags(c));
+        let retry = self.timing.retry;
+        let rng = &mut self.rng;
+        let jitter = |max: Duration| Duration::from_nanos(rng.below(max.as_nanos() as u64));
+        let l = &mut self.clients[c].locks[i];
+        let wait = l.wait.get_or_insert_with(|| LockWait::new(false, retry));
+        let step = wait.on_reply(r.map(Some), coming, local, jitter);
+        let registered = wait.is_waiting();
+        l.phase = LockPhase::Idle;
+        l.next = t;
+        let end_call = |w: &mut World<'_>| {
+            let cl = &mut w.clients[c];
+            if registered {
+                if let Some(core) = cl.core.as_mut() {
+                    core.stop_waiting(n);
+                }
+            }
+            cl.locks[i].wait = None;
+            cl.locks[i].seen = None;
+        };
+        match step {
+            Step::Acquired(term) => {
+                self.tr(Some(c), Some(n), || {
+                    format!("LockAcquired {n} token {}", term.token)
+                });
+                end_call(self);
+                let lease = self.cfg.lease.as_nanos() as u64;
+                let hold = self.rng.range(10 * MS, 2 * lease);
+                self.open_belief(c, h, n, term.token, true);
+                let l = &mut self.clients[c].locks[i];
+                l.phase = LockPhase::Holding(t + hold);
+                l.term = Some(term);
+            }
+            Step::WaitForReleases => {
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.wait_for_release(n);
+                }
+            }
+            Step::RetryNow => {}
+            Step::RetryAt(at) => {
+                let at = self.true_of(c, at);
+                self.clients[c].locks[i].next = at;
+            }
+            Step::Busy | Step::Fail(_) => {
+                // The call ended; the process calls `lock` again a little later.
+                end_call(self);
+                let pause = self.retry_delay();
+                self.clients[c].locks[i].next = t + pause;
+            }
+        }
     }
 
     // ---- clients ------------------------------------------------------------------------
@@ -995,10 +1102,11 @@ impl World<'_> {
             }
         }
         for l in cl.locks.iter_mut() {
+            // A new process-level session: lock calls start afresh.
             l.phase = LockPhase::Idle;
             l.seen = None;
-            // The simulated lock callers wait for releases of their names all along.
-            core.wait_for_release(&l.name);
+            l.wait = None;
+            l.unlocking = None;
         }
         for name in &cl.observes {
             let h = cl.next_handle;
@@ -1127,9 +1235,13 @@ impl World<'_> {
                 LockPhase::Idle => {
                     let notified = l.seen.is_some_and(|s| s != core.releases_of(&l.name));
                     if t >= l.next || notified {
-                        let h = cl.next_handle;
-                        cl.next_handle += 1;
-                        l.handle = h;
+                        // A new lock call gets a handle; its retries keep it.
+                        if l.wait.is_none() {
+                            l.handle = cl.next_handle;
+                            cl.next_handle += 1;
+                            l.wait = Some(LockWait::new(false, self.timing.retry));
+                        }
+                        let h = l.handle;
                         l.phase = LockPhase::Acquiring;
                         l.seen = Some(core.releases_of(&l.name));
                         core.begin_acquire(&l.name);
@@ -1141,6 +1253,7 @@ impl World<'_> {
                     let (h, name) = (l.handle, l.name.clone());
                     let term = l.term.take().expect("a held lock has its term");
                     let token = core.unlock(h, &term, local).ok();
+                    l.unlocking = token.map(|_| term.clone());
                     self.tr(Some(c), Some(&name), || format!("unlocks {name}"));
                     // A term found past its deadline by the unlock is reported first.
                     self.drain(c);
@@ -1189,11 +1302,22 @@ impl World<'_> {
             return;
         };
         if !core.state().is_live() {
-            if core.state() == State::Expired && !cl.reopening {
-                // As the driver: reopen on the work thread, after the queued work.
+            let state = core.state();
+            let flags = self.flags(c);
+            if reopen::should_reopen(state, flags) {
+                // The driver reopens on the work thread, after the queued work.
                 self.clients[c].reopening = true;
                 self.clients[c].work.push_back((Op::Open, None));
                 self.drain(c);
+            } else if !reopen::reopen_coming(flags) && !self.clients[c].reopen_due {
+                // Expiry is terminal: the process opens a new session itself, later.
+                self.tr(Some(c), None, || {
+                    "expiry is terminal: a new session later".into()
+                });
+                self.clients[c].reopen_due = true;
+                let lease = self.cfg.lease.as_nanos() as u64;
+                let d = self.rng.range(10 * MS, lease);
+                self.push(t + d, Ev::Reopen(c));
             }
             return;
         }
@@ -1226,17 +1350,17 @@ impl World<'_> {
         {
             let sid = self.clients[c].core.as_ref().map(|k| k.session().clone());
             for o in outs {
-                let work = match o {
-                    Output::KeepAlive => {
+                let work = match driver::route(o) {
+                    Route::KeepAlive => {
                         self.send(c, Op::KeepAlive, Chan::KeepAlive);
                         None
                     }
-                    Output::Run(Task::Attempt(h, n)) => Some(Op::Attempt(h, n)),
-                    Output::Run(Task::Owner(h, n)) => Some(Op::Owner(h, n)),
-                    Output::Run(Task::Members(h, g)) => Some(Op::Members(h, g)),
-                    Output::Release(n, t) => Some(Op::Release(n, t)),
-                    Output::CloseBackend => Some(Op::CloseBackend),
-                    Output::Emit(h, e) => {
+                    Route::Work(driver::Work::Run(Task::Attempt(h, n))) => Some(Op::Attempt(h, n)),
+                    Route::Work(driver::Work::Run(Task::Owner(h, n))) => Some(Op::Owner(h, n)),
+                    Route::Work(driver::Work::Run(Task::Members(h, g))) => Some(Op::Members(h, g)),
+                    Route::Work(driver::Work::Release(n, t)) => Some(Op::Release(n, t)),
+                    Route::Work(driver::Work::CloseBackend) => Some(Op::CloseBackend),
+                    Route::Emit(h, e) => {
                         self.on_event(c, h, e);
                         None
                     }
@@ -1335,9 +1459,19 @@ impl World<'_> {
                         self.clients[c].open.remove(&term.name);
                         self.close_belief(b, reason_str(reason));
                     }
+                    _ if reason == LossReason::Missing
+                        && self.clients[c]
+                            .lost_on_unlock
+                            .iter()
+                            .any(|t| t.token == term.token && t.name == term.name) =>
+                    {
+                        // An unlock whose release found the term gone reports it, once.
+                        self.clients[c]
+                            .lost_on_unlock
+                            .retain(|t| !(t.token == term.token && t.name == term.name));
+                    }
                     _ => {
-                        // A loss of a term never announced: allowed only for a lock that the
-                        // simulation already counts as acquired (never happens) — report it.
+                        // A loss of a term never announced (or reported twice): report it.
                         self.violation(
                             Kind::SilentLoss,
                             c,
@@ -1519,6 +1653,7 @@ fn reason_str(r: LossReason) -> &'static str {
 fn show(r: &Result<Rep>) -> String {
     match r {
         Ok(Rep::Open(id, rem)) => format!("session s{} for {rem:?}", session_no(id)),
+        Ok(Rep::Released(held)) => format!("released (was held: {held})"),
         Ok(Rep::KeepAlive(k)) => {
             let l: Vec<String> = k
                 .leases
