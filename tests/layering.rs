@@ -176,6 +176,16 @@ fn every_import_follows_the_layer_rule() {
                 }
             }
         }
+        // The primitives reach the session only through its handle (engine/handle.rs).
+        for inside in ["engine::core", "lock_shared", "Shared"] {
+            if from == "primitives" && code.contains(inside) {
+                breaks.push(format!(
+                    "src/{}: a primitive names the engine's inside ({inside}); use the \
+                     session's handle (src/engine/handle.rs)",
+                    rel.display()
+                ));
+            }
+        }
         if from == "tck" && code.contains("crate::rand") {
             breaks.push(format!(
                 "src/{}: the TCK uses the public API only (not crate::rand)",

@@ -1163,10 +1163,4 @@ impl Core {
     }
 }
 
-/// The error for a term that is no longer held.
-pub(crate) fn lease_lost(term: &Term) -> Error {
-    Error::LeaseLost {
-        name: term.name.clone(),
-        token: term.token,
-    }
-}
+pub(crate) use crate::error::lease_lost;

@@ -34,20 +34,20 @@ enum Work {
 
 /// What the core and the local lock table share under one mutex.
 pub(crate) struct Shared {
-    pub(crate) core: Core,
+    pub(super) core: Core,
     /// Names in use by a handle of this session (locks are not reentrant).
     /// Names held or being taken by a lock or election handle of this session, with the
     /// thread that asked (a lock of a name its own thread holds fails instead of waiting).
-    pub(crate) reserved: BTreeMap<LeaseName, (HandleId, std::thread::ThreadId)>,
+    pub(super) reserved: BTreeMap<LeaseName, (HandleId, std::thread::ThreadId)>,
     /// Groups joined through live [`Membership`](crate::Membership) guards, with their count;
     /// re-joined when the session is reopened.
-    pub(crate) joined: BTreeMap<GroupName, usize>,
+    pub(super) joined: BTreeMap<GroupName, usize>,
     /// The term value of each election candidate that has one (see
     /// [`Election::set_value`](crate::Election::set_value)): a new term starts with it.
-    pub(crate) values: BTreeMap<HandleId, String>,
+    pub(super) values: BTreeMap<HandleId, String>,
     /// Counts the changes of `values` (the engine's write of a value that changed during an
     /// attempt checks it was the last).
-    pub(crate) value_changes: u64,
+    pub(super) value_changes: u64,
     /// A reopen was queued and has not finished.
     reopening: bool,
     /// What the router delivers to this session (the core's interest at the last dispatch).
@@ -359,7 +359,7 @@ impl Inner {
 
     /// Like [`Inner::with_core`], but only if `id` is still the current session: replies
     /// for an expired session must not touch its successor.
-    pub(crate) fn with_session<R>(
+    pub(super) fn with_session<R>(
         &self,
         id: &SessionId,
         f: impl FnOnce(&mut Core) -> R,
@@ -384,7 +384,7 @@ impl Inner {
 
     /// Checks a term just granted to `handle` against the highest token this process saw
     /// for its name on this backend, and reports a regression.
-    pub(crate) fn check_token(&self, core: &mut Core, handle: HandleId, term: &Term) {
+    pub(super) fn check_token(&self, core: &mut Core, handle: HandleId, term: &Term) {
         if let Some(seen) = self
             .router
             .tokens
@@ -398,13 +398,13 @@ impl Inner {
         self.next_handle.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub(crate) fn lock_shared(&self) -> MutexGuard<'_, Shared> {
+    pub(super) fn lock_shared(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock()
     }
 
     /// Runs `f` on the core, then dispatches its outputs (still under the lock, so events keep
     /// their order; every send is non-blocking) and wakes the ticker and lock waiters.
-    pub(crate) fn with_core<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
+    pub(super) fn with_core<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
         let mut s = self.shared.lock();
         let r = f(&mut s.core);
         self.dispatch(&mut s, true);
@@ -414,7 +414,7 @@ impl Inner {
 
     /// Ends what passed its local deadline by now (as the timer would on its next tick), so
     /// that what the caller reads next is valid now; dispatches the losses.
-    pub(crate) fn settle(&self, s: &mut Shared) {
+    pub(super) fn settle(&self, s: &mut Shared) {
         s.core.settle(self.now());
         self.dispatch(s, true);
     }
@@ -458,7 +458,7 @@ impl Inner {
     /// Waits for a change of the session's state until `until` (false once it passed),
     /// waking at least every 10 ms with a `cancel` token (the caller checks it): a wake-up
     /// to look at the token counts as a change.
-    pub(crate) fn wait_or_cancel(
+    pub(super) fn wait_or_cancel(
         &self,
         s: &mut MutexGuard<'_, Shared>,
         until: Option<Instant>,
@@ -491,13 +491,13 @@ impl Inner {
     }
 
     /// Whether an expired session will be reopened (waiting on it can still succeed).
-    pub(crate) fn reopen_coming(&self, s: &Shared) -> bool {
+    pub(super) fn reopen_coming(&self, s: &Shared) -> bool {
         reopen::reopen_coming(self.flags(s))
     }
 
     /// Whether waiting on this session can still succeed: fails once it is closed, or
     /// expired for good (an expired session that will be reopened is worth waiting for).
-    pub(crate) fn check_waitable(&self, s: &Shared) -> Result<()> {
+    pub(super) fn check_waitable(&self, s: &Shared) -> Result<()> {
         match s.core.check_live() {
             Err(Error::SessionExpired { .. }) if self.reopen_coming(s) => Ok(()),
             other => other,
@@ -535,7 +535,7 @@ impl Inner {
     }
 
     /// Queues joining `group` as session `id` on the work thread (an election's candidates).
-    pub(crate) fn join_later(&self, id: &SessionId, group: &GroupName) {
+    pub(super) fn join_later(&self, id: &SessionId, group: &GroupName) {
         self.queue(Work::Join(id.clone(), group.clone()));
     }
 

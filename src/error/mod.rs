@@ -354,6 +354,14 @@ impl std::fmt::Display for Report<'_> {
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The error for a term that is no longer held.
+pub(crate) fn lease_lost(term: &crate::types::Term) -> Error {
+    Error::LeaseLost {
+        name: term.name.clone(),
+        token: term.token,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,9 @@
 //! Leader election: a candidate that campaigns until it resigns.
 
 use super::IntoLeaseName;
-use crate::engine::core::lease_lost;
 use crate::engine::session::Inner;
 use crate::engine::{Cancel, HandleId, Holder, Session};
+use crate::error::lease_lost;
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Term};
 use crate::Event;
@@ -55,12 +55,10 @@ impl Session {
         let inner = &self.inner;
         let h = inner.next_handle();
         if let Some(v) = value.filter(|v| !v.is_empty()) {
-            let mut s = inner.lock_shared();
-            s.values.insert(h, v);
-            s.value_changes += 1;
+            inner.set_candidate_value(h, &name, Some(v));
         }
         if let Err(e) = enter(inner, &name, h) {
-            inner.lock_shared().values.remove(&h);
+            inner.set_candidate_value(h, &name, None);
             return Err(e);
         }
         let events = inner.listeners.channel(h);
@@ -79,20 +77,7 @@ impl Session {
 /// Reserves `name` for candidate `h` in this session and registers it with the engine; the
 /// session joins the election's candidates group (on the work thread).
 fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
-    {
-        let mut s = inner.lock_shared();
-        // While an expired session is reopened the candidate joins the new one.
-        inner.check_waitable(&s)?;
-        if s.reserved.contains_key(name) {
-            return Err(Error::AlreadyHeld { name: name.clone() });
-        }
-        s.reserved
-            .insert(name.clone(), (h, std::thread::current().id()));
-        super::leader_value::join_candidates(inner, &mut s, name);
-    }
-    let now = inner.now();
-    inner.with_core(|c| c.add_candidate(h, name.clone(), now));
-    Ok(())
+    inner.enter_candidate(name, h, &super::leader_value::candidates_group(name))
 }
 
 /// A candidate in an election. Dropping it resigns.
@@ -117,11 +102,8 @@ impl Election {
 
     /// The term this candidate holds, if it is the leader now (locally valid).
     pub fn term(&self) -> Option<Term> {
-        let now = self.inner.now();
-        let s = self.inner.lock_shared();
-        s.core
-            .term_of(&self.name, Holder::Election(self.handle))
-            .filter(|t| s.core.is_valid(&t.name, t.token, now))
+        self.inner
+            .valid_term_of(&self.name, Holder::Election(self.handle))
     }
 
     /// How long this candidate's term stays valid from now if no keep-alive succeeds
@@ -144,11 +126,8 @@ impl Election {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn valid_term(&self) -> Option<(Term, Duration)> {
-        let now = self.inner.now();
-        let s = self.inner.lock_shared();
-        let t = s.core.term_of(&self.name, Holder::Election(self.handle))?;
-        let left = s.core.valid_for(&t.name, t.token, now)?;
-        Some((t, left))
+        self.inner
+            .term_and_validity(&self.name, Holder::Election(self.handle))
     }
 
     /// The term if this candidate leads now, otherwise [`Error::NotLeader`]:
@@ -186,33 +165,18 @@ impl Election {
         timeout: Option<Duration>,
         cancel: Option<&Cancel>,
     ) -> Result<Term> {
-        const OP: &str = "waiting to be elected";
         // A timeout too large for an `Instant` means no deadline.
         let until = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut s = self.inner.lock_shared();
-        loop {
-            Cancel::check(cancel, OP)?;
-            self.inner.check_waitable(&s)?;
-            // A term whose local deadline passed is lost first (the timer may not have
-            // ticked yet): only a term valid now is handed out.
-            self.inner.settle(&mut s);
-            let now = self.inner.now();
-            let held = s.core.term_of(&self.name, Holder::Election(self.handle));
-            if let Some(t) = held.filter(|t| s.core.is_valid(&t.name, t.token, now)) {
-                return Ok(t);
-            }
-            if !s.core.is_candidate(self.handle) {
-                return Err(Error::NotCandidate {
-                    name: self.name.clone(),
-                });
-            }
-            if !self.inner.wait_or_cancel(&mut s, until, cancel) {
-                return Err(Error::Timeout {
-                    operation: OP,
-                    after: timeout.unwrap_or_default(),
-                    source: None,
-                });
-            }
+        match self
+            .inner
+            .wait_elected(&self.name, self.handle, until, cancel)?
+        {
+            Some(term) => Ok(term),
+            None => Err(Error::Timeout {
+                operation: "waiting to be elected",
+                after: timeout.unwrap_or_default(),
+                source: None,
+            }),
         }
     }
 
@@ -261,7 +225,7 @@ impl Election {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn campaign(&self) -> Result<()> {
-        if self.inner.lock_shared().core.is_candidate(self.handle) {
+        if self.inner.is_candidate(self.handle) {
             return Ok(());
         }
         enter(&self.inner, &self.name, self.handle)
@@ -270,15 +234,7 @@ impl Election {
     /// Withdraws the candidate; a term is released now if `wait`, else on the work thread.
     fn withdraw(&self, wait: bool) -> Result<()> {
         let inner = &self.inner;
-        let now = inner.now();
-        let (id, was, held) = inner.with_core(|c| {
-            let was = c.is_candidate(self.handle);
-            (
-                c.session().clone(),
-                was,
-                c.remove_candidate(self.handle, now),
-            )
-        });
+        let (id, was, held) = inner.withdraw_candidate(self.handle);
         let r = held.and_then(|held| match held {
             Some(term) if !wait => {
                 inner.release_later(&id, &term.name, term.token);
@@ -306,7 +262,8 @@ impl Drop for Election {
             Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a candidate: {}", e.report()),
             Err(e) => log::warn!("resigning from {} failed: {}", self.name, e.report()),
         }
-        self.inner.lock_shared().values.remove(&self.handle);
+        self.inner
+            .set_candidate_value(self.handle, &self.name, None);
         self.inner.drop_listeners(self.handle);
     }
 }

@@ -54,20 +54,10 @@ impl Group {
     pub fn join(&self) -> Result<Membership> {
         // Counted under the same lock that reads the id: a reopen either sees the count
         // (and re-joins) or has already swapped the session in.
-        let id = {
-            let mut s = self.inner.lock_shared();
-            s.core.check_live()?;
-            *s.joined.entry(self.name.clone()).or_insert(0) += 1;
-            s.core.session().clone()
-        };
+        let id = self.inner.count_join(&self.name)?;
         if let Err(e) = self.inner.backend.join(&id, &self.name) {
-            let mut s = self.inner.lock_shared();
-            if let Some(n) = s.joined.get_mut(&self.name) {
-                *n -= 1;
-                if *n == 0 {
-                    s.joined.remove(&self.name);
-                }
-            }
+            // Not joined: uncounted (a leave of the last count would leave on the backend).
+            let _ = self.inner.count_leave(&self.name);
             return Err(e);
         }
         Ok(Membership {
@@ -80,7 +70,7 @@ impl Group {
     /// Leaves; returns whether this session was a member. Memberships of this group held
     /// by [`Membership`] guards are not re-joined after a reopen.
     pub fn leave(&self) -> Result<bool> {
-        self.inner.lock_shared().joined.remove(&self.name);
+        self.inner.forget_joined(&self.name);
         self.inner.backend.leave(&self.inner.id(), &self.name)
     }
 
@@ -107,11 +97,12 @@ impl Group {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn watch(&self) -> Result<Receiver<Event>> {
-        self.inner.lock_shared().core.check_live()?;
         let h = self.inner.next_handle();
         let rx = self.inner.listeners.channel(h);
-        let (now, name) = (self.inner.now(), self.name.clone());
-        self.inner.with_core(|c| c.add_group_watch(h, name, now));
+        if let Err(e) = self.inner.add_group_watch(h, self.name.clone()) {
+            self.inner.drop_listeners(h);
+            return Err(e);
+        }
         self.watches.lock().push(h);
         Ok(rx)
     }
@@ -120,7 +111,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         for h in std::mem::take(&mut *self.watches.lock()) {
-            self.inner.with_core(|c| c.remove_watch(h));
+            self.inner.remove_watch(h);
             self.inner.drop_listeners(h);
         }
     }
@@ -151,23 +142,8 @@ impl Membership {
         if std::mem::replace(&mut self.done, true) {
             return Ok(false);
         }
-        let id = {
-            let mut s = self.inner.lock_shared();
-            let last = match s.joined.get_mut(&self.name) {
-                Some(n) if *n > 1 => {
-                    *n -= 1;
-                    false
-                }
-                Some(_) => {
-                    s.joined.remove(&self.name);
-                    true
-                }
-                None => false,
-            };
-            if !last || s.core.check_live().is_err() {
-                return Ok(false);
-            }
-            s.core.session().clone()
+        let Some(id) = self.inner.count_leave(&self.name) else {
+            return Ok(false);
         };
         if !wait {
             self.inner.leave_later(&id, &self.name);

@@ -11,9 +11,9 @@
 use super::election::Election;
 use super::lock::LockGuard;
 use super::IntoLeaseName;
-use crate::engine::core::lease_lost;
-use crate::engine::session::{Inner, Shared};
-use crate::engine::{Holder, Session};
+use crate::engine::session::Inner;
+use crate::engine::Session;
+use crate::error::lease_lost;
 use crate::error::{Error, Result};
 use crate::types::{check_value, GroupName, LeaseName, Member, Owner, MAX_NAME_LEN};
 
@@ -38,38 +38,12 @@ pub(crate) fn candidates_group(name: &LeaseName) -> GroupName {
     GroupName::new(full).expect("built from a valid name")
 }
 
-/// Counts the candidates group of `name` as joined and joins it on the work thread (a reopen
-/// after expiry joins it again, as it does every joined group).
-pub(super) fn join_candidates(inner: &Inner, s: &mut Shared, name: &LeaseName) {
-    let group = candidates_group(name);
-    *s.joined.entry(group.clone()).or_insert(0) += 1;
-    if s.core.check_live().is_ok() {
-        let id = s.core.session().clone();
-        inner.join_later(&id, &group);
-    }
-}
-
 /// Leaves the candidates group of `name` (unless another candidate of this session for the
 /// name, or a membership, still counts): now if `wait`, else on the work thread.
 pub(super) fn leave_candidates(inner: &Inner, name: &LeaseName, wait: bool) {
     let group = candidates_group(name);
-    let id = {
-        let mut s = inner.lock_shared();
-        let last = match s.joined.get_mut(&group) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            Some(_) => {
-                s.joined.remove(&group);
-                true
-            }
-            None => false,
-        };
-        if !last || s.core.check_live().is_err() {
-            return;
-        }
-        s.core.session().clone()
+    let Some(id) = inner.count_leave(&group) else {
+        return;
     };
     if !wait {
         inner.leave_later(&id, &group);
@@ -145,19 +119,7 @@ impl Election {
         check_value(&value)?;
         let inner = &self.inner;
         check_supported(inner)?;
-        let now = inner.now();
-        let target = {
-            let mut s = inner.lock_shared();
-            if value.is_empty() {
-                s.values.remove(&self.handle);
-            } else {
-                s.values.insert(self.handle, value.clone());
-            }
-            s.value_changes += 1;
-            let held = s.core.term_of(&self.name, Holder::Election(self.handle));
-            let valid = held.filter(|t| s.core.is_valid(&t.name, t.token, now));
-            valid.map(|t| (s.core.session().clone(), t))
-        };
+        let target = inner.set_candidate_value(self.handle, &self.name, Some(value.clone()));
         let Some((id, term)) = target else {
             return Ok(());
         };
@@ -172,8 +134,7 @@ impl Election {
 
     /// The value this candidate gives its terms (empty for none).
     pub fn value(&self) -> String {
-        let s = self.inner.lock_shared();
-        s.values.get(&self.handle).cloned().unwrap_or_default()
+        self.inner.candidate_value(self.handle)
     }
 
     /// The current leader (of any session) with its token and term value, read from the

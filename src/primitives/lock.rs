@@ -1,7 +1,6 @@
 //! Distributed locks: `Session::lock`, `try_lock`, `lock_timeout` and the guard.
 
 use super::IntoLeaseName;
-use crate::engine::core::lease_lost;
 use crate::engine::driver::wait::{LockWait, Step};
 use crate::engine::session::Inner;
 use crate::engine::{Cancel, HandleId, Session};
@@ -159,35 +158,10 @@ pub(crate) fn lock_until(
     cancel: Option<&Cancel>,
     last: &mut Option<Error>,
 ) -> Result<Option<LockGuard>> {
-    const OP: &str = "taking a lock";
     let started = inner.now();
     let h = inner.next_handle();
-    let me = std::thread::current().id();
-    {
-        let mut s = inner.lock_shared();
-        loop {
-            Cancel::check(cancel, OP)?;
-            if once {
-                s.core.check_live()?;
-            } else {
-                // While an expired session is reopened, wait for the new one.
-                inner.check_waitable(&s)?;
-            }
-            match s.reserved.get(&name) {
-                None => {
-                    s.reserved.insert(name.clone(), (h, me));
-                    break;
-                }
-                // Waiting for a lock this thread holds would wait forever.
-                Some((_, by)) if *by == me && !once => {
-                    return Err(Error::AlreadyHeld { name });
-                }
-                Some(_) => {}
-            }
-            if once || !inner.wait_or_cancel(&mut s, until, cancel) {
-                return Ok(None);
-            }
-        }
+    if !inner.reserve_for_lock(&name, h, until, once, cancel)? {
+        return Ok(None);
     }
     let events = inner.listeners.channel(h);
     let r = acquire_loop(inner, &name, h, until, once, fair, cancel, last);
@@ -246,26 +220,11 @@ fn acquire_loop(
     // (then tried again at once, so a release in between is not missed).
     let mut waiting: Option<WaitingForRelease> = None;
     loop {
-        let (id, seen) = {
-            let mut s = inner.lock_shared();
-            loop {
-                Cancel::check(cancel, OP)?;
-                if once {
-                    s.core.check_live()?;
-                } else {
-                    inner.check_waitable(&s)?;
-                }
-                if s.core.state().is_live() {
-                    break;
-                }
-                // Expired and being reopened: wait for the new session.
-                if !inner.wait_or_cancel(&mut s, until, cancel) {
-                    return Ok(None);
-                }
-            }
-            s.core.begin_acquire(name);
-            (s.core.session().clone(), s.core.releases_of(name))
-        };
+        // While an expired session is reopened, wait for the new one.
+        if !inner.wait_live(until, once, cancel, OP)? {
+            return Ok(None);
+        }
+        let (id, seen) = inner.begin_lock_attempt(name);
         let sent = inner.now();
         // `None`: queued behind another waiter while the lease is free.
         let reply: Result<Option<Acquire>> = if fair {
@@ -279,28 +238,9 @@ fn acquire_loop(
         } else {
             inner.backend.acquire(&id, name).map(Some)
         };
-        let now = inner.now();
-        let r = inner
-            .with_session(&id, |c| match reply.transpose() {
-                Some(reply) => {
-                    let r = c.on_lock_acquire(h, name, sent, now, reply);
-                    if let Ok(Acquire::Acquired(term)) = &r {
-                        inner.check_token(c, h, term);
-                    }
-                    r.map(Some)
-                }
-                None => {
-                    c.on_lock_queued(name);
-                    Ok(None)
-                }
-            })
-            .unwrap_or_else(|| {
-                Err(Error::SessionExpired {
-                    session: id.clone(),
-                })
-            });
+        let r = inner.finish_lock_attempt(&id, h, name, sent, reply);
         let expired = matches!(r, Err(Error::SessionExpired { .. }));
-        let coming = expired && inner.reopen_coming(&inner.lock_shared());
+        let coming = expired && inner.will_reopen();
         let next = match wait.on_reply(r, coming, inner.now(), crate::rand::jitter) {
             Step::Acquired(term) => return Ok(Some((id, term))),
             Step::Busy => return Ok(None),
@@ -314,16 +254,7 @@ fn acquire_loop(
         };
         *last = wait.take_last();
         let next = until.map_or(next, |u| next.min(u));
-        let mut s = inner.lock_shared();
-        while s.core.releases_of(name) == seen && s.core.check_live().is_ok() {
-            if cancel.is_some_and(Cancel::is_cancelled) {
-                break;
-            }
-            if !inner.wait_or_cancel(&mut s, Some(next), cancel) {
-                break;
-            }
-        }
-        drop(s);
+        inner.wait_for_change(next, cancel, |v| v.releases_of(name) != seen);
         if until.is_some_and(|u| inner.now() >= u) {
             drop(waiting);
             return Ok(None);
@@ -339,14 +270,14 @@ pub(super) struct WaitingForRelease<'a> {
 
 impl<'a> WaitingForRelease<'a> {
     pub(super) fn new(inner: &'a Inner, name: &'a LeaseName) -> Self {
-        inner.with_core(|c| c.wait_for_release(name));
+        inner.wait_for_release(name);
         WaitingForRelease { inner, name }
     }
 }
 
 impl Drop for WaitingForRelease<'_> {
     fn drop(&mut self) {
-        self.inner.with_core(|c| c.stop_waiting(self.name));
+        self.inner.stop_waiting(self.name);
     }
 }
 
@@ -387,9 +318,8 @@ impl LockGuard {
     /// Whether the lock is still held: the session is live and the term's local deadline is
     /// ahead.
     pub fn is_valid(&self) -> bool {
-        let now = self.inner.now();
-        let s = self.inner.lock_shared();
-        s.core.session() == &self.session && s.core.is_valid(&self.term.name, self.term.token, now)
+        self.inner
+            .lock_is_valid(&self.session, &self.term.name, self.term.token)
     }
 
     /// How long the lock stays valid from now if no keep-alive succeeds meanwhile (each one
@@ -404,12 +334,8 @@ impl LockGuard {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn valid_for(&self) -> Option<Duration> {
-        let now = self.inner.now();
-        let s = self.inner.lock_shared();
-        if s.core.session() != &self.session {
-            return None;
-        }
-        s.core.valid_for(&self.term.name, self.term.token, now)
+        self.inner
+            .lock_valid_for(&self.session, &self.term.name, self.term.token)
     }
 
     /// The fencing token if the lock is still held ([`LockGuard::is_valid`]), otherwise
@@ -455,9 +381,7 @@ impl LockGuard {
         crate::engine::metrics::lock_hold(now.saturating_duration_since(self.acquired));
         let (id, term, h) = (&self.session, &self.term, self.handle);
         // A term of a replaced (expired) session was lost and reported with it.
-        let token = inner
-            .with_session(id, |c| c.unlock(h, term, now))
-            .unwrap_or_else(|| Err(lease_lost(term)));
+        let token = inner.end_lock_term(id, h, term);
         let r = token.and_then(|token| {
             if !wait {
                 inner.release_later(id, &term.name, token);
@@ -465,7 +389,7 @@ impl LockGuard {
             }
             match inner.release_now(id, &term.name, token)? {
                 true => Ok(()),
-                false => Err(inner.with_core(|c| c.lost_on_unlock(h, term.clone()))),
+                false => Err(inner.lock_lost_on_release(h, term)),
             }
         });
         inner.drop_listeners(self.handle);

@@ -27,11 +27,12 @@ impl Session {
     pub fn observe(&self, name: impl IntoLeaseName) -> Result<Observer> {
         let name = name.into_lease_name()?;
         let inner = &self.inner;
-        inner.lock_shared().core.check_live()?;
         let h = inner.next_handle();
         let events = inner.listeners.channel(h);
-        let now = inner.now();
-        inner.with_core(|c| c.add_observer(h, name.clone(), now));
+        if let Err(e) = inner.add_observer(h, name.clone()) {
+            inner.drop_listeners(h);
+            return Err(e);
+        }
         Ok(Observer {
             inner: inner.clone(),
             handle: h,
@@ -70,7 +71,7 @@ impl Observer {
 impl Drop for Observer {
     fn drop(&mut self) {
         let h = self.handle;
-        self.inner.with_core(|c| c.remove_watch(h));
+        self.inner.remove_watch(h);
         self.inner.drop_listeners(h);
     }
 }

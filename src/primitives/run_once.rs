@@ -94,11 +94,7 @@ impl Session {
         let name = name.into_lease_name()?;
         check_job_window(at_most, at_least)?;
         let inner = &self.inner;
-        let id = {
-            let s = inner.lock_shared();
-            s.core.check_live()?;
-            s.core.session().clone()
-        };
+        let id = inner.live_session()?;
         let sent = inner.now();
         let (token, remaining) = match inner.backend.claim_job(&id, &name, at_most)? {
             JobClaim::Busy { .. } => return Ok(None),
@@ -167,10 +163,7 @@ impl Job {
         if self.lost.load(Ordering::SeqCst) {
             return false;
         }
-        let valid = self.inner.now() < self.deadline && {
-            let s = self.inner.lock_shared();
-            s.core.session() == &self.session && s.core.check_live().is_ok()
-        };
+        let valid = self.inner.now() < self.deadline && { self.inner.is_live_as(&self.session) };
         if !valid {
             self.lost.store(true, Ordering::SeqCst);
         }

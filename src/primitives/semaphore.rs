@@ -153,24 +153,12 @@ impl Semaphore {
         };
         loop {
             Cancel::check(cancel, OP)?;
-            let seen: Vec<u64> = {
-                let mut s = inner.lock_shared();
-                if !once {
-                    // While an expired session is reopened, wait for the new one.
-                    loop {
-                        Cancel::check(cancel, OP)?;
-                        inner.check_waitable(&s)?;
-                        if s.core.state().is_live() {
-                            break;
-                        }
-                        if !inner.wait_or_cancel(&mut s, until, cancel) {
-                            Cancel::check(cancel, OP)?;
-                            return Ok(None);
-                        }
-                    }
-                }
-                self.slots.iter().map(|n| s.core.releases_of(n)).collect()
-            };
+            // While an expired session is reopened, wait for the new one.
+            if !once && !inner.wait_live(until, false, cancel, OP)? {
+                Cancel::check(cancel, OP)?;
+                return Ok(None);
+            }
+            let seen = inner.releases_seen(&self.slots);
             // One round over the permits, each tried once; the round's outcome goes through
             // the lock calls' wait-and-retry policy.
             let mut round: Result<Option<crate::spi::Acquire>> = Ok(None);
@@ -201,7 +189,7 @@ impl Semaphore {
                 }
             }
             let expired = matches!(round, Err(Error::SessionExpired { .. }));
-            let coming = expired && inner.reopen_coming(&inner.lock_shared());
+            let coming = expired && inner.will_reopen();
             let next = match wait.on_reply(round, coming, inner.now(), crate::rand::jitter) {
                 Step::Busy => return Ok(None),
                 Step::Fail(e) => return Err(e),
@@ -213,22 +201,12 @@ impl Semaphore {
                 return Ok(None);
             }
             let next = until.map_or(next, |u| next.min(u));
-            let mut s = inner.lock_shared();
-            let unchanged = |s: &crate::engine::session::Shared| {
+            inner.wait_for_change(next, cancel, |v| {
                 self.slots
                     .iter()
                     .zip(&seen)
-                    .all(|(n, v)| s.core.releases_of(n) == *v)
-            };
-            while unchanged(&s) && s.core.check_live().is_ok() {
-                if cancel.is_some_and(Cancel::is_cancelled) {
-                    break;
-                }
-                if !inner.wait_or_cancel(&mut s, Some(next), cancel) {
-                    break;
-                }
-            }
-            drop(s);
+                    .any(|(n, seen)| v.releases_of(n) != *seen)
+            });
             if until.is_some_and(|u| inner.now() >= u) {
                 return Ok(None);
             }

@@ -1,0 +1,419 @@
+//! The narrow API the primitives reach a session through: reserve a name, read a term and
+//! its validity, add or remove a candidate or a watch, count groups joined, set a candidate's
+//! value, finish a lock's attempt, end a term, and wait for a condition with a deadline and a
+//! cancel token. Every call that changes the core dispatches its outputs before it returns:
+//! the primitives never hold the session's lock nor touch its core.
+
+use super::cancel::Cancel;
+use super::core::{lease_lost, HandleId, Holder};
+use super::session::{Inner, Shared};
+use crate::error::{Error, Result};
+use crate::spi::Acquire;
+use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
+use std::time::{Duration, Instant};
+
+/// What a waiting caller sees of the session while it waits (read-only).
+pub(crate) struct View<'a> {
+    s: &'a Shared,
+}
+
+impl View<'_> {
+    /// The releases of `name` seen while someone waited for it.
+    pub(crate) fn releases_of(&self, name: &LeaseName) -> u64 {
+        self.s.core.releases_of(name)
+    }
+
+    /// Whether the session is live (not expired, not closed).
+    pub(crate) fn is_live(&self) -> bool {
+        self.s.core.check_live().is_ok()
+    }
+}
+
+impl Inner {
+    /// The current backend session, if it is live.
+    pub(crate) fn live_session(&self) -> Result<SessionId> {
+        let s = self.lock_shared();
+        s.core.check_live()?;
+        Ok(s.core.session().clone())
+    }
+
+    /// Whether `id` is the current backend session and it is live.
+    pub(crate) fn is_live_as(&self, id: &SessionId) -> bool {
+        let s = self.lock_shared();
+        s.core.session() == id && s.core.check_live().is_ok()
+    }
+
+    // ---- names reserved by this session's handles ------------------------------------
+
+    /// Reserves `name` for lock `h` of the calling thread, waiting until `until` (`once`:
+    /// no wait) while another handle of this session uses it. `Ok(false)`: not reserved in
+    /// time. A name this thread holds gives [`Error::AlreadyHeld`] (it would wait forever).
+    pub(crate) fn reserve_for_lock(
+        &self,
+        name: &LeaseName,
+        h: HandleId,
+        until: Option<Instant>,
+        once: bool,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        const OP: &str = "taking a lock";
+        let me = std::thread::current().id();
+        let mut s = self.lock_shared();
+        loop {
+            Cancel::check(cancel, OP)?;
+            if once {
+                s.core.check_live()?;
+            } else {
+                // While an expired session is reopened, wait for the new one.
+                self.check_waitable(&s)?;
+            }
+            match s.reserved.get(name) {
+                None => {
+                    s.reserved.insert(name.clone(), (h, me));
+                    return Ok(true);
+                }
+                Some((_, by)) if *by == me && !once => {
+                    return Err(Error::AlreadyHeld { name: name.clone() });
+                }
+                Some(_) => {}
+            }
+            if once || !self.wait_or_cancel(&mut s, until, cancel) {
+                return Ok(false);
+            }
+        }
+    }
+
+    // ---- groups joined through memberships and candidacies ---------------------------
+
+    /// Counts `group` as joined once more (a reopen re-joins it) and returns the live
+    /// session to join it as; counted under the lock that reads the id, so a reopen either
+    /// sees the count or has already swapped the session in.
+    pub(crate) fn count_join(&self, group: &GroupName) -> Result<SessionId> {
+        let mut s = self.lock_shared();
+        s.core.check_live()?;
+        *s.joined.entry(group.clone()).or_insert(0) += 1;
+        Ok(s.core.session().clone())
+    }
+
+    /// Counts `group` as joined once less; returns the live session to leave it as if that
+    /// was the last count.
+    pub(crate) fn count_leave(&self, group: &GroupName) -> Option<SessionId> {
+        let mut s = self.lock_shared();
+        let last = match s.joined.get_mut(group) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                s.joined.remove(group);
+                true
+            }
+            None => false,
+        };
+        (last && s.core.check_live().is_ok()).then(|| s.core.session().clone())
+    }
+
+    /// Forgets every count of `group` (it is not re-joined after a reopen).
+    pub(crate) fn forget_joined(&self, group: &GroupName) {
+        self.lock_shared().joined.remove(group);
+    }
+
+    // ---- election candidates ------------------------------------------------------------
+
+    /// Enters candidate `h` for `name`: reserves the name (or [`Error::AlreadyHeld`]), counts
+    /// the candidates `group` as joined (joined on the work thread), and registers the
+    /// candidate with the core. While an expired session is reopened it joins the new one.
+    pub(crate) fn enter_candidate(
+        &self,
+        name: &LeaseName,
+        h: HandleId,
+        group: &GroupName,
+    ) -> Result<()> {
+        {
+            let mut s = self.lock_shared();
+            self.check_waitable(&s)?;
+            if s.reserved.contains_key(name) {
+                return Err(Error::AlreadyHeld { name: name.clone() });
+            }
+            s.reserved
+                .insert(name.clone(), (h, std::thread::current().id()));
+            *s.joined.entry(group.clone()).or_insert(0) += 1;
+            if s.core.check_live().is_ok() {
+                let id = s.core.session().clone();
+                self.join_later(&id, group);
+            }
+        }
+        let now = self.now();
+        self.with_core(|c| c.add_candidate(h, name.clone(), now));
+        Ok(())
+    }
+
+    /// Withdraws candidate `h`: the session it was withdrawn from, whether it was a
+    /// candidate, and the term it held (to release) or the loss of its last term.
+    pub(crate) fn withdraw_candidate(
+        &self,
+        h: HandleId,
+    ) -> (SessionId, bool, Result<Option<Term>>) {
+        let now = self.now();
+        self.with_core(|c| {
+            let was = c.is_candidate(h);
+            (c.session().clone(), was, c.remove_candidate(h, now))
+        })
+    }
+
+    /// Whether `h` is a registered candidate.
+    pub(crate) fn is_candidate(&self, h: HandleId) -> bool {
+        self.lock_shared().core.is_candidate(h)
+    }
+
+    /// The term `holder` holds of `name` if it is valid now.
+    pub(crate) fn valid_term_of(&self, name: &LeaseName, holder: Holder) -> Option<Term> {
+        let now = self.now();
+        let s = self.lock_shared();
+        s.core
+            .term_of(name, holder)
+            .filter(|t| s.core.is_valid(&t.name, t.token, now))
+    }
+
+    /// The term `holder` holds of `name` and how long it stays valid from now, read
+    /// together.
+    pub(crate) fn term_and_validity(
+        &self,
+        name: &LeaseName,
+        holder: Holder,
+    ) -> Option<(Term, Duration)> {
+        let now = self.now();
+        let s = self.lock_shared();
+        let t = s.core.term_of(name, holder)?;
+        let left = s.core.valid_for(&t.name, t.token, now)?;
+        Some((t, left))
+    }
+
+    /// Waits until candidate `h` holds a term of `name` valid now (what passed its local
+    /// deadline is lost first), `until` passes (`Ok(None)`), or `cancel` ends the wait.
+    /// [`Error::NotCandidate`] if `h` is no candidate.
+    pub(crate) fn wait_elected(
+        &self,
+        name: &LeaseName,
+        h: HandleId,
+        until: Option<Instant>,
+        cancel: Option<&Cancel>,
+    ) -> Result<Option<Term>> {
+        const OP: &str = "waiting to be elected";
+        let mut s = self.lock_shared();
+        loop {
+            Cancel::check(cancel, OP)?;
+            self.check_waitable(&s)?;
+            // The timer may not have ticked yet: settle first, so only a term valid now
+            // is handed out.
+            self.settle(&mut s);
+            let now = self.now();
+            let held = s.core.term_of(name, Holder::Election(h));
+            if let Some(t) = held.filter(|t| s.core.is_valid(&t.name, t.token, now)) {
+                return Ok(Some(t));
+            }
+            if !s.core.is_candidate(h) {
+                return Err(Error::NotCandidate { name: name.clone() });
+            }
+            if !self.wait_or_cancel(&mut s, until, cancel) {
+                return Ok(None);
+            }
+        }
+    }
+
+    // ---- candidates' term values --------------------------------------------------------
+
+    /// Sets the value candidate `h` gives its terms (`None`: none); returns the session and
+    /// the term it holds of `name` now, if valid (to write the value on).
+    pub(crate) fn set_candidate_value(
+        &self,
+        h: HandleId,
+        name: &LeaseName,
+        value: Option<String>,
+    ) -> Option<(SessionId, Term)> {
+        let now = self.now();
+        let mut s = self.lock_shared();
+        match value {
+            Some(v) if !v.is_empty() => s.values.insert(h, v),
+            _ => s.values.remove(&h),
+        };
+        s.value_changes += 1;
+        let held = s.core.term_of(name, Holder::Election(h));
+        let valid = held.filter(|t| s.core.is_valid(&t.name, t.token, now));
+        valid.map(|t| (s.core.session().clone(), t))
+    }
+
+    /// The value candidate `h` gives its terms (empty for none).
+    pub(crate) fn candidate_value(&self, h: HandleId) -> String {
+        let s = self.lock_shared();
+        s.values.get(&h).cloned().unwrap_or_default()
+    }
+
+    // ---- observers and group watches ----------------------------------------------------
+
+    /// Registers observer `h` of `name` (it reads the owner at once).
+    pub(crate) fn add_observer(&self, h: HandleId, name: LeaseName) -> Result<()> {
+        self.lock_shared().core.check_live()?;
+        let now = self.now();
+        self.with_core(|c| c.add_observer(h, name, now));
+        Ok(())
+    }
+
+    /// Registers watch `h` of `group` (it reads the members at once).
+    pub(crate) fn add_group_watch(&self, h: HandleId, group: GroupName) -> Result<()> {
+        self.lock_shared().core.check_live()?;
+        let now = self.now();
+        self.with_core(|c| c.add_group_watch(h, group, now));
+        Ok(())
+    }
+
+    /// Ends observer or watch `h`.
+    pub(crate) fn remove_watch(&self, h: HandleId) {
+        self.with_core(|c| c.remove_watch(h));
+    }
+
+    // ---- locks ----------------------------------------------------------------------------
+
+    /// Waits until the session is live (an expired one that will be reopened is waited
+    /// for; `once`: not waited for). `Ok(false)`: `until` passed first.
+    pub(crate) fn wait_live(
+        &self,
+        until: Option<Instant>,
+        once: bool,
+        cancel: Option<&Cancel>,
+        operation: &'static str,
+    ) -> Result<bool> {
+        let mut s = self.lock_shared();
+        loop {
+            Cancel::check(cancel, operation)?;
+            if once {
+                s.core.check_live()?;
+            } else {
+                self.check_waitable(&s)?;
+            }
+            if s.core.state().is_live() {
+                return Ok(true);
+            }
+            if !self.wait_or_cancel(&mut s, until, cancel) {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// A lock caller waits for releases of `name` from now on (they reach this session).
+    pub(crate) fn wait_for_release(&self, name: &LeaseName) {
+        self.with_core(|c| c.wait_for_release(name));
+    }
+
+    /// A lock caller stopped waiting for releases of `name`.
+    pub(crate) fn stop_waiting(&self, name: &LeaseName) {
+        self.with_core(|c| c.stop_waiting(name));
+    }
+
+    /// Whether an expired session will be reopened.
+    pub(crate) fn will_reopen(&self) -> bool {
+        self.reopen_coming(&self.lock_shared())
+    }
+
+    /// The releases of each of `names` seen so far (by callers waiting for them).
+    pub(crate) fn releases_seen(&self, names: &[LeaseName]) -> Vec<u64> {
+        let s = self.lock_shared();
+        names.iter().map(|n| s.core.releases_of(n)).collect()
+    }
+
+    /// Marks an acquire of `name` as in flight; returns the session it is sent for and the
+    /// releases of `name` seen so far.
+    pub(crate) fn begin_lock_attempt(&self, name: &LeaseName) -> (SessionId, u64) {
+        let mut s = self.lock_shared();
+        // Nothing to dispatch: marking an acquire in flight has no outputs.
+        s.core.begin_acquire(name);
+        (s.core.session().clone(), s.core.releases_of(name))
+    }
+
+    /// Takes a lock attempt's reply (sent for `id` at `sent`; `Ok(None)`: queued behind
+    /// another waiter) into the engine; a reply for a replaced session is `SessionExpired`.
+    pub(crate) fn finish_lock_attempt(
+        &self,
+        id: &SessionId,
+        h: HandleId,
+        name: &LeaseName,
+        sent: Instant,
+        reply: Result<Option<Acquire>>,
+    ) -> Result<Option<Acquire>> {
+        let now = self.now();
+        self.with_session(id, |c| match reply.transpose() {
+            Some(reply) => {
+                let r = c.on_lock_acquire(h, name, sent, now, reply);
+                if let Ok(Acquire::Acquired(term)) = &r {
+                    self.check_token(c, h, term);
+                }
+                r.map(Some)
+            }
+            None => {
+                c.on_lock_queued(name);
+                Ok(None)
+            }
+        })
+        .unwrap_or_else(|| {
+            Err(Error::SessionExpired {
+                session: id.clone(),
+            })
+        })
+    }
+
+    /// Waits until `changed` sees a change (a release seen, say), the session is no longer
+    /// live, `cancel` is cancelled or `until` passes.
+    pub(crate) fn wait_for_change(
+        &self,
+        until: Instant,
+        cancel: Option<&Cancel>,
+        mut changed: impl FnMut(&View<'_>) -> bool,
+    ) {
+        let mut s = self.lock_shared();
+        loop {
+            let view = View { s: &s };
+            if changed(&view) || !view.is_live() || cancel.is_some_and(Cancel::is_cancelled) {
+                return;
+            }
+            if !self.wait_or_cancel(&mut s, Some(until), cancel) {
+                return;
+            }
+        }
+    }
+
+    /// Whether the lock term `name`/`token` of session `id` is valid now.
+    pub(crate) fn lock_is_valid(&self, id: &SessionId, name: &LeaseName, token: Token) -> bool {
+        let now = self.now();
+        let s = self.lock_shared();
+        s.core.session() == id && s.core.is_valid(name, token, now)
+    }
+
+    /// How long the lock term `name`/`token` of session `id` stays valid from now.
+    pub(crate) fn lock_valid_for(
+        &self,
+        id: &SessionId,
+        name: &LeaseName,
+        token: Token,
+    ) -> Option<Duration> {
+        let now = self.now();
+        let s = self.lock_shared();
+        if s.core.session() != id {
+            return None;
+        }
+        s.core.valid_for(name, token, now)
+    }
+
+    /// Ends lock `h`'s term locally; returns its token to release. A term of a replaced
+    /// (expired) session, or one lost meanwhile, is [`Error::LeaseLost`] (reported once).
+    pub(crate) fn end_lock_term(&self, id: &SessionId, h: HandleId, term: &Term) -> Result<Token> {
+        let now = self.now();
+        self.with_session(id, |c| c.unlock(h, term, now))
+            .unwrap_or_else(|| Err(lease_lost(term)))
+    }
+
+    /// The backend found lock `h`'s term gone at its release: reported (`LockLost` with
+    /// `Missing`), and the unlock's error.
+    pub(crate) fn lock_lost_on_release(&self, h: HandleId, term: &Term) -> Error {
+        self.with_core(|c| c.lost_on_unlock(h, term.clone()))
+    }
+}
