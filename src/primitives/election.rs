@@ -77,7 +77,7 @@ impl Session {
 }
 
 /// Reserves `name` for candidate `h` in this session and registers it with the engine; the
-/// session joins the election's candidates group (on the work thread).
+/// session joins the election's candidates group (on the work queue).
 fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
     {
         let mut s = inner.lock_shared();
@@ -267,7 +267,7 @@ impl Election {
         enter(&self.inner, &self.name, self.handle)
     }
 
-    /// Withdraws the candidate; a term is released now if `wait`, else on the work thread.
+    /// Withdraws the candidate; a term is released now if `wait`, else on the work queue.
     fn withdraw(&self, wait: bool) -> Result<()> {
         let inner = &self.inner;
         let now = inner.now();
@@ -299,7 +299,7 @@ impl Election {
 }
 
 impl Drop for Election {
-    /// Resigns; a leader's term ends at once and is released on the session's work thread.
+    /// Resigns; a leader's term ends at once and is released on the session's work queue.
     fn drop(&mut self) {
         match self.withdraw(false) {
             Ok(()) => {}

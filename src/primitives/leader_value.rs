@@ -38,7 +38,7 @@ pub(crate) fn candidates_group(name: &LeaseName) -> GroupName {
     GroupName::new(full).expect("built from a valid name")
 }
 
-/// Counts the candidates group of `name` as joined and joins it on the work thread (a reopen
+/// Counts the candidates group of `name` as joined and joins it on the work queue (a reopen
 /// after expiry joins it again, as it does every joined group).
 pub(super) fn join_candidates(inner: &Inner, s: &mut Shared, name: &LeaseName) {
     let group = candidates_group(name);
@@ -50,7 +50,7 @@ pub(super) fn join_candidates(inner: &Inner, s: &mut Shared, name: &LeaseName) {
 }
 
 /// Leaves the candidates group of `name` (unless another candidate of this session for the
-/// name, or a membership, still counts): now if `wait`, else on the work thread.
+/// name, or a membership, still counts): now if `wait`, else on the work queue.
 pub(super) fn leave_candidates(inner: &Inner, name: &LeaseName, wait: bool) {
     let group = candidates_group(name);
     let id = {
@@ -187,7 +187,7 @@ impl Election {
     ///
     /// A candidate's session is a member of the group [`Election::candidates_group`] from
     /// the moment it enters the election until it resigns, is dropped or its session ends
-    /// (the join and the leave of a drop run on the session's work thread, so they show
+    /// (the join and the leave of a drop run on the session's work queue, so they show
     /// after a short delay; a resign leaves before it returns). A session with several
     /// candidates for the name counts once.
     ///
