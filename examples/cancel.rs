@@ -1,7 +1,15 @@
 //! A worker waits for a lock another session holds; a supervisor thread gives up on it with
 //! a `Cancel` token (it could as well be a signal handler: `cancel()` is one atomic store).
 //!
-//! `cargo run --example cancel` (or pass a backend URL).
+//! Features: none. URL: `memory://` unless a backend URL is the first argument, which needs
+//! that backend's feature (checked on Redis, and on PostgreSQL once its tables exist:
+//! `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example cancel
+//! cargo run --example cancel --features redis -- 'redis://127.0.0.1:6379?prefix=example'
+//! cargo run --example cancel --features postgres -- postgres://user@127.0.0.1:5432/db
+//! ```
 
 use simba_lease::{connect, Cancel, Config, Error, Session};
 use std::time::{Duration, Instant};

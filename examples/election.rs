@@ -1,7 +1,15 @@
-//! Three candidates in one process elect a leader on the in-memory backend; each leader
+//! Three candidates in one process elect a leader; each leader
 //! serves a little, then resigns, and the next one takes over with a greater fencing token.
 //!
-//! `cargo run --example election` (or pass a backend URL: `-- redis://127.0.0.1:6379`).
+//! Features: none. URL: `memory://` unless a backend URL is the first argument, which needs
+//! that backend's feature (checked on Redis, and on PostgreSQL once its tables exist:
+//! `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example election
+//! cargo run --example election --features redis -- 'redis://127.0.0.1:6379?prefix=example'
+//! cargo run --example election --features postgres -- postgres://user@127.0.0.1:5432/db
+//! ```
 
 use simba_lease::{connect, Config, Event, Session};
 use std::time::Duration;

@@ -1,7 +1,15 @@
 //! Fair locks: three workers queue for a lock another session holds and get it in the order
 //! they asked, while `lock_queue` shows who waits.
 //!
-//! `cargo run --example fair` (or pass a backend URL with queues: `memory://`, `redis://…`).
+//! Features: none. URL: `memory://` unless a backend URL is the first argument, which needs
+//! that backend's feature (checked on Redis, and on PostgreSQL once its tables exist:
+//! `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example fair
+//! cargo run --example fair --features redis -- 'redis://127.0.0.1:6379?prefix=example'
+//! cargo run --example fair --features postgres -- postgres://user@127.0.0.1:5432/db
+//! ```
 
 use simba_lease::{connect, Config, Error, Session};
 use std::time::{Duration, Instant};

@@ -1,6 +1,14 @@
 //! Members join and leave a group while a watcher prints every change.
 //!
-//! `cargo run --example group` (or pass a backend URL).
+//! Features: none. URL: `memory://` unless a backend URL is the first argument, which needs
+//! that backend's feature (checked on Redis, and on PostgreSQL once its tables exist:
+//! `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example group
+//! cargo run --example group --features redis -- 'redis://127.0.0.1:6379?prefix=example'
+//! cargo run --example group --features postgres -- postgres://user@127.0.0.1:5432/db
+//! ```
 
 use simba_lease::{connect, Config, Event, Session};
 use std::time::Duration;

@@ -1,8 +1,16 @@
-//! Leader metadata on the in-memory backend: two services campaign, each with its address as
+//! Leader metadata: two services campaign, each with its address as
 //! its term value; a client observes who leads and where to reach it, sees the leader publish
 //! a new version, lists the candidates, and follows the failover to the other service.
 //!
-//! `cargo run --example leader_value` (or pass a backend URL: `-- redis://127.0.0.1:6379`).
+//! Features: none. URL: `memory://` unless a backend URL is the first argument, which needs
+//! that backend's feature (checked on Redis, and on PostgreSQL once its tables exist:
+//! `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example leader_value
+//! cargo run --example leader_value --features redis -- 'redis://127.0.0.1:6379?prefix=example'
+//! cargo run --example leader_value --features postgres -- postgres://user@127.0.0.1:5432/db
+//! ```
 
 use simba_lease::{connect, Config, Event, Session};
 use std::time::{Duration, Instant};

@@ -1,7 +1,15 @@
 //! Four workers, each with its own session, take turns on one lock. The protected resource
 //! checks the fencing token of every write and rejects any token lower than the highest seen.
 //!
-//! `cargo run --example lock` (or pass a backend URL).
+//! Features: none. URL: `memory://` unless a backend URL is the first argument, which needs
+//! that backend's feature (checked on Redis, and on PostgreSQL once its tables exist:
+//! `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example lock
+//! cargo run --example lock --features redis -- 'redis://127.0.0.1:6379?prefix=example'
+//! cargo run --example lock --features postgres -- postgres://user@127.0.0.1:5432/db
+//! ```
 
 use simba_lease::{connect, Config, Session, Token};
 use std::sync::{Arc, Mutex};

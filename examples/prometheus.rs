@@ -1,8 +1,17 @@
 //! Publishes a session's figures (feature `metrics`) through the Prometheus exporter and
 //! prints the scrape text after a few lock rounds.
 //!
-//! `cargo run --example prometheus --features metrics` (or pass a backend URL). A real
-//! service would serve `handle.render()` on its metrics endpoint.
+//! A real service would serve `handle.render()` on its metrics endpoint.
+//!
+//! Features: `metrics`. URL: `memory://` unless a backend URL is the first argument, which
+//! needs that backend's feature too (checked on Redis, and on PostgreSQL once its tables
+//! exist: `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example prometheus --features metrics
+//! cargo run --example prometheus --features metrics,redis -- 'redis://127.0.0.1:6379?prefix=ex'
+//! cargo run --example prometheus --features metrics,postgres -- postgres://u@127.0.0.1/db
+//! ```
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 use simba_lease::{connect, Config, Session};

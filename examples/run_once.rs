@@ -3,7 +3,15 @@
 //! fast run (so a node whose timer fires a bit later does not run it again), `at_most` caps
 //! a run that hangs. The job writes with its fencing token, which a store checks.
 //!
-//! `cargo run --example run_once` (or pass a backend URL).
+//! Features: none. URL: `memory://` unless a backend URL is the first argument, which needs
+//! that backend's feature (checked on Redis, and on PostgreSQL once its tables exist:
+//! `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example run_once
+//! cargo run --example run_once --features redis -- 'redis://127.0.0.1:6379?prefix=example'
+//! cargo run --example run_once --features postgres -- postgres://user@127.0.0.1:5432/db
+//! ```
 
 use simba_lease::{connect, Config, Session, Token};
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,15 @@
 //! A semaphore of 2 permits shared by three workers: at most two work at once, each permit a
 //! lease with its own fencing token, and `holders` shows who holds what.
 //!
-//! `cargo run --example semaphore` (or pass a backend URL).
+//! Features: none. URL: `memory://` unless a backend URL is the first argument, which needs
+//! that backend's feature (checked on Redis, and on PostgreSQL once its tables exist:
+//! `simba schema install URL` or `sql/init-simba-postgresql.sql`):
+//!
+//! ```text
+//! cargo run --example semaphore
+//! cargo run --example semaphore --features redis -- 'redis://127.0.0.1:6379?prefix=example'
+//! cargo run --example semaphore --features postgres -- postgres://user@127.0.0.1:5432/db
+//! ```
 
 use simba_lease::{connect, Config, Error, Session};
 use std::time::Duration;

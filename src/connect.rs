@@ -40,8 +40,12 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 
 /// Builds a backend from a URL.
 ///
-/// * `memory://` — a new in-memory backend; `memory://name` — the process-wide one called
-///   `name` (shared while any handle to it lives).
+/// * `memory://` — a new, empty in-memory backend at every call: two sessions connected to
+///   `memory://` do not see each other (each gets every lock). `memory://name` — the
+///   backend called `name` in this process, shared by every `connect` of that URL while any
+///   handle to it (the returned `Arc`, or a session on it) lives; after the last one is
+///   dropped, the next `connect` starts a new one (tokens from 1 again). See
+///   [`guide::operating`](crate::guide::operating).
 /// * `redis://host:6379[/db]` and `redis+cluster://h1:7000,h2:7001` (feature `redis`): see
 ///   `backends::redis` for the options (`prefix`, `wait_replicas`,
 ///   `query_timeout`, `connect_timeout`, `route_by_slot`, `pool_size`); `rediss://` and
@@ -56,14 +60,15 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 /// * A URL whose backend's Cargo feature is off fails with [`Error::FeatureDisabled`]
 ///   naming the feature.
 /// * Every backend parses its options with one parser ([`options`](crate::backends::options)):
-///   durations `250ms`, `5s`, `2m`, `1h` or bare milliseconds (timeouts at most one hour),
+///   durations with a unit, `250ms`, `5s`, `2m`, `1h` (timeouts at most one hour),
 ///   bounded integers, booleans `true`/`false`; hosts `host[:port]` or `[v6][:port]`. An
 ///   unknown or bad option fails with [`Error::InvalidConfig`] naming it; a URL that cannot
 ///   be parsed fails with [`Error::InvalidUrl`]. No error or `Debug` output contains the
 ///   password.
 /// * `zookeeper://[user:password@]host:port[,host:port…][/root][?options]` (also `zk://`):
 ///   root defaults to `/simba`; `user:password` adds `digest` auth and makes nodes
-///   creator-only; options `connection_timeout`, `request_timeout` (e.g. `5s`, `500ms`) and
+///   creator-only; options `connect_timeout` (alias `connection_timeout`), `request_timeout`
+///   (e.g. `5s`, `500ms`) and
 ///   `acl` (`open` or `creator`). `zookeeper+tls://` (also `zk+tls://`; default port 2281)
 ///   connects to the servers' secure client port (feature `tls`; options `ca`, `cert`,
 ///   `key`). See `backends::zookeeper`.
@@ -73,6 +78,16 @@ fn disabled(scheme: &str, feature: &'static str) -> Error {
 /// let backend = connect("memory://")?;
 /// let session = Session::open(backend, Config::default())?;
 /// assert!(matches!(connect("etcd://localhost"), Err(Error::InvalidUrl { .. })));
+///
+/// // `memory://` is a new world at every call; `memory://name` is shared.
+/// let a = Session::open(connect("memory://")?, Config::default())?;
+/// let b = Session::open(connect("memory://")?, Config::default())?;
+/// let _held = a.lock("job")?;
+/// assert!(b.try_lock("job")?.is_some()); // two worlds
+/// let c = Session::open(connect("memory://team")?, Config::default())?;
+/// let d = Session::open(connect("memory://team")?, Config::default())?;
+/// let _held = c.lock("job")?;
+/// assert!(d.try_lock("job")?.is_none()); // one world: c holds it
 /// # Ok::<(), simba_lease::Error>(())
 /// ```
 pub fn connect(url: &str) -> Result<Arc<dyn LeaseBackend>> {

@@ -1,11 +1,11 @@
 //! # simba-lease
 //!
 //! Distributed coordination for synchronous Rust: **sessions** kept alive by one keep-alive
-//! thread each, **leases** with fencing tokens, and on top of them **elections**, **locks**,
-//! **observers** and **groups**, over one backend SPI ([`spi::LeaseBackend`]) with an
-//! in-memory backend built in and PostgreSQL, MySQL, Redis and ZooKeeper behind features.
-//! No async runtime in the API: every call blocks, loss is reported on
-//! `crossbeam-channel` receivers and callbacks.
+//! each, **leases** with fencing tokens, and on top of them **elections**, **locks**,
+//! **semaphores**, **run-once jobs**, **observers** and **groups**, over one backend SPI
+//! ([`spi::LeaseBackend`]) with an in-memory backend built in and PostgreSQL, MySQL/MariaDB,
+//! Redis and ZooKeeper behind features. No async runtime in the API: every call blocks, and
+//! losses are reported on `crossbeam-channel` receivers and callbacks.
 //!
 //! ```
 //! use simba_lease::{connect, Config, Event, Session};
@@ -33,6 +33,11 @@
 //! # Ok::<(), simba_lease::Error>(())
 //! ```
 //!
+//! [`connect`] builds a backend from a URL: `memory://` (a fresh world per call),
+//! `memory://name` (shared in the process), `postgres://`, `mysql://`, `redis://`,
+//! `redis+cluster://`, `zookeeper://`; a URL whose Cargo feature is off fails with
+//! [`Error::FeatureDisabled`] naming it.
+//!
 //! ## The contract (every backend, checked by the [TCK](crate::tck) with feature `tck`)
 //!
 //! 1. A session expires once it was not kept alive for its lease; an expired backend session
@@ -48,12 +53,15 @@
 //!    [`LockGuard::set_value`]) belongs to that term: only its live holder sets it, and a
 //!    new term starts without it.
 //!
+//! What a backend needs to keep (3) across its own failures differs:
+//! [`guide::choosing`].
+//!
 //! ## How a session keeps its leases
 //!
-//! A [`Session`] owns four threads: a keep-alive thread (never delayed by acquires), a work
-//! thread (candidates' attempts, observers, releases), a ticker (deadlines) and an event
-//! thread (callbacks, in order, never under an internal lock). Every decision is made by a
-//! pure state machine (`engine::core::Core`, crate-private) on the monotonic clock:
+//! A [`Session`] has one thread of its own, its keep-alive thread, which acquires and
+//! callbacks never delay; backend work, timers and event delivery run on pools shared by
+//! every session of the process ([`guide::threads`]). Every decision is made by a pure state
+//! machine (`engine::core::Core`, crate-private) on the monotonic clock:
 //!
 //! * a term is valid locally until `send instant + remaining × (1 − drift)` of the request
 //!   that last confirmed it — never later than the backend's own expiry, so at most one
@@ -68,24 +76,26 @@
 //! * a lease missing from a keep-alive reply is lost at once; a lease the reply lists that
 //!   the engine does not know (a grant whose reply was lost) is released.
 //!
+//! Defaults ([`Config::default`]): lease 15 s, renew interval 5 s, drift 1 %; candidates and
+//! blocked locks retry every [`Config::retry_interval`] (half the renew interval) plus jitter,
+//! or at once on a pushed release. A crashed holder's lease is free one lease after its last
+//! keep-alive.
+//!
 //! Always check [`LockGuard::is_valid`] or, better, pass the fencing token
 //! ([`LockGuard::token`], [`Term::token`]) to the protected resource and let it reject
-//! tokens lower than the highest it has seen.
+//! tokens lower than the highest it has seen ([`guide::fencing`]).
 //!
-//! ## Using it from async code
+//! ## The guide
 //!
-//! Every call blocks its thread (a lock waits, a backend call takes a round trip), so from
-//! async code run it off the executor: `tokio::task::spawn_blocking(move || session.lock(..))`
-//! (or a plain thread), and read events with a blocking `recv` there too, or forward them
-//! into an async channel from a callback ([`Session::on_event`]). Called directly inside an
-//! async task or a `#[tokio::main]` body it still works on every backend, but blocks that
-//! executor thread for as long as the call takes (a current-thread runtime runs nothing
-//! else meanwhile). The PostgreSQL driver blocks on a tokio runtime of its own and would
-//! panic inside another one: the backend notices a caller inside a tokio runtime
-//! (`spawn_blocking` threads included) and runs its calls on a short-lived thread of its
-//! own, costing a thread start per call. The library's own
-//! threads (keep-alive, work, events, pool connects, PostgreSQL's `LISTEN`) are plain
-//! threads outside any runtime.
+//! * [`guide::losses`]: validity, events, and what each handle does when dropped.
+//! * [`guide::fencing`]: checking the token in an SQL table, a Redis script, a file or an
+//!   object store.
+//! * [`guide::primitives`]: fair locks, semaphores, run-once jobs, leader values.
+//! * [`guide::choosing`] and [`guide::operating`]: choosing and running a backend.
+//! * [`guide::tls`]: TLS and authentication.
+//! * [`guide::threads`] and [`guide::async_code`]: threads, scale, and calling from async
+//!   code (run the blocking calls with `spawn_blocking`).
+//! * [`metrics`]: the figures published with feature `metrics`.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
@@ -94,6 +104,37 @@ pub mod backends;
 mod connect;
 pub mod engine;
 mod error;
+/// The guide: how to use the library well, one topic per page (Markdown files in
+/// `src/guide/`). Every example on these pages is compiled and run as a doc test.
+///
+/// | page | what it holds |
+/// |---|---|
+/// | [`losses`](crate::guide::losses) | when a term is valid, how its loss is reported, events, what each handle does on drop |
+/// | [`fencing`](crate::guide::fencing) | checking the fencing token in the protected resource: SQL, Redis, files and object stores |
+/// | [`primitives`](crate::guide::primitives) | fair locks, semaphores, run-once jobs, leader values, and where each primitive is documented |
+/// | [`choosing`](crate::guide::choosing) | choosing a backend: durability of tokens, whose clock, failover time, notifications |
+/// | [`operating`](crate::guide::operating) | operating notes per backend, `memory://` included |
+/// | [`tls`](crate::guide::tls) | TLS and authentication on every backend |
+/// | [`threads`](crate::guide::threads) | threads and scale |
+/// | [`async_code`](crate::guide::async_code) | using the blocking API from async code |
+pub mod guide {
+    #[doc = include_str!("guide/losses.md")]
+    pub mod losses {}
+    #[doc = include_str!("guide/fencing.md")]
+    pub mod fencing {}
+    #[doc = include_str!("guide/primitives.md")]
+    pub mod primitives {}
+    #[doc = include_str!("guide/choosing.md")]
+    pub mod choosing {}
+    #[doc = include_str!("guide/operating.md")]
+    pub mod operating {}
+    #[doc = include_str!("guide/tls.md")]
+    pub mod tls {}
+    #[doc = include_str!("guide/threads.md")]
+    pub mod threads {}
+    #[doc = include_str!("guide/async_code.md")]
+    pub mod async_code {}
+}
 pub mod metrics;
 pub mod primitives;
 mod rand;

@@ -95,7 +95,7 @@ pub(crate) struct Inner {
 /// keep-alive moves it to [`SessionState::Jeopardy`], and at the deadline it is lost
 /// ([`SessionState::Expired`]) even while a backend call hangs. An expired session is never
 /// revived: open a new one. Dropping a session closes it (deleting the backend session from
-/// its work thread; [`Session::close`] waits for that).
+/// its work queue; [`Session::close`] waits for that).
 ///
 /// ```
 /// use simba_lease::{Config, Session, backends::MemoryBackend};
@@ -308,7 +308,7 @@ impl Session {
 
 impl Drop for Session {
     /// Closes the session like [`Session::close`], except that the backend session is
-    /// deleted on the session's work thread, not on the dropping thread (no network I/O in
+    /// deleted on the session's work queue, not on the dropping thread (no network I/O in
     /// `Drop`); call `close()` to wait for it and see its result.
     fn drop(&mut self) {
         let _ = self.inner.close_with(false);
@@ -520,7 +520,7 @@ impl Inner {
         self.changed.notify_all();
     }
 
-    /// Queues the release of a term of session `id` on the work thread (for `Drop`, which
+    /// Queues the release of a term of session `id` on the work queue (for `Drop`, which
     /// never does network I/O on the caller's thread).
     pub(crate) fn release_later(&self, id: &SessionId, name: &LeaseName, token: Token) {
         self.queue(Work::Core(
@@ -529,12 +529,12 @@ impl Inner {
         ));
     }
 
-    /// Queues leaving `group` as session `id` on the work thread (for `Drop`).
+    /// Queues leaving `group` as session `id` on the work queue (for `Drop`).
     pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
         self.queue(Work::Leave(id.clone(), group.clone()));
     }
 
-    /// Queues joining `group` as session `id` on the work thread (an election's candidates).
+    /// Queues joining `group` as session `id` on the work queue (an election's candidates).
     pub(super) fn join_later(&self, id: &SessionId, group: &GroupName) {
         self.queue(Work::Join(id.clone(), group.clone()));
     }
@@ -856,7 +856,7 @@ impl Inner {
     }
 
     /// Closes the session; the backend session is deleted on this thread if `wait`, else
-    /// queued on the work thread (which then stops).
+    /// queued on the work queue (which then stops).
     fn close_with(&self, wait: bool) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());

@@ -75,7 +75,7 @@ impl Session {
 }
 
 /// Reserves `name` for candidate `h` in this session and registers it with the engine; the
-/// session joins the election's candidates group (on the work thread).
+/// session joins the election's candidates group (on the work queue).
 fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
     inner.enter_candidate(name, h, &super::leader_value::candidates_group(name))
 }
@@ -231,7 +231,7 @@ impl Election {
         enter(&self.inner, &self.name, self.handle)
     }
 
-    /// Withdraws the candidate; a term is released now if `wait`, else on the work thread.
+    /// Withdraws the candidate; a term is released now if `wait`, else on the work queue.
     fn withdraw(&self, wait: bool) -> Result<()> {
         let inner = &self.inner;
         let (id, was, held) = inner.withdraw_candidate(self.handle);
@@ -255,7 +255,7 @@ impl Election {
 }
 
 impl Drop for Election {
-    /// Resigns; a leader's term ends at once and is released on the session's work thread.
+    /// Resigns; a leader's term ends at once and is released on the session's work queue.
     fn drop(&mut self) {
         match self.withdraw(false) {
             Ok(()) => {}

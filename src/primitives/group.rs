@@ -21,7 +21,7 @@ impl Session {
     /// let workers = session.group("workers")?;
     /// let membership = workers.join()?;
     /// assert_eq!(workers.members()?[0].metadata.as_str(), "10.0.0.7:80");
-    /// membership.leave()?; // dropping it leaves too, from the session's work thread
+    /// membership.leave()?; // dropping it leaves too, from the session's work queue
     /// assert!(workers.members()?.is_empty());
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
@@ -118,7 +118,7 @@ impl Drop for Group {
 }
 
 /// Membership of a group; dropping it leaves the group (the backend call runs on the
-/// session's work thread; [`Membership::leave`] leaves before returning).
+/// session's work queue; [`Membership::leave`] leaves before returning).
 pub struct Membership {
     inner: Arc<Inner>,
     name: GroupName,
@@ -137,7 +137,7 @@ impl Membership {
         self.leave_once(true)
     }
 
-    /// Leaves now if `wait`, else queues the leave on the session's work thread.
+    /// Leaves now if `wait`, else queues the leave on the session's work queue.
     fn leave_once(&mut self, wait: bool) -> Result<bool> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(false);
@@ -154,7 +154,7 @@ impl Membership {
 }
 
 impl Drop for Membership {
-    /// Leaves; the backend call runs on the session's work thread.
+    /// Leaves; the backend call runs on the session's work queue.
     fn drop(&mut self) {
         if let Err(e) = self.leave_once(false) {
             log::warn!("leaving {} failed: {}", self.name, e.report());

@@ -39,7 +39,7 @@ pub(crate) fn candidates_group(name: &LeaseName) -> GroupName {
 }
 
 /// Leaves the candidates group of `name` (unless another candidate of this session for the
-/// name, or a membership, still counts): now if `wait`, else on the work thread.
+/// name, or a membership, still counts): now if `wait`, else on the work queue.
 pub(super) fn leave_candidates(inner: &Inner, name: &LeaseName, wait: bool) {
     let group = candidates_group(name);
     let Some(id) = inner.count_leave(&group) else {
@@ -148,7 +148,7 @@ impl Election {
     ///
     /// A candidate's session is a member of the group [`Election::candidates_group`] from
     /// the moment it enters the election until it resigns, is dropped or its session ends
-    /// (the join and the leave of a drop run on the session's work thread, so they show
+    /// (the join and the leave of a drop run on the session's work queue, so they show
     /// after a short delay; a resign leaves before it returns). A session with several
     /// candidates for the name counts once.
     ///

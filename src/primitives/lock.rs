@@ -282,7 +282,7 @@ impl Drop for WaitingForRelease<'_> {
 }
 
 /// A held lock. Dropping it ends the term at once and releases the lock on the backend from
-/// the session's work thread (never network I/O on the dropping thread);
+/// the session's work queue (never network I/O on the dropping thread);
 /// [`LockGuard::unlock`] releases it before returning. It is `Send`, so it may be dropped
 /// on another thread.
 ///
@@ -371,7 +371,7 @@ impl LockGuard {
     }
 
     /// Ends the term locally; releases it on the backend now if `wait`, else queues the
-    /// release on the session's work thread.
+    /// release on the session's work queue.
     fn release(&mut self, wait: bool) -> Result<()> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(());
@@ -399,7 +399,7 @@ impl LockGuard {
 }
 
 impl Drop for LockGuard {
-    /// Ends the term at once; the backend release runs on the session's work thread.
+    /// Ends the term at once; the backend release runs on the session's work queue.
     fn drop(&mut self) {
         match self.release(false) {
             Ok(()) => {}

@@ -215,7 +215,7 @@ impl Semaphore {
 }
 
 /// A held permit: a lock on one of the semaphore's permit leases. Dropping it releases the
-/// permit (on the session's work thread); [`Permit::release`] releases it before returning.
+/// permit (on the session's work queue); [`Permit::release`] releases it before returning.
 #[derive(Debug)]
 pub struct Permit {
     guard: LockGuard,
