@@ -2295,3 +2295,24 @@ fn routed_and_one_node_clients_agree_on_bound_terms() {
     assert!(t2.token > t1.token);
     routed.close_session(&s2).unwrap();
 }
+
+/// Issue 21.12: the connect timeout bounds a connect once. An address that accepts TCP
+/// connections (the kernel's backlog) but never answers, with `connect_timeout=1s`: the
+/// connect fails within 1.8 s (the timeout applied twice took 2×), on one server and as a
+/// cluster's only seed.
+#[test]
+fn a_connect_to_an_address_that_never_answers_takes_the_timeout_once() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    for url in [
+        format!("redis://{addr}?connect_timeout=1s"),
+        format!("redis+cluster://{addr}?connect_timeout=1s"),
+    ] {
+        let start = Instant::now();
+        let e = RedisBackend::connect(&url).expect_err("nothing answers");
+        let took = start.elapsed();
+        eprintln!("{url}: failed after {took:?}: {e}");
+        assert!(e.is_transient(), "{url}: {e:?}");
+        assert!(took < Duration::from_millis(1800), "{url}: took {took:?}");
+    }
+}

@@ -177,6 +177,7 @@ mod anchors;
 mod builder;
 mod cluster_keep_alive;
 mod jobs;
+mod node;
 mod scripting;
 mod scripts;
 
