@@ -161,6 +161,13 @@
 //! writes, calls fail and terms end at their deadlines, but no token goes back. A separate
 //! logical database does not help, the policy is per instance.
 //!
+//! **Signals.** A signal delivered to a thread blocked in a call (a handler, even with
+//! `SA_RESTART`, or a stop and continue) interrupts its socket read (`EINTR`). On one server
+//! the read is issued again within the rest of the reply's timeout: no command is sent twice
+//! and no call fails. On a cluster the node connections are still the `redis` crate's, which
+//! resends the command after an interrupted read: a release can then answer `false` although
+//! it released (the term is free all the same).
+//!
 //! **Persistence.** Without persistence a restart empties the instance and every token starts
 //! again at 1. Enable AOF (`appendonly yes`, ideally `appendfsync always` or `everysec`) so a
 //! restarted node keeps its tokens.
