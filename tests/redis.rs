@@ -2418,3 +2418,94 @@ fn a_signal_storm_on_the_cluster() {
         failures.iter().take(5).collect::<Vec<_>>()
     );
 }
+
+/// Ends a move begun by [`begin_move`]: the keys of `slot` go to `to` (id `to_id`), and every
+/// master is told.
+fn finish_move(slot: u16, from: i64, to: i64, to_id: &str, masters: &[i64]) {
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut node(from))
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        migrate(from, to, &keys).unwrap();
+    }
+    for &m in masters {
+        redis::cmd("CLUSTER")
+            .arg(&["SETSLOT", &slot.to_string(), "NODE", to_id])
+            .query::<()>(&mut node(m))
+            .unwrap();
+    }
+}
+
+/// Issue 21.7: while a session's slot is being migrated, its keep-alive script (the session
+/// hash exists there, its empty index sets do not) answers `TRYAGAIN`; the driver's retries
+/// waited ≥ 1.28 s each, longer than a 1 s lease. Twenty moves of the slot of a session with a
+/// 1 s lease, each held in the migrating state for 300 ms while a keep-alive runs: every
+/// keep-alive answers within the lease with the session live.
+#[test]
+fn a_session_survives_moves_of_its_slot() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let mut masters: Vec<i64> = owners.iter().map(|o| o.2).collect();
+    masters.sort_unstable();
+    masters.dedup();
+    let lease = Duration::from_secs(1);
+    let s = open(&*b, lease);
+    let slot = key_slot(&b.session_key(&s));
+    let home = master_of(&owners, slot);
+    let mut at = home;
+    /// Puts the slot back home (stable), whatever happens.
+    struct Home(u16, Arc<Mutex<i64>>, i64, Vec<i64>);
+    impl Drop for Home {
+        fn drop(&mut self) {
+            let at = *self.1.lock().unwrap();
+            let _ = redis::cmd("CLUSTER")
+                .arg(&["SETSLOT", &self.0.to_string(), "STABLE"])
+                .query::<()>(&mut node(at));
+            if at != self.2 {
+                if let Err(e) = move_slot(self.0, at, self.2, &self.3) {
+                    eprintln!("moving slot {} back failed: {e}", self.0);
+                }
+            }
+        }
+    }
+    let shared_at = Arc::new(Mutex::new(at));
+    let _home = Home(slot, shared_at.clone(), home, masters.clone());
+    let mut survived = 0;
+    let mut failures = Vec::new();
+    for i in 0..20 {
+        let to = *masters.iter().find(|m| **m != at).unwrap();
+        let (_, to_id) = begin_move(slot, at, to).unwrap();
+        let keep_alive = {
+            let b = b.clone();
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                (b.keep_alive(&s, lease), start.elapsed())
+            })
+        };
+        // The fault: the slot stays half moved this long, longer than a renew interval.
+        std::thread::sleep(Duration::from_millis(300));
+        finish_move(slot, at, to, &to_id, &masters);
+        at = to;
+        *shared_at.lock().unwrap() = at;
+        let (r, took) = keep_alive.join().unwrap();
+        match r {
+            Ok(ka) if took < lease && !ka.remaining.is_zero() => survived += 1,
+            other => failures.push(format!("move {i}: {other:?} after {took:?}")),
+        }
+        // The next move starts from a live session (a lost one ends the count).
+        if b.keep_alive(&s, lease).is_err() {
+            failures.push(format!("move {i}: the session ended"));
+            break;
+        }
+    }
+    eprintln!("the session survived {survived} of 20 moves of its slot: {failures:?}");
+    assert_eq!(survived, 20, "{failures:?}");
+    b.close_session(&s).unwrap();
+}

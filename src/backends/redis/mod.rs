@@ -133,6 +133,12 @@
 //! that do not rewrite every term. A keep-alive that falls back to one script per slot
 //! (a node refused) unbinds what it renews: those terms end one session lease ahead again.
 //!
+//! While a slot is being migrated, a script whose keys are only partly on a node is refused
+//! with `TRYAGAIN` (a session's index sets are often empty, so its keep-alive is refused for
+//! the whole migration). The cluster client retries after 5–40 ms (not its default of at
+//! least 1.28 s), and a call still refused is sent again every 20 ms within what is left of
+//! one `query_timeout`: a refused command did not run, so this never runs a script twice.
+//!
 //! # Round trips
 //!
 //! | operation | one server | cluster (`route_by_slot`) |

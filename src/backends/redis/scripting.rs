@@ -621,6 +621,26 @@ impl ScriptConnection for redis::cluster::ClusterConnection {
     }
 }
 
+/// The shortest wait of the cluster client before it retries a `TRYAGAIN`, in ms.
+const TRY_AGAIN_MIN_WAIT_MS: u64 = 5;
+/// The longest wait of the cluster client before it retries a `TRYAGAIN`, in ms.
+const TRY_AGAIN_MAX_WAIT_MS: u64 = 40;
+/// The wait of [`Pools::within_time`] before it sends a call refused with `TRYAGAIN` again.
+const TRY_AGAIN_WAIT: Duration = Duration::from_millis(20);
+
+/// Whether a cluster node refused a call before running it, in a way that passes as a slot
+/// migration goes on: `TRYAGAIN`, and for a call of one slot (`single`) also a redirection
+/// (`ASK`, `MOVED`) or `CLUSTERDOWN` left after the cluster client's own retries. A batch's
+/// redirections are its caller's (a keep-alive's anchor script reading a term whose slot
+/// moved away is refused for good, and falls back to scripts per slot).
+fn is_try_again(e: &redis::RedisError, single: bool) -> bool {
+    if single {
+        e.is_cluster_error()
+    } else {
+        e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+    }
+}
+
 /// A pool of connections per [`Role`], so keep-alives never wait behind acquires, and the
 /// calls both implementations make the same way on their connection type.
 struct Pools<C> {
@@ -660,6 +680,38 @@ impl<C: ScriptConnection> Pools<C> {
         Ok(pools)
     }
 
+    /// Runs `f` on a connection of `role`; while it fails with `TRYAGAIN` (a slot being
+    /// migrated) or another refusal of [`is_try_again`] (the server refused the command
+    /// before running it, so sending it again is safe, even for a batch whose other calls ran, batched scripts being idempotent), it
+    /// runs again after a short wait, each time with what is left of one query timeout as
+    /// the bound of its replies, until that time is spent: a call ends within its timeout,
+    /// retries included.
+    fn within_time<R>(
+        &self,
+        role: Role,
+        single: bool,
+        mut f: impl FnMut(&mut C) -> redis::RedisResult<R>,
+    ) -> redis::RedisResult<R> {
+        let deadline = Instant::now() + self.opts.query_timeout;
+        let mut r = self.pool(role).with(&mut f);
+        while matches!(&r, Err(e) if is_try_again(e, single)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left <= TRY_AGAIN_WAIT * 2 {
+                break;
+            }
+            std::thread::sleep(TRY_AGAIN_WAIT);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let query_timeout = self.opts.query_timeout;
+            r = self.pool(role).with(|c| {
+                c.set_reply_timeout(left)?;
+                let r = f(c);
+                c.set_reply_timeout(query_timeout)?;
+                r
+            });
+        }
+        r
+    }
+
     fn pool(&self, role: Role) -> &Pool<C> {
         match role {
             Role::KeepAlive => &self.keep_alive,
@@ -674,31 +726,30 @@ impl<C: ScriptConnection> Pools<C> {
             return Ok(Vec::new());
         }
         let pipe = C::evalsha_pipeline(calls);
-        self.pool(role)
-            .with(|con| match con.query_pipeline(&pipe) {
-                Err(e) if is_noscript(&e) => {
-                    load_all(con, calls)?;
-                    match con.query_pipeline(&pipe) {
-                        Err(e) if is_noscript(&e) => calls
-                            .iter()
-                            .map(|c| invoke(con, c.script, &c.keys, &c.args))
-                            .collect(),
-                        r => r,
-                    }
+        self.within_time(role, false, |con| match con.query_pipeline(&pipe) {
+            Err(e) if is_noscript(&e) => {
+                load_all(con, calls)?;
+                match con.query_pipeline(&pipe) {
+                    Err(e) if is_noscript(&e) => calls
+                        .iter()
+                        .map(|c| invoke(con, c.script, &c.keys, &c.args))
+                        .collect(),
+                    r => r,
                 }
-                r => r,
-            })
-            .and_then(|v| {
-                if v.len() != calls.len() {
-                    return Err(redis::RedisError::from((
-                        redis::ErrorKind::UnexpectedReturnType,
-                        "wrong number of replies from Redis",
-                        format!("{} for {} scripts", v.len(), calls.len()),
-                    )));
-                }
-                v.into_iter().map(Reply::from_value).collect()
-            })
-            .map_err(map_err("running scripts", self.opts.query_timeout))
+            }
+            r => r,
+        })
+        .and_then(|v| {
+            if v.len() != calls.len() {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "wrong number of replies from Redis",
+                    format!("{} for {} scripts", v.len(), calls.len()),
+                )));
+            }
+            v.into_iter().map(Reply::from_value).collect()
+        })
+        .map_err(map_err("running scripts", self.opts.query_timeout))
     }
 
     fn eval(
@@ -708,15 +759,17 @@ impl<C: ScriptConnection> Pools<C> {
         keys: &[String],
         args: &[String],
     ) -> Result<Reply> {
-        self.pool(role)
-            .with(|c| Reply::from_value(invoke(c, script, keys, args)?))
-            .map_err(map_err(script.name, self.opts.query_timeout))
+        self.within_time(role, true, |c| {
+            Reply::from_value(invoke(c, script, keys, args)?)
+        })
+        .map_err(map_err(script.name, self.opts.query_timeout))
     }
 
     fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
-        self.pool(role)
-            .with(|c| Reply::from_value(plain(args)?.query::<redis::Value>(c)?))
-            .map_err(map_err("running a Redis command", self.opts.query_timeout))
+        self.within_time(role, true, |c| {
+            Reply::from_value(plain(args)?.query::<redis::Value>(c)?)
+        })
+        .map_err(map_err("running a Redis command", self.opts.query_timeout))
     }
 }
 
@@ -1004,7 +1057,13 @@ impl ClusterScripting {
         let builder = redis::cluster::ClusterClient::builder(urls.to_vec())
             .connection_timeout(opts.connect_timeout)
             .response_timeout(opts.query_timeout)
-            .retries(2);
+            .retries(2)
+            // A `TRYAGAIN` (a slot being migrated) waits 5–20 ms, then 5–40 ms, not the
+            // driver's default of at least 1.28 s each (issue 21.7): further ones are retried
+            // by `Pools::within_time`, within the query timeout.
+            .min_retry_wait(TRY_AGAIN_MIN_WAIT_MS)
+            .max_retry_wait(TRY_AGAIN_MAX_WAIT_MS)
+            .retry_wait_formula(10, 2);
         #[cfg(feature = "tls")]
         let builder = if opts.tls.is_empty() {
             builder
