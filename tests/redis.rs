@@ -2509,3 +2509,122 @@ fn a_session_survives_moves_of_its_slot() {
     assert_eq!(survived, 20, "{failures:?}");
     b.close_session(&s).unwrap();
 }
+
+/// A private 3-master cluster on free loopback ports (`cluster-require-full-coverage no`, so
+/// the slots of live masters stay served while one is down), stopped and deleted on drop.
+struct PrivateCluster {
+    ports: Vec<u16>,
+    dir: std::path::PathBuf,
+}
+
+impl PrivateCluster {
+    fn start() -> Self {
+        let ports: Vec<u16> = (0..3)
+            .map(|_| {
+                // A free port: bound, then released for the server.
+                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                l.local_addr().unwrap().port()
+            })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("simba-private-cluster-{}", random_prefix()));
+        let cluster = PrivateCluster { ports, dir };
+        for &p in &cluster.ports {
+            let d = cluster.dir.join(p.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            let st = std::process::Command::new("redis-server")
+                .args(["--port", &p.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
+                .args(["--cluster-require-full-coverage", "no"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
+                .arg("--dir")
+                .arg(&d)
+                .arg("--pidfile")
+                .arg(d.join("redis.pid"))
+                .arg("--logfile")
+                .arg(d.join("redis.log"))
+                .status()
+                .expect("redis-server");
+            assert!(st.success());
+        }
+        for &p in &cluster.ports {
+            until("a private cluster node answers", || {
+                redis::Client::open(format!("redis://127.0.0.1:{p}"))
+                    .and_then(|c| c.get_connection())
+                    .is_ok()
+            });
+        }
+        let addrs: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let out = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        until("the private cluster is ok", || {
+            cluster.ports.iter().all(|&p| {
+                redis::Client::open(format!("redis://127.0.0.1:{p}"))
+                    .and_then(|c| c.get_connection())
+                    .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
+                    .is_ok_and(|i| {
+                        i.contains("cluster_state:ok") && i.contains("cluster_known_nodes:3")
+                    })
+            })
+        });
+        cluster
+    }
+
+    fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// Stops the node on `port` (SHUTDOWN NOSAVE).
+    fn stop(&self, port: u16) {
+        let _ = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .and_then(|c| c.get_connection())
+            .and_then(|mut c| redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut c));
+        until("the node stopped", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        });
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        for &p in &self.ports {
+            self.stop(p);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Issue 21.8: while a master is down, a new connect succeeds through the seeds that answer
+/// (the first PING went to every master and failed with "Connection refused"), and the slots
+/// of the live masters are served.
+#[test]
+fn a_cluster_connect_succeeds_while_a_master_is_down() {
+    let cluster = PrivateCluster::start();
+    let down = cluster.ports[0];
+    cluster.stop(down);
+    let b = Isolated::new(&cluster.url(), "");
+    // A lease whose slot a live master serves.
+    let owners = slot_owners(&b);
+    let name = (0..)
+        .map(|i| LeaseName::new(format!("live-{i}")).unwrap())
+        .find(|n| master_of(&owners, key_slot(&b.lease_key(n))) != i64::from(down))
+        .unwrap();
+    assert_eq!(b.owner(&name).unwrap(), None);
+}
