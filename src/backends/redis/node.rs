@@ -47,8 +47,13 @@ impl NodeConnection {
                 let info = info
                     .clone()
                     .set_redis_settings(info.redis_settings().clone().set_skip_set_lib_name());
-                <redis::Connection as redis::cluster::Connect>::connect(info, timeout)
-                    .map(NodeConnection::Driver)
+                let con = <redis::Connection as redis::cluster::Connect>::connect(info, timeout)?;
+                // The driver clears its timeouts after the handshake, and a TLS handshake with
+                // nothing to send completes at the first command: until the user sets its own
+                // (the cluster client sends a `PING` before it does), the connect timeout.
+                con.set_read_timeout(timeout)?;
+                con.set_write_timeout(timeout)?;
+                Ok(NodeConnection::Driver(con))
             }
         }
     }
