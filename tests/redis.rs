@@ -2295,3 +2295,336 @@ fn routed_and_one_node_clients_agree_on_bound_terms() {
     assert!(t2.token > t1.token);
     routed.close_session(&s2).unwrap();
 }
+
+/// Issue 21.12: the connect timeout bounds a connect once. An address that accepts TCP
+/// connections (the kernel's backlog) but never answers, with `connect_timeout=1s`: the
+/// connect fails within 1.8 s (the timeout applied twice took 2×), on one server and as a
+/// cluster's only seed.
+#[test]
+fn a_connect_to_an_address_that_never_answers_takes_the_timeout_once() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    for url in [
+        format!("redis://{addr}?connect_timeout=1s"),
+        format!("redis+cluster://{addr}?connect_timeout=1s"),
+    ] {
+        let start = Instant::now();
+        let e = RedisBackend::connect(&url).expect_err("nothing answers");
+        let took = start.elapsed();
+        eprintln!("{url}: failed after {took:?}: {e}");
+        assert!(e.is_transient(), "{url}: {e:?}");
+        assert!(took < Duration::from_millis(1800), "{url}: took {took:?}");
+    }
+}
+
+/// A no-op handler for the signal storm.
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// Issue 21.6: a storm of a handled signal (`SIGUSR1`, `SA_RESTART`) at the thread making
+/// one-shot calls fails none of them. A socket read with a timeout is not restarted by
+/// `SA_RESTART`: it fails with `EINTR`, which failed 1–2 % of calls (a release among them,
+/// that had released). Returns the number of calls and of signals sent.
+fn calls_under_a_signal_storm(b: &Isolated, calls: usize) -> (usize, usize, Vec<String>) {
+    // SAFETY: installs a handler that does nothing (async-signal-safe) for SIGUSR1, which
+    // nothing else in this test binary uses.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+    }
+    let s = open(b, Duration::from_secs(60));
+    let name = LeaseName::new("signal-storm").unwrap();
+    let group = GroupName::new("signal-storm").unwrap();
+    b.join(&s, &group).unwrap();
+    let (tid_tx, tid_rx) = crossbeam_channel::bounded(1);
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
+    let storm = std::thread::spawn(move || {
+        let target: libc::pthread_t = tid_rx.recv().unwrap();
+        let mut sent = 0;
+        while stop_rx.try_recv().is_err() {
+            // SAFETY: the target thread waits for this thread to end before it ends.
+            assert_eq!(unsafe { libc::pthread_kill(target, libc::SIGUSR1) }, 0);
+            sent += 1;
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        sent
+    });
+    // SAFETY: pthread_self has no preconditions.
+    tid_tx.send(unsafe { libc::pthread_self() }).unwrap();
+    let mut failures = Vec::new();
+    let mut made = 0;
+    let mut token = None;
+    while made < calls {
+        let r = match made % 5 {
+            0 => b.acquire(&s, &name).map(|a| match a {
+                Acquire::Acquired(t) => token = Some(t.token),
+                Acquire::Held(o) => failures.push(format!("held by {o:?}")),
+            }),
+            1 => b.set_value(&s, &name, token.unwrap(), "v").map(drop),
+            2 => b.owner(&name).map(drop),
+            3 => b.members(&group).map(drop),
+            _ => b.release(&s, &name, token.unwrap()).map(|released| {
+                if !released {
+                    failures.push("a release of the held term answered false".into());
+                }
+            }),
+        };
+        if let Err(e) = r {
+            failures.push(format!("call {made}: {e}"));
+            // Start again from a known state.
+            if let Some(t) = token {
+                let _ = b.release(&s, &name, t);
+            }
+            made += 5 - made % 5;
+            continue;
+        }
+        made += 1;
+    }
+    stop_tx.send(()).unwrap();
+    let sent = storm.join().unwrap();
+    b.close_session(&s).unwrap();
+    (made, sent, failures)
+}
+
+#[test]
+fn a_signal_storm_fails_no_call_standalone() {
+    let b = standalone();
+    let (calls, signals, failures) = calls_under_a_signal_storm(&b, 5000);
+    eprintln!(
+        "{calls} calls under {signals} signals: {} failed {:?}",
+        failures.len(),
+        failures.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} calls failed, the first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
+}
+
+/// The same storm on the cluster (its node connections are still the driver's): a figure,
+/// not a check (run with `--ignored`).
+#[test]
+#[ignore = "a measurement: the cluster's node connections do not read interrupted reads again yet"]
+fn a_signal_storm_on_the_cluster() {
+    let b = cluster();
+    let (calls, signals, failures) = calls_under_a_signal_storm(&b, 5000);
+    eprintln!(
+        "{calls} calls under {signals} signals: {} failed {:?}",
+        failures.len(),
+        failures.iter().take(5).collect::<Vec<_>>()
+    );
+}
+
+/// Ends a move begun by [`begin_move`]: the keys of `slot` go to `to` (id `to_id`), and every
+/// master is told.
+fn finish_move(slot: u16, from: i64, to: i64, to_id: &str, masters: &[i64]) {
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut node(from))
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        migrate(from, to, &keys).unwrap();
+    }
+    for &m in masters {
+        redis::cmd("CLUSTER")
+            .arg(&["SETSLOT", &slot.to_string(), "NODE", to_id])
+            .query::<()>(&mut node(m))
+            .unwrap();
+    }
+}
+
+/// Issue 21.7: while a session's slot is being migrated, its keep-alive script (the session
+/// hash exists there, its empty index sets do not) answers `TRYAGAIN`; the driver's retries
+/// waited ≥ 1.28 s each, longer than a 1 s lease. Twenty moves of the slot of a session with a
+/// 1 s lease, each held in the migrating state for 300 ms while a keep-alive runs: every
+/// keep-alive answers within the lease with the session live.
+#[test]
+fn a_session_survives_moves_of_its_slot() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let mut masters: Vec<i64> = owners.iter().map(|o| o.2).collect();
+    masters.sort_unstable();
+    masters.dedup();
+    let lease = Duration::from_secs(1);
+    let s = open(&*b, lease);
+    let slot = key_slot(&b.session_key(&s));
+    let home = master_of(&owners, slot);
+    let mut at = home;
+    /// Puts the slot back home (stable), whatever happens.
+    struct Home(u16, Arc<Mutex<i64>>, i64, Vec<i64>);
+    impl Drop for Home {
+        fn drop(&mut self) {
+            let at = *self.1.lock().unwrap();
+            let _ = redis::cmd("CLUSTER")
+                .arg(&["SETSLOT", &self.0.to_string(), "STABLE"])
+                .query::<()>(&mut node(at));
+            if at != self.2 {
+                if let Err(e) = move_slot(self.0, at, self.2, &self.3) {
+                    eprintln!("moving slot {} back failed: {e}", self.0);
+                }
+            }
+        }
+    }
+    let shared_at = Arc::new(Mutex::new(at));
+    let _home = Home(slot, shared_at.clone(), home, masters.clone());
+    let mut survived = 0;
+    let mut failures = Vec::new();
+    for i in 0..20 {
+        let to = *masters.iter().find(|m| **m != at).unwrap();
+        let (_, to_id) = begin_move(slot, at, to).unwrap();
+        let keep_alive = {
+            let b = b.clone();
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                (b.keep_alive(&s, lease), start.elapsed())
+            })
+        };
+        // The fault: the slot stays half moved this long, longer than a renew interval.
+        std::thread::sleep(Duration::from_millis(300));
+        finish_move(slot, at, to, &to_id, &masters);
+        at = to;
+        *shared_at.lock().unwrap() = at;
+        let (r, took) = keep_alive.join().unwrap();
+        match r {
+            Ok(ka) if took < lease && !ka.remaining.is_zero() => survived += 1,
+            other => failures.push(format!("move {i}: {other:?} after {took:?}")),
+        }
+        // The next move starts from a live session (a lost one ends the count).
+        if b.keep_alive(&s, lease).is_err() {
+            failures.push(format!("move {i}: the session ended"));
+            break;
+        }
+    }
+    eprintln!("the session survived {survived} of 20 moves of its slot: {failures:?}");
+    assert_eq!(survived, 20, "{failures:?}");
+    b.close_session(&s).unwrap();
+}
+
+/// A private 3-master cluster on free loopback ports (`cluster-require-full-coverage no`, so
+/// the slots of live masters stay served while one is down), stopped and deleted on drop.
+struct PrivateCluster {
+    ports: Vec<u16>,
+    dir: std::path::PathBuf,
+}
+
+impl PrivateCluster {
+    fn start() -> Self {
+        let ports: Vec<u16> = (0..3)
+            .map(|_| {
+                // A free port: bound, then released for the server.
+                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                l.local_addr().unwrap().port()
+            })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("simba-private-cluster-{}", random_prefix()));
+        let cluster = PrivateCluster { ports, dir };
+        for &p in &cluster.ports {
+            let d = cluster.dir.join(p.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            let st = std::process::Command::new("redis-server")
+                .args(["--port", &p.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
+                .args(["--cluster-require-full-coverage", "no"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
+                .arg("--dir")
+                .arg(&d)
+                .arg("--pidfile")
+                .arg(d.join("redis.pid"))
+                .arg("--logfile")
+                .arg(d.join("redis.log"))
+                .status()
+                .expect("redis-server");
+            assert!(st.success());
+        }
+        for &p in &cluster.ports {
+            until("a private cluster node answers", || {
+                redis::Client::open(format!("redis://127.0.0.1:{p}"))
+                    .and_then(|c| c.get_connection())
+                    .is_ok()
+            });
+        }
+        let addrs: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let out = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        until("the private cluster is ok", || {
+            cluster.ports.iter().all(|&p| {
+                redis::Client::open(format!("redis://127.0.0.1:{p}"))
+                    .and_then(|c| c.get_connection())
+                    .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
+                    .is_ok_and(|i| {
+                        i.contains("cluster_state:ok") && i.contains("cluster_known_nodes:3")
+                    })
+            })
+        });
+        cluster
+    }
+
+    fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// Stops the node on `port` (SHUTDOWN NOSAVE).
+    fn stop(&self, port: u16) {
+        let _ = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .and_then(|c| c.get_connection())
+            .and_then(|mut c| redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut c));
+        until("the node stopped", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        });
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        for &p in &self.ports {
+            self.stop(p);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Issue 21.8: while a master is down, a new connect succeeds through the seeds that answer
+/// (the first PING went to every master and failed with "Connection refused"), and the slots
+/// of the live masters are served.
+#[test]
+fn a_cluster_connect_succeeds_while_a_master_is_down() {
+    let cluster = PrivateCluster::start();
+    let down = cluster.ports[0];
+    cluster.stop(down);
+    let b = Isolated::new(&cluster.url(), "");
+    // A lease whose slot a live master serves.
+    let owners = slot_owners(&b);
+    let name = (0..)
+        .map(|i| LeaseName::new(format!("live-{i}")).unwrap())
+        .find(|n| master_of(&owners, key_slot(&b.lease_key(n))) != i64::from(down))
+        .unwrap();
+    assert_eq!(b.owner(&name).unwrap(), None);
+}

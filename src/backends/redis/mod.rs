@@ -133,6 +133,12 @@
 //! that do not rewrite every term. A keep-alive that falls back to one script per slot
 //! (a node refused) unbinds what it renews: those terms end one session lease ahead again.
 //!
+//! While a slot is being migrated, a script whose keys are only partly on a node is refused
+//! with `TRYAGAIN` (a session's index sets are often empty, so its keep-alive is refused for
+//! the whole migration). The cluster client retries after 5–40 ms (not its default of at
+//! least 1.28 s), and a call still refused is sent again every 20 ms within what is left of
+//! one `query_timeout`: a refused command did not run, so this never runs a script twice.
+//!
 //! # Round trips
 //!
 //! | operation | one server | cluster (`route_by_slot`) |
@@ -161,6 +167,13 @@
 //! writes, calls fail and terms end at their deadlines, but no token goes back. A separate
 //! logical database does not help, the policy is per instance.
 //!
+//! **Signals.** A signal delivered to a thread blocked in a call (a handler, even with
+//! `SA_RESTART`, or a stop and continue) interrupts its socket read (`EINTR`). On one server
+//! the read is issued again within the rest of the reply's timeout: no command is sent twice
+//! and no call fails. On a cluster the node connections are still the `redis` crate's, which
+//! resends the command after an interrupted read: a release can then answer `false` although
+//! it released (the term is free all the same).
+//!
 //! **Persistence.** Without persistence a restart empties the instance and every token starts
 //! again at 1. Enable AOF (`appendonly yes`, ideally `appendfsync always` or `everysec`) so a
 //! restarted node keeps its tokens.
@@ -177,6 +190,7 @@ mod anchors;
 mod builder;
 mod cluster_keep_alive;
 mod jobs;
+mod node;
 mod scripting;
 mod scripts;
 

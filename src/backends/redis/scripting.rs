@@ -2,6 +2,7 @@
 //! blocking `redis` client: one server ([`StandaloneScripting`]) and a Redis Cluster
 //! ([`ClusterScripting`]).
 
+use super::node::NodeConnection;
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -423,7 +424,7 @@ struct Pool<C> {
     open: Factory<C>,
 }
 
-impl<C> Pool<C> {
+impl<C: redis::ConnectionLike> Pool<C> {
     fn new(max_idle: usize, open: Factory<C>) -> Self {
         Pool {
             idle: Mutex::new(Vec::new()),
@@ -439,7 +440,7 @@ impl<C> Pool<C> {
             None => (self.open)()?,
         };
         let r = f(&mut con);
-        if !matches!(&r, Err(e) if broken(e)) {
+        if con.is_open() && !matches!(&r, Err(e) if broken(e)) {
             let mut idle = self.idle.lock();
             if idle.len() < self.max_idle {
                 idle.push(con);
@@ -486,6 +487,20 @@ fn plain(args: &[&str]) -> redis::RedisResult<redis::Cmd> {
 /// A connection to one server with the read and write timeouts of `opts`.
 fn connect(client: &redis::Client, opts: &ConnectOptions) -> redis::RedisResult<redis::Connection> {
     let con = client.get_connection_with_timeout(opts.connect_timeout)?;
+    con.set_read_timeout(Some(opts.query_timeout))?;
+    con.set_write_timeout(Some(opts.query_timeout))?;
+    Ok(con)
+}
+
+/// A command-path connection to one server (see [`NodeConnection`]: interrupted reads are
+/// read again, and the connect keeps to one deadline) with the read and write timeouts of
+/// `opts`.
+fn connect_node(
+    client: &redis::Client,
+    opts: &ConnectOptions,
+) -> redis::RedisResult<NodeConnection> {
+    use redis::cluster::Connect as _;
+    let con = NodeConnection::open(client.get_connection_info(), Some(opts.connect_timeout))?;
     con.set_read_timeout(Some(opts.query_timeout))?;
     con.set_write_timeout(Some(opts.query_timeout))?;
     Ok(con)
@@ -548,9 +563,18 @@ trait ScriptConnection: redis::ConnectionLike {
 
     /// Sends `pipe`; the replies in order.
     fn query_pipeline(&mut self, pipe: &Self::Pipeline) -> redis::RedisResult<Vec<redis::Value>>;
+
+    /// Whether a new backend sends `PING` on its first connection. A cluster connection
+    /// does not: opening it already read the slot map from a seed that answered, and the
+    /// driver sends a `PING` to *every* master, which fails while one is down although the
+    /// others serve their slots (issue 21.8).
+    const CONNECT_PING: bool;
+
+    /// Sets the bound of every reply on this connection.
+    fn set_reply_timeout(&self, d: Duration) -> redis::RedisResult<()>;
 }
 
-impl ScriptConnection for redis::Connection {
+impl ScriptConnection for NodeConnection {
     type Pipeline = redis::Pipeline;
 
     fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> redis::Pipeline {
@@ -563,6 +587,12 @@ impl ScriptConnection for redis::Connection {
 
     fn query_pipeline(&mut self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<redis::Value>> {
         pipe.query(self)
+    }
+
+    const CONNECT_PING: bool = true;
+
+    fn set_reply_timeout(&self, d: Duration) -> redis::RedisResult<()> {
+        redis::cluster::Connect::set_read_timeout(self, Some(d))
     }
 }
 
@@ -582,6 +612,32 @@ impl ScriptConnection for redis::cluster::ClusterConnection {
         pipe: &redis::cluster::ClusterPipeline,
     ) -> redis::RedisResult<Vec<redis::Value>> {
         pipe.query(self)
+    }
+
+    const CONNECT_PING: bool = false;
+
+    fn set_reply_timeout(&self, d: Duration) -> redis::RedisResult<()> {
+        self.set_read_timeout(Some(d))
+    }
+}
+
+/// The shortest wait of the cluster client before it retries a `TRYAGAIN`, in ms.
+const TRY_AGAIN_MIN_WAIT_MS: u64 = 5;
+/// The longest wait of the cluster client before it retries a `TRYAGAIN`, in ms.
+const TRY_AGAIN_MAX_WAIT_MS: u64 = 40;
+/// The wait of [`Pools::within_time`] before it sends a call refused with `TRYAGAIN` again.
+const TRY_AGAIN_WAIT: Duration = Duration::from_millis(20);
+
+/// Whether a cluster node refused a call before running it, in a way that passes as a slot
+/// migration goes on: `TRYAGAIN`, and for a call of one slot (`single`) also a redirection
+/// (`ASK`, `MOVED`) or `CLUSTERDOWN` left after the cluster client's own retries. A batch's
+/// redirections are its caller's (a keep-alive's anchor script reading a term whose slot
+/// moved away is refused for good, and falls back to scripts per slot).
+fn is_try_again(e: &redis::RedisError, single: bool) -> bool {
+    if single {
+        e.is_cluster_error()
+    } else {
+        e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
     }
 }
 
@@ -606,11 +662,54 @@ impl<C: ScriptConnection> Pools<C> {
             other: Pool::new(opts.pool_size, open()),
             opts,
         };
+        let deadline = Instant::now() + pools.opts.connect_timeout;
+        let query_timeout = pools.opts.query_timeout;
         pools
             .other
-            .with(|c| redis::cmd("PING").query::<redis::Value>(c))
+            .with(|c| {
+                // The first reply is part of the connect: within what is left of its time.
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !C::CONNECT_PING {
+                    return Ok(());
+                }
+                c.set_reply_timeout(left.max(Duration::from_millis(1)))?;
+                redis::cmd("PING").query::<redis::Value>(c)?;
+                c.set_reply_timeout(query_timeout)
+            })
             .map_err(map_err(operation, pools.opts.connect_timeout))?;
         Ok(pools)
+    }
+
+    /// Runs `f` on a connection of `role`; while it fails with `TRYAGAIN` (a slot being
+    /// migrated) or another refusal of [`is_try_again`] (the server refused the command
+    /// before running it, so sending it again is safe, even for a batch whose other calls ran, batched scripts being idempotent), it
+    /// runs again after a short wait, each time with what is left of one query timeout as
+    /// the bound of its replies, until that time is spent: a call ends within its timeout,
+    /// retries included.
+    fn within_time<R>(
+        &self,
+        role: Role,
+        single: bool,
+        mut f: impl FnMut(&mut C) -> redis::RedisResult<R>,
+    ) -> redis::RedisResult<R> {
+        let deadline = Instant::now() + self.opts.query_timeout;
+        let mut r = self.pool(role).with(&mut f);
+        while matches!(&r, Err(e) if is_try_again(e, single)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left <= TRY_AGAIN_WAIT * 2 {
+                break;
+            }
+            std::thread::sleep(TRY_AGAIN_WAIT);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let query_timeout = self.opts.query_timeout;
+            r = self.pool(role).with(|c| {
+                c.set_reply_timeout(left)?;
+                let r = f(c);
+                c.set_reply_timeout(query_timeout)?;
+                r
+            });
+        }
+        r
     }
 
     fn pool(&self, role: Role) -> &Pool<C> {
@@ -627,31 +726,30 @@ impl<C: ScriptConnection> Pools<C> {
             return Ok(Vec::new());
         }
         let pipe = C::evalsha_pipeline(calls);
-        self.pool(role)
-            .with(|con| match con.query_pipeline(&pipe) {
-                Err(e) if is_noscript(&e) => {
-                    load_all(con, calls)?;
-                    match con.query_pipeline(&pipe) {
-                        Err(e) if is_noscript(&e) => calls
-                            .iter()
-                            .map(|c| invoke(con, c.script, &c.keys, &c.args))
-                            .collect(),
-                        r => r,
-                    }
+        self.within_time(role, false, |con| match con.query_pipeline(&pipe) {
+            Err(e) if is_noscript(&e) => {
+                load_all(con, calls)?;
+                match con.query_pipeline(&pipe) {
+                    Err(e) if is_noscript(&e) => calls
+                        .iter()
+                        .map(|c| invoke(con, c.script, &c.keys, &c.args))
+                        .collect(),
+                    r => r,
                 }
-                r => r,
-            })
-            .and_then(|v| {
-                if v.len() != calls.len() {
-                    return Err(redis::RedisError::from((
-                        redis::ErrorKind::UnexpectedReturnType,
-                        "wrong number of replies from Redis",
-                        format!("{} for {} scripts", v.len(), calls.len()),
-                    )));
-                }
-                v.into_iter().map(Reply::from_value).collect()
-            })
-            .map_err(map_err("running scripts", self.opts.query_timeout))
+            }
+            r => r,
+        })
+        .and_then(|v| {
+            if v.len() != calls.len() {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "wrong number of replies from Redis",
+                    format!("{} for {} scripts", v.len(), calls.len()),
+                )));
+            }
+            v.into_iter().map(Reply::from_value).collect()
+        })
+        .map_err(map_err("running scripts", self.opts.query_timeout))
     }
 
     fn eval(
@@ -661,15 +759,17 @@ impl<C: ScriptConnection> Pools<C> {
         keys: &[String],
         args: &[String],
     ) -> Result<Reply> {
-        self.pool(role)
-            .with(|c| Reply::from_value(invoke(c, script, keys, args)?))
-            .map_err(map_err(script.name, self.opts.query_timeout))
+        self.within_time(role, true, |c| {
+            Reply::from_value(invoke(c, script, keys, args)?)
+        })
+        .map_err(map_err(script.name, self.opts.query_timeout))
     }
 
     fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
-        self.pool(role)
-            .with(|c| Reply::from_value(plain(args)?.query::<redis::Value>(c)?))
-            .map_err(map_err("running a Redis command", self.opts.query_timeout))
+        self.within_time(role, true, |c| {
+            Reply::from_value(plain(args)?.query::<redis::Value>(c)?)
+        })
+        .map_err(map_err("running a Redis command", self.opts.query_timeout))
     }
 }
 
@@ -780,7 +880,7 @@ fn io_kind(e: &redis::RedisError) -> Option<std::io::ErrorKind> {
 #[allow(missing_debug_implementations)] // the driver's client and pools print nothing useful
 pub struct StandaloneScripting {
     client: redis::Client,
-    pools: Pools<redis::Connection>,
+    pools: Pools<NodeConnection>,
 }
 
 impl StandaloneScripting {
@@ -788,18 +888,31 @@ impl StandaloneScripting {
     /// opened now so a bad address fails here.
     pub fn new(url: &str, opts: ConnectOptions) -> Result<Self> {
         let client = open_client(url, &opts.tls)?;
-        let open = || -> Factory<redis::Connection> {
+        let open = || -> Factory<NodeConnection> {
             let (client, opts) = (client.clone(), opts.clone());
-            Box::new(move || connect(&client, &opts))
+            Box::new(move || connect_node(&client, &opts))
         };
         const OP: &str = "connecting to Redis";
+        let started = Instant::now();
         let pools = Pools::connect(opts.clone(), open, OP).map_err(|e| match e {
             Error::Timeout { .. } | Error::Backend { .. } => {
-                plaintext_server(&client, &opts, OP).unwrap_or(e)
+                plaintext_server(&client, &diagnosis(&opts, started), OP).unwrap_or(e)
             }
             e => e,
         })?;
         Ok(StandaloneScripting { client, pools })
+    }
+}
+
+/// The settings of the diagnosis after a failed connect (the plaintext probe, the seeds one
+/// by one): the connect timeout is what is left of it since `started`, but at least a quarter
+/// of it, so a connect that failed takes at most 1¼ connect timeouts in all (a diagnosis with
+/// the whole timeout again made an unanswering address take twice the timeout).
+fn diagnosis(opts: &ConnectOptions, started: Instant) -> ConnectOptions {
+    let left = opts.connect_timeout.saturating_sub(started.elapsed());
+    ConnectOptions {
+        connect_timeout: left.max(opts.connect_timeout / 4),
+        ..opts.clone()
     }
 }
 
@@ -944,7 +1057,13 @@ impl ClusterScripting {
         let builder = redis::cluster::ClusterClient::builder(urls.to_vec())
             .connection_timeout(opts.connect_timeout)
             .response_timeout(opts.query_timeout)
-            .retries(2);
+            .retries(2)
+            // A `TRYAGAIN` (a slot being migrated) waits 5–20 ms, then 5–40 ms, not the
+            // driver's default of at least 1.28 s each (issue 21.7): further ones are retried
+            // by `Pools::within_time`, within the query timeout.
+            .min_retry_wait(TRY_AGAIN_MIN_WAIT_MS)
+            .max_retry_wait(TRY_AGAIN_MAX_WAIT_MS)
+            .retry_wait_formula(10, 2);
         #[cfg(feature = "tls")]
         let builder = if opts.tls.is_empty() {
             builder
@@ -962,6 +1081,15 @@ impl ClusterScripting {
         })?;
         #[cfg(not(feature = "tls"))]
         let client = builder.build().map_err(err)?;
+        let started = Instant::now();
+        // The seeds are first reached through connections of ours (one deadline per seed,
+        // handshake included; see `NodeConnection`): the driver's give each reply of their
+        // handshake the whole timeout, so a seed that never answers took twice the timeout.
+        // The check reads the slot map from the first seed that answers.
+        let checked = client
+            .get_generic_connection::<NodeConnection>()
+            .map(drop)
+            .map_err(map_err(OP, opts.connect_timeout));
         let client = Arc::new(client);
         let open = || -> Factory<redis::cluster::ClusterConnection> {
             let client = client.clone();
@@ -972,12 +1100,14 @@ impl ClusterScripting {
             .map(|u| open_client(u, &opts.tls))
             .collect::<Result<Vec<_>>>()?;
         let diagnose = opts.clone();
-        let pools = Pools::connect(opts, open, OP).map_err(|e| match e {
-            Error::Backend { .. } | Error::Timeout { .. } => {
-                seed_failure(&seeds, &diagnose, OP).unwrap_or(e)
-            }
-            e => e,
-        })?;
+        let pools = checked
+            .and_then(|()| Pools::connect(opts, open, OP))
+            .map_err(|e| match e {
+                Error::Backend { .. } | Error::Timeout { .. } => {
+                    seed_failure(&seeds, &diagnosis(&diagnose, started), OP).unwrap_or(e)
+                }
+                e => e,
+            })?;
         Ok(ClusterScripting { seeds, pools })
     }
 }
@@ -990,8 +1120,19 @@ fn seed_failure(
     opts: &ConnectOptions,
     operation: &'static str,
 ) -> Option<Error> {
+    // One budget for all the seeds: each gets what is left of it.
+    let deadline = Instant::now() + opts.connect_timeout;
     seeds.iter().find_map(|seed| {
-        let e = connect(seed, opts)
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let opts = &ConnectOptions {
+            connect_timeout: left,
+            query_timeout: left,
+            ..opts.clone()
+        };
+        let e = connect_node(seed, opts)
             .and_then(|mut con| redis::cmd("PING").query::<redis::Value>(&mut con))
             .err()?;
         let e = Error::backend(operation, e);
