@@ -2,8 +2,10 @@
 //! log-scale latency axis, drawn with plotters as SVG.
 
 use crate::report::Samples;
+use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, Ranged, ValueFormatter};
 use plotters::prelude::*;
 use simba_lease::{Error, Result};
+use std::ops::Range;
 
 /// The percentile a number of nines stands for (`2` → `p99`).
 fn percentile(nines: f64) -> String {
@@ -26,6 +28,45 @@ fn latency(us: f64) -> String {
         format!("{:.1}ms", us / 1000.0)
     } else {
         format!("{:.2}s", us / 1_000_000.0)
+    }
+}
+
+/// The percentiles labelled on the x axis, up to `top` nines: p0, p50, p90, p99, p99.9 and
+/// p99.99.
+fn key_points(top: f64) -> Vec<f64> {
+    [0.0, 2f64.log10(), 1.0, 2.0, 3.0, 4.0]
+        .into_iter()
+        .filter(|n| *n <= top + 1e-9)
+        .collect()
+}
+
+/// The x axis: percentiles as nines (`-log10(1 - q)`) from 0 to `top`, with a mark and a
+/// label at each of [`key_points`].
+struct Nines {
+    top: f64,
+}
+
+impl Ranged for Nines {
+    type FormatOption = NoDefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let span = f64::from(limit.1 - limit.0);
+        limit.0 + (v / self.top * span).round() as i32
+    }
+
+    fn key_points<H: KeyPointHint>(&self, _hint: H) -> Vec<f64> {
+        key_points(self.top)
+    }
+
+    fn range(&self) -> Range<f64> {
+        0.0..self.top
+    }
+}
+
+impl ValueFormatter<f64> for Nines {
+    fn format(v: &f64) -> String {
+        percentile(*v)
     }
 }
 
@@ -84,14 +125,15 @@ pub(crate) fn render(title: &str, floor: &Samples, rows: &[Samples]) -> Result<S
                 .margin(12)
                 .x_label_area_size(32)
                 .y_label_area_size(64)
-                .build_cartesian_2d(0f64..top, (lo / 1.5..hi * 1.5).log_scale())
+                // Room above the curves for the legend.
+                .build_cartesian_2d(Nines { top }, (lo / 1.5..hi * 8.0).log_scale())
                 .map_err(drawing)?;
             chart
                 .configure_mesh()
                 .x_desc("percentile")
                 .y_desc("latency")
-                .x_labels(top as usize + 1)
-                .x_label_formatter(&|n| percentile(*n))
+                .y_labels(8)
+                .max_light_lines(1)
                 .y_label_formatter(&|us| latency(*us))
                 .draw()
                 .map_err(drawing)?;
@@ -131,6 +173,8 @@ mod tests {
     #[test]
     fn percentiles_and_latencies_are_labelled_shortly() {
         assert_eq!(percentile(0.0), "p0");
+        assert_eq!(percentile(2f64.log10()), "p50");
+        assert_eq!(key_points(2.5).len(), 4);
         assert_eq!(percentile(1.0), "p90");
         assert_eq!(percentile(2.0), "p99");
         assert_eq!(percentile(3.0), "p99.9");
