@@ -8,9 +8,10 @@
 mod zk;
 
 use serde_json::Value;
+use simba_lease::backends::zookeeper::ZooKeeperBackend;
 use simba_lease::backends::{BackendUrl, SqlBackend};
 use simba_lease::spi::Acquire;
-use simba_lease::{connect, Config, GroupName, LeaseName, Metadata, Session, SessionId};
+use simba_lease::{connect, Config, Error, GroupName, LeaseName, Metadata, Session, SessionId};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -342,11 +343,13 @@ fn doctor_flags_a_lease_above_zookeepers_max_session_timeout() {
 
 /// A root created with the open ACL (a URL without credentials) is a trap naming the fix; one
 /// created with digest credentials (creator-only ACL) is not, and the password never shows.
+/// (The roots are created by the library: doctor creates nothing.)
 #[test]
 fn doctor_flags_an_open_zookeeper_acl() {
     let hosts = zk::hosts();
     zk::prepare(&hosts);
     let open_root = zk::random_root("doctor-open");
+    drop(ZooKeeperBackend::from_url(&format!("zookeeper://{hosts}{open_root}")).unwrap());
     let o = simba(&[
         "doctor",
         &format!("zookeeper://{hosts}{open_root}"),
@@ -363,6 +366,7 @@ fn doctor_flags_an_open_zookeeper_acl() {
 
     let closed_root = zk::random_root("doctor-digest");
     let url = format!("zookeeper://doctor:s3cret-pw@{hosts}{closed_root}");
+    drop(ZooKeeperBackend::from_url(&url).unwrap());
     let o = simba(&["doctor", &url, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     let acl = finding(&o, "acl");
@@ -389,14 +393,19 @@ fn assert_clock_read(o: &Output) {
     );
 }
 
+/// (ZooKeeper shows its clock only in a write, which doctor never makes: said, not read.)
 #[test]
 fn doctor_reads_the_server_clocks() {
     let hosts = zk::hosts();
     zk::prepare(&hosts);
     let root = zk::random_root("doctor-clock");
     let o = simba(&["doctor", &format!("zookeeper://{hosts}{root}"), "--json"]);
-    assert_clock_read(&o);
-    zk::raw::Raw::connect(&hosts).delete_tree(&root);
+    let c = finding(&o, "clock");
+    assert_eq!(c["level"], "info", "{c}");
+    assert!(
+        c["text"].as_str().unwrap().contains("writes nothing"),
+        "{c}"
+    );
     for url in [pg_url(), mysql_url()] {
         let o = simba(&["doctor", &url, "--json"]);
         assert_clock_read(&o);
@@ -802,4 +811,254 @@ fn doctor_given_a_cluster_node_as_redis_says_to_use_redis_cluster() {
     let text = c["text"].as_str().unwrap();
     assert!(text.contains(&format!("redis+cluster://{node}")), "{text}");
     assert!(text.contains(node.as_str()), "{text}");
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `url` with `option=value` added to its query.
+fn with_option(url: &str, option: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{option}")
+}
+
+/// On a fresh table prefix: `schema check` finds the tables missing (exit 1, naming them and
+/// the fix), the first `Session::open` fails with `Error::MissingSchema` naming the table and
+/// the fix, `schema install` creates them (exit 0, complete), after which `check` passes, a
+/// session opens, and a second install changes nothing.
+fn schema_install_and_check(url: &str) {
+    let prefix = format!("s{}_", tag());
+    let o = simba(&["schema", "check", url, "--prefix", &prefix, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["complete"], false, "{v}");
+    assert_eq!(v["table_prefix"], prefix.as_str(), "{v}");
+    let schema = finding(&o, "schema");
+    assert_eq!(schema["level"], "trap", "{schema}");
+    let text = schema["text"].as_str().unwrap();
+    for part in [
+        format!("{prefix}simba_lease"),
+        "simba schema install".into(),
+    ] {
+        assert!(text.contains(&part), "{part} missing from {schema}");
+    }
+
+    let full = with_option(url, &format!("table_prefix={prefix}"));
+    let e = Session::open(connect(&full).unwrap(), Config::default()).unwrap_err();
+    let Error::MissingSchema { table, .. } = &e else {
+        panic!("not MissingSchema: {}", e.report())
+    };
+    assert!(table.to_lowercase().starts_with(&prefix), "{table}");
+    assert!(!e.is_transient());
+    let shown = e.to_string();
+    for part in [table.as_str(), "simba schema install", "install_schema"] {
+        assert!(shown.contains(part), "{part} missing from {shown}");
+    }
+
+    for _ in 0..2 {
+        let o = simba(&["schema", "install", url, "--prefix", &prefix]);
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        assert!(stdout(&o).contains("schema installed"), "{o:?}");
+    }
+    let o = simba(&["schema", "check", url, "--prefix", &prefix, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    for check in ["schema", "tables", "collation"] {
+        assert_eq!(finding(&o, check)["level"], "ok", "{check}: {o:?}");
+    }
+    // The prefix can be given in the URL too.
+    let o = simba(&["schema", "check", &full]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(stdout(&o).contains("schema complete"), "{o:?}");
+    let s = Session::open(connect(&full).unwrap(), Config::default()).unwrap();
+    s.close().unwrap();
+    SqlBackend::builder(full.as_str())
+        .build()
+        .unwrap()
+        .drop_tables()
+        .unwrap();
+}
+
+#[test]
+fn schema_install_and_check_on_postgres() {
+    schema_install_and_check(&pg_url());
+}
+
+#[test]
+fn schema_install_and_check_on_mysql() {
+    schema_install_and_check(&mysql_url());
+}
+
+/// Backends without tables need no schema (said, exit 0, without connecting); an unknown
+/// scheme and an unreachable server are errors (exit 2), as JSON with `--json`.
+#[test]
+fn schema_elsewhere_needs_none_and_errors_exit_2() {
+    for url in [
+        "memory://",
+        "redis://127.0.0.1:1",
+        "zookeeper://127.0.0.1:1/simba",
+    ] {
+        for cmd in ["check", "install"] {
+            let o = simba(&["schema", cmd, url]);
+            assert_eq!(o.status.code(), Some(0), "{o:?}");
+            assert!(stdout(&o).contains("needs no schema"), "{o:?}");
+        }
+    }
+    let o = simba(&["schema", "check", "foo://bar"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("unknown scheme"), "{o:?}");
+    let o = simba(&[
+        "schema",
+        "check",
+        "postgres://postgres:s3cret-pw@127.0.0.1:1/test",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("refused"), "{v}");
+    assert!(!format!("{o:?}").contains("s3cret-pw"), "{o:?}");
+}
+
+/// `doctor` on an unknown scheme or an unreachable server exits 2 (never "0 trap(s)").
+#[test]
+fn doctor_exits_2_on_an_unknown_scheme_or_an_unreachable_server() {
+    let o = simba(&["doctor", "foo://bar"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("unknown scheme"), "{o:?}");
+    assert!(!stdout(&o).contains("trap(s)"), "{o:?}");
+    let o = simba(&["doctor", "foo://bar", "--json"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(
+        v["error"].as_str().unwrap().contains("unknown scheme"),
+        "{v}"
+    );
+    for url in [
+        "postgres://postgres@127.0.0.1:1/test",
+        "mysql://simba:simba@127.0.0.1:1/test",
+        "redis://127.0.0.1:1?connect_timeout=2s",
+        "zookeeper://127.0.0.1:1/simba?connect_timeout=2s",
+    ] {
+        let o = simba(&["doctor", url]);
+        assert_eq!(o.status.code(), Some(2), "{url}: {o:?}");
+        assert!(!stdout(&o).contains("trap(s)"), "{url}: {o:?}");
+    }
+}
+
+/// `doctor` takes the library's default lease, and refuses a lease without a unit.
+#[test]
+fn doctor_takes_the_library_default_lease() {
+    let o = simba(&["doctor", "memory://", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v["lease_ms"].as_u64(),
+        Some(Config::default().lease().as_millis() as u64),
+        "{v}"
+    );
+    let o = simba(&["doctor", "memory://", "--lease", "10"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("no unit"), "{o:?}");
+}
+
+/// `doctor` on a ZooKeeper root that does not exist reports it missing and creates nothing:
+/// a trap without credentials (the first session would create it open to world:anyone),
+/// information with them.
+#[test]
+fn doctor_never_creates_the_zookeeper_root() {
+    let hosts = zk::hosts();
+    zk::prepare(&hosts);
+    let root = zk::random_root("doctor-missing");
+    let o = simba(&["doctor", &format!("zookeeper://{hosts}{root}"), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let r = finding(&o, "root");
+    assert_eq!(r["level"], "trap", "{r}");
+    for part in [root.as_str(), "missing", "world:anyone", "digest"] {
+        assert!(r["text"].as_str().unwrap().contains(part), "{part}: {r}");
+    }
+    let o = simba(&[
+        "doctor",
+        &format!("zookeeper://doctor:pw@{hosts}{root}"),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(finding(&o, "root")["level"], "info", "{o:?}");
+    assert_eq!(finding(&o, "session timeout")["level"], "ok", "{o:?}");
+    let mut raw = zk::raw::Raw::connect(&hosts);
+    assert_eq!(raw.ctime(&root), None, "doctor created {root}");
+}
+
+/// `bench --plot` writes an SVG naming each operation and the floor; a file name that is
+/// not `.svg` is refused before the run.
+#[test]
+fn bench_plots_each_operation_beside_the_floor() {
+    let dir = std::env::temp_dir().join(format!("simba-plot-{}", tag()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bench.svg");
+    let path_s = path.to_str().unwrap();
+    let mut args = vec!["bench", "memory://", "--plot", path_s, "--json"];
+    args.extend(QUICK);
+    let o = simba(&args);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        svg.trim_start().starts_with("<svg"),
+        "{}",
+        &svg[..100.min(svg.len())]
+    );
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("floor: ping"));
+    assert!(svg.contains("percentile"));
+    for op in v["operations"].as_array().unwrap() {
+        let name = op["operation"].as_str().unwrap();
+        assert!(svg.contains(name), "{name} missing from the plot");
+    }
+    let o = simba(&["bench", "memory://", "--plot", "out.png"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains(".svg"), "{o:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An error's `Display` ends with its innermost cause (the driver's words), `report()` has
+/// the chain; neither holds the password.
+#[test]
+fn errors_show_their_innermost_cause_without_the_password() {
+    for url in [
+        "postgres://postgres:s3cret-pw@127.0.0.1:1/test",
+        "mysql://simba:s3cret-pw@127.0.0.1:1/test",
+        "redis://:s3cret-pw@127.0.0.1:1?connect_timeout=2s",
+    ] {
+        let e = connect(url)
+            .and_then(|b| Session::open(b, Config::default()))
+            .map(drop)
+            .unwrap_err();
+        let (shown, report) = (e.to_string(), e.report().to_string());
+        assert!(shown.to_lowercase().contains("refused"), "{url}: {shown}");
+        assert!(!shown.contains('\n'), "{url}: {shown}");
+        assert!(report.len() >= shown.len(), "{url}: {report}");
+        assert!(
+            !shown.contains("s3cret-pw") && !report.contains("s3cret-pw"),
+            "{report}"
+        );
+    }
+}
+
+/// A duration option without a unit is refused naming the option and the units.
+#[test]
+fn a_duration_option_needs_a_unit() {
+    for url in [
+        "redis://127.0.0.1:6379?connect_timeout=5",
+        "postgres://postgres@127.0.0.1:5432/test?query_timeout=5",
+        "zookeeper://127.0.0.1:2181/simba?request_timeout=5",
+    ] {
+        let e = connect(url).map(drop).unwrap_err();
+        let Error::InvalidConfig { setting, reason } = &e else {
+            panic!("{url}: {}", e.report())
+        };
+        assert!(url.contains(&format!("{setting}=5")), "{url}: {e}");
+        for unit in ["ms", "s", "m", "h"] {
+            assert!(reason.contains(unit), "{url}: {e}");
+        }
+    }
 }

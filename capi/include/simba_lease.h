@@ -161,6 +161,9 @@ typedef enum simba_status {
   // The backend cannot do this at all (e.g. term values or fair locks on a custom backend
   // without them); trying again will not help.
   SIMBA_UNSUPPORTED = 21,
+  // A table of the SQL schema does not exist: install it (`simba schema install URL`,
+  // or the scripts `sql/init-simba-*.sql`); the message names the table. Not transient.
+  SIMBA_MISSING_SCHEMA = 22,
 } simba_status;
 
 // What an event is.

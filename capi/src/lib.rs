@@ -184,6 +184,9 @@ pub enum simba_status {
     /// The backend cannot do this at all (e.g. term values or fair locks on a custom backend
     /// without them); trying again will not help.
     SIMBA_UNSUPPORTED = 21,
+    /// A table of the SQL schema does not exist: install it (`simba schema install URL`,
+    /// or the scripts `sql/init-simba-*.sql`); the message names the table. Not transient.
+    SIMBA_MISSING_SCHEMA = 22,
 }
 
 use simba_status::*;
@@ -543,6 +546,7 @@ impl From<Error> for Fail {
             Error::Authentication { .. } => SIMBA_AUTHENTICATION,
             Error::Cancelled { .. } => SIMBA_CANCELLED,
             Error::Unsupported { .. } => SIMBA_UNSUPPORTED,
+            Error::MissingSchema { .. } => SIMBA_MISSING_SCHEMA,
             _ => SIMBA_ERROR,
         };
         // `report()` adds the driver's words; it never contains a password.
@@ -597,7 +601,7 @@ pub extern "C" fn simba_last_error() -> *const c_char {
 }
 
 /// Every status, in order of value.
-const STATUSES: [(simba_status, &CStr); 22] = [
+const STATUSES: [(simba_status, &CStr); 23] = [
     (SIMBA_OK, c"SIMBA_OK"),
     (SIMBA_BUSY, c"SIMBA_BUSY"),
     (SIMBA_TIMEOUT, c"SIMBA_TIMEOUT"),
@@ -620,6 +624,7 @@ const STATUSES: [(simba_status, &CStr); 22] = [
     (SIMBA_AUTHENTICATION, c"SIMBA_AUTHENTICATION"),
     (SIMBA_CANCELLED, c"SIMBA_CANCELLED"),
     (SIMBA_UNSUPPORTED, c"SIMBA_UNSUPPORTED"),
+    (SIMBA_MISSING_SCHEMA, c"SIMBA_MISSING_SCHEMA"),
 ];
 
 /// The name of a status value (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`;

@@ -120,7 +120,7 @@ pub enum Error {
         name: LeaseName,
     },
     /// An operation did not finish within its time limit.
-    #[error("timed out after {after:?} while {operation}")]
+    #[error("timed out after {after:?} while {operation}{}", maybe_cause(.source))]
     Timeout {
         /// What was being done.
         operation: &'static str,
@@ -166,7 +166,7 @@ pub enum Error {
     ///
     /// Not [transient](Error::is_transient): the same call fails the same way until the
     /// server's certificate or the client's TLS options change.
-    #[error("TLS failed while {operation}: {failure}")]
+    #[error("TLS failed while {operation}: {failure}{}", cause(.source))]
     Tls {
         /// What was being done.
         operation: &'static str,
@@ -183,7 +183,7 @@ pub enum Error {
     ///
     /// Not [transient](Error::is_transient): the same call fails the same way until the
     /// credentials change.
-    #[error("authentication failed or access refused while {operation}")]
+    #[error("authentication failed or access refused while {operation}{}", cause(.source))]
     Authentication {
         /// What was being done.
         operation: &'static str,
@@ -191,8 +191,31 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// A table of the SQL schema does not exist (PostgreSQL SQLSTATE 42P01, MySQL/MariaDB
+    /// error 1146): the schema was never installed in this database, or under another
+    /// table prefix. Install it with `simba schema install URL` (the backend's URL, with its
+    /// `table_prefix`), [`SqlBackend::install_schema`](crate::backends::SqlBackend::install_schema)
+    /// or the script `sql/init-simba-postgresql.sql` / `sql/init-simba-mysql.sql`; the
+    /// server's error is the source.
+    ///
+    /// Not [transient](Error::is_transient): the same call fails the same way until the
+    /// schema is installed.
+    #[error(
+        "the table `{table}` does not exist (while {operation}): the schema is not installed \
+         in this database; fix: `simba schema install URL` with the backend's URL, \
+         `SqlBackend::install_schema()`, or sql/init-simba-*.sql"
+    )]
+    MissingSchema {
+        /// The missing table, with its prefix, as the server named it.
+        table: String,
+        /// What was being done.
+        operation: &'static str,
+        /// The server's error.
+        #[source]
+        source: BoxError,
+    },
     /// The backend failed; the driver's error is the source.
-    #[error("backend error while {operation}")]
+    #[error("backend error while {operation}{}", cause(.source))]
     Backend {
         /// What was being done.
         operation: &'static str,
@@ -287,14 +310,14 @@ impl Error {
         }
     }
 
-    /// Displays this error with every source behind it (`a: b: c`), for logs: the
-    /// `Display` of [`Error::Backend`] names only the operation, its source holds the
-    /// driver's words.
+    /// Displays this error with every source behind it (`a: b: c`), for logs. Its
+    /// `Display` shows only the innermost source (the driver's own words, on one line).
     ///
     /// ```
     /// use simba_lease::Error;
-    /// let e = Error::backend("acquiring", "connection refused");
-    /// assert_eq!(e.to_string(), "backend error while acquiring");
+    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+    /// let e = Error::backend("acquiring", io);
+    /// assert_eq!(e.to_string(), "backend error while acquiring: connection refused");
     /// assert_eq!(e.report().to_string(), "backend error while acquiring: connection refused");
     /// ```
     ///
@@ -335,8 +358,14 @@ pub struct Report<'a>(&'a Error);
 
 impl std::fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
+        let shown = self.0.to_string();
         let mut source = std::error::Error::source(self.0);
+        // The `Display` ends with the innermost source: the chain below says it in its place.
+        let head = match source.map(|s| Cause(Some(innermost(s))).to_string()) {
+            Some(tail) if !tail.is_empty() => shown.strip_suffix(&tail).unwrap_or(&shown),
+            _ => &shown,
+        };
+        f.write_str(head)?;
         // Drivers that wrap an error often display it as their own: said once.
         let mut last = String::new();
         while let Some(s) = source {
@@ -346,6 +375,49 @@ impl std::fmt::Display for Report<'_> {
                 last = text;
             }
             source = s.source();
+        }
+        Ok(())
+    }
+}
+
+/// The last error of the chain that starts at `e`.
+fn innermost<'a>(
+    mut e: &'a (dyn std::error::Error + 'static),
+) -> &'a (dyn std::error::Error + 'static) {
+    while let Some(s) = e.source() {
+        e = s;
+    }
+    e
+}
+
+/// `: ` and the innermost error of a source's chain on one line (its whitespace runs, line
+/// breaks included, made single spaces); nothing without a source or when it says nothing.
+struct Cause<'a>(Option<&'a (dyn std::error::Error + 'static)>);
+
+fn cause(source: &BoxError) -> Cause<'_> {
+    Cause(Some(&**source))
+}
+
+fn maybe_cause(source: &Option<BoxError>) -> Cause<'_> {
+    Cause(
+        source
+            .as_ref()
+            .map(|s| &**s as &(dyn std::error::Error + 'static)),
+    )
+}
+
+impl std::fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(source) = self.0 else {
+            return Ok(());
+        };
+        let text = innermost(source).to_string();
+        let mut words = text.split_whitespace();
+        if let Some(first) = words.next() {
+            write!(f, ": {first}")?;
+            for w in words {
+                write!(f, " {w}")?;
+            }
         }
         Ok(())
     }
@@ -380,6 +452,53 @@ mod tests {
         fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
             Some(&self.0)
         }
+    }
+
+    /// A driver error wrapping another, each with words of its own.
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("error connecting to server")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn display_shows_the_innermost_cause_on_one_line_and_report_the_chain() {
+        let io = std::io::Error::other("Connection refused\n  (os error 111)");
+        let e = Error::backend("opening a session", Outer(io));
+        assert_eq!(
+            e.to_string(),
+            "backend error while opening a session: Connection refused (os error 111)"
+        );
+        assert_eq!(
+            e.report().to_string(),
+            "backend error while opening a session: error connecting to server: \
+             Connection refused\n  (os error 111)"
+        );
+        let t = Error::Timeout {
+            operation: "acquiring",
+            after: Duration::from_secs(5),
+            source: None,
+        };
+        assert_eq!(t.to_string(), "timed out after 5s while acquiring");
+        assert_eq!(t.report().to_string(), t.to_string());
+        let m = Error::MissingSchema {
+            table: "app_simba_session".into(),
+            operation: "opening a session",
+            source: "relation \"app_simba_session\" does not exist".into(),
+        };
+        let shown = m.to_string();
+        assert!(shown.contains("app_simba_session") && shown.contains("simba schema install"));
+        assert!(!m.is_transient());
+        assert!(m.report().to_string().ends_with("does not exist"));
     }
 
     #[test]

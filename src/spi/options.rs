@@ -1,8 +1,10 @@
 //! The one parser of backend URL options, shared by every backend, and the bounds of the
 //! durations they accept (from a URL or a builder).
 //!
-//! * Durations: a whole number with a unit, `250ms`, `5s`, `2m` (or `2min`), `1h`, or a bare
-//!   number of milliseconds; never negative, fractional or with spaces.
+//! * Durations: a whole number with a unit, `250ms`, `5s`, `2m` (or `2min`), `1h`; never
+//!   negative, fractional or with spaces. A number without a unit (`connect_timeout=5`) is
+//!   refused with an [`Error::InvalidConfig`] naming the option and the units (only `0` may
+//!   go without one).
 //! * Integers: decimal, within the option's bounds.
 //! * Booleans: `true`/`false`, `1`/`0`, `yes`/`no` (any case).
 //! * Hosts: `host`, `host:port`, `[v6]` or `[v6]:port`; a bare IPv6 address must be
@@ -77,15 +79,28 @@ pub(crate) fn duration(option: &str, v: &str, max: Duration) -> Result<Duration>
             format!("{} is longer than the {max:?} maximum", quote(v)),
         )
     };
-    // A number too large for u64 is certainly too long.
-    let n: u64 = num.parse().map_err(|_| too_long())?;
     let per_unit: u64 = match unit {
-        "" | "ms" => 1,
+        // Zero is zero in every unit; any other number must say which one it counts.
+        "" if num.bytes().all(|b| b == b'0') => 1,
+        "" => {
+            return Err(Error::config(
+                option,
+                format!(
+                    "{} has no unit: write the duration with ms, s, m or h (e.g. {}s or {}ms)",
+                    quote(v),
+                    cut(num),
+                    cut(num)
+                ),
+            ))
+        }
+        "ms" => 1,
         "s" => 1_000,
         "m" | "min" => 60_000,
         "h" => 3_600_000,
         _ => return Err(bad()),
     };
+    // A number too large for u64 is certainly too long.
+    let n: u64 = num.parse().map_err(|_| too_long())?;
     let ms = n.checked_mul(per_unit).ok_or_else(too_long)?;
     let d = Duration::from_millis(ms);
     if d > max {
@@ -270,7 +285,15 @@ mod tests {
         let max = MAX_INTERVAL;
         let ms = Duration::from_millis;
         assert_eq!(duration("t", "250ms", max).unwrap(), ms(250));
-        assert_eq!(duration("t", "250", max).unwrap(), ms(250));
+        assert_eq!(duration("t", "0", max).unwrap(), ms(0));
+        let e = duration("connect_timeout", "5", max).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidConfig { setting, .. } if setting == "connect_timeout"),
+            "{e}"
+        );
+        for unit in ["ms", "s", "m", "h", "no unit"] {
+            assert!(e.to_string().contains(unit), "{unit}: {e}");
+        }
         assert_eq!(duration("t", "5s", max).unwrap(), ms(5_000));
         assert_eq!(duration("t", "2m", max).unwrap(), ms(120_000));
         assert_eq!(duration("t", "2min", max).unwrap(), ms(120_000));
@@ -288,7 +311,7 @@ mod tests {
         for huge in [
             "307445734561825861m",
             "18446744073709551615s",
-            "99999999999999999999999",
+            "99999999999999999999999ms",
             "5124095576030432h",
         ] {
             let e = duration("t", huge, max).unwrap_err().to_string();

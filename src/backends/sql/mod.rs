@@ -208,6 +208,9 @@ pub(crate) enum Kind {
     Timeout,
     /// The connection is unusable.
     Connection,
+    /// A table of the schema does not exist (PostgreSQL SQLSTATE 42P01, MySQL/MariaDB error
+    /// 1146): the schema is not installed (under this table prefix).
+    MissingTable,
     /// Anything else (bad SQL, constraint, permission).
     Other,
 }
@@ -222,6 +225,22 @@ impl DbError {
 }
 
 pub(crate) type DbResult<T> = std::result::Result<T, DbError>;
+
+/// The table a server's "does not exist" message names: the first quoted name
+/// (PostgreSQL: `relation "t_simba_lease" does not exist`; MySQL and MariaDB:
+/// `Table 'db.t_simba_lease' doesn't exist`, whose database is left out).
+pub(crate) fn missing_table(message: &str) -> Option<String> {
+    let (quote, rest) = message
+        .char_indices()
+        .find(|(_, c)| *c == '"' || *c == '\'')
+        .map(|(i, c)| (c, &message[i + 1..]))?;
+    let name = &rest[..rest.find(quote)?];
+    let name = match quote {
+        '\'' => name.split_once('.').map_or(name, |(_, table)| table),
+        _ => name,
+    };
+    (!name.is_empty()).then(|| name.to_owned())
+}
 
 /// Runs `f` on a pooled connection: bounded checkout, deadlock retries, broken connections
 /// discarded.
@@ -1098,6 +1117,12 @@ impl SqlBackend {
                     source: Some(source),
                 },
             },
+            Kind::MissingTable => Error::MissingSchema {
+                table: missing_table(&e.source.to_string())
+                    .unwrap_or_else(|| format!("{}simba_*", self.options.table_prefix)),
+                operation,
+                source: e.source,
+            },
             _ => match e.source.downcast::<Error>() {
                 Ok(inner) => *inner,
                 Err(source) => Error::backend(operation, source),
@@ -1534,6 +1559,25 @@ pub(crate) fn connect_url(url: &str) -> Result<Arc<dyn LeaseBackend>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_missing_table_is_read_from_the_servers_message() {
+        assert_eq!(
+            missing_table("db error: ERROR: relation \"app_simba_lease\" does not exist")
+                .as_deref(),
+            Some("app_simba_lease")
+        );
+        assert_eq!(
+            missing_table(
+                "MySqlError { ERROR 1146 (42S02): Table 'test.app_simba_job' doesn't exist }"
+            )
+            .as_deref(),
+            Some("app_simba_job")
+        );
+        for odd in ["", "no quotes", "relation \"", "Table '' doesn't exist"] {
+            assert_eq!(missing_table(odd), None, "{odd:?}");
+        }
+    }
 
     #[test]
     fn durations_and_options_are_validated() {

@@ -153,6 +153,8 @@ fn classify(e: ::mysql::Error) -> DbError {
             1205 | 1969 | 3024 | 1317 => Kind::Timeout,
             // server shutdown, connection killed
             1053 | 1927 => Kind::Connection,
+            // ER_NO_SUCH_TABLE
+            1146 => Kind::MissingTable,
             _ => Kind::Other,
         },
         _ => Kind::Connection,

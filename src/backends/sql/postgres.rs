@@ -193,6 +193,7 @@ fn classify(e: ::postgres::Error) -> DbError {
         {
             Kind::Retry
         }
+        Some(c) if *c == SqlState::UNDEFINED_TABLE => Kind::MissingTable,
         Some(c) if *c == SqlState::QUERY_CANCELED || *c == SqlState::LOCK_NOT_AVAILABLE => {
             Kind::Timeout
         }

@@ -288,6 +288,7 @@ pub struct ZooKeeperBuilder {
     tls: bool,
     /// `ca`, `cert`, `key`: paths of PEM files.
     tls_files: [Option<String>; 3],
+    create_root: bool,
 }
 
 /// The names of the TLS file options, in the order of `ZooKeeperBuilder::tls_files`.
@@ -361,6 +362,16 @@ impl ZooKeeperBuilder {
     /// with a new one and subscribers get [`Notification::Resync`].
     pub fn reader_session_timeout(mut self, timeout: Duration) -> Self {
         self.reader_session_timeout = timeout;
+        self
+    }
+
+    /// Whether [`build`](Self::build) creates the root and its `leases` and `groups` nodes
+    /// when they are missing (default `true`, with the [`AclPolicy`]). Off, building only
+    /// reads: the nodes are created by the first lease or group write instead, and
+    /// [`ZooKeeperBackend::acls`] lists the ones that exist (`simba doctor` builds its backend
+    /// this way, and reports missing nodes instead of creating them).
+    pub fn create_root(mut self, on: bool) -> Self {
+        self.create_root = on;
         self
     }
 
@@ -458,6 +469,7 @@ impl ZooKeeperBuilder {
             connection_timeout: self.connection_timeout,
             request_timeout: self.request_timeout,
             reader_session_timeout: self.reader_session_timeout,
+            create_root: self.create_root,
         });
         let reader = Arc::new(Reader {
             client: RwLock::new(None),
@@ -556,6 +568,7 @@ struct Cfg {
     connection_timeout: Duration,
     request_timeout: Duration,
     reader_session_timeout: Duration,
+    create_root: bool,
 }
 
 impl Cfg {
@@ -601,8 +614,10 @@ impl Cfg {
 
     fn open_reader(&self) -> Result<(zk::Client, zk::PersistentWatcher)> {
         let client = self.connect(self.reader_session_timeout)?;
-        self.mkdirs(&client, &self.leases, self.request_timeout)?;
-        self.mkdirs(&client, &self.groups, self.request_timeout)?;
+        if self.create_root {
+            self.mkdirs(&client, &self.leases, self.request_timeout)?;
+            self.mkdirs(&client, &self.groups, self.request_timeout)?;
+        }
         let w = client.watch(&self.root, zk::AddWatchMode::PersistentRecursive);
         let watcher = call("watching the root", self.request_timeout, w)?
             .map_err(|e| zk_err("watching the root", e))?;
@@ -1015,6 +1030,7 @@ impl ZooKeeperBackend {
             reader_session_timeout: Duration::from_secs(10),
             tls: false,
             tls_files: [None, None, None],
+            create_root: true,
         }
     }
 
@@ -1023,6 +1039,13 @@ impl ZooKeeperBackend {
     /// [`server_clock_ms`](Self::server_clock_ms)).
     pub fn from_url(url: &str) -> Result<Self> {
         from_url(&crate::backends::BackendUrl::parse(url)?)
+    }
+
+    /// The builder of a `zookeeper://` or `zookeeper+tls://` URL (what [`from_url`](Self::from_url)
+    /// builds), to change before building, e.g. with
+    /// [`create_root(false)`](ZooKeeperBuilder::create_root).
+    pub fn builder_from_url(url: &str) -> Result<ZooKeeperBuilder> {
+        builder_from_url(&crate::backends::BackendUrl::parse(url)?)
     }
 
     /// A backend with the default options under `/simba` (open ACL).
@@ -1043,15 +1066,19 @@ impl ZooKeeperBackend {
     }
 
     /// The ACLs of the root and of its `leases` and `groups` nodes, as `(path, entries)`
-    /// (read by the backend's reader with its auth infos). Used by `simba doctor`.
+    /// (read by the backend's reader with its auth infos); a node that does not exist (see
+    /// [`ZooKeeperBuilder::create_root`]) is left out. Used by `simba doctor`.
     pub fn acls(&self) -> Result<Vec<(String, Vec<Acl>)>> {
         const OP: &str = "reading ACLs";
         let inner = &self.inner;
         let client = inner.reader.client()?;
         let mut out = Vec::new();
         for path in [&inner.cfg.root, &inner.cfg.leases, &inner.cfg.groups] {
-            let (acl, _) = call(OP, inner.cfg.request_timeout, client.get_acl(path))?
-                .map_err(|e| zk_err(OP, e))?;
+            let (acl, _) = match call(OP, inner.cfg.request_timeout, client.get_acl(path))? {
+                Ok(found) => found,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(zk_err(OP, e)),
+            };
             out.push((path.clone(), acl.iter().map(Acl::from_zk).collect()));
         }
         Ok(out)
@@ -1780,6 +1807,11 @@ fn rewatch(cfg: &Cfg, reader: &Reader) -> Option<zk::PersistentWatcher> {
 /// Builds a backend from `zookeeper://[user:password@]h1:2181,h2:2181[/root][?options]` or
 /// `zookeeper+tls://…` (default port 2281).
 pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBackend> {
+    builder_from_url(u)?.build()
+}
+
+/// The builder [`from_url`] builds.
+fn builder_from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBuilder> {
     u.check_params(&[
         "connection_timeout",
         "connect_timeout",
@@ -1847,7 +1879,7 @@ pub(crate) fn from_url(u: &crate::backends::BackendUrl) -> Result<ZooKeeperBacke
             ))
         }
     }
-    b.build()
+    Ok(b)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! backend's floor.
 
 use crate::report::{self, Samples};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use simba_lease::spi::{Acquire, LeaseBackend};
 use simba_lease::{connect, Config, Error, LeaseName, Metadata, Result, Session, SessionId};
 use std::process::ExitCode;
@@ -36,9 +36,13 @@ pub(crate) struct Args {
     /// Lease of the sessions of the failover rows.
     #[arg(long, default_value = "2s", value_parser = crate::duration)]
     failover_lease: Duration,
+    /// Also draw each operation's latency by percentile (log scale) beside the floor's,
+    /// as SVG, to this file (`bench.svg`).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Runs `op` `iterations` times or for `duration`, recording each call.
@@ -76,14 +80,13 @@ fn term_of(r: Acquire, name: &LeaseName) -> Result<simba_lease::Term> {
 }
 
 pub(crate) fn run(a: Args) -> Result<ExitCode> {
+    if let Some(path) = &a.plot {
+        crate::plot::check_path(path)?;
+    }
     let backend = connect(&a.url)?;
     let tag = &SessionId::random().as_str()[..8].to_owned();
     let name = |what: &str| LeaseName::new(format!("simba-bench-{tag}-{what}"));
-    let pb = ProgressBar::new(7);
-    pb.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
+    let pb = crate::progress::spinner(a.json, Some(7), "floor");
     let lease = Duration::from_secs(60);
     let meta = Metadata::default();
 
@@ -176,6 +179,14 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
 
     let rows = [acquire, release, held, ka1, ka_many, take_over, failover];
     let kind = backend.kind();
+    if let Some(path) = &a.plot {
+        crate::plot::write(
+            path,
+            &format!("simba bench {kind} ({})", redacted(&a.url)),
+            &floor,
+            &rows,
+        )?;
+    }
     if a.json {
         println!("{}", report::json(kind, &floor, &rows));
     } else {

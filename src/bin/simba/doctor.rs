@@ -8,7 +8,7 @@ use simba_lease::backends::redis::{
 use simba_lease::backends::zookeeper::{Acl, ZooKeeperBackend};
 use simba_lease::backends::{BackendUrl, SqlBackend};
 use simba_lease::spi::LeaseBackend;
-use simba_lease::{Error, LeaseName, Result, TlsFailure};
+use simba_lease::{Config, Error, Result, TlsFailure};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,17 +16,24 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub(crate) struct Args {
     /// Backend URL.
     url: String,
-    /// The session lease your services use (checked against the server's limits).
-    #[arg(long, default_value = "10s", value_parser = crate::duration)]
-    lease: Duration,
+    /// The session lease your services use (checked against the server's limits); default:
+    /// the library's (`Config::default().lease()`, 15s).
+    #[arg(long, value_parser = crate::duration)]
+    lease: Option<Duration>,
     /// Print JSON instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+}
+
+impl Args {
+    fn lease(&self) -> Duration {
+        self.lease.unwrap_or_else(|| Config::default().lease())
+    }
 }
 
 /// What one check found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Level {
+pub(crate) enum Level {
     Ok,
     Info,
     /// Worth a look, but no trap: leases do not depend on it.
@@ -36,17 +43,44 @@ enum Level {
     Trap,
 }
 
-struct Finding {
+pub(crate) struct Finding {
     level: Level,
     check: &'static str,
     text: String,
 }
 
 #[derive(Default)]
-struct Findings(Vec<Finding>);
+pub(crate) struct Findings(Vec<Finding>);
 
 impl Findings {
-    fn add(&mut self, level: Level, check: &'static str, text: impl Into<String>) {
+    /// How many findings are at one of `levels`.
+    pub(crate) fn count(&self, levels: &[Level]) -> usize {
+        self.0.iter().filter(|x| levels.contains(&x.level)).count()
+    }
+
+    /// The findings as JSON objects (`level`, `check`, `text`).
+    pub(crate) fn json(&self) -> Vec<serde_json::Value> {
+        self.0
+            .iter()
+            .map(|x| json!({"level": format!("{:?}", x.level).to_lowercase(), "check": x.check, "text": x.text}))
+            .collect()
+    }
+
+    /// The findings as text lines, one per finding.
+    pub(crate) fn print(&self) {
+        for x in &self.0 {
+            let tag = match x.level {
+                Level::Ok => "ok     ",
+                Level::Info => "info   ",
+                Level::Warn => "warn   ",
+                Level::Unknown => "unknown",
+                Level::Trap => "TRAP   ",
+            };
+            println!("{tag} {:<22} {}", x.check, x.text);
+        }
+    }
+
+    pub(crate) fn add(&mut self, level: Level, check: &'static str, text: impl Into<String>) {
         self.0.push(Finding {
             level,
             check,
@@ -58,6 +92,7 @@ impl Findings {
 pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let mut f = Findings::default();
     let scheme = a.url.split("://").next().unwrap_or_default().to_owned();
+    let pb = crate::progress::spinner(a.json, None, "checking the server");
     let checked = match scheme.as_str() {
         "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis(&a, &mut f),
         "postgres" | "postgresql" => sql(&a, &mut f, true),
@@ -67,41 +102,22 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             f.add(Level::Info, "backend", "in-memory: nothing to check");
             Ok(())
         }
-        other => {
-            f.add(
-                Level::Unknown,
-                "backend",
-                format!("no checks for `{other}://`"),
-            );
-            Ok(())
-        }
+        other => Err(unknown_scheme(&a.url, other)),
     };
+    pb.finish_and_clear();
     if let Err(e) = checked {
         refused(&mut f, e)?;
     }
-    let traps = f.0.iter().filter(|x| x.level == Level::Trap).count();
+    let traps = f.count(&[Level::Trap]);
     if a.json {
-        let items: Vec<_> = f
-            .0
-            .iter()
-            .map(|x| json!({"level": format!("{:?}", x.level).to_lowercase(), "check": x.check, "text": x.text}))
-            .collect();
         println!(
             "{}",
-            json!({"url": crate::bench::redacted(&a.url), "traps": traps, "findings": items})
+            json!({"url": crate::bench::redacted(&a.url), "lease_ms": a.lease().as_millis() as u64,
+                   "traps": traps, "findings": f.json()})
         );
     } else {
         println!("simba doctor {}", crate::bench::redacted(&a.url));
-        for x in &f.0 {
-            let tag = match x.level {
-                Level::Ok => "ok     ",
-                Level::Info => "info   ",
-                Level::Warn => "warn   ",
-                Level::Unknown => "unknown",
-                Level::Trap => "TRAP   ",
-            };
-            println!("{tag} {:<22} {}", x.check, x.text);
-        }
+        f.print();
         println!("{traps} trap(s) found");
     }
     Ok(if traps > 0 {
@@ -109,6 +125,17 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A scheme no backend has (exit code 2).
+pub(crate) fn unknown_scheme(url: &str, scheme: &str) -> Error {
+    Error::InvalidUrl {
+        url: crate::bench::redacted(url),
+        reason: format!(
+            "unknown scheme {scheme:?} (known: memory, postgres, postgresql, mysql, mariadb, \
+             redis, rediss, redis+cluster, rediss+cluster, zookeeper, zookeeper+tls)"
+        ),
+    }
 }
 
 /// A connection the server refused (TLS or credentials) is a trap with its fix; any other
@@ -584,7 +611,10 @@ fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
     };
     // The pooler first (simple query protocol): the checks after it use prepared statements,
     // which a transaction-mode pooler can break, so their failures are reported, not fatal.
-    let pooled = pooler(&b, f, postgres);
+    // Its two connections are the first: a server that cannot be reached ends the run.
+    let probe = b.probe_connections()?;
+    f.add(Level::Ok, "connect", "the server answers");
+    let pooled = pooler(&b, f, postgres, probe);
     if let Err(e) = sql_checks(&b, f, postgres, pooled) {
         f.add(
             Level::Unknown,
@@ -606,58 +636,7 @@ fn sql(a: &Args, f: &mut Findings, postgres: bool) -> Result<()> {
 }
 
 fn sql_checks(b: &SqlBackend, f: &mut Findings, postgres: bool, pooled: bool) -> Result<()> {
-    match b.owner(&LeaseName::new("simba-doctor-probe")?) {
-        Ok(_) => f.add(Level::Ok, "schema", format!("tables `{}simba_*` answer", b.table_prefix())),
-        // A statement the pooler lost (or mixed up) says nothing about the tables.
-        Err(e) if pooled && e.report().to_string().contains("prepared statement") => f.add(
-            Level::Unknown,
-            "schema",
-            format!(
-                "could not read the tables through the pooler ({})",
-                e.report()
-            ),
-        ),
-        Err(e) => f.add(
-            Level::Trap,
-            "schema",
-            format!(
-                "the tables do not answer ({}); fix: `SqlBackend::install_schema()` or apply sql/init-simba-*.sql",
-                e.report()
-            ),
-        ),
-    }
-    let collations = b.key_collations()?;
-    optional_tables(b, f, &collations);
-    let wrong: Vec<String> = collations
-        .iter()
-        .filter(|(_, _, c)| {
-            if postgres {
-                c != "C" && c != "POSIX"
-            } else {
-                !c.ends_with("_bin")
-            }
-        })
-        .map(|(t, col, c)| format!("{t}.{col} `{c}`"))
-        .collect();
-    if collations.is_empty() {
-    } else if wrong.is_empty() {
-        f.add(Level::Ok, "collation", "key columns compare byte by byte");
-    } else {
-        f.add(
-            Level::Trap,
-            "collation",
-            format!(
-                "{}: names would compare by locale or ignoring case, so two names could be one \
-                 lease; fix: recreate the tables with the schema script (collation {})",
-                wrong.join(", "),
-                if postgres {
-                    "\"C\""
-                } else {
-                    "ascii_bin / utf8mb4_bin"
-                }
-            ),
-        );
-    }
+    crate::schema::tables(b, f, postgres, pooled)?;
     if postgres {
         postgres_checks(b, f)?;
     } else {
@@ -670,55 +649,12 @@ fn sql_checks(b: &SqlBackend, f: &mut Findings, postgres: bool, pooled: bool) ->
 /// Supavisor; ProxySQL multiplexing on MySQL), seen from two connections of the doctor's own:
 /// impossible ids on a direct connection. On PostgreSQL also the statement timeout the backend
 /// asks for in the startup options, which such poolers drop. Returns whether one was found.
-/// The tables of fair locks and run-once jobs, when the others exist: older schemas lack
-/// them, and only those features fail without them.
-fn optional_tables(b: &SqlBackend, f: &mut Findings, collations: &[(String, String, String)]) {
-    let has = |table: &str| {
-        let name = format!("{}{table}", b.table_prefix()).to_lowercase();
-        collations.iter().any(|(t, _, _)| t.to_lowercase() == name)
-    };
-    if !has("simba_lease") {
-        return; // the schema finding says it all
-    }
-    let missing: Vec<String> = [
-        ("simba_queue", "fair locks"),
-        ("simba_job", "run-once jobs"),
-    ]
-    .iter()
-    .filter(|(table, _)| !has(table))
-    .map(|(table, what)| format!("`{}{table}` ({what})", b.table_prefix()))
-    .collect();
-    if missing.is_empty() {
-        f.add(
-            Level::Ok,
-            "tables",
-            "fair-lock queues and run-once jobs have their tables",
-        );
-    } else {
-        f.add(
-            Level::Warn,
-            "tables",
-            format!(
-                "{} missing: those features fail until they exist; fix: \
-                 `SqlBackend::install_schema()` (adds them, keeps the rest) or the schema script",
-                missing.join(" and ")
-            ),
-        );
-    }
-}
-
-fn pooler(b: &SqlBackend, f: &mut Findings, postgres: bool) -> bool {
-    let p = match b.probe_connections() {
-        Ok(p) => p,
-        Err(e) => {
-            f.add(
-                Level::Unknown,
-                "pooler",
-                format!("could not probe two connections: {}", e.report()),
-            );
-            return false;
-        }
-    };
+fn pooler(
+    b: &SqlBackend,
+    f: &mut Findings,
+    postgres: bool,
+    p: simba_lease::backends::ConnectionProbe,
+) -> bool {
     let id = if postgres {
         "backend pid"
     } else {
@@ -918,7 +854,7 @@ fn four_letter_conf(a: &Args, f: &mut Findings) {
     };
     if let Some(min) = field("minSessionTimeout") {
         let min = Duration::from_millis(min);
-        if a.lease < min {
+        if a.lease() < min {
             f.add(
                 Level::Trap,
                 "minSessionTimeout",
@@ -926,14 +862,14 @@ fn four_letter_conf(a: &Args, f: &mut Findings) {
                     "{min:?} is longer than the lease {:?}: the server keeps a crashed holder's \
                      session (and its leases) for {min:?}; fix: lower minSessionTimeout or use a \
                      longer lease",
-                    a.lease
+                    a.lease()
                 ),
             );
         } else {
             f.add(
                 Level::Ok,
                 "minSessionTimeout",
-                format!("{min:?} ≤ lease {:?}", a.lease),
+                format!("{min:?} ≤ lease {:?}", a.lease()),
             );
         }
     }
@@ -966,8 +902,23 @@ fn acl_identity(acl: &Acl) -> String {
     format!("{}:{id}", acl.scheme)
 }
 
-/// `world:anyone` allowed to create or delete under the root, `leases` or `groups`.
-fn zk_acls(b: &ZooKeeperBackend, f: &mut Findings) {
+/// Whether the nodes the backend of `a.url` creates get the open ACL: no credentials in the
+/// URL (or `acl=open`), unless `acl=creator`.
+fn creates_open(a: &Args) -> bool {
+    let Ok(u) = BackendUrl::parse(&a.url) else {
+        return true;
+    };
+    match u.param("acl") {
+        Some("open") => true,
+        Some(_) => false,
+        None => u.user.is_none(),
+    }
+}
+
+/// `world:anyone` allowed to create or delete under the root, `leases` or `groups`; the
+/// nodes that do not exist are reported (doctor never creates them): the first session
+/// creates them, with the open ACL when the URL has no credentials (a trap).
+fn zk_acls(a: &Args, b: &ZooKeeperBackend, f: &mut Findings) {
     let acls = match b.acls() {
         Ok(a) => a,
         Err(e) => {
@@ -979,6 +930,43 @@ fn zk_acls(b: &ZooKeeperBackend, f: &mut Findings) {
             return;
         }
     };
+    let root = b.root();
+    let missing: Vec<String> = [
+        root.to_owned(),
+        format!("{root}/leases"),
+        format!("{root}/groups"),
+    ]
+    .into_iter()
+    .filter(|p| !acls.iter().any(|(path, _)| path == p))
+    .collect();
+    if !missing.is_empty() {
+        let missing = missing.join(", ");
+        if creates_open(a) {
+            f.add(
+                Level::Trap,
+                "root",
+                format!(
+                    "{missing} missing (not created by doctor): the first session creates them \
+                     open to world:anyone, as this URL has no credentials, and any client could \
+                     then delete lease nodes (ending their terms) or forge group members; fix: \
+                     digest credentials in the URL (`zookeeper://user:password@hosts{root}`: the \
+                     nodes are then creator-only), or create them with a restricted ACL"
+                ),
+            );
+        } else {
+            f.add(
+                Level::Info,
+                "root",
+                format!(
+                    "{missing} missing (not created by doctor): the first session creates them, \
+                     readable and writable by this URL's identity only"
+                ),
+            );
+        }
+    }
+    if acls.is_empty() {
+        return;
+    }
     let open: Vec<&str> = acls
         .iter()
         .filter(|(_, entries)| entries.iter().any(Acl::is_open))
@@ -994,7 +982,7 @@ fn zk_acls(b: &ZooKeeperBackend, f: &mut Findings) {
         f.add(
             Level::Ok,
             "acl",
-            format!("{} restricted to {}", b.root(), who.join(", ")),
+            format!("{} restricted to {}", root, who.join(", ")),
         );
     } else {
         f.add(
@@ -1007,26 +995,37 @@ fn zk_acls(b: &ZooKeeperBackend, f: &mut Findings) {
                  creator-only), and for existing nodes in zkCli: `addauth digest user:password` \
                  then `setAcl -R {root} auth::cdrwa`",
                 open.join(", "),
-                root = b.root()
             ),
         );
     }
 }
 
+/// Read only: the backend is built without creating the root
+/// ([`create_root(false)`](simba_lease::backends::zookeeper::ZooKeeperBuilder::create_root)),
+/// and the server's clock (which ZooKeeper shows only in the `mtime` of a write) is not read.
 fn zookeeper(a: &Args, f: &mut Findings) -> Result<()> {
-    let b = ZooKeeperBackend::from_url(&a.url)?;
+    let b = ZooKeeperBackend::builder_from_url(&a.url)?
+        .create_root(false)
+        .build()?;
     b.ping()?;
     f.add(Level::Ok, "connect", "the ensemble answers");
     four_letter_conf(a, f);
-    zk_acls(&b, f);
-    clock_at(f, b.server_clock_ms().ok());
-    // Opening a session with the lease checks the server's maxSessionTimeout.
-    match b.open_session(a.lease, &Default::default()) {
+    zk_acls(a, &b, f);
+    f.add(
+        Level::Info,
+        "clock",
+        "not read: ZooKeeper shows its clock only in a write, and doctor writes nothing \
+         (leases are measured by the ensemble's session timeouts, not by clocks)",
+    );
+    // A session with the lease (a connection: no node is written) checks the server's
+    // maxSessionTimeout.
+    let lease = a.lease();
+    match b.open_session(lease, &Default::default()) {
         Ok(g) => {
             f.add(
                 Level::Ok,
                 "session timeout",
-                format!("a {:?} lease fits the server's session timeouts", a.lease),
+                format!("a {lease:?} lease fits the server's session timeouts"),
             );
             let _ = b.close_session(&g.id);
         }

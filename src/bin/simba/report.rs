@@ -32,6 +32,25 @@ impl Samples {
         self.hist.len()
     }
 
+    /// The percentile curve: `(nines, µs)` points, where `nines` is `-log10(1 - q)` for the
+    /// quantile `q` (0 is the fastest sample, 1 the p90, 2 the p99, …), up to the quantile
+    /// the samples resolve (one in `len`, at most p99.99).
+    pub(crate) fn curve(&self) -> Vec<(f64, f64)> {
+        let n = self.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let top = (n as f64).log10().clamp(1.0, 4.0);
+        let steps = (top * 20.0).ceil() as u32;
+        (0..=steps)
+            .map(|i| {
+                let nines = top * f64::from(i) / f64::from(steps);
+                let q = 1.0 - 10f64.powf(-nines);
+                (nines, self.us(q).max(0.001))
+            })
+            .collect()
+    }
+
     fn us(&self, q: f64) -> f64 {
         self.hist.value_at_quantile(q) as f64 / 1000.0
     }

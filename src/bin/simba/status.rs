@@ -18,7 +18,7 @@ pub(crate) struct Args {
     groups: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// `s` on one line: control characters (a newline in metadata) escaped, the rest as given.
@@ -49,8 +49,9 @@ fn secs(d: Duration) -> String {
 
 /// Everything the backend sees: sessions (with the number of leases each holds), leases and
 /// groups.
-fn list(a: &Args, backend: &dyn LeaseBackend) -> Result<ExitCode> {
+fn list(a: &Args, backend: &dyn LeaseBackend, pb: &indicatif::ProgressBar) -> Result<ExitCode> {
     let l = backend.list()?;
+    pb.finish_and_clear();
     let held = |id: &SessionId| l.leases.iter().filter(|x| &x.owner.session == id).count();
     if a.json {
         let sessions: Vec<_> = l
@@ -135,10 +136,15 @@ fn list(a: &Args, backend: &dyn LeaseBackend) -> Result<ExitCode> {
 }
 
 pub(crate) fn run(a: Args) -> Result<ExitCode> {
+    let pb = crate::progress::spinner(a.json, None, "connecting");
     let backend = connect(&a.url)?;
     if a.names.is_empty() && a.groups.is_empty() {
-        return list(&a, backend.as_ref());
+        pb.set_message("listing sessions, leases and groups");
+        let listed = list(&a, backend.as_ref(), &pb);
+        pb.finish_and_clear();
+        return listed;
     }
+    pb.set_message("reading leases and groups");
     let mut leases = Vec::new();
     for n in &a.names {
         let name = LeaseName::new(n.as_str())?;
@@ -149,6 +155,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         let group = GroupName::new(g.as_str())?;
         groups.push((group.clone(), backend.members(&group)?));
     }
+    pb.finish_and_clear();
     if a.json {
         let leases: Vec<_> = leases
             .iter()
@@ -212,17 +219,33 @@ pub(crate) struct WatchArgs {
     /// Stop after this long (`30s`; default: never).
     #[arg(long = "for", value_parser = crate::duration)]
     for_: Option<Duration>,
+    /// One JSON object per line instead of text (`elapsed_ms`, `lease`, `holder`, `token`,
+    /// `remaining_ms`, `value`; `holder` null when free).
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Prints one line per change of holder or of its term's value: the time since the start,
 /// the holder, the token and the value (when there is one).
 pub(crate) fn watch(a: WatchArgs) -> Result<ExitCode> {
+    let pb = crate::progress::spinner(a.json, None, "connecting");
     let session = Session::open(connect(&a.url)?, Config::default())?;
     let observer = session.observe(a.name.as_str())?;
+    pb.finish_and_clear();
     let start = Instant::now();
     let end = a.for_.and_then(|d| start.checked_add(d));
     let mut seen = 0;
     let print = |owner: Option<&simba_lease::Owner>| match owner {
+        _ if a.json => println!(
+            "{}",
+            match owner {
+                Some(o) => json!({"elapsed_ms": start.elapsed().as_millis() as u64,
+                    "lease": a.name, "holder": o.session.as_str(), "token": o.token.get(),
+                    "remaining_ms": o.remaining.as_millis() as u64, "value": o.value.as_str()}),
+                None => json!({"elapsed_ms": start.elapsed().as_millis() as u64,
+                    "lease": a.name, "holder": null}),
+            }
+        ),
         Some(o) => println!(
             "{:>10.3}s {} holder {} token {} ({:.3}s left){}",
             start.elapsed().as_secs_f64(),
