@@ -183,7 +183,13 @@ fn hidden_losses_are_detected() {
     panic!("hiding loss events went unnoticed: the checker is vacuous");
 }
 
-/// Seeds that found engine bugs; each must stay clean.
+/// Seeds that found engine bugs; each must stay clean. Since the simulation runs the shipped
+/// driver (`engine::driver`) these seeds make other histories than the ones that found the
+/// bugs, so each bug is also kept as a named scenario on the core (`src/engine/core_tests.rs`):
+/// `same_term_after_an_unfinished_release_is_not_adopted` and
+/// `no_term_is_adopted_while_a_release_of_its_name_is_in_flight` (a release that lands late),
+/// `a_read_answered_after_expiry_reports_nothing`, and
+/// `a_released_token_is_remembered_while_an_acquire_of_its_name_is_in_flight`.
 ///
 /// A release that lands late (mixes `slow` and `all`; seeds 7, 22, 47): an unlock or a
 /// stray-grant release timed out on the client but was still on its way; the lock acquired

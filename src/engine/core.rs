@@ -114,8 +114,8 @@ enum MemoState {
     Uncertain,
     /// Every release of the token was answered (or a newer token was adopted): none can
     /// land later. Forgotten once no acquire of the name is in flight either, since a grant
-    /// sent before the release landed may still come back (found by the simulation: seed 232
-    /// of `tests/sim.rs`, when the memo was dropped at the release's reply).
+    /// sent before the release landed may still come back (found by the simulation; scenario
+    /// `a_released_token_is_remembered_while_an_acquire_of_its_name_is_in_flight`).
     Settled,
 }
 
@@ -211,9 +211,10 @@ pub struct Core {
     releasing: BTreeSet<LeaseName>,
     /// The last token the engine asked the backend to release, per name. A release can reach
     /// the backend late, even after its caller timed out, so a grant of that same token may be
-    /// undone at any moment: it is never adopted (found by the simulation: seeds 7, 22 and 47
-    /// of `tests/sim.rs`). Forgotten once that can no longer happen ([`Memo`]), so a session
-    /// locking ever new names keeps no memory of old ones.
+    /// undone at any moment: it is never adopted (found by the simulation; scenario
+    /// `same_term_after_an_unfinished_release_is_not_adopted`). Forgotten once that can no
+    /// longer happen ([`Memo`]), so a session locking ever new names keeps no memory of old
+    /// ones.
     released: BTreeMap<LeaseName, Memo>,
     /// After a voluntary unlock or resign, this session's new candidates for the name wait
     /// until the instant given, so candidates of other sessions (which may only poll) get
@@ -986,8 +987,9 @@ impl Core {
         };
         w.s.finish(now, due);
         if !self.state.is_live() {
-            // An expired session reports nothing more (found by the simulation, seeds 29 and
-            // 134); after a reopen the new session reads again at once.
+            // An expired session reports nothing more (found by the simulation; scenario
+            // `a_read_answered_after_expiry_reports_nothing`); after a reopen the new session
+            // reads again at once.
             return;
         }
         match reply {
@@ -1017,8 +1019,9 @@ impl Core {
         };
         w.s.finish(now, due);
         if !self.state.is_live() {
-            // An expired session reports nothing more (found by the simulation, seeds 29 and
-            // 134); after a reopen the new session reads again at once.
+            // An expired session reports nothing more (found by the simulation; scenario
+            // `a_read_answered_after_expiry_reports_nothing`); after a reopen the new session
+            // reads again at once.
             return;
         }
         match reply {

@@ -857,3 +857,65 @@ fn same_term_after_an_unfinished_release_is_not_adopted() {
     assert!(matches!(r, Ok(Acquire::Acquired(_))));
     assert!(core.is_valid(&name, Token::new(2).unwrap(), ms(32)));
 }
+
+/// Regression scenario "a read answered after its session expired" (found by the simulation
+/// as seeds 29, 54, 87 for observers and 134, 211 for group watches, before it ran the
+/// shipped driver): an owner or members read that returns after the session expired reports
+/// nothing; `SessionExpired` is the session's last word until a reopen.
+#[test]
+fn a_read_answered_after_expiry_reports_nothing() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    c.add_observer(5, name("a"), t0);
+    c.add_group_watch(6, crate::types::GroupName::new("g").unwrap(), t0);
+    c.tick(t0);
+    c.take_outputs();
+    // The deadline passes while both reads are in flight.
+    c.tick(t0 + 2000 * MS);
+    let out = c.take_outputs();
+    assert!(events(&out)
+        .iter()
+        .any(|e| matches!(e, Event::SessionExpired { .. })));
+    let owner = Owner {
+        session: SessionId::random(),
+        token: Token::new(3).unwrap(),
+        remaining: 1000 * MS,
+        value: String::new(),
+    };
+    c.on_owner(5, t0 + 2001 * MS, Ok(Some(owner)));
+    c.on_members(6, t0 + 2001 * MS, Ok(Vec::new()));
+    let out = c.take_outputs();
+    assert!(events(&out).is_empty(), "{out:?}");
+}
+
+/// Regression scenario "a released token forgotten too early" (seeds 232 and 1309, issue
+/// 9.13): a release answered while an acquire of the same name is still in flight must stay
+/// remembered, so the grant that acquire brings back with the released token is not adopted.
+#[test]
+fn a_released_token_is_remembered_while_an_acquire_of_its_name_is_in_flight() {
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    let t = locked(&mut c, t0, 7, 1000 * MS);
+    c.unlock(9, &t, t0 + 2 * MS).unwrap();
+    // An acquire of the name is sent before the release's answer arrives.
+    c.begin_acquire(&name("a"));
+    c.on_released(&name("a"), true);
+    assert_eq!(
+        c.remembered_releases(),
+        1,
+        "forgotten with an acquire in flight"
+    );
+    // It comes back with the released term: not adopted, released again.
+    let r = c.on_lock_acquire(
+        10,
+        &name("a"),
+        t0 + 3 * MS,
+        t0 + 4 * MS,
+        Ok(Acquire::Acquired(t.clone())),
+    );
+    assert!(matches!(r, Ok(Acquire::Held(_))), "{r:?}");
+    assert!(!c.is_valid(&name("a"), t.token, t0 + 5 * MS));
+    assert!(c
+        .take_outputs()
+        .contains(&Output::Release(name("a"), t.token)));
+}

@@ -5,10 +5,13 @@
 //! each with election candidates, observers, locks and a group watch, against a
 //! [`Model`] backend, through a network that delays and loses requests and replies, on one
 //! virtual clock and one seeded [`Rng`]: the same seed gives the same history, bit for bit.
-//! No threads, no sleeps. Outputs are dispatched as the threaded driver does: keep-alives on
-//! their own channel, attempts, releases and the reopen after an expiry one at a time on the
-//! work queue, locks, unlocks and resigns from their callers, and replies only reach the
-//! engine of the session they were sent for. Client processes pause for longer than their
+//! No threads, no sleeps. The driver's decisions are the shipped ones (`engine::driver`):
+//! the routing of the core's outputs (keep-alives on their own channel; attempts, releases
+//! and the reopen after an expiry one at a time on the work queue), which replies reach the
+//! engine (only those of the session they were sent for), when to reopen and what a failed
+//! open leads to, and the lock callers' wait-and-retry loop; locks, unlocks and resigns come
+//! from their callers, some processes keep expiry terminal (`reopen_on_expiry(false)`), and
+//! an unlock whose release finds its term gone must report it once. Client processes pause for longer than their
 //! lease and resume as if nothing happened, and their clocks run at a rate `1 ± d` within the
 //! drift bound. Three [`Premises`] break the backend on purpose (lost writes, a clock step, a
 //! term value kept into the next term) so the tests show the checker finds what it must.
