@@ -333,6 +333,21 @@ fn primary_waiting() -> Arc<Isolated> {
     ))
 }
 
+/// The by-slot scripts on the primary with `wait_replicas = 1` (issue 21.9: the flow the
+/// cluster runs with `WAIT`, on one server with a replica).
+fn routed_primary_waiting() -> Arc<Isolated> {
+    REPLICA_IN_USE.with(|held| {
+        let mut held = held.borrow_mut();
+        if held.is_none() {
+            *held = Some(REPLICA_GATE.shared());
+        }
+    });
+    Arc::new(Isolated::new(
+        &primary_url(),
+        "&wait_replicas=1&route_by_slot=true&query_timeout=3s",
+    ))
+}
+
 fn cluster() -> Arc<Isolated> {
     Arc::new(Isolated::new(&cluster_url(), ""))
 }
@@ -347,6 +362,10 @@ mod standalone_tck {
 
 mod wait_replicas_tck {
     simba_lease::tck_suite!(|| super::primary_waiting());
+}
+
+mod routed_wait_replicas_tck {
+    simba_lease::tck_suite!(|| super::routed_primary_waiting());
 }
 
 mod cluster_tck {
@@ -633,13 +652,7 @@ fn url_options_are_checked() {
         assert!(matches!(e, Error::InvalidUrl { .. }), "{path}: {e:?}");
     }
     for (url, opts, expected) in [
-        (cluster_url(), "wait_replicas=1", "wait_replicas"),
         (cluster_url(), "route_by_slot=false", "route_by_slot"),
-        (
-            standalone_url(),
-            "wait_replicas=1&route_by_slot=true",
-            "wait_replicas",
-        ),
         (standalone_url(), "prefix=a{b}", "prefix"),
         (standalone_url(), "query_timeout=5h", "query_timeout"),
     ] {
@@ -2519,7 +2532,14 @@ struct PrivateCluster {
 
 impl PrivateCluster {
     fn start() -> Self {
-        let ports: Vec<u16> = (0..3)
+        Self::start_with(3, 0)
+    }
+
+    /// `masters` masters with `replicas` replicas each (`redis-cli --cluster create` assigns
+    /// them), once every replica's link to its master is up.
+    fn start_with(masters: usize, replicas: usize) -> Self {
+        let nodes = masters * (1 + replicas);
+        let ports: Vec<u16> = (0..nodes)
             .map(|_| {
                 // A free port: bound, then released for the server.
                 let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -2561,7 +2581,7 @@ impl PrivateCluster {
         let out = std::process::Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
         assert!(
@@ -2575,11 +2595,42 @@ impl PrivateCluster {
                     .and_then(|c| c.get_connection())
                     .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
                     .is_ok_and(|i| {
-                        i.contains("cluster_state:ok") && i.contains("cluster_known_nodes:3")
+                        i.contains("cluster_state:ok")
+                            && i.contains(&format!("cluster_known_nodes:{nodes}\r"))
                     })
             })
         });
+        if replicas > 0 {
+            until("every replica is linked to its master", || {
+                cluster.ports.iter().all(|&p| {
+                    let info = cluster.info(p, "replication");
+                    info.contains("role:master")
+                        && info.contains(&format!("connected_slaves:{replicas}\r"))
+                        || info.contains("role:slave") && info.contains("master_link_status:up")
+                })
+            });
+        }
         cluster
+    }
+
+    /// `INFO section` of the node on `port` (empty when it does not answer).
+    fn info(&self, port: u16, section: &str) -> String {
+        redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .and_then(|c| c.get_connection())
+            .and_then(|mut c| redis::cmd("INFO").arg(section).query::<String>(&mut c))
+            .unwrap_or_default()
+    }
+
+    /// The ports of the replicas of the master on `master`.
+    fn replicas_of(&self, master: u16) -> Vec<u16> {
+        self.ports
+            .iter()
+            .copied()
+            .filter(|&p| {
+                let info = self.info(p, "replication");
+                info.contains("role:slave") && info.contains(&format!("master_port:{master}\r"))
+            })
+            .collect()
     }
 
     fn url(&self) -> String {
@@ -2627,4 +2678,170 @@ fn a_cluster_connect_succeeds_while_a_master_is_down() {
         .find(|n| master_of(&owners, key_slot(&b.lease_key(n))) != i64::from(down))
         .unwrap();
     assert_eq!(b.owner(&name).unwrap(), None);
+}
+
+/// The token field of `key` as the node on `port` has it (`READONLY` for a replica).
+fn token_on(port: u16, key: &str) -> Option<u64> {
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .and_then(|c| c.get_connection())
+        .unwrap_or_else(|e| panic!("node {port}: {e}"));
+    let _: () = redis::cmd("READONLY").query(&mut c).unwrap();
+    redis::cmd("HGET")
+        .arg(key)
+        .arg("token")
+        .query::<Option<u64>>(&mut c)
+        .unwrap()
+}
+
+/// A lease name whose slot the master on `port` serves.
+fn name_on(b: &Isolated, owners: &[(i64, i64, i64)], port: u16, tag: &str) -> LeaseName {
+    (0..)
+        .map(|i| LeaseName::new(format!("{tag}-{i}")).unwrap())
+        .find(|n| master_of(owners, key_slot(&b.lease_key(n))) == i64::from(port))
+        .unwrap()
+}
+
+/// Issue 21.9: `wait_replicas` on a Cluster with replicas (3 masters + 3 replicas): `WAIT`
+/// runs on the master of each acquire's lease, right after the script. (a) Acquire,
+/// keep-alive and release work on every master, tokens increase, and a granted token is on
+/// the master's replica when the acquire returns. (b) With the replica of a lease's master
+/// paused, the acquire fails as on one server ("only 0 of 1 replicas acknowledged", the term
+/// released), while leases of the other masters are still granted.
+#[test]
+fn cluster_wait_replicas_waits_for_the_replica_of_each_lease_master() {
+    let cluster = PrivateCluster::start_with(3, 1);
+    let b = Isolated::new(&cluster.url(), "&wait_replicas=1&query_timeout=1500ms");
+    let owners = slot_owners(&b);
+    let mut masters: Vec<u16> = owners.iter().map(|o| o.2 as u16).collect();
+    masters.sort_unstable();
+    masters.dedup();
+    assert_eq!(masters.len(), 3, "{owners:?}");
+    let s = open(&b, Duration::from_secs(60));
+    // (a) On every master: tokens increase, and the replica has each token at once.
+    for &m in &masters {
+        let replica = cluster.replicas_of(m);
+        assert_eq!(replica.len(), 1, "replicas of {m}");
+        let name = name_on(&b, &owners, m, "acked");
+        let key = b.lease_key(&name);
+        let mut last = 0;
+        for _ in 0..3 {
+            let t = acquired(&b, &s, &name);
+            assert!(t.token.get() > last, "{} after {last}", t.token.get());
+            last = t.token.get();
+            assert_eq!(token_on(replica[0], &key), Some(last), "{name} on {m}");
+            let ka = b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+            assert!(ka.leases.iter().any(|l| l.name == name), "{ka:?}");
+            assert!(b.release(&s, &name, t.token).unwrap());
+            assert_eq!(b.owner(&name).unwrap(), None);
+        }
+    }
+    // (b) The replica of one master paused: its leases fail as on one server.
+    let paused_master = masters[0];
+    let paused = cluster.replicas_of(paused_master)[0];
+    let name = name_on(&b, &owners, paused_master, "paused");
+    let other = name_on(&b, &owners, masters[1], "unpaused");
+    let _: () = redis::Client::open(format!("redis://127.0.0.1:{paused}"))
+        .and_then(|c| c.get_connection())
+        .and_then(|mut c| {
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(4000)
+                .arg("ALL")
+                .query(&mut c)
+        })
+        .expect("CLIENT PAUSE on the replica");
+    let started = Instant::now();
+    let err = b
+        .acquire(&s, &name)
+        .expect_err("no replica acknowledged the term");
+    let waited = started.elapsed();
+    let msg = err.report().to_string();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(msg.contains("only 0 of 1 replicas acknowledged"), "{msg}");
+    assert!(msg.contains("the term was released"), "{msg}");
+    assert_eq!(
+        b.owner(&name).unwrap(),
+        None,
+        "the failed term was released"
+    );
+    let ka = b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+    assert!(ka.leases.iter().all(|l| l.name != name), "{ka:?}");
+    // Another master's replica answers: its leases are granted meanwhile.
+    let t = acquired(&b, &s, &other);
+    assert!(
+        started.elapsed() < Duration::from_millis(3500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(b.release(&s, &other, t.token).unwrap());
+    eprintln!("a paused replica failed the acquire after {waited:?}");
+    // Once the replica answers again, acquisitions count, with a greater token.
+    let mut got = None;
+    until(
+        "an acquisition succeeds after the replica is back",
+        || match b.acquire(&s, &name) {
+            Ok(Acquire::Acquired(t)) => {
+                got = Some(t);
+                true
+            }
+            _ => false,
+        },
+    );
+    let got = got.unwrap();
+    assert_eq!(token_on(paused, &b.lease_key(&name)), Some(got.token.get()));
+    b.close_session(&s).unwrap();
+}
+
+/// Issue 21.9 (c): with `wait_replicas=1`, a graceful `CLUSTER FAILOVER` of a lease's master
+/// to its replica keeps the lease's tokens increasing (every token was on the replica).
+#[test]
+fn cluster_wait_replicas_tokens_do_not_regress_through_a_graceful_failover() {
+    let cluster = PrivateCluster::start_with(3, 1);
+    let b = Isolated::new(&cluster.url(), "&wait_replicas=1&query_timeout=1500ms");
+    let owners = slot_owners(&b);
+    let master = owners[0].2 as u16;
+    let replica = cluster.replicas_of(master)[0];
+    let name = name_on(&b, &owners, master, "failover");
+    let s = open(&b, Duration::from_secs(60));
+    let mut last = 0;
+    for _ in 0..5 {
+        let t = acquired(&b, &s, &name);
+        assert!(t.token.get() > last);
+        last = t.token.get();
+        assert!(b.release(&s, &name, t.token).unwrap());
+    }
+    let held = acquired(&b, &s, &name);
+    assert!(held.token.get() > last);
+    let _: () = redis::Client::open(format!("redis://127.0.0.1:{replica}"))
+        .and_then(|c| c.get_connection())
+        .and_then(|mut c| redis::cmd("CLUSTER").arg("FAILOVER").query(&mut c))
+        .expect("CLUSTER FAILOVER");
+    until("the replica is promoted", || {
+        cluster.info(replica, "replication").contains("role:master")
+            && cluster.info(master, "replication").contains("role:slave")
+    });
+    // The held term and every later one: tokens only go up on the promoted master.
+    assert_eq!(
+        token_on(replica, &b.lease_key(&name)),
+        Some(held.token.get())
+    );
+    let mut next = None;
+    until("an acquire after the failover answers", || {
+        let _ = b.release(&s, &name, held.token);
+        match b.acquire(&s, &name) {
+            Ok(Acquire::Acquired(t)) if t.token != held.token => {
+                next = Some(t);
+                true
+            }
+            _ => false,
+        }
+    });
+    let next = next.unwrap();
+    assert!(
+        next.token.get() > held.token.get(),
+        "{} after {}",
+        next.token.get(),
+        held.token.get()
+    );
+    b.close_session(&s).unwrap();
 }

@@ -49,7 +49,7 @@
 //! | option | default | meaning |
 //! |---|---|---|
 //! | `prefix` | `simba` | key prefix, `[A-Za-z0-9._:-]`, 1–64 characters |
-//! | `wait_replicas` | `0` | a new term counts only once this many replicas acknowledged it (`WAIT`); not on a cluster |
+//! | `wait_replicas` | `0` | a new term counts only once this many replicas acknowledged it (`WAIT`; on a cluster, the replicas of the lease's master) |
 //! | `query_timeout` | `5s` | bound of every reply, and of `WAIT` (it waits two thirds of it) |
 //! | `connect_timeout` | `5s` | bound of opening a connection |
 //! | `route_by_slot` | `false`, `true` on `redis+cluster://` | keep every script call to one hash slot (required on a cluster) |
@@ -146,7 +146,7 @@
 //! | open, owner, set a term value | 1 | 1 |
 //! | acquire with a term value | 1 (the same script) | 3 (4): the acquire, then the value |
 //! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per node renewing its anchor (per slot after a node refused: a slot moved), pipelined to every node at once; rebinds a few terms (see anchors above) |
-//! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index) |
+//! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index); with `wait_replicas` the lease's script and `WAIT` go as one pipeline |
 //! | release, leave | 1 | 3 (a PTTL of the session first: an expired session changes nothing) |
 //! | join | 1 | 2 |
 //! | members | 1 | 1 + one script per member (its session's metadata) |
@@ -181,8 +181,10 @@
 //! **Failover.** Replication is asynchronous: a replica promoted before it received the latest
 //! token increment can hand out a token that was already used, or a lower one, so a fenced
 //! resource may accept a stale writer or reject the new one. `wait_replicas` narrows that
-//! window (a new term counts only once that many replicas have it) but cannot close it, and a
-//! cluster has no such option. Where fencing must survive failovers, use a backend with
+//! window (a new term counts only once that many replicas have it) but cannot close it. On a
+//! cluster `WAIT` runs on the lease's master right after its script (one pipeline to that
+//! node), so it counts that master's replicas; a master restarted empty still resets its
+//! tokens. Where fencing must survive failovers, use a backend with
 //! quorum or synchronous commits (ZooKeeper, or SQL on synchronous replication). A step of the
 //! Redis hosts' clocks shortens or lengthens every lease at once.
 
@@ -231,7 +233,8 @@ const MAX_COUNT: usize = 1000;
 pub struct RedisConfig {
     /// Key prefix (default `simba`).
     pub prefix: String,
-    /// Replicas that must acknowledge a new term with `WAIT` (default 0; not on a cluster).
+    /// Replicas that must acknowledge a new term with `WAIT` (default 0; on a cluster, the
+    /// replicas of the lease's master).
     pub wait_replicas: u32,
     /// Bound of every reply (default 5 s); `WAIT` waits two thirds of it.
     pub query_timeout: Duration,
@@ -284,18 +287,6 @@ impl RedisConfig {
         }
         options::check_timeout("query_timeout", self.query_timeout)?;
         options::check_timeout("connect_timeout", self.connect_timeout)?;
-        if clustered && self.wait_replicas > 0 {
-            return Err(Error::config(
-                "wait_replicas",
-                "WAIT is not available on a Redis Cluster (use 0)",
-            ));
-        }
-        if self.wait_replicas > 0 && self.route_by_slot {
-            return Err(Error::config(
-                "wait_replicas",
-                "WAIT needs the one-server scripts (route_by_slot = false)",
-            ));
-        }
         if clustered && !self.route_by_slot {
             return Err(Error::config(
                 "route_by_slot",
@@ -1108,21 +1099,29 @@ impl RedisBackend {
         let r = acquired(OP, &r, sid)?;
         match (acked, &r) {
             (Some(acked), Acquired::Term { token: t, .. }) if acked < n => {
-                let released = self.release_term(sid, name, *t);
-                Err(Error::backend(
-                    OP,
-                    format!(
-                        "only {acked} of {n} replicas acknowledged the new term of {name:?} (token {t}) within {wait:?}; \
-                         the term was released{}",
-                        match released {
-                            Ok(_) => String::new(),
-                            Err(e) => format!(" (the release failed too: {e}; it ends with its session)"),
-                        }
-                    ),
-                ))
+                Err(self.unacknowledged(sid, name, *t, acked))
             }
             _ => Ok(r),
         }
+    }
+
+    /// A new term that fewer than `wait_replicas` replicas acknowledged: it is released, and
+    /// the acquire fails with this error (one server and cluster alike).
+    fn unacknowledged(&self, sid: &SessionId, name: &LeaseName, t: Token, acked: u32) -> Error {
+        let n = self.cfg.wait_replicas;
+        let wait = self.cfg.query_timeout * 2 / 3;
+        let released = self.release_term(sid, name, t);
+        Error::backend(
+            "acquiring",
+            format!(
+                "only {acked} of {n} replicas acknowledged the new term of {name:?} (token {t}) within {wait:?}; \
+                 the term was released{}",
+                match released {
+                    Ok(_) => String::new(),
+                    Err(e) => format!(" (the release failed too: {e}; it ends with its session)"),
+                }
+            ),
+        )
     }
 
     /// A plain acquire; on one node with `value`, the term's value is set by the same script.
@@ -1206,7 +1205,25 @@ impl RedisBackend {
                 &scripts().acquire_lease_queued
             }
         };
-        let r = self.eval(Role::Other, script, &keys, &args)?;
+        let (r, acked) = if self.cfg.wait_replicas == 0 {
+            (self.eval(Role::Other, script, &keys, &args)?, None)
+        } else {
+            // `WAIT` on the lease's master, right after the script (one pipeline there).
+            let new_term = |r: &Reply| {
+                matches!(r.as_array(), Some(a) if a.len() >= 4
+                    && a[0].as_int() == Some(1)
+                    && flag(OP, &a[3]).unwrap_or(false))
+            };
+            let wait = self.cfg.query_timeout * 2 / 3;
+            self.scripting.eval_then_wait(
+                script,
+                &keys,
+                &args,
+                &new_term,
+                self.cfg.wait_replicas,
+                wait,
+            )?
+        };
         // A new term bound to the anchor: the reply ends with the anchor's epoch.
         let (r, epoch) = match r {
             Reply::Array(mut a) if a.len() == 5 && a[0].as_int() == Some(1) => {
@@ -1223,6 +1240,11 @@ impl RedisBackend {
             Acquired::Expired => return Err(bad_reply(OP, &r)),
             other => other,
         };
+        if let (Some(acked), Acquired::Term { token, .. }) = (acked, &r) {
+            if acked < self.cfg.wait_replicas {
+                return Err(self.unacknowledged(sid, name, *token, acked));
+            }
+        }
         match r {
             Acquired::Term { token, new, .. } if sent.elapsed() > left => {
                 if new {
@@ -2038,10 +2060,9 @@ mod tests {
             route_by_slot: true,
             ..RedisConfig::default()
         };
-        assert!(matches!(
-            wait_on_cluster.validate(true),
-            Err(Error::InvalidConfig { setting, .. }) if setting == "wait_replicas"
-        ));
+        // Issue 21.9: `WAIT` runs on the master of each script's slot.
+        assert!(wait_on_cluster.validate(true).is_ok());
+        assert!(wait_on_cluster.validate(false).is_ok());
         assert!(RedisConfig::default().validate(false).is_ok());
     }
 }

@@ -252,7 +252,8 @@ pub trait RedisScripting: Send + Sync {
 
     /// Runs `script`, then, if `wait_if` says so for its reply, `WAIT replicas timeout` on
     /// the same connection; returns the reply and the number of replicas that acknowledged
-    /// (`None` when `WAIT` was not sent). Not available on a cluster.
+    /// (`None` when `WAIT` was not sent or its count is not asked for). On a cluster `WAIT`
+    /// must run on the connection to the master that ran the script.
     fn eval_then_wait(
         &self,
         script: &LuaScript,
@@ -1163,19 +1164,65 @@ impl RedisScripting for ClusterScripting {
         self.pools.eval(role, script, keys, args)
     }
 
+    /// The script and `WAIT` as one pipeline on the connection to the master of the script's
+    /// first key (the cluster client routes a pipeline by its first command and sends it whole
+    /// to that node, redirections included), so `WAIT` counts the replicas of the master that
+    /// ran the script, right after it. `WAIT` is sent whatever the script answers (a pipeline
+    /// cannot depend on a reply); its count is used only when `wait_if` says so.
     fn eval_then_wait(
         &self,
-        _script: &LuaScript,
-        _keys: &[String],
-        _args: &[String],
-        _wait_if: &dyn Fn(&Reply) -> bool,
-        _replicas: u32,
-        _timeout: Duration,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        wait_if: &dyn Fn(&Reply) -> bool,
+        replicas: u32,
+        timeout: Duration,
     ) -> Result<(Reply, Option<u32>)> {
-        Err(Error::config(
-            "wait_replicas",
-            "WAIT is not available on a Redis Cluster",
-        ))
+        let call = ScriptCall {
+            script,
+            keys: keys.to_vec(),
+            args: args.to_vec(),
+        };
+        let query_timeout = self.pools.opts.query_timeout;
+        let deadline = Instant::now() + query_timeout;
+        let values = self.pools.within_time(Role::Other, true, |c| {
+            // Within what is left of the call's time (a retry after `TRYAGAIN` has less), so
+            // the reply of `WAIT` comes before the connection's read timeout.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = timeout.min(left * 2 / 3);
+            let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+            let send = |c: &mut redis::cluster::ClusterConnection, cmd: redis::Cmd| {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd).cmd("WAIT").arg(replicas).arg(wait_ms);
+                redis::ConnectionLike::req_packed_commands(c, &pipe.get_packed_pipeline(), 0, 2)
+            };
+            match send(c, call.evalsha()) {
+                Err(e) if is_noscript(&e) => send(c, call.eval()),
+                r => r,
+            }
+        });
+        let err = map_err(script.name, query_timeout);
+        let mut values = values.map_err(&err)?.into_iter();
+        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
+            return Err(err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "wrong number of replies from Redis",
+                "a script and WAIT".to_owned(),
+            ))));
+        };
+        let reply = Reply::from_value(reply).map_err(&err)?;
+        if !wait_if(&reply) {
+            return Ok((reply, None));
+        }
+        // As on one server: a negative or unreadable count is no acknowledgement.
+        let acked = match acked {
+            redis::Value::Int(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
+            other => {
+                log::warn!("WAIT after {} answered {other:?}", script.name);
+                0
+            }
+        };
+        Ok((reply, Some(acked)))
     }
 
     fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
