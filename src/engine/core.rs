@@ -344,6 +344,11 @@ impl Core {
     }
 
     /// Takes the queued outputs.
+    /// Whether outputs wait to be taken.
+    pub fn has_outputs(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     pub fn take_outputs(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.out)
     }
@@ -648,8 +653,8 @@ impl Core {
     }
 
     /// Reports that `term` was granted with a token not above `seen` (see
-    /// [`Event::TokenRegressed`]), to the session's listeners and to `handle`'s.
-    pub fn token_regressed(&mut self, handle: HandleId, term: &Term, seen: Token) {
+    /// [`Event::TokenRegressed`]), to the session's listeners and to `handle`'s if given.
+    pub fn token_regressed(&mut self, handle: Option<HandleId>, term: &Term, seen: Token) {
         log::error!(
             "the backend granted {} with token {}, not above token {seen} granted before: it \
              lost data (a failover to a replica that missed writes, a restart without \
@@ -658,7 +663,7 @@ impl Core {
             term.token
         );
         let term = term.clone();
-        self.emit(Some(handle), Event::TokenRegressed { term, seen });
+        self.emit(handle, Event::TokenRegressed { term, seen });
     }
 
     /// Whether `holder` holds `term` already (same name and token); its local deadline then
@@ -909,6 +914,8 @@ impl Core {
         reply: Result<Acquire>,
     ) {
         self.end_acquire(name);
+        // A held term past its deadline is lost first: a re-grant never revives it silently.
+        self.settle(now);
         self.attempt_reply(handle, name, sent, now, reply);
         self.forget_settled_release(name);
     }

@@ -135,17 +135,16 @@ impl Pool {
 }
 
 impl Tick for Pool {
-    /// Starts a thread for each queue that is still waiting with no thread idle.
+    /// Starts one thread if queues are still waiting with no thread idle, and looks again
+    /// a patience later: queues of short jobs (most callbacks) drain on the threads there
+    /// are, so many queues ready at once do not start as many threads.
     fn tick(&self) -> Option<Instant> {
         let mut st = self.state.lock();
-        let waiting = st.queues.len().saturating_sub(st.idle);
-        if waiting == 0 {
+        if st.queues.len() <= st.idle {
             return None;
         }
-        for _ in 0..waiting {
-            self.spawn(&mut st);
-        }
-        None
+        self.spawn(&mut st);
+        Some(Instant::now() + PATIENCE)
     }
 }
 

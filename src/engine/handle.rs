@@ -168,8 +168,8 @@ impl Inner {
 
     /// The term `holder` holds of `name` if it is valid now.
     pub(crate) fn valid_term_of(&self, name: &LeaseName, holder: Holder) -> Option<Term> {
-        let now = self.now();
         let s = self.lock_shared();
+        let now = self.now();
         s.core
             .term_of(name, holder)
             .filter(|t| s.core.is_valid(&t.name, t.token, now))
@@ -182,8 +182,8 @@ impl Inner {
         name: &LeaseName,
         holder: Holder,
     ) -> Option<(Term, Duration)> {
-        let now = self.now();
         let s = self.lock_shared();
+        let now = self.now();
         let t = s.core.term_of(name, holder)?;
         let left = s.core.valid_for(&t.name, t.token, now)?;
         Some((t, left))
@@ -321,13 +321,35 @@ impl Inner {
         names.iter().map(|n| s.core.releases_of(n)).collect()
     }
 
-    /// Marks an acquire of `name` as in flight; returns the session it is sent for and the
-    /// releases of `name` seen so far.
-    pub(crate) fn begin_lock_attempt(&self, name: &LeaseName) -> (SessionId, u64) {
+    /// Waits until the session is live (as [`Inner::wait_live`]), then, under the same
+    /// lock, marks an acquire of `name` as in flight; returns the session it is sent for and
+    /// the releases of `name` seen so far (`None`: `until` passed first).
+    pub(crate) fn begin_lock_attempt(
+        &self,
+        name: &LeaseName,
+        until: Option<Instant>,
+        once: bool,
+        cancel: Option<&Cancel>,
+        operation: &'static str,
+    ) -> Result<Option<(SessionId, u64)>> {
         let mut s = self.lock_shared();
+        loop {
+            Cancel::check(cancel, operation)?;
+            if once {
+                s.core.check_live()?;
+            } else {
+                self.check_waitable(&s)?;
+            }
+            if s.core.state().is_live() {
+                break;
+            }
+            if !self.wait_or_cancel(&mut s, until, cancel) {
+                return Ok(None);
+            }
+        }
         // Nothing to dispatch: marking an acquire in flight has no outputs.
         s.core.begin_acquire(name);
-        (s.core.session().clone(), s.core.releases_of(name))
+        Ok(Some((s.core.session().clone(), s.core.releases_of(name))))
     }
 
     /// Takes a lock attempt's reply (sent for `id` at `sent`; `Ok(None)`: queued behind
@@ -340,12 +362,13 @@ impl Inner {
         sent: Instant,
         reply: Result<Option<Acquire>>,
     ) -> Result<Option<Acquire>> {
-        let now = self.now();
         self.with_session(id, |c| match reply.transpose() {
             Some(reply) => {
+                // Read under the lock: a reply that waited for it is judged when taken in.
+                let now = self.now();
                 let r = c.on_lock_acquire(h, name, sent, now, reply);
                 if let Ok(Acquire::Acquired(term)) = &r {
-                    self.check_token(c, h, term);
+                    self.check_token(c, None, term);
                 }
                 r.map(Some)
             }
@@ -383,8 +406,8 @@ impl Inner {
 
     /// Whether the lock term `name`/`token` of session `id` is valid now.
     pub(crate) fn lock_is_valid(&self, id: &SessionId, name: &LeaseName, token: Token) -> bool {
-        let now = self.now();
         let s = self.lock_shared();
+        let now = self.now();
         s.core.session() == id && s.core.is_valid(name, token, now)
     }
 
@@ -395,8 +418,8 @@ impl Inner {
         name: &LeaseName,
         token: Token,
     ) -> Option<Duration> {
-        let now = self.now();
         let s = self.lock_shared();
+        let now = self.now();
         if s.core.session() != id {
             return None;
         }
@@ -411,9 +434,11 @@ impl Inner {
             .unwrap_or_else(|| Err(lease_lost(term)))
     }
 
-    /// The backend found lock `h`'s term gone at its release: reported (`LockLost` with
-    /// `Missing`), and the unlock's error.
-    pub(crate) fn lock_lost_on_release(&self, h: HandleId, term: &Term) -> Error {
-        self.with_core(|c| c.lost_on_unlock(h, term.clone()))
+    /// The backend found lock `h`'s term of session `id` gone at its release: reported
+    /// (`LockLost` with `Missing`) unless the session was replaced meanwhile (its expiry
+    /// reported the loss already), and the unlock's error.
+    pub(crate) fn lock_lost_on_release(&self, id: &SessionId, h: HandleId, term: &Term) -> Error {
+        self.with_session(id, |c| c.lost_on_unlock(h, term.clone()))
+            .unwrap_or_else(|| lease_lost(term))
     }
 }

@@ -10,9 +10,16 @@ use super::event::Event;
 use super::executor::{Pool, Serial};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+thread_local! {
+    /// Whether this thread runs an event callback now (of any session).
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
 
 /// The handle id of the session itself (listeners that see every event).
 pub(crate) const SESSION: HandleId = 0;
@@ -21,9 +28,11 @@ pub(crate) const SESSION: HandleId = 0;
 type EventFn = Box<dyn FnMut(&Event) + Send>;
 
 /// A callback and the queue its events run on, in order.
-struct Callback {
+pub(crate) struct Callback {
     f: Mutex<EventFn>,
     queue: Arc<Serial>,
+    /// A wait for this callback ran out: it is not waited for again until it caught up.
+    stuck: AtomicBool,
 }
 
 impl Callback {
@@ -31,8 +40,11 @@ impl Callback {
     /// run longer than `slow` is logged too (callbacks should not block).
     fn call(&self, event: &Event, slow: Duration) {
         let started = Instant::now();
+        IN_CALLBACK.with(|c| c.set(true));
         let call = std::panic::AssertUnwindSafe(|| (self.f.lock())(event));
-        if let Err(payload) = std::panic::catch_unwind(call) {
+        let result = std::panic::catch_unwind(call);
+        IN_CALLBACK.with(|c| c.set(false));
+        if let Err(payload) = result {
             let message = super::guarded::panic_message(&*payload);
             log::error!("an event callback panicked on {event:?}: {message}");
         }
@@ -87,6 +99,7 @@ impl Listeners {
         let cb = Arc::new(Callback {
             f: Mutex::new(Box::new(f)),
             queue: Pool::events().serial(),
+            stuck: AtomicBool::new(false),
         });
         self.map
             .lock()
@@ -97,61 +110,73 @@ impl Listeners {
 
     /// Forgets a handle's listeners (events already queued for its callbacks still run).
     pub(crate) fn remove(&self, handle: HandleId) {
-        self.map.lock().remove(&handle);
+        let gone = self.map.lock().remove(&handle);
+        // Dropped outside the map's lock: a callback's closure may own handles whose drop
+        // takes the session's lock (which is taken before the map's).
+        drop(gone);
     }
 
     /// Forgets every listener, so that every receiver disconnects once drained; returns the
-    /// callbacks' queues (to wait for, see [`Listeners::wait_for`]).
-    pub(crate) fn clear(&self) -> Vec<Arc<Serial>> {
+    /// callbacks (to wait for, see [`Listeners::wait_for`]).
+    pub(crate) fn clear(&self) -> Vec<Arc<Callback>> {
         let map = std::mem::take(&mut *self.map.lock());
         map.into_values()
             .flatten()
             .filter_map(|l| match l {
-                Listener::Callback(cb) => Some(cb.queue.clone()),
+                Listener::Callback(cb) => Some(cb),
                 Listener::Channel(_) => None,
             })
             .collect()
     }
 
-    /// The queues of the callbacks of the session and of `handle`.
-    pub(crate) fn queues_of(&self, handle: HandleId) -> Vec<Arc<Serial>> {
+    /// The callbacks of the session and of `handle`.
+    pub(crate) fn callbacks_of(&self, handle: HandleId) -> Vec<Arc<Callback>> {
         let map = self.map.lock();
         let ids = std::iter::once(SESSION).chain(Some(handle).filter(|h| *h != SESSION));
         ids.flat_map(|h| map.get(&h).into_iter().flatten())
             .filter_map(|l| match l {
-                Listener::Callback(cb) => Some(cb.queue.clone()),
+                Listener::Callback(cb) => Some(cb.clone()),
                 Listener::Channel(_) => None,
             })
             .collect()
     }
 
-    /// Whether the calling thread runs one of this session's callbacks now.
-    pub(crate) fn in_callback(&self) -> bool {
-        let map = self.map.lock();
-        map.values().flatten().any(|l| match l {
-            Listener::Callback(cb) => cb.queue.is_current(),
-            Listener::Channel(_) => false,
-        })
+    /// Whether the calling thread runs an event callback now (of any session): it is not
+    /// made to wait for callbacks (which might wait for it).
+    pub(crate) fn in_callback() -> bool {
+        IN_CALLBACK.with(Cell::get)
     }
 
-    /// Waits until every event queued on `queues` so far has been handled by its callback,
-    /// or `until` passes; returns whether they all were. Not waited for from a queue's own
-    /// thread (it would wait for itself).
-    pub(crate) fn wait_for(queues: &[Arc<Serial>], until: Instant) -> bool {
+    /// Waits until every event queued for `callbacks` so far has been handled, or `until`
+    /// passes; returns whether they all were. A callback that made an earlier wait run out
+    /// is not waited for until it caught up (so one stuck callback costs one bound, once).
+    pub(crate) fn wait_for(callbacks: &[Arc<Callback>], until: Instant) -> bool {
         let (tx, rx) = crossbeam_channel::unbounded::<()>();
-        let mut pending = 0;
-        for q in queues {
-            if q.is_current() {
+        let mut pending = Vec::new();
+        for cb in callbacks {
+            if cb.queue.is_current() || cb.stuck.load(Ordering::SeqCst) {
                 continue;
             }
-            let tx = tx.clone();
-            q.push(move || {
+            let (tx, marker) = (tx.clone(), cb.clone());
+            cb.queue.push(move || {
+                marker.stuck.store(false, Ordering::SeqCst);
                 let _ = tx.send(());
             });
-            pending += 1;
+            pending.push(cb);
         }
         drop(tx);
-        (0..pending).all(|_| rx.recv_deadline(until).is_ok())
+        let mut done = 0;
+        while done < pending.len() && rx.recv_deadline(until).is_ok() {
+            done += 1;
+        }
+        if done == pending.len() {
+            return true;
+        }
+        // The markers still queued clear `stuck` when they run.
+        for cb in pending {
+            cb.stuck.store(true, Ordering::SeqCst);
+        }
+        false
     }
 
     /// Delivers one event to the session's listeners and to `handle`'s: sent on every

@@ -240,8 +240,12 @@ impl Session {
     /// if it blocks, it delays only its own later events, never a channel or another
     /// callback. It should not block (a run longer than the retry interval is logged):
     /// hand slow work, such as a backend call, to a thread of your own.
-    /// [`close`](Self::close) and [`Election::resign`](crate::Election::resign) return once
-    /// their final events reached the callbacks (waiting at most the lease, or 5 s if longer).
+    /// [`close`](Self::close), [`Election::resign`](crate::Election::resign) and
+    /// [`LockGuard::unlock`](crate::LockGuard::unlock) return once their final events
+    /// reached the callbacks (waiting at most the lease, or 5 s if longer; not at all when
+    /// called from an event callback, and not again for a callback that made an earlier wait
+    /// run out). Do not call them while holding a mutex that a callback takes: the call then
+    /// waits out the bound.
     pub fn on_event(&self, f: impl FnMut(&Event) + Send + 'static) {
         self.inner.listeners.callback(SESSION, f)
     }
@@ -383,8 +387,9 @@ impl Inner {
     }
 
     /// Checks a term just granted to `handle` against the highest token this process saw
-    /// for its name on this backend, and reports a regression.
-    pub(super) fn check_token(&self, core: &mut Core, handle: HandleId, term: &Term) {
+    /// for its name on this backend, and reports a regression (to `handle`'s listeners if
+    /// given: an election's; a lock's `lost()` channel carries only losses).
+    pub(super) fn check_token(&self, core: &mut Core, handle: Option<HandleId>, term: &Term) {
         if let Some(seen) = self
             .router
             .tokens
@@ -416,7 +421,11 @@ impl Inner {
     /// that what the caller reads next is valid now; dispatches the losses.
     pub(super) fn settle(&self, s: &mut Shared) {
         s.core.settle(self.now());
-        self.dispatch(s, true);
+        // Nothing ended: nothing to send, and no waiter to wake (two waiters settling in
+        // turn would wake each other for ever).
+        if s.core.has_outputs() {
+            self.dispatch(s, true);
+        }
     }
 
     /// Sends the core's outputs on; wakes the ticker unless the ticker itself dispatches.
@@ -701,12 +710,12 @@ impl Inner {
     /// Waits (bounded) until the callbacks of the session and of `handle` have handled every
     /// event emitted so far, unless called from one of this session's callbacks.
     pub(crate) fn wait_delivered(&self, handle: HandleId) {
-        if self.listeners.in_callback() {
+        if Listeners::in_callback() {
             return;
         }
-        let queues = self.listeners.queues_of(handle);
+        let callbacks = self.listeners.callbacks_of(handle);
         let bound = self.delivery_bound();
-        if !Listeners::wait_for(&queues, Instant::now() + bound) {
+        if !Listeners::wait_for(&callbacks, Instant::now() + bound) {
             log::warn!(
                 "an event callback did not return within {} ms: not waited for any longer",
                 bound.as_millis()
@@ -786,17 +795,18 @@ impl Inner {
         } else {
             self.backend.acquire_with_value(&id, &name, &value)
         };
-        let now = self.now();
         let granted = match &reply {
             Ok(crate::spi::Acquire::Acquired(t)) => Some(t.token),
             _ => None,
         };
         // A reply for an expired predecessor is dropped: its grants die with it.
         let fix = self.with_session_shared(&id, |s| {
+            // Read under the lock: a reply that waited for it is judged when it is taken in.
+            let now = self.now();
             s.core.on_attempt(h, &name, sent, now, reply);
             let held = s.core.term_of(&name, super::Holder::Election(h));
             if let Some(t) = held.as_ref().filter(|t| Some(t.token) == granted) {
-                self.check_token(&mut s.core, h, t);
+                self.check_token(&mut s.core, Some(h), t);
             }
             let current = s.values.get(&h).map_or("", String::as_str);
             match (granted, held) {
@@ -838,11 +848,12 @@ impl Inner {
         let _ = self.shared.lock().keep_alive.send(None);
         // Every channel got the final events: forgetting the senders disconnects the
         // receivers once drained. The callbacks' final events are waited for (bounded),
-        // unless called from a callback of this session.
-        let in_callback = self.listeners.in_callback();
-        let queues = self.listeners.clear();
+        // unless called from an event callback (of any session: two sessions' callbacks
+        // closing each other must not wait for each other).
+        let in_callback = Listeners::in_callback();
+        let callbacks = self.listeners.clear();
         let bound = self.delivery_bound();
-        if !in_callback && !Listeners::wait_for(&queues, Instant::now() + bound) {
+        if !in_callback && !Listeners::wait_for(&callbacks, Instant::now() + bound) {
             log::warn!(
                 "closing: an event callback did not return within {} ms: not waited for",
                 bound.as_millis()

@@ -57,13 +57,15 @@ impl Session {
         if let Some(v) = value.filter(|v| !v.is_empty()) {
             inner.set_candidate_value(h, &name, Some(v));
         }
-        if let Err(e) = enter(inner, &name, h) {
-            inner.set_candidate_value(h, &name, None);
-            return Err(e);
-        }
+        // Listening before the candidate enters: its first attempt may win at once.
         let events = inner.listeners.channel(h);
         if let Some(cb) = cb {
             inner.listeners.callback(h, cb);
+        }
+        if let Err(e) = enter(inner, &name, h) {
+            inner.set_candidate_value(h, &name, None);
+            inner.drop_listeners(h);
+            return Err(e);
         }
         Ok(Election {
             inner: inner.clone(),
@@ -185,7 +187,7 @@ impl Election {
     /// over at once. Idempotent. Like [`Session::close`], it returns once the `Revoked`
     /// reached the callbacks of this candidate and of the session (a caller that resigns,
     /// then acts, finds its listeners already told), waiting at most the lease (or 5 s if
-    /// longer); called from a callback, it does not wait. Dropping the handle waits for
+    /// longer); called from an event callback, it does not wait. Dropping the handle waits for
     /// nothing.
     ///
     /// If this candidate's last term was already lost, it says so with

@@ -221,10 +221,9 @@ fn acquire_loop(
     let mut waiting: Option<WaitingForRelease> = None;
     loop {
         // While an expired session is reopened, wait for the new one.
-        if !inner.wait_live(until, once, cancel, OP)? {
+        let Some((id, seen)) = inner.begin_lock_attempt(name, until, once, cancel, OP)? else {
             return Ok(None);
-        }
-        let (id, seen) = inner.begin_lock_attempt(name);
+        };
         let sent = inner.now();
         // `None`: queued behind another waiter while the lease is free.
         let reply: Result<Option<Acquire>> = if fair {
@@ -241,7 +240,9 @@ fn acquire_loop(
         let r = inner.finish_lock_attempt(&id, h, name, sent, reply);
         let expired = matches!(r, Err(Error::SessionExpired { .. }));
         let coming = expired && inner.will_reopen();
-        let next = match wait.on_reply(r, coming, inner.now(), crate::rand::jitter) {
+        let step = wait.on_reply(r, coming, inner.now(), crate::rand::jitter);
+        *last = wait.take_last();
+        let next = match step {
             Step::Acquired(term) => return Ok(Some((id, term))),
             Step::Busy => return Ok(None),
             Step::Fail(e) => return Err(e),
@@ -252,7 +253,6 @@ fn acquire_loop(
             Step::RetryNow => continue,
             Step::RetryAt(at) => at,
         };
-        *last = wait.take_last();
         let next = until.map_or(next, |u| next.min(u));
         inner.wait_for_change(next, cancel, |v| v.releases_of(name) != seen);
         if until.is_some_and(|u| inner.now() >= u) {
@@ -389,7 +389,7 @@ impl LockGuard {
             }
             match inner.release_now(id, &term.name, token)? {
                 true => Ok(()),
-                false => Err(inner.lock_lost_on_release(h, term)),
+                false => Err(inner.lock_lost_on_release(id, h, term)),
             }
         });
         inner.drop_listeners(self.handle);
