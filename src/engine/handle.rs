@@ -10,6 +10,7 @@ use super::session::{Inner, Shared};
 use crate::error::{Error, Result};
 use crate::spi::Acquire;
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
+use parking_lot::MutexGuard;
 use std::time::{Duration, Instant};
 
 /// What a waiting caller sees of the session while it waits (read-only).
@@ -284,17 +285,29 @@ impl Inner {
         operation: &'static str,
     ) -> Result<bool> {
         let mut s = self.lock_shared();
+        self.wait_live_in(&mut s, until, once, cancel, operation)
+    }
+
+    /// [`Inner::wait_live`] under the lock `s` (held again when it returns).
+    fn wait_live_in(
+        &self,
+        s: &mut MutexGuard<'_, Shared>,
+        until: Option<Instant>,
+        once: bool,
+        cancel: Option<&Cancel>,
+        operation: &'static str,
+    ) -> Result<bool> {
         loop {
             Cancel::check(cancel, operation)?;
             if once {
                 s.core.check_live()?;
             } else {
-                self.check_waitable(&s)?;
+                self.check_waitable(s)?;
             }
             if s.core.state().is_live() {
                 return Ok(true);
             }
-            if !self.wait_or_cancel(&mut s, until, cancel) {
+            if !self.wait_or_cancel(s, until, cancel) {
                 return Ok(false);
             }
         }
@@ -333,19 +346,8 @@ impl Inner {
         operation: &'static str,
     ) -> Result<Option<(SessionId, u64)>> {
         let mut s = self.lock_shared();
-        loop {
-            Cancel::check(cancel, operation)?;
-            if once {
-                s.core.check_live()?;
-            } else {
-                self.check_waitable(&s)?;
-            }
-            if s.core.state().is_live() {
-                break;
-            }
-            if !self.wait_or_cancel(&mut s, until, cancel) {
-                return Ok(None);
-            }
+        if !self.wait_live_in(&mut s, until, once, cancel, operation)? {
+            return Ok(None);
         }
         // Nothing to dispatch: marking an acquire in flight has no outputs.
         s.core.begin_acquire(name);
