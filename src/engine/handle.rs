@@ -5,12 +5,17 @@
 //! the primitives never hold the session's lock nor touch its core.
 
 use super::cancel::Cancel;
+use super::config::Config;
 use super::core::{lease_lost, HandleId, Holder};
+use super::event::Event;
 use super::session::{Inner, Shared};
 use crate::error::{Error, Result};
 use crate::spi::Acquire;
+use crate::spi::LeaseBackend;
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
+use crossbeam_channel::Receiver;
 use parking_lot::MutexGuard;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a waiting caller sees of the session while it waits (read-only).
@@ -30,17 +35,100 @@ impl View<'_> {
     }
 }
 
-impl Inner {
+/// A session as the primitives see it: the narrow API below, nothing of the session's
+/// inside (its core, its lock, its listeners' map).
+#[derive(Clone)]
+pub(crate) struct EngineHandle(pub(super) Arc<Inner>);
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl EngineHandle {
+    /// The backend.
+    pub(crate) fn backend(&self) -> &Arc<dyn LeaseBackend> {
+        &self.0.backend
+    }
+
+    /// The session's configuration.
+    pub(crate) fn config(&self) -> &Config {
+        &self.0.config
+    }
+
+    /// Now, on the session's clock.
+    pub(crate) fn now(&self) -> Instant {
+        self.0.now()
+    }
+
+    /// A new handle id.
+    pub(crate) fn next_handle(&self) -> HandleId {
+        self.0.next_handle()
+    }
+
+    /// The current backend session's id.
+    pub(crate) fn id(&self) -> SessionId {
+        self.0.id()
+    }
+
+    /// A channel listening to handle `h`'s events.
+    pub(crate) fn channel(&self, h: HandleId) -> Receiver<Event> {
+        self.0.listeners.channel(h)
+    }
+
+    /// A callback listening to handle `h`'s events.
+    pub(crate) fn callback(&self, h: HandleId, f: impl FnMut(&Event) + Send + 'static) {
+        self.0.listeners.callback(h, f)
+    }
+
+    /// Forgets handle `h`'s listeners.
+    pub(crate) fn drop_listeners(&self, h: HandleId) {
+        self.0.drop_listeners(h)
+    }
+
+    /// Waits (bounded) until the callbacks have handled every event emitted so far.
+    pub(crate) fn wait_delivered(&self, h: HandleId) {
+        self.0.wait_delivered(h)
+    }
+
+    /// Frees a local reservation of `name` by `h`.
+    pub(crate) fn unreserve(&self, name: &LeaseName, h: HandleId) {
+        self.0.unreserve(name, h)
+    }
+
+    /// Releases a term of session `id` now.
+    pub(crate) fn release_now(
+        &self,
+        id: &SessionId,
+        name: &LeaseName,
+        token: Token,
+    ) -> Result<bool> {
+        self.0.release_now(id, name, token)
+    }
+
+    /// Queues the release of a term of session `id` (for `Drop`).
+    pub(crate) fn release_later(&self, id: &SessionId, name: &LeaseName, token: Token) {
+        self.0.release_later(id, name, token)
+    }
+
+    /// Queues leaving `group` as session `id` (for `Drop`).
+    pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
+        self.0.leave_later(id, group)
+    }
+}
+
+impl EngineHandle {
     /// The current backend session, if it is live.
     pub(crate) fn live_session(&self) -> Result<SessionId> {
-        let s = self.lock_shared();
+        let s = self.0.lock_shared();
         s.core.check_live()?;
         Ok(s.core.session().clone())
     }
 
     /// Whether `id` is the current backend session and it is live.
     pub(crate) fn is_live_as(&self, id: &SessionId) -> bool {
-        let s = self.lock_shared();
+        let s = self.0.lock_shared();
         s.core.session() == id && s.core.check_live().is_ok()
     }
 
@@ -59,14 +147,14 @@ impl Inner {
     ) -> Result<bool> {
         const OP: &str = "taking a lock";
         let me = std::thread::current().id();
-        let mut s = self.lock_shared();
+        let mut s = self.0.lock_shared();
         loop {
             Cancel::check(cancel, OP)?;
             if once {
                 s.core.check_live()?;
             } else {
                 // While an expired session is reopened, wait for the new one.
-                self.check_waitable(&s)?;
+                self.0.check_waitable(&s)?;
             }
             match s.reserved.get(name) {
                 None => {
@@ -78,7 +166,7 @@ impl Inner {
                 }
                 Some(_) => {}
             }
-            if once || !self.wait_or_cancel(&mut s, until, cancel) {
+            if once || !self.0.wait_or_cancel(&mut s, until, cancel) {
                 return Ok(false);
             }
         }
@@ -90,7 +178,7 @@ impl Inner {
     /// session to join it as; counted under the lock that reads the id, so a reopen either
     /// sees the count or has already swapped the session in.
     pub(crate) fn count_join(&self, group: &GroupName) -> Result<SessionId> {
-        let mut s = self.lock_shared();
+        let mut s = self.0.lock_shared();
         s.core.check_live()?;
         *s.joined.entry(group.clone()).or_insert(0) += 1;
         Ok(s.core.session().clone())
@@ -99,7 +187,7 @@ impl Inner {
     /// Counts `group` as joined once less; returns the live session to leave it as if that
     /// was the last count.
     pub(crate) fn count_leave(&self, group: &GroupName) -> Option<SessionId> {
-        let mut s = self.lock_shared();
+        let mut s = self.0.lock_shared();
         let last = match s.joined.get_mut(group) {
             Some(n) if *n > 1 => {
                 *n -= 1;
@@ -116,7 +204,7 @@ impl Inner {
 
     /// Forgets every count of `group` (it is not re-joined after a reopen).
     pub(crate) fn forget_joined(&self, group: &GroupName) {
-        self.lock_shared().joined.remove(group);
+        self.0.lock_shared().joined.remove(group);
     }
 
     // ---- election candidates ------------------------------------------------------------
@@ -131,8 +219,8 @@ impl Inner {
         group: &GroupName,
     ) -> Result<()> {
         {
-            let mut s = self.lock_shared();
-            self.check_waitable(&s)?;
+            let mut s = self.0.lock_shared();
+            self.0.check_waitable(&s)?;
             if s.reserved.contains_key(name) {
                 return Err(Error::AlreadyHeld { name: name.clone() });
             }
@@ -141,11 +229,11 @@ impl Inner {
             *s.joined.entry(group.clone()).or_insert(0) += 1;
             if s.core.check_live().is_ok() {
                 let id = s.core.session().clone();
-                self.join_later(&id, group);
+                self.0.join_later(&id, group);
             }
         }
-        let now = self.now();
-        self.with_core(|c| c.add_candidate(h, name.clone(), now));
+        let now = self.0.now();
+        self.0.with_core(|c| c.add_candidate(h, name.clone(), now));
         Ok(())
     }
 
@@ -155,8 +243,8 @@ impl Inner {
         &self,
         h: HandleId,
     ) -> (SessionId, bool, Result<Option<Term>>) {
-        let now = self.now();
-        self.with_core(|c| {
+        let now = self.0.now();
+        self.0.with_core(|c| {
             let was = c.is_candidate(h);
             (c.session().clone(), was, c.remove_candidate(h, now))
         })
@@ -164,13 +252,13 @@ impl Inner {
 
     /// Whether `h` is a registered candidate.
     pub(crate) fn is_candidate(&self, h: HandleId) -> bool {
-        self.lock_shared().core.is_candidate(h)
+        self.0.lock_shared().core.is_candidate(h)
     }
 
     /// The term `holder` holds of `name` if it is valid now.
     pub(crate) fn valid_term_of(&self, name: &LeaseName, holder: Holder) -> Option<Term> {
-        let s = self.lock_shared();
-        let now = self.now();
+        let s = self.0.lock_shared();
+        let now = self.0.now();
         s.core
             .term_of(name, holder)
             .filter(|t| s.core.is_valid(&t.name, t.token, now))
@@ -183,8 +271,8 @@ impl Inner {
         name: &LeaseName,
         holder: Holder,
     ) -> Option<(Term, Duration)> {
-        let s = self.lock_shared();
-        let now = self.now();
+        let s = self.0.lock_shared();
+        let now = self.0.now();
         let t = s.core.term_of(name, holder)?;
         let left = s.core.valid_for(&t.name, t.token, now)?;
         Some((t, left))
@@ -201,14 +289,14 @@ impl Inner {
         cancel: Option<&Cancel>,
     ) -> Result<Option<Term>> {
         const OP: &str = "waiting to be elected";
-        let mut s = self.lock_shared();
+        let mut s = self.0.lock_shared();
         loop {
             Cancel::check(cancel, OP)?;
-            self.check_waitable(&s)?;
+            self.0.check_waitable(&s)?;
             // The timer may not have ticked yet: settle first, so only a term valid now
             // is handed out.
-            self.settle(&mut s);
-            let now = self.now();
+            self.0.settle(&mut s);
+            let now = self.0.now();
             let held = s.core.term_of(name, Holder::Election(h));
             if let Some(t) = held.filter(|t| s.core.is_valid(&t.name, t.token, now)) {
                 return Ok(Some(t));
@@ -216,7 +304,7 @@ impl Inner {
             if !s.core.is_candidate(h) {
                 return Err(Error::NotCandidate { name: name.clone() });
             }
-            if !self.wait_or_cancel(&mut s, until, cancel) {
+            if !self.0.wait_or_cancel(&mut s, until, cancel) {
                 return Ok(None);
             }
         }
@@ -232,8 +320,8 @@ impl Inner {
         name: &LeaseName,
         value: Option<String>,
     ) -> Option<(SessionId, Term)> {
-        let now = self.now();
-        let mut s = self.lock_shared();
+        let now = self.0.now();
+        let mut s = self.0.lock_shared();
         match value {
             Some(v) if !v.is_empty() => s.values.insert(h, v),
             _ => s.values.remove(&h),
@@ -246,7 +334,7 @@ impl Inner {
 
     /// The value candidate `h` gives its terms (empty for none).
     pub(crate) fn candidate_value(&self, h: HandleId) -> String {
-        let s = self.lock_shared();
+        let s = self.0.lock_shared();
         s.values.get(&h).cloned().unwrap_or_default()
     }
 
@@ -254,23 +342,23 @@ impl Inner {
 
     /// Registers observer `h` of `name` (it reads the owner at once).
     pub(crate) fn add_observer(&self, h: HandleId, name: LeaseName) -> Result<()> {
-        self.lock_shared().core.check_live()?;
-        let now = self.now();
-        self.with_core(|c| c.add_observer(h, name, now));
+        self.0.lock_shared().core.check_live()?;
+        let now = self.0.now();
+        self.0.with_core(|c| c.add_observer(h, name, now));
         Ok(())
     }
 
     /// Registers watch `h` of `group` (it reads the members at once).
     pub(crate) fn add_group_watch(&self, h: HandleId, group: GroupName) -> Result<()> {
-        self.lock_shared().core.check_live()?;
-        let now = self.now();
-        self.with_core(|c| c.add_group_watch(h, group, now));
+        self.0.lock_shared().core.check_live()?;
+        let now = self.0.now();
+        self.0.with_core(|c| c.add_group_watch(h, group, now));
         Ok(())
     }
 
     /// Ends observer or watch `h`.
     pub(crate) fn remove_watch(&self, h: HandleId) {
-        self.with_core(|c| c.remove_watch(h));
+        self.0.with_core(|c| c.remove_watch(h));
     }
 
     // ---- locks ----------------------------------------------------------------------------
@@ -284,11 +372,11 @@ impl Inner {
         cancel: Option<&Cancel>,
         operation: &'static str,
     ) -> Result<bool> {
-        let mut s = self.lock_shared();
+        let mut s = self.0.lock_shared();
         self.wait_live_in(&mut s, until, once, cancel, operation)
     }
 
-    /// [`Inner::wait_live`] under the lock `s` (held again when it returns).
+    /// [`EngineHandle::wait_live`] under the lock `s` (held again when it returns).
     fn wait_live_in(
         &self,
         s: &mut MutexGuard<'_, Shared>,
@@ -302,12 +390,12 @@ impl Inner {
             if once {
                 s.core.check_live()?;
             } else {
-                self.check_waitable(s)?;
+                self.0.check_waitable(s)?;
             }
             if s.core.state().is_live() {
                 return Ok(true);
             }
-            if !self.wait_or_cancel(s, until, cancel) {
+            if !self.0.wait_or_cancel(s, until, cancel) {
                 return Ok(false);
             }
         }
@@ -315,26 +403,26 @@ impl Inner {
 
     /// A lock caller waits for releases of `name` from now on (they reach this session).
     pub(crate) fn wait_for_release(&self, name: &LeaseName) {
-        self.with_core(|c| c.wait_for_release(name));
+        self.0.with_core(|c| c.wait_for_release(name));
     }
 
     /// A lock caller stopped waiting for releases of `name`.
     pub(crate) fn stop_waiting(&self, name: &LeaseName) {
-        self.with_core(|c| c.stop_waiting(name));
+        self.0.with_core(|c| c.stop_waiting(name));
     }
 
     /// Whether an expired session will be reopened.
     pub(crate) fn will_reopen(&self) -> bool {
-        self.reopen_coming(&self.lock_shared())
+        self.0.reopen_coming(&self.0.lock_shared())
     }
 
     /// The releases of each of `names` seen so far (by callers waiting for them).
     pub(crate) fn releases_seen(&self, names: &[LeaseName]) -> Vec<u64> {
-        let s = self.lock_shared();
+        let s = self.0.lock_shared();
         names.iter().map(|n| s.core.releases_of(n)).collect()
     }
 
-    /// Waits until the session is live (as [`Inner::wait_live`]), then, under the same
+    /// Waits until the session is live (as [`EngineHandle::wait_live`]), then, under the same
     /// lock, marks an acquire of `name` as in flight; returns the session it is sent for and
     /// the releases of `name` seen so far (`None`: `until` passed first).
     pub(crate) fn begin_lock_attempt(
@@ -345,7 +433,7 @@ impl Inner {
         cancel: Option<&Cancel>,
         operation: &'static str,
     ) -> Result<Option<(SessionId, u64)>> {
-        let mut s = self.lock_shared();
+        let mut s = self.0.lock_shared();
         if !self.wait_live_in(&mut s, until, once, cancel, operation)? {
             return Ok(None);
         }
@@ -364,26 +452,27 @@ impl Inner {
         sent: Instant,
         reply: Result<Option<Acquire>>,
     ) -> Result<Option<Acquire>> {
-        self.with_session(id, |c| match reply.transpose() {
-            Some(reply) => {
-                // Read under the lock: a reply that waited for it is judged when taken in.
-                let now = self.now();
-                let r = c.on_lock_acquire(h, name, sent, now, reply);
-                if let Ok(Acquire::Acquired(term)) = &r {
-                    self.check_token(c, None, term);
+        self.0
+            .with_session(id, |c| match reply.transpose() {
+                Some(reply) => {
+                    // Read under the lock: a reply that waited for it is judged when taken in.
+                    let now = self.0.now();
+                    let r = c.on_lock_acquire(h, name, sent, now, reply);
+                    if let Ok(Acquire::Acquired(term)) = &r {
+                        self.0.check_token(c, None, term);
+                    }
+                    r.map(Some)
                 }
-                r.map(Some)
-            }
-            None => {
-                c.on_lock_queued(name);
-                Ok(None)
-            }
-        })
-        .unwrap_or_else(|| {
-            Err(Error::SessionExpired {
-                session: id.clone(),
+                None => {
+                    c.on_lock_queued(name);
+                    Ok(None)
+                }
             })
-        })
+            .unwrap_or_else(|| {
+                Err(Error::SessionExpired {
+                    session: id.clone(),
+                })
+            })
     }
 
     /// Waits until `changed` sees a change (a release seen, say), the session is no longer
@@ -394,13 +483,13 @@ impl Inner {
         cancel: Option<&Cancel>,
         mut changed: impl FnMut(&View<'_>) -> bool,
     ) {
-        let mut s = self.lock_shared();
+        let mut s = self.0.lock_shared();
         loop {
             let view = View { s: &s };
             if changed(&view) || !view.is_live() || cancel.is_some_and(Cancel::is_cancelled) {
                 return;
             }
-            if !self.wait_or_cancel(&mut s, Some(until), cancel) {
+            if !self.0.wait_or_cancel(&mut s, Some(until), cancel) {
                 return;
             }
         }
@@ -408,8 +497,8 @@ impl Inner {
 
     /// Whether the lock term `name`/`token` of session `id` is valid now.
     pub(crate) fn lock_is_valid(&self, id: &SessionId, name: &LeaseName, token: Token) -> bool {
-        let s = self.lock_shared();
-        let now = self.now();
+        let s = self.0.lock_shared();
+        let now = self.0.now();
         s.core.session() == id && s.core.is_valid(name, token, now)
     }
 
@@ -420,8 +509,8 @@ impl Inner {
         name: &LeaseName,
         token: Token,
     ) -> Option<Duration> {
-        let s = self.lock_shared();
-        let now = self.now();
+        let s = self.0.lock_shared();
+        let now = self.0.now();
         if s.core.session() != id {
             return None;
         }
@@ -431,8 +520,9 @@ impl Inner {
     /// Ends lock `h`'s term locally; returns its token to release. A term of a replaced
     /// (expired) session, or one lost meanwhile, is [`Error::LeaseLost`] (reported once).
     pub(crate) fn end_lock_term(&self, id: &SessionId, h: HandleId, term: &Term) -> Result<Token> {
-        let now = self.now();
-        self.with_session(id, |c| c.unlock(h, term, now))
+        let now = self.0.now();
+        self.0
+            .with_session(id, |c| c.unlock(h, term, now))
             .unwrap_or_else(|| Err(lease_lost(term)))
     }
 
@@ -440,7 +530,8 @@ impl Inner {
     /// (`LockLost` with `Missing`) unless the session was replaced meanwhile (its expiry
     /// reported the loss already), and the unlock's error.
     pub(crate) fn lock_lost_on_release(&self, id: &SessionId, h: HandleId, term: &Term) -> Error {
-        self.with_session(id, |c| c.lost_on_unlock(h, term.clone()))
+        self.0
+            .with_session(id, |c| c.lost_on_unlock(h, term.clone()))
             .unwrap_or_else(|| lease_lost(term))
     }
 }

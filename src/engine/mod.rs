@@ -10,7 +10,7 @@ pub(crate) mod driver;
 mod event;
 mod executor;
 mod guarded;
-mod handle;
+pub(crate) mod handle;
 mod listeners;
 pub(crate) mod metrics;
 mod router;

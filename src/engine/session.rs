@@ -7,6 +7,7 @@ use super::driver::{self, reopen, Route};
 use super::event::Event;
 use super::executor::{Pool, Serial, Tick, Timer};
 use super::guarded::PanicGuard;
+use super::handle::EngineHandle;
 use super::listeners::{Listeners, SESSION};
 use super::router::{Interest, Router};
 use crate::error::{Error, Result};
@@ -110,14 +111,14 @@ pub(crate) struct Inner {
 /// # Ok::<(), simba_lease::Error>(())
 /// ```
 pub struct Session {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: EngineHandle,
 }
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("id", &self.inner.id())
-            .field("backend", &self.inner.backend.kind())
+            .field("id", &self.inner.0.id())
+            .field("backend", &self.inner.0.backend.kind())
             .field("state", &self.state())
             .finish()
     }
@@ -190,28 +191,30 @@ impl Session {
         inner
             .timer
             .store(Timer::global().add(target), Ordering::SeqCst);
-        let session = Session { inner };
+        let session = Session {
+            inner: EngineHandle(inner),
+        };
         result.map(|()| session)
     }
 
     /// The current backend session's id (a new one after a reopen).
     pub fn id(&self) -> SessionId {
-        self.inner.id()
+        self.inner.0.id()
     }
 
     /// The configuration the session was opened with.
     pub fn config(&self) -> &Config {
-        &self.inner.config
+        &self.inner.0.config
     }
 
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn LeaseBackend> {
-        &self.inner.backend
+        &self.inner.0.backend
     }
 
     /// The current state.
     pub fn state(&self) -> SessionState {
-        self.inner.shared.lock().core.state()
+        self.inner.0.shared.lock().core.state()
     }
 
     /// Lease health now: time left, last keep-alive round trip and slack, failures in a row.
@@ -226,13 +229,13 @@ impl Session {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn health(&self) -> Health {
-        let now = self.inner.now();
-        self.inner.shared.lock().core.health(now)
+        let now = self.inner.0.now();
+        self.inner.0.shared.lock().core.health(now)
     }
 
     /// Every event of this session and its handles, from now on, in order.
     pub fn events(&self) -> Receiver<Event> {
-        self.inner.listeners.channel(SESSION)
+        self.inner.0.listeners.channel(SESSION)
     }
 
     /// Calls `f` with every event of this session and its handles, in order, on a thread of
@@ -247,7 +250,7 @@ impl Session {
     /// run out). Do not call them while holding a mutex that a callback takes: the call then
     /// waits out the bound.
     pub fn on_event(&self, f: impl FnMut(&Event) + Send + 'static) {
-        self.inner.listeners.callback(SESSION, f)
+        self.inner.0.listeners.callback(SESSION, f)
     }
 
     /// Waits until the session is [`SessionState::Valid`] or `timeout` passes; errors if it
@@ -274,14 +277,14 @@ impl Session {
         const OP: &str = "waiting for the session to be valid";
         // A timeout too large for an `Instant` means no deadline.
         let until = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut s = self.inner.shared.lock();
+        let mut s = self.inner.0.shared.lock();
         loop {
             super::Cancel::check(cancel, OP)?;
-            self.inner.check_waitable(&s)?;
+            self.inner.0.check_waitable(&s)?;
             if s.core.state() == State::Valid {
                 return Ok(());
             }
-            if !self.inner.wait_or_cancel(&mut s, until, cancel) {
+            if !self.inner.0.wait_or_cancel(&mut s, until, cancel) {
                 return Err(Error::Timeout {
                     operation: OP,
                     after: timeout.unwrap_or_default(),
@@ -296,7 +299,7 @@ impl Session {
     /// backend session (which frees its leases and memberships) and waits until the final
     /// events were delivered. Idempotent.
     pub fn close(&self) -> Result<()> {
-        self.inner.close()
+        self.inner.0.close()
     }
 
     /// Stops the session's threads without closing it on the backend, as a crashed process
@@ -304,9 +307,9 @@ impl Session {
     #[cfg(feature = "tck")]
     #[doc(hidden)]
     pub fn crash(self) {
-        self.inner.crashed.store(true, Ordering::SeqCst);
-        self.inner.closed.store(true, Ordering::SeqCst);
-        self.inner.stop_threads();
+        self.inner.0.crashed.store(true, Ordering::SeqCst);
+        self.inner.0.closed.store(true, Ordering::SeqCst);
+        self.inner.0.stop_threads();
     }
 }
 
@@ -315,7 +318,7 @@ impl Drop for Session {
     /// deleted on the session's work queue, not on the dropping thread (no network I/O in
     /// `Drop`); call `close()` to wait for it and see its result.
     fn drop(&mut self) {
-        let _ = self.inner.close_with(false);
+        let _ = self.inner.0.close_with(false);
     }
 }
 

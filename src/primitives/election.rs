@@ -1,14 +1,13 @@
 //! Leader election: a candidate that campaigns until it resigns.
 
 use super::IntoLeaseName;
-use crate::engine::session::Inner;
+use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, HandleId, Holder, Session};
 use crate::error::lease_lost;
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Term};
 use crate::Event;
 use crossbeam_channel::Receiver;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(super) type EventCallback = Box<dyn FnMut(&Event) + Send>;
@@ -58,9 +57,9 @@ impl Session {
             inner.set_candidate_value(h, &name, Some(v));
         }
         // Listening before the candidate enters: its first attempt may win at once.
-        let events = inner.listeners.channel(h);
+        let events = inner.channel(h);
         if let Some(cb) = cb {
-            inner.listeners.callback(h, cb);
+            inner.callback(h, cb);
         }
         if let Err(e) = enter(inner, &name, h) {
             inner.set_candidate_value(h, &name, None);
@@ -78,13 +77,13 @@ impl Session {
 
 /// Reserves `name` for candidate `h` in this session and registers it with the engine; the
 /// session joins the election's candidates group (on the work queue).
-fn enter(inner: &Inner, name: &LeaseName, h: HandleId) -> Result<()> {
+fn enter(inner: &EngineHandle, name: &LeaseName, h: HandleId) -> Result<()> {
     inner.enter_candidate(name, h, &super::leader_value::candidates_group(name))
 }
 
 /// A candidate in an election. Dropping it resigns.
 pub struct Election {
-    pub(super) inner: Arc<Inner>,
+    pub(super) inner: EngineHandle,
     pub(super) handle: HandleId,
     pub(super) name: LeaseName,
     events: Receiver<Event>,

@@ -1,14 +1,13 @@
 //! Group membership: join (a guard that leaves on drop), list and watch the live members.
 
 use super::IntoGroupName;
-use crate::engine::session::Inner;
+use crate::engine::handle::EngineHandle;
 use crate::engine::{HandleId, Session};
 use crate::error::Result;
 use crate::types::{GroupName, Member};
 use crate::Event;
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
-use std::sync::Arc;
 
 impl Session {
     /// A view of the group `name` (no I/O until used): join it, list or watch its members.
@@ -38,7 +37,7 @@ impl Session {
 /// A view of a group. Dropping it stops its watches; memberships are [`Membership`] guards.
 #[derive(Debug)]
 pub struct Group {
-    inner: Arc<Inner>,
+    inner: EngineHandle,
     name: GroupName,
     watches: Mutex<Vec<HandleId>>,
 }
@@ -55,7 +54,7 @@ impl Group {
         // Counted under the same lock that reads the id: a reopen either sees the count
         // (and re-joins) or has already swapped the session in.
         let id = self.inner.count_join(&self.name)?;
-        if let Err(e) = self.inner.backend.join(&id, &self.name) {
+        if let Err(e) = self.inner.backend().join(&id, &self.name) {
             // Not joined: uncounted (a leave of the last count would leave on the backend).
             let _ = self.inner.count_leave(&self.name);
             return Err(e);
@@ -71,12 +70,12 @@ impl Group {
     /// by [`Membership`] guards are not re-joined after a reopen.
     pub fn leave(&self) -> Result<bool> {
         self.inner.forget_joined(&self.name);
-        self.inner.backend.leave(&self.inner.id(), &self.name)
+        self.inner.backend().leave(&self.inner.id(), &self.name)
     }
 
     /// The live members, read from the backend.
     pub fn members(&self) -> Result<Vec<Member>> {
-        self.inner.backend.members(&self.name)
+        self.inner.backend().members(&self.name)
     }
 
     /// [`Event::MembersChanged`] events: first the members now, then every change (read
@@ -98,7 +97,7 @@ impl Group {
     /// ```
     pub fn watch(&self) -> Result<Receiver<Event>> {
         let h = self.inner.next_handle();
-        let rx = self.inner.listeners.channel(h);
+        let rx = self.inner.channel(h);
         if let Err(e) = self.inner.add_group_watch(h, self.name.clone()) {
             self.inner.drop_listeners(h);
             return Err(e);
@@ -120,7 +119,7 @@ impl Drop for Group {
 /// Membership of a group; dropping it leaves the group (the backend call runs on the
 /// session's work queue; [`Membership::leave`] leaves before returning).
 pub struct Membership {
-    inner: Arc<Inner>,
+    inner: EngineHandle,
     name: GroupName,
     done: bool,
 }
@@ -149,7 +148,7 @@ impl Membership {
             self.inner.leave_later(&id, &self.name);
             return Ok(true);
         }
-        self.inner.backend.leave(&id, &self.name)
+        self.inner.backend().leave(&id, &self.name)
     }
 }
 

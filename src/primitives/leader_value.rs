@@ -11,7 +11,7 @@
 use super::election::Election;
 use super::lock::LockGuard;
 use super::IntoLeaseName;
-use crate::engine::session::Inner;
+use crate::engine::handle::EngineHandle;
 use crate::engine::Session;
 use crate::error::lease_lost;
 use crate::error::{Error, Result};
@@ -40,26 +40,26 @@ pub(crate) fn candidates_group(name: &LeaseName) -> GroupName {
 
 /// Leaves the candidates group of `name` (unless another candidate of this session for the
 /// name, or a membership, still counts): now if `wait`, else on the work queue.
-pub(super) fn leave_candidates(inner: &Inner, name: &LeaseName, wait: bool) {
+pub(super) fn leave_candidates(inner: &EngineHandle, name: &LeaseName, wait: bool) {
     let group = candidates_group(name);
     let Some(id) = inner.count_leave(&group) else {
         return;
     };
     if !wait {
         inner.leave_later(&id, &group);
-    } else if let Err(e) = inner.backend.leave(&id, &group) {
+    } else if let Err(e) = inner.backend().leave(&id, &group) {
         log::warn!("leaving {group} failed: {}", e.report());
     }
 }
 
 /// Refuses values on a backend that does not keep them, before any wait.
-fn check_supported(inner: &Inner) -> Result<()> {
-    if inner.backend.supports_values() {
+fn check_supported(inner: &EngineHandle) -> Result<()> {
+    if inner.backend().supports_values() {
         return Ok(());
     }
     Err(Error::Unsupported {
         operation: "term values",
-        backend: inner.backend.kind(),
+        backend: inner.backend().kind(),
     })
 }
 
@@ -124,7 +124,7 @@ impl Election {
             return Ok(());
         };
         match inner
-            .backend
+            .backend()
             .set_value(&id, &self.name, term.token, &value)?
         {
             true => Ok(()),
@@ -140,7 +140,7 @@ impl Election {
     /// The current leader (of any session) with its token and term value, read from the
     /// backend; `None` while nobody leads.
     pub fn leader(&self) -> Result<Option<Owner>> {
-        self.inner.backend.owner(&self.name)
+        self.inner.backend().owner(&self.name)
     }
 
     /// The live sessions campaigning in this election (the leader among them), with their
@@ -167,7 +167,7 @@ impl Election {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn candidates(&self) -> Result<Vec<Member>> {
-        let mut members = self.inner.backend.members(&self.candidates_group())?;
+        let mut members = self.inner.backend().members(&self.candidates_group())?;
         members.sort();
         Ok(members)
     }
@@ -210,7 +210,7 @@ impl LockGuard {
         let (name, token) = (&self.term.name, self.term.token);
         match self
             .inner
-            .backend
+            .backend()
             .set_value(&self.session, name, token, &value)?
         {
             true => Ok(()),

@@ -2,13 +2,12 @@
 
 use super::IntoLeaseName;
 use crate::engine::driver::wait::{LockWait, Step};
-use crate::engine::session::Inner;
+use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, HandleId, Session};
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, Queued};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::Event;
@@ -29,7 +28,7 @@ impl Session {
             name,
             None,
             false,
-            self.inner.config.fair_locks(),
+            self.inner.config().fair_locks(),
             None,
             &mut last,
         )?
@@ -57,7 +56,7 @@ impl Session {
             name,
             Some(Instant::now()),
             true,
-            self.inner.config.fair_locks(),
+            self.inner.config().fair_locks(),
             None,
             &mut None,
         )
@@ -74,7 +73,7 @@ impl Session {
             name,
             until,
             false,
-            self.inner.config.fair_locks(),
+            self.inner.config().fair_locks(),
             None,
             &mut last,
         )? {
@@ -104,7 +103,7 @@ impl Session {
             name,
             until,
             false,
-            self.inner.config.fair_locks(),
+            self.inner.config().fair_locks(),
             Some(cancel),
             &mut last,
         )? {
@@ -131,7 +130,7 @@ impl Session {
     /// ```
     pub fn lock_queue(&self, name: impl IntoLeaseName) -> Result<Vec<SessionId>> {
         let name = name.into_lease_name()?;
-        self.inner.backend.queue(&name)
+        self.inner.backend().queue(&name)
     }
 }
 
@@ -150,7 +149,7 @@ pub(crate) fn timed_out(operation: &'static str, after: Duration, last: Option<E
 /// `last` is the error of the last attempt if it failed (`None` if it found the lock held).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn lock_until(
-    inner: &Arc<Inner>,
+    inner: &EngineHandle,
     name: LeaseName,
     until: Option<Instant>,
     once: bool,
@@ -163,7 +162,7 @@ pub(crate) fn lock_until(
     if !inner.reserve_for_lock(&name, h, until, once, cancel)? {
         return Ok(None);
     }
-    let events = inner.listeners.channel(h);
+    let events = inner.channel(h);
     let r = acquire_loop(inner, &name, h, until, once, fair, cancel, last);
     match r {
         Ok(Some((session, term))) => Ok(Some(LockGuard {
@@ -183,7 +182,7 @@ pub(crate) fn lock_until(
             if fair {
                 leave_queue(inner, &name);
             }
-            inner.listeners.remove(h);
+            inner.drop_listeners(h);
             inner.unreserve(&name, h);
             other.map(|_| None)
         }
@@ -193,9 +192,9 @@ pub(crate) fn lock_until(
 /// Gives up this session's place in `name`'s queue (a waiter that timed out, was
 /// cancelled or failed). A failure only costs the place's patience: it is skipped once
 /// no longer renewed.
-pub(crate) fn leave_queue(inner: &Inner, name: &LeaseName) {
+pub(crate) fn leave_queue(inner: &EngineHandle, name: &LeaseName) {
     let id = inner.id();
-    if let Err(e) = inner.backend.leave_queue(&id, name) {
+    if let Err(e) = inner.backend().leave_queue(&id, name) {
         log::warn!("leaving the queue of lock {name} failed: {}", e.report());
     }
 }
@@ -204,7 +203,7 @@ pub(crate) fn leave_queue(inner: &Inner, name: &LeaseName) {
 /// [`LockWait`] gives up; `last` gets the last failure (the timeout's source).
 #[allow(clippy::too_many_arguments)]
 fn acquire_loop(
-    inner: &Arc<Inner>,
+    inner: &EngineHandle,
     name: &LeaseName,
     h: HandleId,
     until: Option<Instant>,
@@ -214,7 +213,7 @@ fn acquire_loop(
     last: &mut Option<Error>,
 ) -> Result<Option<(SessionId, Term)>> {
     const OP: &str = "taking a lock";
-    let mut wait = LockWait::new(once, inner.config.retry_interval());
+    let mut wait = LockWait::new(once, inner.config().retry_interval());
     // A blocking caller waits for a release of this name only: other names' releases
     // neither wake it nor reach this session. Registered once the name is found held
     // (then tried again at once, so a release in between is not missed).
@@ -228,14 +227,14 @@ fn acquire_loop(
         // `None`: queued behind another waiter while the lease is free.
         let reply: Result<Option<Acquire>> = if fair {
             inner
-                .backend
-                .acquire_queued(&id, name, inner.config.lease())
+                .backend()
+                .acquire_queued(&id, name, inner.config().lease())
                 .map(|q| match q {
                     Queued::Acquired(term) => Some(Acquire::Acquired(term)),
                     Queued::Waiting { owner, .. } => owner.map(Acquire::Held),
                 })
         } else {
-            inner.backend.acquire(&id, name).map(Some)
+            inner.backend().acquire(&id, name).map(Some)
         };
         let r = inner.finish_lock_attempt(&id, h, name, sent, reply);
         let expired = matches!(r, Err(Error::SessionExpired { .. }));
@@ -264,12 +263,12 @@ fn acquire_loop(
 
 /// Registers a lock caller waiting for a release of `name` while it lives.
 pub(super) struct WaitingForRelease<'a> {
-    inner: &'a Inner,
+    inner: &'a EngineHandle,
     name: &'a LeaseName,
 }
 
 impl<'a> WaitingForRelease<'a> {
-    pub(super) fn new(inner: &'a Inner, name: &'a LeaseName) -> Self {
+    pub(super) fn new(inner: &'a EngineHandle, name: &'a LeaseName) -> Self {
         inner.wait_for_release(name);
         WaitingForRelease { inner, name }
     }
@@ -289,7 +288,7 @@ impl Drop for WaitingForRelease<'_> {
 /// Check [`LockGuard::is_valid`] (or pass [`LockGuard::token`] to the protected resource)
 /// before acting on the lock: it ends without the guard being dropped if the session is lost.
 pub struct LockGuard {
-    pub(super) inner: Arc<Inner>,
+    pub(super) inner: EngineHandle,
     handle: HandleId,
     pub(super) session: SessionId,
     pub(super) term: Term,

@@ -1,13 +1,12 @@
 //! Watching who holds a lease, without being a candidate.
 
 use super::IntoLeaseName;
-use crate::engine::session::Inner;
+use crate::engine::handle::EngineHandle;
 use crate::engine::{HandleId, Session};
 use crate::error::Result;
 use crate::types::{LeaseName, Owner};
 use crate::Event;
 use crossbeam_channel::Receiver;
-use std::sync::Arc;
 
 impl Session {
     /// Observes the lease `name`: [`Event::LeaderChanged`] with the holder, its token and
@@ -28,7 +27,7 @@ impl Session {
         let name = name.into_lease_name()?;
         let inner = &self.inner;
         let h = inner.next_handle();
-        let events = inner.listeners.channel(h);
+        let events = inner.channel(h);
         if let Err(e) = inner.add_observer(h, name.clone()) {
             inner.drop_listeners(h);
             return Err(e);
@@ -45,7 +44,7 @@ impl Session {
 /// Watches a lease's holder. Dropping it stops the watch.
 #[derive(Debug)]
 pub struct Observer {
-    inner: Arc<Inner>,
+    inner: EngineHandle,
     handle: HandleId,
     name: LeaseName,
     events: Receiver<Event>,
@@ -64,7 +63,7 @@ impl Observer {
 
     /// Reads the current holder from the backend.
     pub fn leader(&self) -> Result<Option<Owner>> {
-        self.inner.backend.owner(&self.name)
+        self.inner.backend().owner(&self.name)
     }
 }
 

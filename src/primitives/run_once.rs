@@ -15,13 +15,12 @@
 //! name no longer depends on the session.
 
 use super::IntoLeaseName;
-use crate::engine::session::Inner;
+use crate::engine::handle::EngineHandle;
 use crate::engine::Session;
 use crate::error::{Error, Result};
 use crate::spi::JobClaim;
 use crate::types::{LeaseName, SessionId, Token};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Checks the window of a run-once job: `at_most` from 1 ms to
@@ -96,11 +95,11 @@ impl Session {
         let inner = &self.inner;
         let id = inner.live_session()?;
         let sent = inner.now();
-        let (token, remaining) = match inner.backend.claim_job(&id, &name, at_most)? {
+        let (token, remaining) = match inner.backend().claim_job(&id, &name, at_most)? {
             JobClaim::Busy { .. } => return Ok(None),
             JobClaim::Claimed { token, remaining } => (token, remaining),
         };
-        let drift = inner.config.drift();
+        let drift = inner.config().drift();
         let handle = Job {
             inner: inner.clone(),
             session: id,
@@ -117,7 +116,7 @@ impl Session {
 
 /// A claimed run of a job, handed to the job by [`Session::run_once`].
 pub struct Job {
-    inner: Arc<Inner>,
+    inner: EngineHandle,
     session: SessionId,
     name: LeaseName,
     token: Token,
@@ -195,7 +194,7 @@ impl Job {
     fn finish(&self, at_least: Duration) {
         let r = self
             .inner
-            .backend
+            .backend()
             .finish_job(&self.session, &self.name, self.token, at_least);
         match r {
             Ok(true) => {}

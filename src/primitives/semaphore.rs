@@ -6,13 +6,12 @@
 use super::lock::{lock_until, timed_out, LockGuard, WaitingForRelease};
 use super::IntoLeaseName;
 use crate::engine::driver::wait::{LockWait, Step};
-use crate::engine::session::Inner;
+use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, Session};
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Owner, Term, Token};
 use crate::Event;
 use crossbeam_channel::Receiver;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The most permits a semaphore may have.
@@ -61,7 +60,7 @@ impl Session {
 /// [`Session::semaphore`]). Cheap to keep; taking a permit tries the permits' leases from a
 /// random one on (one backend call each) and, when all are held, waits for a release of any.
 pub struct Semaphore {
-    inner: Arc<Inner>,
+    inner: EngineHandle,
     name: LeaseName,
     slots: Vec<LeaseName>,
 }
@@ -123,7 +122,7 @@ impl Semaphore {
     pub fn holders(&self) -> Result<Vec<(u32, Owner)>> {
         let mut out = Vec::new();
         for (i, slot) in self.slots.iter().enumerate() {
-            if let Some(o) = self.inner.backend.owner(slot)? {
+            if let Some(o) = self.inner.backend().owner(slot)? {
                 out.push((i as u32, o));
             }
         }
@@ -141,7 +140,7 @@ impl Semaphore {
         let inner = &self.inner;
         let n = self.slots.len();
         let start = (crate::rand::u64() % n as u64) as usize;
-        let mut wait = LockWait::new(once, inner.config.retry_interval()).waiting_from_start();
+        let mut wait = LockWait::new(once, inner.config().retry_interval()).waiting_from_start();
         // Registered before the first round, so a release during it is not missed.
         let _waiting: Vec<WaitingForRelease<'_>> = if once {
             Vec::new()
