@@ -1,14 +1,11 @@
-//! Which driver failures are TLS or authentication failures: [`Error::backend`] asks
-//! [`classify`] so that every backend, on every path (connect, and every pooled connection
-//! opened later), reports them as [`Error::Tls`] or [`Error::Authentication`]. Two causes
-//! are known by their whole text only (tokio-postgres builds them from strings), so any
-//! error whose message is exactly `server does not support TLS` or `password missing` is
-//! typed as such, also one a third-party backend passes to [`Error::backend`].
-//!
-//! The drivers keep the cause in different places: rustls's error inside an `io::Error`
-//! (PostgreSQL, Redis, ZooKeeper's diagnosing handshake), inside `mysql::Error::TlsError`
-//! (whose `source` chain stops at the top), or as a server error code (`28P01`, MySQL 1045,
-//! Redis `WRONGPASS`).
+//! Which failures are TLS or authentication failures: the generic half. [`classify`] walks an
+//! error chain (also into the error an `io::Error` or an `Arc` wraps, where `source` does not
+//! lead) and asks, at each link, the backend's own test (each backend knows its driver's
+//! error type and codes: `backends::<name>::failure`), then the tests that hold for every
+//! driver: a rustls error (the TLS stack every backend uses), and two causes known by their
+//! whole text only (tokio-postgres builds them from strings), so any error whose message is
+//! exactly `server does not support TLS` or `password missing` is typed as such, also one a
+//! third-party backend passes to [`Error::backend`].
 
 use crate::error::TlsFailure;
 use std::error::Error as StdError;
@@ -25,15 +22,28 @@ pub(crate) enum Failure {
 /// The deepest chain walked (a cyclic or absurd chain must not hang a caller).
 const MAX_DEPTH: usize = 16;
 
-/// The TLS or authentication failure anywhere in `e`'s chain, if any.
-pub(crate) fn classify(e: &(dyn StdError + 'static)) -> Option<Failure> {
+/// A backend's own test of one link of a chain (its driver's error type and codes).
+pub(crate) type Own = fn(&(dyn StdError + 'static)) -> Option<Failure>;
+
+/// The test of a backend that knows no driver error of its own.
+pub(crate) fn no_own(_: &(dyn StdError + 'static)) -> Option<Failure> {
+    None
+}
+
+/// The TLS or authentication failure anywhere in `e`'s chain, if any, by `own` and the
+/// generic tests.
+pub(crate) fn classify(e: &(dyn StdError + 'static), own: Own) -> Option<Failure> {
+    walk(e, own, 0)
+}
+
+fn walk(e: &(dyn StdError + 'static), own: Own, depth: usize) -> Option<Failure> {
     let mut next = Some(e);
-    for _ in 0..MAX_DEPTH {
+    for d in depth..MAX_DEPTH {
         let e = next?;
-        if let Some(f) = one(e) {
+        if let Some(f) = own(e).or_else(|| generic(e)) {
             return Some(f);
         }
-        if let Some(f) = wrapped(e).and_then(classify) {
+        if let Some(f) = wrapped(e).and_then(|w| walk(w, own, d + 1)) {
             return Some(f);
         }
         next = e.source();
@@ -53,42 +63,11 @@ fn wrapped<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 's
     None
 }
 
-/// The failure `e` itself names.
-fn one(e: &(dyn StdError + 'static)) -> Option<Failure> {
+/// The failure `e` itself names, whatever the driver.
+fn generic(e: &(dyn StdError + 'static)) -> Option<Failure> {
     #[cfg(feature = "tls")]
     if let Some(r) = e.downcast_ref::<rustls::Error>() {
         return Some(Failure::Tls(of_rustls(r)));
-    }
-    #[cfg(feature = "postgres")]
-    if let Some(pg) = e.downcast_ref::<postgres::Error>() {
-        if let Some(code) = pg.code() {
-            use postgres::error::SqlState;
-            if *code == SqlState::INVALID_PASSWORD
-                || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-            {
-                return Some(Failure::Authentication);
-            }
-        }
-    }
-    #[cfg(feature = "mysql")]
-    if let Some(my) = e.downcast_ref::<mysql::Error>() {
-        return of_mysql(my);
-    }
-    #[cfg(feature = "redis")]
-    if let Some(r) = e.downcast_ref::<redis::RedisError>() {
-        if r.kind() == redis::ErrorKind::AuthenticationFailed
-            || matches!(r.code(), Some("WRONGPASS" | "NOAUTH"))
-        {
-            return Some(Failure::Authentication);
-        }
-    }
-    // ZooKeeper checks no digest password when it is added: a wrong one is an identity the
-    // creator-only ACL of the root's nodes refuses (`NoAuth`).
-    #[cfg(feature = "zookeeper")]
-    if let Some(zookeeper_client::Error::AuthFailed | zookeeper_client::Error::NoAuth) =
-        e.downcast_ref::<zookeeper_client::Error>()
-    {
-        return Some(Failure::Authentication);
     }
     // Drivers that keep these causes only as text (tokio-postgres builds both from strings).
     match e.to_string().as_str() {
@@ -100,7 +79,7 @@ fn one(e: &(dyn StdError + 'static)) -> Option<Failure> {
 
 /// What a rustls error means for the user.
 #[cfg(feature = "tls")]
-fn of_rustls(e: &rustls::Error) -> TlsFailure {
+pub(crate) fn of_rustls(e: &rustls::Error) -> TlsFailure {
     use rustls::{AlertDescription as A, CertificateError as C, Error as R};
     match e {
         R::InvalidCertificate(C::UnknownIssuer) => TlsFailure::UnknownIssuer,
@@ -126,33 +105,6 @@ fn of_rustls(e: &rustls::Error) -> TlsFailure {
     }
 }
 
-/// What a `mysql` error means (its `source` chain ends at the top, so it is read here).
-#[cfg(feature = "mysql")]
-fn of_mysql(e: &mysql::Error) -> Option<Failure> {
-    match e {
-        // ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR, ER_MUST_CHANGE_PASSWORD
-        // (-_LOGIN), ER_ACCOUNT_HAS_BEEN_LOCKED, and MySQL 8's ER_SECURE_TRANSPORT_REQUIRED
-        // (a plaintext connection to a server with `require_secure_transport`; MariaDB
-        // answers 1045 there).
-        mysql::Error::MySqlError(m)
-            if matches!(m.code, 1045 | 1698 | 1820 | 1862 | 3118 | 3159) =>
-        {
-            Some(Failure::Authentication)
-        }
-        mysql::Error::DriverError(mysql::DriverError::TlsNotSupported) => {
-            Some(Failure::Tls(TlsFailure::NotOffered))
-        }
-        #[cfg(feature = "tls")]
-        mysql::Error::TlsError(t) => Some(match t {
-            mysql::error::tls::TlsError::Tls(r) => Failure::Tls(of_rustls(r)),
-            _ => Failure::Tls(TlsFailure::Handshake),
-        }),
-        mysql::Error::IoError(io) => classify(io),
-        mysql::Error::CodecError(codec) => classify(codec),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,17 +112,20 @@ mod tests {
     #[test]
     fn plain_errors_are_neither() {
         let e: Box<dyn StdError + Send + Sync> = "connection refused".into();
-        assert_eq!(classify(&*e), None);
+        assert_eq!(classify(&*e, no_own), None);
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        assert_eq!(classify(&io), None);
+        assert_eq!(classify(&io, no_own), None);
     }
 
     #[test]
     fn driver_words_kept_only_as_text_are_read() {
         let e: Box<dyn StdError + Send + Sync> = "server does not support TLS".into();
-        assert_eq!(classify(&*e), Some(Failure::Tls(TlsFailure::NotOffered)));
+        assert_eq!(
+            classify(&*e, no_own),
+            Some(Failure::Tls(TlsFailure::NotOffered))
+        );
         let e: Box<dyn StdError + Send + Sync> = "password missing".into();
-        assert_eq!(classify(&*e), Some(Failure::Authentication));
+        assert_eq!(classify(&*e, no_own), Some(Failure::Authentication));
     }
 
     #[cfg(feature = "tls")]
@@ -209,7 +164,7 @@ mod tests {
         ];
         for (r, want) in cases {
             let io = std::io::Error::new(std::io::ErrorKind::InvalidData, r);
-            assert_eq!(classify(&io), Some(Failure::Tls(want)), "{io}");
+            assert_eq!(classify(&io, no_own), Some(Failure::Tls(want)), "{io}");
             // Deeper: a driver error whose source is that io::Error.
             #[derive(Debug)]
             struct Wrap(std::io::Error);
@@ -223,7 +178,7 @@ mod tests {
                     Some(&self.0)
                 }
             }
-            assert_eq!(classify(&Wrap(io)), Some(Failure::Tls(want)));
+            assert_eq!(classify(&Wrap(io), no_own), Some(Failure::Tls(want)));
         }
     }
 }

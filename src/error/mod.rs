@@ -2,7 +2,7 @@
 
 use crate::types::{LeaseName, SessionId, Token};
 
-mod classify;
+pub(crate) mod classify;
 use std::time::Duration;
 
 /// A boxed driver error kept as the source of [`Error::Backend`].
@@ -289,9 +289,19 @@ impl Error {
     /// assert!(matches!(e, Error::Authentication { .. }));
     /// ```
     pub fn backend(operation: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::classified(operation, source, classify::no_own)
+    }
+
+    /// As [`Error::backend`], with a backend's own test of its driver's errors (each
+    /// backend's `failure` module passes its own).
+    pub(crate) fn classified(
+        operation: &'static str,
+        source: impl Into<BoxError>,
+        own: classify::Own,
+    ) -> Self {
         use classify::{classify, Failure};
         let source = source.into();
-        match classify(&*source) {
+        match classify(&*source, own) {
             Some(Failure::Tls(failure)) => Error::Tls {
                 operation,
                 failure,

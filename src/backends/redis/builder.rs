@@ -200,7 +200,7 @@ fn pair_check(cert: &[u8], key: &[u8]) -> Result<()> {
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::backend("configuring TLS", e))?
+        .map_err(|e| super::failure::error("configuring TLS", e))?
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_client_auth_cert(chain, key)
         .map_err(|e| Error::config("key", format!("does not fit `cert`: {e}")))?;

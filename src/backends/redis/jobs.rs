@@ -17,7 +17,7 @@ use super::scripting::{Reply, Role};
 use super::scripts::scripts;
 use super::{bad_reply, flag, int_at, lease_ms, millis, token, RedisBackend};
 use crate::backends::jobs::{check_at_least, check_at_most, ms};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::spi::JobClaim;
 use crate::types::{LeaseName, SessionId, Token};
 use std::time::Duration;
@@ -84,7 +84,7 @@ impl RedisBackend {
         match (acked, &claim) {
             (Some(acked), JobClaim::Claimed { token: t, .. }) if acked < n => {
                 let undone = self.finish_job_script(session, name, *t, Duration::ZERO);
-                Err(Error::backend(
+                Err(super::failure::error(
                     OP,
                     format!(
                         "only {acked} of {n} replicas acknowledged the claim of job {name:?} \

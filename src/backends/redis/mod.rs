@@ -191,6 +191,7 @@
 mod anchors;
 mod builder;
 mod cluster_keep_alive;
+mod failure;
 mod jobs;
 mod node;
 mod scripting;
@@ -558,7 +559,7 @@ fn slot_left(remaining: Duration, elapsed: Duration) -> Option<u64> {
 fn bad_reply(op: &'static str, r: &Reply) -> Error {
     let mut shown = String::new();
     show(r, &mut shown);
-    Error::backend(
+    failure::error(
         op,
         scripting::shorten(format!("unexpected reply from Redis: {shown}")),
     )
@@ -623,7 +624,7 @@ fn token(op: &'static str, v: i64) -> Result<Token> {
     u64::try_from(v)
         .ok()
         .and_then(|v| Token::new(v).ok())
-        .ok_or_else(|| Error::backend(op, format!("token {v} from Redis")))
+        .ok_or_else(|| failure::error(op, format!("token {v} from Redis")))
 }
 
 /// A remaining time in ms from a reply: never negative.
@@ -1111,7 +1112,7 @@ impl RedisBackend {
         let n = self.cfg.wait_replicas;
         let wait = self.cfg.query_timeout * 2 / 3;
         let released = self.release_term(sid, name, t);
-        Error::backend(
+        failure::error(
             "acquiring",
             format!(
                 "only {acked} of {n} replicas acknowledged the new term of {name:?} (token {t}) within {wait:?}; \
@@ -1148,7 +1149,7 @@ impl RedisBackend {
             // Only queued acquires answer so.
             Acquired::Queued { owner, .. } => owner
                 .map(Acquire::Held)
-                .ok_or_else(|| Error::backend("acquiring", "a queue reply to a plain acquire")),
+                .ok_or_else(|| failure::error("acquiring", "a queue reply to a plain acquire")),
             Acquired::Expired => Err(self.expired(session)),
         }
     }

@@ -381,7 +381,7 @@ fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client> {
     #[cfg(feature = "tls")]
     install_crypto_provider();
     if tls.is_empty() {
-        return redis::Client::open(url).map_err(|e| Error::backend(OP, e));
+        return redis::Client::open(url).map_err(|e| super::failure::error(OP, e));
     }
     #[cfg(feature = "tls")]
     {
@@ -406,7 +406,7 @@ pub(crate) fn map_err(
                 source: Some(Box::new(e)),
             }
         } else {
-            Error::backend(operation, e)
+            super::failure::error(operation, e)
         }
     }
 }
@@ -1054,7 +1054,7 @@ impl ClusterScripting {
     /// Connects to the cluster through the seed nodes `urls` (`redis://host:port`).
     pub fn new(urls: &[String], opts: ConnectOptions) -> Result<Self> {
         const OP: &str = "connecting to the Redis Cluster";
-        let err = |e| Error::backend(OP, e);
+        let err = |e| super::failure::error(OP, e);
         let builder = redis::cluster::ClusterClient::builder(urls.to_vec())
             .connection_timeout(opts.connect_timeout)
             .response_timeout(opts.query_timeout)
@@ -1136,7 +1136,7 @@ fn seed_failure(
         let e = connect_node(seed, opts)
             .and_then(|mut con| redis::cmd("PING").query::<redis::Value>(&mut con))
             .err()?;
-        let e = Error::backend(operation, e);
+        let e = super::failure::error(operation, e);
         match e {
             Error::Tls { .. } | Error::Authentication { .. } => Some(e),
             _ => plaintext_server(seed, opts, operation),

@@ -18,7 +18,7 @@
 
 use super::{remaining, token, Dialect, SqlBackend, Tables};
 use crate::backends::jobs::{check_at_least, check_at_most, ms};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::spi::JobClaim;
 use crate::types::{LeaseName, SessionId, Token};
 use std::time::Duration;
@@ -173,7 +173,7 @@ impl SqlBackend {
             }
             // Freed between the two statements: claim again.
         }
-        Err(Error::backend(
+        Err(super::failure::error(
             OP,
             format!("job {name} kept changing hands"),
         ))

@@ -84,6 +84,7 @@
 //! connection is dropped (the server may still finish the statement). On both, the engine's
 //! local deadline ends the call's relevance anyway.
 
+mod failure;
 mod jobs;
 #[cfg(feature = "postgres")]
 mod listen;
@@ -900,7 +901,7 @@ fn remaining(us: i64) -> Duration {
 
 fn token(t: i64) -> Result<Token> {
     Token::new(u64::try_from(t).unwrap_or(0)).map_err(|_| {
-        Error::backend(
+        failure::error(
             "reading a token",
             format!("token {t} in the table is not > 0"),
         )
@@ -908,7 +909,7 @@ fn token(t: i64) -> Result<Token> {
 }
 
 fn session_id(s: &str) -> Result<SessionId> {
-    SessionId::parse(s.trim_end()).map_err(|e| Error::backend("reading a session id", e))
+    SessionId::parse(s.trim_end()).map_err(|e| failure::error("reading a session id", e))
 }
 
 impl SqlBackend {
@@ -1125,7 +1126,7 @@ impl SqlBackend {
             },
             _ => match e.source.downcast::<Error>() {
                 Ok(inner) => *inner,
-                Err(source) => Error::backend(operation, source),
+                Err(source) => failure::error(operation, source),
             },
         }
     }
@@ -1249,7 +1250,7 @@ impl LeaseBackend for SqlBackend {
                         .map(|(name, t)| {
                             Ok((
                                 LeaseName::new(name)
-                                    .map_err(|e| Error::backend("reading a lease name", e))?,
+                                    .map_err(|e| failure::error("reading a lease name", e))?,
                                 token(t)?,
                             ))
                         })
@@ -1282,7 +1283,7 @@ impl LeaseBackend for SqlBackend {
                             continue;
                         }
                         _ => {
-                            return Err(Error::backend(
+                            return Err(failure::error(
                                 "keeping a session alive",
                                 "the database answered \"unchanged\" to a keep-alive that knew no leases",
                             ))
@@ -1479,7 +1480,7 @@ impl LeaseBackend for SqlBackend {
                 Ok(Member {
                     session: session_id(&s)?,
                     metadata: Metadata::new(m)
-                        .map_err(|e| Error::backend("reading session metadata", e))?,
+                        .map_err(|e| failure::error("reading session metadata", e))?,
                 })
             })
             .collect()
@@ -1499,7 +1500,7 @@ impl LeaseBackend for SqlBackend {
             .list()
             .map_err(|e| self.err("listing sessions, leases and groups", e))?;
         let meta =
-            |m: String| Metadata::new(m).map_err(|e| Error::backend("reading session metadata", e));
+            |m: String| Metadata::new(m).map_err(|e| failure::error("reading session metadata", e));
         let mut out = Listing::default();
         for (id, us, m) in raw.sessions {
             out.sessions.push(SessionInfo {
@@ -1511,7 +1512,7 @@ impl LeaseBackend for SqlBackend {
         for (name, holder, t, us, value) in raw.leases {
             out.leases.push(LeaseInfo {
                 name: LeaseName::new(name)
-                    .map_err(|e| Error::backend("reading a lease name", e))?,
+                    .map_err(|e| failure::error("reading a lease name", e))?,
                 owner: Owner {
                     session: session_id(&holder)?,
                     token: token(t)?,
@@ -1529,7 +1530,7 @@ impl LeaseBackend for SqlBackend {
                 Some(g) if g.name.as_str() == group => g.members.push(member),
                 _ => out.groups.push(GroupInfo {
                     name: GroupName::new(group)
-                        .map_err(|e| Error::backend("reading a group name", e))?,
+                        .map_err(|e| failure::error("reading a group name", e))?,
                     members: vec![member],
                 }),
             }

@@ -96,7 +96,7 @@ pub(crate) fn supported(v: &ServerVersion) -> bool {
 fn detect(conn: &mut Conn) -> Result<ServerVersion> {
     let row: Option<Row> = conn
         .query_first("SELECT VERSION(), @@version_comment")
-        .map_err(|e| Error::backend("connecting to MySQL", e))?;
+        .map_err(|e| super::failure::error("connecting to MySQL", e))?;
     let row = row.map(cells).unwrap_or_default();
     let version = text(cell(&row, 0)).unwrap_or_default();
     let comment = text(cell(&row, 1)).unwrap_or_default();
@@ -419,10 +419,10 @@ impl MyDriver {
                 ) => Conn::new(plain.clone()),
                 (r, _) => r,
             };
-            let mut conn = conn.map_err(|e| Error::backend("connecting to MySQL", e))?;
+            let mut conn = conn.map_err(|e| super::failure::error("connecting to MySQL", e))?;
             let version = detect(&mut conn)?;
             conn.query_drop(limits(version.flavor, t))
-                .map_err(|e| Error::backend("configuring a MySQL connection", e))?;
+                .map_err(|e| super::failure::error("configuring a MySQL connection", e))?;
             let _ = detected.set(version);
             Ok(MyConn { conn })
         };

@@ -132,7 +132,7 @@ impl<C: PoolConn + Send + 'static> Pool<C> {
             .spawn(move || {
                 let _ = tx.send(connect());
             })
-            .map_err(|e| Error::backend("starting a connection thread", e))?;
+            .map_err(|e| super::failure::error("starting a connection thread", e))?;
         rx.recv_timeout(limit).unwrap_or_else(|_| {
             Err(Error::Timeout {
                 operation: "connecting to the database",

@@ -11,7 +11,7 @@ use super::{
     PoolConn, RawListing, Renewed, Tables,
 };
 use crate::backends::BackendUrl;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::spi::{NotifySink, Subscription};
 use ::postgres::config::SslMode as PgSslMode;
 use ::postgres::error::SqlState;
@@ -163,7 +163,7 @@ fn outside_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T> {
             .name("simba-pg-call".into())
             .spawn_scoped(scope, f)
             .map_err(|e| {
-                Error::backend(
+                super::failure::error(
                     "starting a thread for a PostgreSQL call from inside a tokio runtime \
                      (call the backend from `tokio::task::spawn_blocking` or a plain thread)",
                     e,
@@ -598,13 +598,13 @@ impl PgDriver {
         let connect = move || -> Result<PgConn> {
             let mut client = tls
                 .connect(&config)
-                .map_err(|e| Error::backend("connecting to PostgreSQL", e))?;
+                .map_err(|e| super::failure::error("connecting to PostgreSQL", e))?;
             // The simple query protocol: a prepared statement here would be the first thing
             // a transaction-mode pooler breaks, and `simba doctor` must get past it.
             let pid = pid(&mut client)
-                .map_err(|e| Error::backend("connecting to PostgreSQL", e.source))?;
+                .map_err(|e| super::failure::error("connecting to PostgreSQL", e.source))?;
             let pid = u32::try_from(pid).map_err(|_| {
-                Error::backend(
+                super::failure::error(
                     "connecting to PostgreSQL",
                     format!("backend pid {pid} from PostgreSQL"),
                 )

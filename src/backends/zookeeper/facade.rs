@@ -58,10 +58,10 @@ pub(super) fn call<T>(
 
 /// A `zookeeper-client` error as [`Error::Backend`].
 pub(super) fn backend(operation: &'static str, e: zk::Error) -> Error {
-    Error::backend(operation, e)
+    super::failure::error(operation, e)
 }
 
 /// A state problem (disconnected, read-only) as [`Error::Backend`].
 pub(super) fn state_error(operation: &'static str, what: String) -> Error {
-    Error::backend(operation, what)
+    super::failure::error(operation, what)
 }

@@ -66,7 +66,7 @@ impl Record {
 }
 
 fn bad_record(op: &'static str, path: &str) -> Error {
-    Error::backend(
+    super::failure::error(
         op,
         format!("the job node {path} holds no job record (written outside simba-lease?)"),
     )
@@ -96,7 +96,10 @@ impl Inner {
                 Err(e) => return Err(self.fail(s, op, e)),
             }
         }
-        Err(Error::backend(op, format!("{path} could not be written")))
+        Err(super::failure::error(
+            op,
+            format!("{path} could not be written"),
+        ))
     }
 
     pub(super) fn claim_job(
@@ -184,7 +187,7 @@ impl Inner {
                 Err(e) => return Err(self.fail(&s, OP, e)),
             }
         }
-        Err(Error::backend(
+        Err(super::failure::error(
             OP,
             format!("job {name} kept changing hands"),
         ))

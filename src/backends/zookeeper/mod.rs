@@ -99,6 +99,7 @@
 //! delete leases and members.
 
 mod facade;
+mod failure;
 mod held;
 mod jobs;
 mod queue;
@@ -483,7 +484,7 @@ impl ZooKeeperBuilder {
             std::thread::Builder::new()
                 .name("simba-zk-watch".into())
                 .spawn(move || watch_loop(cfg, reader, subs, watcher))
-                .map_err(|e| Error::backend("spawning the ZooKeeper watch thread", e))?;
+                .map_err(|e| failure::error("spawning the ZooKeeper watch thread", e))?;
         }
         let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
         let inner = Arc::new(Inner {
@@ -498,7 +499,7 @@ impl ZooKeeperBuilder {
         std::thread::Builder::new()
             .name("simba-zk-watchdog".into())
             .spawn(move || watchdog_loop(weak, wake_rx))
-            .map_err(|e| Error::backend("spawning the ZooKeeper watchdog", e))?;
+            .map_err(|e| failure::error("spawning the ZooKeeper watchdog", e))?;
         Ok(ZooKeeperBackend { inner })
     }
 
@@ -880,7 +881,7 @@ impl Inner {
         // A persistent node (no ephemeral owner) was not created by a session of this
         // backend: it never goes away by itself, so it is no holder with a remaining time.
         if stat.ephemeral_owner == 0 {
-            return Err(Error::backend(
+            return Err(failure::error(
                 "reading a lease node",
                 "the lease node is not ephemeral (created outside simba-lease); delete it",
             ));
@@ -953,7 +954,7 @@ fn token(stat: &zk::Stat) -> Result<Token> {
         .ok()
         .and_then(|z| Token::new(z).ok())
         .ok_or_else(|| {
-            Error::backend(
+            failure::error(
                 "reading a lease node",
                 format!("lease node with czxid {}", stat.czxid),
             )
@@ -1317,7 +1318,7 @@ impl LeaseBackend for ZooKeeperBackend {
                 Err(e) => return Err(inner.fail(&s, OP, e)),
             }
         }
-        Err(Error::backend(OP, format!("{name} kept changing hands")))
+        Err(failure::error(OP, format!("{name} kept changing hands")))
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
@@ -1411,7 +1412,7 @@ impl LeaseBackend for ZooKeeperBackend {
                 Err(e) => return inner.fail_unchanged(&s, OP, e),
             }
         }
-        Err(Error::backend(
+        Err(failure::error(
             OP,
             format!("lease node {name} kept changing"),
         ))
@@ -1446,7 +1447,7 @@ impl LeaseBackend for ZooKeeperBackend {
                 Err(e) => return Err(inner.fail(&s, OP, e)),
             }
         }
-        Err(Error::backend(
+        Err(failure::error(
             OP,
             format!("group node {gpath} kept vanishing"),
         ))

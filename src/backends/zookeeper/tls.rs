@@ -177,7 +177,7 @@ impl ZkTls {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| Error::backend("configuring TLS", e))?
+            .map_err(|e| super::failure::error("configuring TLS", e))?
             .with_root_certificates(roots);
         let config = match &identity {
             None => builder.with_no_client_auth(),
@@ -245,7 +245,7 @@ impl ZkTls {
             return Ok(false);
         };
         let failed = |e: std::io::Error| {
-            Error::backend(
+            super::failure::error(
                 CONNECTING,
                 HandshakeFailed {
                     endpoint: format!("{host}:{port}"),
@@ -316,7 +316,7 @@ pub(super) fn plaintext_to_tls_port(connect: &str, limit: Duration) -> Option<Er
             break;
         }
         if speaks_tls(&config, host, *port, left) {
-            return Some(Error::backend(
+            return Some(super::failure::error(
                 "connecting to ZooKeeper",
                 format!(
                     "{host}:{port} answers a TLS handshake: a secure client port needs a \
