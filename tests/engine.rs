@@ -1,10 +1,11 @@
 //! The threaded engine under faults: a keep-alive that hangs, acquires that hang.
 
 use simba_lease::backends::MemoryBackend;
-use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, SessionGrant};
+use simba_lease::spi::LeaseBackend;
+use simba_lease::spi::{Call, Delegate};
 use simba_lease::{
-    Config, Error, Event, GroupName, LeaseName, LossReason, Member, Metadata, Owner, Result,
-    Session, SessionId, SessionState, Token,
+    Config, Error, Event, GroupName, LeaseName, LossReason, Result, Session, SessionId,
+    SessionState,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,82 +60,58 @@ fn hang_while(flag: &AtomicBool) {
     }
 }
 
-impl LeaseBackend for Gate {
-    fn kind(&self) -> &'static str {
-        "gate"
+impl Delegate for Gate {
+    fn with<T>(&self, f: impl FnOnce(&dyn LeaseBackend) -> T) -> T {
+        f(&self.inner)
     }
-    fn open_session(&self, lease: Duration, m: &Metadata) -> Result<SessionGrant> {
-        if self.refuse_opens.load(Ordering::SeqCst) {
-            return Err(Error::config(
-                "lease",
-                "the server grants less than the lease",
-            ));
+    fn call<T>(&self, call: Call<'_>, f: impl FnOnce(&dyn LeaseBackend) -> Result<T>) -> Result<T> {
+        let inner: &dyn LeaseBackend = &self.inner;
+        match call {
+            Call::OpenSession { .. } if self.refuse_opens.load(Ordering::SeqCst) => Err(
+                Error::config("lease", "the server grants less than the lease"),
+            ),
+            Call::KeepAlive { session, .. } => {
+                let only = self.hang_only.lock().unwrap().clone();
+                if only.is_none_or(|o| &o == session) {
+                    hang_while(&self.hang_keep_alive);
+                }
+                self.keep_alives.fetch_add(1, Ordering::SeqCst);
+                if self.panic_keep_alive.swap(false, Ordering::SeqCst) {
+                    panic!("keep-alive exploded");
+                }
+                f(inner)
+            }
+            Call::Acquire { .. } | Call::AcquireWithValue { .. } => {
+                self.acquires_started.fetch_add(1, Ordering::SeqCst);
+                hang_while(&self.hang_acquire);
+                if self.panic_acquire.swap(false, Ordering::SeqCst) {
+                    panic!("acquire exploded");
+                }
+                f(inner)
+            }
+            Call::Join { .. } => {
+                self.joins_started.fetch_add(1, Ordering::SeqCst);
+                hang_while(&self.hang_before_join);
+                let r = f(inner);
+                self.joins_done.fetch_add(1, Ordering::SeqCst);
+                hang_while(&self.hang_after_join);
+                r
+            }
+            Call::CloseSession { .. } | Call::Release { .. } | Call::Leave { .. } => {
+                let r = f(inner);
+                self.io(match call {
+                    Call::CloseSession { .. } => "close",
+                    Call::Release { .. } => "release",
+                    _ => "leave",
+                });
+                r
+            }
+            Call::Subscribe => {
+                self.subscribes.fetch_add(1, Ordering::SeqCst);
+                f(inner)
+            }
+            _ => f(inner),
         }
-        self.inner.open_session(lease, m)
-    }
-    fn keep_alive(&self, s: &SessionId, lease: Duration) -> Result<KeepAlive> {
-        let only = self.hang_only.lock().unwrap().clone();
-        if only.is_none_or(|o| &o == s) {
-            hang_while(&self.hang_keep_alive);
-        }
-        self.keep_alives.fetch_add(1, Ordering::SeqCst);
-        if self.panic_keep_alive.swap(false, Ordering::SeqCst) {
-            panic!("keep-alive exploded");
-        }
-        self.inner.keep_alive(s, lease)
-    }
-    fn close_session(&self, s: &SessionId) -> Result<()> {
-        let r = self.inner.close_session(s);
-        self.io("close");
-        r
-    }
-    fn acquire(&self, s: &SessionId, n: &LeaseName) -> Result<Acquire> {
-        self.acquires_started.fetch_add(1, Ordering::SeqCst);
-        hang_while(&self.hang_acquire);
-        if self.panic_acquire.swap(false, Ordering::SeqCst) {
-            panic!("acquire exploded");
-        }
-        self.inner.acquire(s, n)
-    }
-    fn release(&self, s: &SessionId, n: &LeaseName, t: Token) -> Result<bool> {
-        let r = self.inner.release(s, n, t);
-        self.io("release");
-        r
-    }
-    fn owner(&self, n: &LeaseName) -> Result<Option<Owner>> {
-        self.inner.owner(n)
-    }
-    fn join(&self, s: &SessionId, g: &GroupName) -> Result<()> {
-        self.joins_started.fetch_add(1, Ordering::SeqCst);
-        hang_while(&self.hang_before_join);
-        let r = self.inner.join(s, g);
-        self.joins_done.fetch_add(1, Ordering::SeqCst);
-        hang_while(&self.hang_after_join);
-        r
-    }
-    fn leave(&self, s: &SessionId, g: &GroupName) -> Result<bool> {
-        let r = self.inner.leave(s, g);
-        self.io("leave");
-        r
-    }
-    fn members(&self, g: &GroupName) -> Result<Vec<Member>> {
-        self.inner.members(g)
-    }
-    fn purge_expired(&self) -> Result<usize> {
-        self.inner.purge_expired()
-    }
-    fn supports_values(&self) -> bool {
-        self.inner.supports_values()
-    }
-    fn set_value(&self, s: &SessionId, n: &LeaseName, t: Token, v: &str) -> Result<bool> {
-        self.inner.set_value(s, n, t, v)
-    }
-    fn subscribe(
-        &self,
-        sink: simba_lease::spi::NotifySink,
-    ) -> Result<Option<simba_lease::spi::Subscription>> {
-        self.subscribes.fetch_add(1, Ordering::SeqCst);
-        self.inner.subscribe(sink)
     }
 }
 

@@ -25,12 +25,9 @@ use simba_lease::backends::redis::{
     key_slot, ConnectOptions, LuaScript, PubSubEvent, RedisBackend, RedisConfig, RedisScripting,
     Reply, Role, StandaloneScripting,
 };
-use simba_lease::spi::{
-    Acquire, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant, Subscription,
-};
-use simba_lease::{
-    Config, Error, GroupName, LeaseName, Member, Metadata, Owner, Session, SessionId, Token,
-};
+use simba_lease::spi::Delegate;
+use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, Notification};
+use simba_lease::{Config, Error, GroupName, LeaseName, Metadata, Session, SessionId};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -194,118 +191,9 @@ impl Drop for Isolated {
     }
 }
 
-impl LeaseBackend for Isolated {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn open_session(
-        &self,
-        lease: Duration,
-        metadata: &Metadata,
-    ) -> simba_lease::Result<SessionGrant> {
-        self.inner.open_session(lease, metadata)
-    }
-    fn keep_alive(&self, session: &SessionId, lease: Duration) -> simba_lease::Result<KeepAlive> {
-        self.inner.keep_alive(session, lease)
-    }
-    fn close_session(&self, session: &SessionId) -> simba_lease::Result<()> {
-        self.inner.close_session(session)
-    }
-    fn acquire(&self, session: &SessionId, name: &LeaseName) -> simba_lease::Result<Acquire> {
-        self.inner.acquire(session, name)
-    }
-    fn release(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: Token,
-    ) -> simba_lease::Result<bool> {
-        self.inner.release(session, name, token)
-    }
-    fn owner(&self, name: &LeaseName) -> simba_lease::Result<Option<Owner>> {
-        self.inner.owner(name)
-    }
-    fn join(&self, session: &SessionId, group: &GroupName) -> simba_lease::Result<()> {
-        self.inner.join(session, group)
-    }
-    fn leave(&self, session: &SessionId, group: &GroupName) -> simba_lease::Result<bool> {
-        self.inner.leave(session, group)
-    }
-    fn members(&self, group: &GroupName) -> simba_lease::Result<Vec<Member>> {
-        self.inner.members(group)
-    }
-    fn purge_expired(&self) -> simba_lease::Result<usize> {
-        self.inner.purge_expired()
-    }
-    fn supports_queues(&self) -> bool {
-        self.inner.supports_queues()
-    }
-    fn supports_values(&self) -> bool {
-        self.inner.supports_values()
-    }
-    fn set_value(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: simba_lease::Token,
-        value: &str,
-    ) -> simba_lease::Result<bool> {
-        self.inner.set_value(session, name, token, value)
-    }
-    fn acquire_with_value(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        value: &str,
-    ) -> simba_lease::Result<simba_lease::spi::Acquire> {
-        self.inner.acquire_with_value(session, name, value)
-    }
-    fn acquire_queued(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        patience: Duration,
-    ) -> simba_lease::Result<Queued> {
-        self.inner.acquire_queued(session, name, patience)
-    }
-    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> simba_lease::Result<bool> {
-        self.inner.leave_queue(session, name)
-    }
-    fn queue(&self, name: &LeaseName) -> simba_lease::Result<Vec<SessionId>> {
-        self.inner.queue(name)
-    }
-    fn job_claims_end_with_session(&self) -> bool {
-        self.inner.job_claims_end_with_session()
-    }
-    fn supports_jobs(&self) -> bool {
-        self.inner.supports_jobs()
-    }
-    fn claim_job(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        at_most: Duration,
-    ) -> simba_lease::Result<simba_lease::spi::JobClaim> {
-        self.inner.claim_job(session, name, at_most)
-    }
-    fn finish_job(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: Token,
-        at_least: Duration,
-    ) -> simba_lease::Result<bool> {
-        self.inner.finish_job(session, name, token, at_least)
-    }
-
-    fn list(&self) -> simba_lease::Result<simba_lease::spi::Listing> {
-        self.inner.list()
-    }
-    fn ping(&self) -> simba_lease::Result<()> {
-        self.inner.ping()
-    }
-    fn subscribe(&self, sink: NotifySink) -> simba_lease::Result<Option<Subscription>> {
-        self.inner.subscribe(sink)
+impl Delegate for Isolated {
+    fn with<T>(&self, f: impl FnOnce(&dyn LeaseBackend) -> T) -> T {
+        f(&self.inner)
     }
 }
 

@@ -5,6 +5,7 @@
 //! backend's own clock.
 
 mod backend;
+mod delegate;
 mod notify;
 pub mod options;
 pub(crate) mod url;
@@ -13,4 +14,5 @@ pub use backend::{
     Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing, Queued,
     SessionGrant, SessionInfo,
 };
+pub use delegate::{Call, Delegate};
 pub use notify::{Notification, NotifySink, Subscribers, Subscription};

@@ -3,10 +3,7 @@
 //! reopened, an acquire is in flight or the backend hangs.
 
 use crate::error::{Error, Result};
-use crate::spi::{
-    Acquire, KeepAlive, LeaseBackend, NotifySink, Queued, SessionGrant, Subscription,
-};
-use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
+use crate::spi::{Call, Delegate, LeaseBackend};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -103,7 +100,7 @@ impl GatedOpens {
         self.opens.pass();
     }
 
-    fn acquire_through(&self, call: impl FnOnce() -> Result<Acquire>) -> Result<Acquire> {
+    fn acquire_through<T>(&self, call: impl FnOnce(&dyn LeaseBackend) -> Result<T>) -> Result<T> {
         self.acquires.through(self.patience, || {
             if self.fail_acquires.load(Ordering::SeqCst) {
                 return Err(Error::backend(
@@ -111,116 +108,23 @@ impl GatedOpens {
                     std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected failure"),
                 ));
             }
-            call()
+            call(&*self.current())
         })
     }
 }
 
-impl LeaseBackend for GatedOpens {
-    fn kind(&self) -> &'static str {
-        self.current().kind()
+impl Delegate for GatedOpens {
+    fn with<T>(&self, f: impl FnOnce(&dyn LeaseBackend) -> T) -> T {
+        f(&*self.current())
     }
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.opens.through(self.patience, || {
-            self.current().open_session(lease, metadata)
-        })
-    }
-    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
-        self.keep_alives
-            .through(self.patience, || self.current().keep_alive(session, lease))
-    }
-    fn close_session(&self, session: &SessionId) -> Result<()> {
-        self.current().close_session(session)
-    }
-    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        self.acquire_through(|| self.current().acquire(session, name))
-    }
-    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
-        self.current().release(session, name, token)
-    }
-    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
-        self.current().owner(name)
-    }
-    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
-        self.current().join(session, group)
-    }
-    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
-        self.current().leave(session, group)
-    }
-    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
-        self.current().members(group)
-    }
-    fn purge_expired(&self) -> Result<usize> {
-        self.current().purge_expired()
-    }
-    fn supports_queues(&self) -> bool {
-        self.current().supports_queues()
-    }
-    fn supports_values(&self) -> bool {
-        self.current().supports_values()
-    }
-    fn set_value(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: crate::Token,
-        value: &str,
-    ) -> crate::Result<bool> {
-        self.current().set_value(session, name, token, value)
-    }
-    fn acquire_with_value(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        value: &str,
-    ) -> crate::Result<crate::spi::Acquire> {
-        self.acquire_through(|| self.current().acquire_with_value(session, name, value))
-    }
-    fn acquire_queued(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        patience: Duration,
-    ) -> Result<Queued> {
-        self.current().acquire_queued(session, name, patience)
-    }
-    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
-        self.current().leave_queue(session, name)
-    }
-    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
-        self.current().queue(name)
-    }
-    fn job_claims_end_with_session(&self) -> bool {
-        self.current().job_claims_end_with_session()
-    }
-    fn supports_jobs(&self) -> bool {
-        self.current().supports_jobs()
-    }
-    fn claim_job(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        at_most: Duration,
-    ) -> crate::Result<crate::spi::JobClaim> {
-        self.current().claim_job(session, name, at_most)
-    }
-    fn finish_job(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: Token,
-        at_least: Duration,
-    ) -> crate::Result<bool> {
-        self.current().finish_job(session, name, token, at_least)
-    }
-
-    fn list(&self) -> Result<crate::spi::Listing> {
-        self.current().list()
-    }
-    fn ping(&self) -> Result<()> {
-        self.current().ping()
-    }
-    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
-        self.current().subscribe(sink)
+    fn call<T>(&self, call: Call<'_>, f: impl FnOnce(&dyn LeaseBackend) -> Result<T>) -> Result<T> {
+        match call {
+            Call::OpenSession { .. } => self.opens.through(self.patience, || f(&*self.current())),
+            Call::KeepAlive { .. } => self
+                .keep_alives
+                .through(self.patience, || f(&*self.current())),
+            Call::Acquire { .. } | Call::AcquireWithValue { .. } => self.acquire_through(f),
+            _ => f(&*self.current()),
+        }
     }
 }

@@ -3,8 +3,9 @@
 #![allow(dead_code)]
 
 use simba_lease::backends::SqlBackend;
-use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, NotifySink, SessionGrant, Subscription};
-use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, SessionId, Token};
+use simba_lease::spi::Delegate;
+use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend};
+use simba_lease::{GroupName, LeaseName, Metadata, Result, SessionId, Token};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,105 +62,9 @@ impl Drop for Isolated {
     }
 }
 
-impl LeaseBackend for Isolated {
-    fn kind(&self) -> &'static str {
-        self.0.kind()
-    }
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.0.open_session(lease, metadata)
-    }
-    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
-        self.0.keep_alive(session, lease)
-    }
-    fn close_session(&self, session: &SessionId) -> Result<()> {
-        self.0.close_session(session)
-    }
-    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        self.0.acquire(session, name)
-    }
-    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
-        self.0.release(session, name, token)
-    }
-    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
-        self.0.owner(name)
-    }
-    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
-        self.0.join(session, group)
-    }
-    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
-        self.0.leave(session, group)
-    }
-    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
-        self.0.members(group)
-    }
-    fn purge_expired(&self) -> Result<usize> {
-        self.0.purge_expired()
-    }
-    fn list(&self) -> Result<simba_lease::spi::Listing> {
-        self.0.list()
-    }
-    fn supports_queues(&self) -> bool {
-        self.0.supports_queues()
-    }
-    fn supports_values(&self) -> bool {
-        self.0.supports_values()
-    }
-    fn set_value(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: simba_lease::Token,
-        value: &str,
-    ) -> simba_lease::Result<bool> {
-        self.0.set_value(session, name, token, value)
-    }
-    fn acquire_with_value(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        value: &str,
-    ) -> simba_lease::Result<simba_lease::spi::Acquire> {
-        self.0.acquire_with_value(session, name, value)
-    }
-    fn acquire_queued(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        patience: Duration,
-    ) -> Result<simba_lease::spi::Queued> {
-        self.0.acquire_queued(session, name, patience)
-    }
-    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
-        self.0.leave_queue(session, name)
-    }
-    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
-        self.0.queue(name)
-    }
-    fn job_claims_end_with_session(&self) -> bool {
-        self.0.job_claims_end_with_session()
-    }
-    fn supports_jobs(&self) -> bool {
-        self.0.supports_jobs()
-    }
-    fn claim_job(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        at_most: Duration,
-    ) -> simba_lease::Result<simba_lease::spi::JobClaim> {
-        self.0.claim_job(session, name, at_most)
-    }
-    fn finish_job(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: Token,
-        at_least: Duration,
-    ) -> simba_lease::Result<bool> {
-        self.0.finish_job(session, name, token, at_least)
-    }
-    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
-        self.0.subscribe(sink)
+impl Delegate for Isolated {
+    fn with<T>(&self, f: impl FnOnce(&dyn LeaseBackend) -> T) -> T {
+        f(&self.0)
     }
 }
 

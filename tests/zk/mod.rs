@@ -5,10 +5,8 @@ pub mod proxy;
 pub mod raw;
 
 use simba_lease::backends::zookeeper::{ZooKeeperBackend, ZooKeeperBuilder};
-use simba_lease::spi::{
-    Acquire, KeepAlive, LeaseBackend, Notification, NotifySink, Queued, SessionGrant, Subscription,
-};
-use simba_lease::{GroupName, LeaseName, Member, Metadata, Owner, Result, SessionId, Token};
+use simba_lease::spi::Delegate;
+use simba_lease::spi::{LeaseBackend, Notification, Subscription};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -197,109 +195,9 @@ impl Drop for Isolated {
     }
 }
 
-impl LeaseBackend for Isolated {
-    fn kind(&self) -> &'static str {
-        self.b().kind()
-    }
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.b().open_session(lease, metadata)
-    }
-    fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
-        self.b().keep_alive(session, lease)
-    }
-    fn close_session(&self, session: &SessionId) -> Result<()> {
-        self.b().close_session(session)
-    }
-    fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        self.b().acquire(session, name)
-    }
-    fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
-        self.b().release(session, name, token)
-    }
-    fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
-        self.b().owner(name)
-    }
-    fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
-        self.b().join(session, group)
-    }
-    fn leave(&self, session: &SessionId, group: &GroupName) -> Result<bool> {
-        self.b().leave(session, group)
-    }
-    fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
-        self.b().members(group)
-    }
-    fn purge_expired(&self) -> Result<usize> {
-        self.b().purge_expired()
-    }
-    fn supports_queues(&self) -> bool {
-        self.b().supports_queues()
-    }
-    fn supports_values(&self) -> bool {
-        self.b().supports_values()
-    }
-    fn set_value(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: simba_lease::Token,
-        value: &str,
-    ) -> simba_lease::Result<bool> {
-        self.b().set_value(session, name, token, value)
-    }
-    fn acquire_with_value(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        value: &str,
-    ) -> simba_lease::Result<simba_lease::spi::Acquire> {
-        self.b().acquire_with_value(session, name, value)
-    }
-    fn acquire_queued(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        patience: Duration,
-    ) -> Result<Queued> {
-        self.b().acquire_queued(session, name, patience)
-    }
-    fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
-        self.b().leave_queue(session, name)
-    }
-    fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
-        self.b().queue(name)
-    }
-    fn job_claims_end_with_session(&self) -> bool {
-        self.b().job_claims_end_with_session()
-    }
-    fn supports_jobs(&self) -> bool {
-        self.b().supports_jobs()
-    }
-    fn claim_job(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        at_most: Duration,
-    ) -> simba_lease::Result<simba_lease::spi::JobClaim> {
-        self.b().claim_job(session, name, at_most)
-    }
-    fn finish_job(
-        &self,
-        session: &SessionId,
-        name: &LeaseName,
-        token: Token,
-        at_least: Duration,
-    ) -> simba_lease::Result<bool> {
-        self.b().finish_job(session, name, token, at_least)
-    }
-
-    fn list(&self) -> Result<simba_lease::spi::Listing> {
-        self.b().list()
-    }
-    fn ping(&self) -> Result<()> {
-        self.b().ping()
-    }
-    fn subscribe(&self, sink: NotifySink) -> Result<Option<Subscription>> {
-        self.b().subscribe(sink)
+impl Delegate for Isolated {
+    fn with<T>(&self, f: impl FnOnce(&dyn LeaseBackend) -> T) -> T {
+        f(self.b())
     }
 }
 
