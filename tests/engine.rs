@@ -253,11 +253,7 @@ fn callbacks_receive_events_in_order_on_the_event_thread() {
 
 /// Waits until `cond` holds, or panics with `what` after [`PATIENCE`].
 fn until(what: &str, cond: impl Fn() -> bool) {
-    let end = Instant::now() + PATIENCE;
-    while !cond() {
-        assert!(Instant::now() < end, "not true within {PATIENCE:?}: {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    simba_lease::tck::until(PATIENCE, what, cond);
 }
 
 fn next_reopen(events: &crossbeam_channel::Receiver<Event>) {

@@ -23,15 +23,8 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 const BOUND: Duration = Duration::from_secs(8);
 
-/// Waits until `cond` holds (polling), panicking after `patience`.
-#[allow(dead_code)]
-fn until(patience: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + patience;
-    while !cond() {
-        assert!(Instant::now() < end, "not true within {patience:?}: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+#[allow(unused_imports)]
+use simba_lease::tck::until;
 
 /// A loopback TCP server on an ephemeral port; each connection is served on its own thread
 /// by `serve`. Dropping it closes every connection. (Like the other helpers here, it serves
@@ -677,7 +670,7 @@ mod pg {
     }
 
     fn prefix() -> String {
-        format!("th{}_", &SessionId::random().as_str()[..10])
+        simba_lease::tck::stamped_prefix("th")
     }
 
     fn msg(tag: u8, body: &[u8]) -> Vec<u8> {

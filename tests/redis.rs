@@ -51,21 +51,10 @@ fn cluster_url() -> String {
     )
 }
 
-fn unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// `simbatest-{unix seconds}-{random}`: the time lets a later run sweep what a crashed case
-/// (or one that leaks its session on purpose) left behind.
+/// A key prefix stamped with the time (`simbatest-<hex seconds>r<random>_`): the time lets a
+/// later run sweep what a crashed case (or one that leaks its session on purpose) left behind.
 fn random_prefix() -> String {
-    format!(
-        "simbatest-{}-{}",
-        unix_secs(),
-        &SessionId::random().as_str()[..8]
-    )
+    simba_lease::tck::stamped_prefix("simbatest-")
 }
 
 /// Once per server and process: deletes test keys older than ten minutes.
@@ -76,17 +65,13 @@ fn sweep_stale(b: &RedisBackend, url: &str) {
         return;
     }
     swept.push(url.to_owned());
-    let now = unix_secs();
     for key in b
         .scripting()
         .scan("simbatest-*", 1_000_000)
         .unwrap_or_default()
     {
-        let secs = key
-            .strip_prefix("simbatest-")
-            .and_then(|k| k.split('-').next())
-            .and_then(|t| t.parse::<u64>().ok());
-        if secs.is_some_and(|t| t + 600 < now) {
+        let age = simba_lease::tck::prefix_age("simbatest-", &key);
+        if age.is_some_and(|age| age > Duration::from_secs(600)) {
             let _ = b.scripting().command(Role::Other, &["DEL", &key]);
         }
     }
@@ -269,16 +254,8 @@ fn patience() -> Duration {
     Duration::from_secs(20)
 }
 
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + patience();
-    while !cond() {
-        assert!(
-            Instant::now() < end,
-            "not true within {:?}: {what}",
-            patience()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    simba_lease::tck::until(patience(), what, cond);
 }
 
 fn acquired(b: &dyn LeaseBackend, s: &SessionId, name: &LeaseName) -> simba_lease::Term {

@@ -185,7 +185,7 @@ fn hidden_losses_are_detected() {
 
 /// Seeds that found engine bugs; each must stay clean. Since the simulation runs the shipped
 /// driver (`engine::driver`) these seeds make other histories than the ones that found the
-/// bugs, so each bug is also kept as a named scenario on the core (`src/engine/core_tests.rs`):
+/// bugs, so each bug is also kept as a named scenario on the core (`src/engine/core/tests.rs`):
 /// `same_term_after_an_unfinished_release_is_not_adopted` and
 /// `no_term_is_adopted_while_a_release_of_its_name_is_in_flight` (a release that lands late),
 /// `a_read_answered_after_expiry_reports_nothing`, and

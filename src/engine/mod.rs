@@ -17,9 +17,6 @@ mod router;
 pub(crate) mod session;
 mod watermark;
 
-#[cfg(test)]
-mod core_tests;
-
 pub use self::core::{HandleId, Health, Holder};
 pub use crate::types::{Clock, ManualClock, SystemClock};
 pub use cancel::Cancel;

@@ -107,16 +107,8 @@ impl Harness {
 
     /// Waits until `cond` holds, polling every few milliseconds; panics with `what` after
     /// [`Harness::patience`].
-    pub fn until(&self, what: &str, mut cond: impl FnMut() -> bool) {
-        let end = Instant::now() + self.patience;
-        while !cond() {
-            assert!(
-                Instant::now() < end,
-                "not true within {:?}: {what}",
-                self.patience
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    pub fn until(&self, what: &str, cond: impl FnMut() -> bool) {
+        until(self.patience, what, cond);
     }
 
     /// [`until`](Self::until) for a condition read from the backend: a transient error (a
@@ -128,6 +120,59 @@ impl Harness {
             Err(e) => panic!("{what}: {}", e.report()),
         });
     }
+}
+
+/// Waits until `cond` holds, polling every few milliseconds; panics with `what` after
+/// `patience`. Tests wait for a condition with this, never for a fixed time.
+///
+/// ```
+/// let start = std::time::Instant::now();
+/// simba_lease::tck::until(std::time::Duration::from_secs(5), "a millisecond passed", || {
+///     start.elapsed() >= std::time::Duration::from_millis(1)
+/// });
+/// ```
+pub fn until(patience: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + patience;
+    while !cond() {
+        assert!(Instant::now() < end, "not true within {patience:?}: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A prefix unique to one case and stamped with the time it was made:
+/// `<tag><unix seconds, hex>r<8 random hex digits>_`. It is valid in a SQL identifier, a
+/// Redis key and a ZooKeeper path, and [`prefix_age`] reads the stamp back, so a later run
+/// can sweep what a crashed case left behind on a shared server.
+///
+/// ```
+/// use simba_lease::tck::{prefix_age, stamped_prefix};
+/// let p = stamped_prefix("t");
+/// assert!(p.starts_with('t') && p.ends_with('_'));
+/// assert!(prefix_age("t", &p).unwrap() < std::time::Duration::from_secs(60));
+/// ```
+pub fn stamped_prefix(tag: &str) -> String {
+    let random = SessionId::random();
+    let random: String = random
+        .as_str()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(8)
+        .collect();
+    format!("{tag}{:x}r{random}_", unix_seconds())
+}
+
+/// How long ago [`stamped_prefix`]`(tag)` made `name` (or a name that starts with such a
+/// prefix); `None` when `name` is not one.
+pub fn prefix_age(tag: &str, name: &str) -> Option<Duration> {
+    let (stamp, _) = name.strip_prefix(tag)?.split_once('r')?;
+    let made = u64::from_str_radix(stamp, 16).ok()?;
+    Some(Duration::from_secs(unix_seconds().saturating_sub(made)))
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A unique name for a case (so cases sharing a server never collide).

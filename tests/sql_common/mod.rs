@@ -9,41 +9,24 @@ use simba_lease::{GroupName, LeaseName, Metadata, Result, SessionId, Token};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A random table prefix, so runs and cases sharing a server never see each other's rows:
-/// `t<unix seconds, hex>r<random>_`, so [`sweep`] can tell stale ones.
+/// A random table prefix, so runs and cases sharing a server never see each other's rows,
+/// stamped with the time so [`sweep`] can tell stale ones.
 pub fn prefix() -> String {
-    let mut b = [0u8; 4];
-    getrandom::fill(&mut b).unwrap();
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    format!(
-        "t{secs:x}r{}_",
-        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-    )
+    simba_lease::tck::stamped_prefix("t")
 }
 
 /// Drops the tables of test prefixes created more than an hour ago (cases whose backend was
 /// leaked on purpose, e.g. a crashed session, never drop their own). `session_tables` lists
 /// the names of the `…simba_session` tables in the test database.
 pub fn sweep(url: &str, session_tables: Vec<String>) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
     for t in session_tables {
         let Some(prefix) = t.strip_suffix("simba_session") else {
             continue;
         };
-        let Some(secs) = prefix
-            .strip_prefix('t')
-            .and_then(|p| p.split_once('r'))
-            .and_then(|(h, _)| u64::from_str_radix(h, 16).ok())
-        else {
+        let Some(age) = simba_lease::tck::prefix_age("t", prefix) else {
             continue;
         };
-        if now.saturating_sub(secs) > 3600 {
+        if age > Duration::from_secs(3600) {
             if let Ok(b) = SqlBackend::builder(url).table_prefix(prefix).build() {
                 let _ = b.drop_tables();
             }
@@ -93,14 +76,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Waits until `cond` holds (polling), panicking after `patience`.
-pub fn until(patience: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + patience;
-    while !cond() {
-        assert!(Instant::now() < end, "not true within {patience:?}: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+pub use simba_lease::tck::until;
 
 fn rnd(n: usize) -> usize {
     let mut b = [0u8; 8];

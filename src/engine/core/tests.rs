@@ -1,7 +1,7 @@
 //! Unit tests of the pure core on virtual time: no threads, no sleeps.
 
-use super::core::{Core, Output, State, Task, Timing};
-use super::event::{Event, LossReason};
+use super::{Core, Output, State, Task, Timing};
+use crate::engine::event::{Event, LossReason};
 use crate::error::Error;
 use crate::spi::{Acquire, HeldLease, KeepAlive, Notification};
 use crate::types::{LeaseName, Owner, SessionId, Term, Token};
