@@ -22,7 +22,7 @@ fn the_committed_header_is_up_to_date() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "capi/include/simba_lease.h is not what cbindgen generates from capi/src/lib.rs; \
+        "capi/include/simba_lease.h is not what cbindgen generates from capi/src/; \
          regenerate it with `SIMBA_BLESS_HEADER=1 cargo test -p simba-lease-capi --test header` \
          and commit it"
     );
