@@ -5,8 +5,8 @@
 -- whose value changed is published as 'acquired' too.
 local left = session_left(KEYS[1])
 if not left then return {-1} end
-local now, up = clock()
-local r = lease_acquire(KEYS[3], ARGV[1], left, now, up, ARGV[3], true)
+-- The term is bound to the session: TIME is read only to judge another holder's term.
+local r = lease_acquire(KEYS[3], ARGV[1], left, nil, nil, ARGV[3], true)
 if r[1] == 1 then
   redis.call('SADD', KEYS[2], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], left * 2)

@@ -29,10 +29,9 @@ local function session_left(skey)
 end
 
 -- Keeps an index set at least as long as its session plus one lease.
+-- (PEXPIRE of a missing key does nothing: no EXISTS first.)
 local function index_ttl(ikey, ms)
-  if redis.call('EXISTS', ikey) == 1 then
-    redis.call('PEXPIRE', ikey, ms * 2)
-  end
+  redis.call('PEXPIRE', ikey, ms * 2)
 end
 
 -- A term or membership bound to its session (one node) carries this mark as its expiry: it
@@ -130,11 +129,13 @@ end
 -- A new term is published as 'acquired' on the key's channel (a re-acquire is not).
 -- With `bind`, a new term is bound to sid's session (one node); with `anchor` (cluster), to
 -- that anchor of sid's when this node serves it, with its own deadline `horizon` ms ahead,
--- and the reply gains the anchor's epoch; otherwise it ends at up + ms.
+-- and the reply gains the anchor's epoch; otherwise it ends at up + ms. `now` may be nil
+-- when `bind` is set: TIME is then read only if a holder's term must be judged.
 local function lease_acquire(key, sid, ms, now, up, sprefix, bind, anchor, horizon)
   local h = term_of(key)
   local holder, token = h[1], tonumber(h[2] or '0')
   if holder and holder ~= '' then
+    if not now then now, up = clock() end
     local left = term_left(h, now, up, sprefix)
     if left then
       if holder == sid then return {1, token, math.min(left, ms), 0} end
@@ -150,8 +151,8 @@ local function lease_acquire(key, sid, ms, now, up, sprefix, bind, anchor, horiz
     redis.call('PUBLISH', key, 'acquired')
     return {1, token, ms, 1, epoch}
   end
-  local ends = up + ms
-  if bind then ends = BOUND end
+  local ends = BOUND
+  if not bind then ends = up + ms end
   redis.call('HSET', key, 'session', sid, 'expires', fmt(ends))
   if h[4] then redis.call('HDEL', key, 'anchor', 'epoch') end
   redis.call('PUBLISH', key, 'acquired')
@@ -194,13 +195,16 @@ local function member_extend(key, sid, ms, up)
   return true
 end
 
+-- Frees `key`, which the caller saw held (the token stays); publishes the release.
+local function lease_free_held(key)
+  redis.call('HSET', key, 'session', '', 'expires', '0')
+  redis.call('PUBLISH', key, 'released')
+  return 1
+end
+
 -- Frees `key` if sid holds it (the token stays); publishes the release.
 local function lease_free(key, sid)
-  if redis.call('HGET', key, 'session') == sid then
-    redis.call('HSET', key, 'session', '', 'expires', '0')
-    redis.call('PUBLISH', key, 'released')
-    return 1
-  end
+  if redis.call('HGET', key, 'session') == sid then return lease_free_held(key) end
   return 0
 end
 

@@ -6,8 +6,12 @@
 if KEYS[3] and not session_left(KEYS[3]) then return 0 end
 local h = term_of(KEYS[1])
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 0 end
-local now, up = clock()
-if not term_left(h, now, up, ARGV[4]) then return 0 end
+-- A term bound to the session KEYS[3] (sid's, just found live) is live: no TIME, no second
+-- PTTL. Any other term is judged by its own deadline.
+if not (KEYS[3] and tonumber(h[3] or '0') >= BOUND) then
+  local now, up = clock()
+  if not term_left(h, now, up, ARGV[4]) then return 0 end
+end
 if KEYS[2] then redis.call('SREM', KEYS[2], ARGV[3]) end
 if KEYS[3] then redis.call('HINCRBY', KEYS[3], 'v', 1) end
-return lease_free(KEYS[1], ARGV[1])
+return lease_free_held(KEYS[1])
