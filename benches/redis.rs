@@ -1,7 +1,8 @@
-//! Redis latency: acquire, release, keep-alive (1 and 1000 leases) and take-over after a
-//! release, on one server, on a primary with `wait_replicas = 1` and on the 3-master
-//! cluster, next to the floor (EVALSHA of a trivial script on the same connections) measured
-//! in the same run.
+//! Redis latency: acquire, release, keep-alive (1, 16 and 1000 leases), the engine's
+//! `try_lock` and take-over after a release, on one server, on a primary with
+//! `wait_replicas = 1` and on the 3-master cluster, as ratios to the floor measured in the
+//! same run, round-robin per iteration: the server's cheapest round trip to the lease's node
+//! (PING; on a cluster a keyed EXISTS), next to a trivial script and a raw `SET NX PX`.
 //!
 //! ```sh
 //! .ci/servers.sh is sourced by .ci/test; or start the servers yourself, then:
@@ -50,9 +51,45 @@ fn run(label: &str, url: &str, iters: usize) -> Vec<Row> {
         b.ping_script().unwrap();
     }
     let mut out = Vec::new();
-    let (mut floor, mut acq, mut rel, mut held, mut ka1) = (vec![], vec![], vec![], vec![], vec![]);
+    // The floor: the server's cheapest round trip on the connections the operations use, to
+    // the node that serves the lease (PING on one server; on a cluster a keyed EXISTS, which
+    // goes to the slot's node as the lease's scripts do). A raw `SET NX PX` (a lock with
+    // neither token nor session) shows what fencing and sessions cost on top.
+    let lease_key = format!("{prefix}:lease:{{bench}}");
+    let raw_key = format!("{prefix}:raw:{{bench}}");
+    let floor_cmd: Vec<&str> = if b.scripting().clustered() {
+        vec!["EXISTS", &lease_key]
+    } else {
+        vec!["PING"]
+    };
+    let session: Arc<dyn LeaseBackend> = b.clone();
+    let engine = Session::open(session, Config::default()).unwrap();
+    let engine_name = LeaseName::new("bench-engine").unwrap();
+    let (mut floor, mut script, mut raw, mut acq, mut rel, mut held, mut ka1, mut try_lock) = (
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+    );
     for _ in 0..iters {
-        time(&mut floor, || b.ping_script().unwrap());
+        time(&mut floor, || {
+            b.scripting().command(Role::Other, &floor_cmd).unwrap()
+        });
+        time(&mut script, || b.ping_script().unwrap());
+        time(&mut raw, || {
+            b.scripting()
+                .command(Role::Other, &["SET", &raw_key, "x", "NX", "PX", "60000"])
+                .unwrap()
+        });
+        b.scripting()
+            .command(Role::Other, &["DEL", &raw_key])
+            .unwrap();
+        let guard = time(&mut try_lock, || engine.try_lock(&engine_name).unwrap());
+        guard.expect("free").unlock().unwrap();
         let t = match time(&mut acq, || b.acquire(&s, &name).unwrap()) {
             Acquire::Acquired(t) => t,
             Acquire::Held(_) => panic!("held"),
@@ -63,8 +100,19 @@ fn run(label: &str, url: &str, iters: usize) -> Vec<Row> {
         assert_eq!(ka.leases.len(), 1);
         assert!(time(&mut rel, || b.release(&s, &name, t.token).unwrap()));
     }
-    out.push(Row::new("floor: EVALSHA return 1", floor));
+    engine.close().unwrap();
+    out.push(Row::new(
+        if b.scripting().clustered() {
+            "floor: EXISTS on the slot's node"
+        } else {
+            "floor: PING"
+        },
+        floor,
+    ));
+    out.push(Row::new("EVALSHA of `return 1`", script));
+    out.push(Row::new("raw SET NX PX (no token, no session)", raw));
     out.push(Row::new("acquire (new term)", acq));
+    out.push(Row::new("engine try_lock (new term)", try_lock));
     out.push(Row::new("acquire (held by another)", held));
     out.push(Row::new("release", rel));
     out.push(Row::new("keep-alive, 1 lease", ka1));
