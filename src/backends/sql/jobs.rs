@@ -16,7 +16,9 @@
 //! one read more (MySQL: the claim that took nothing and the read); the first claim of a
 //! name also inserts its row and claims again. A finish is 1.
 
-use super::{remaining, token, Dialect, SqlBackend, Tables};
+use super::backend::{remaining, token};
+use super::tables::Tables;
+use super::{Dialect, SqlBackend};
 use crate::backends::jobs::{check_at_least, check_at_most, ms};
 use crate::error::Result;
 use crate::spi::JobClaim;

@@ -233,7 +233,7 @@ impl Leases {
         (stat, watcher): Seen,
     ) -> Result<Option<Token>> {
         let token = match &stat {
-            Some(stat) if stat.ephemeral_owner == raw => Some(super::token(stat)?),
+            Some(stat) if stat.ephemeral_owner == raw => Some(super::codec::token(stat)?),
             _ => None,
         };
         let id = self.next();

@@ -18,7 +18,7 @@
 //! (2 to 4 in all). A finish is a read, a clock write and a multi.
 
 use super::facade::{backend as zk_err, call};
-use super::{Inner, ZkSession};
+use super::session::{Sessions, ZkSession};
 use crate::backends::jobs::{check_at_least, check_at_most, ms};
 use crate::error::{Error, Result};
 use crate::spi::JobClaim;
@@ -80,7 +80,7 @@ fn commit<'a>(
     async move { sent.await.map(drop).map_err(zk::Error::from) }
 }
 
-impl Inner {
+impl Sessions {
     fn job_path(&self, name: &LeaseName) -> String {
         format!("{}/jobs/{}", self.cfg.root, name.as_str())
     }

@@ -21,7 +21,7 @@
 //! read of the lease node, and the acquire itself when first in line.
 
 use super::facade::{backend as zk_err, call};
-use super::{Inner, ZkSession};
+use super::session::{Sessions, ZkSession};
 use crate::error::Result;
 use crate::spi::{Acquire, Queued};
 use crate::types::{LeaseName, SessionId};
@@ -32,7 +32,7 @@ use zookeeper_client as zk;
 /// A place's node name and its sequence number.
 type Place = (String, i64);
 
-impl Inner {
+impl Sessions {
     fn queue_path(&self, name: &LeaseName) -> String {
         format!("{}/queues/{}", self.cfg.root, name.as_str())
     }

@@ -13,8 +13,8 @@
 //! notifications sent in between are lost. The thread checks the connection every few seconds
 //! and stops (on its own, without being joined) once the backend is dropped.
 
-use super::postgres::PgTls;
-use super::Tables;
+use super::conn::PgTls;
+use crate::backends::sql::tables::Tables;
 use crate::error::Result;
 use crate::spi::{Notification, NotifySink, Subscribers, Subscription};
 use crate::types::{GroupName, LeaseName};

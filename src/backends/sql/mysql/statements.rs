@@ -1,0 +1,207 @@
+//! The MySQL/MariaDB statements: [`Sql`], one or more per operation (no `RETURNING`, so a
+//! second statement reads what the first did), and the fair-lock queue's [`QueueSql`]. The
+//! comments say how each locks its rows and why its outcome is read rather than counted.
+
+use crate::backends::sql::tables::Tables;
+
+/// UTC epoch µs of the statement's start.
+pub(super) const NOW_US: &str =
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+/// The same instant in whole ms (rounded down).
+pub(super) const NOW: &str =
+    "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+/// The value of the lease row `l`'s current term: set only for the token it was set with.
+pub(super) const TERM_VALUE: &str =
+    "COALESCE(CASE WHEN l.value_token = l.token THEN l.term_value END, '')";
+
+pub(super) struct Sql {
+    pub(super) open: String,
+    pub(super) open_read: String,
+    pub(super) ka_update: String,
+    pub(super) ka_read: String,
+    pub(super) rm_session: String,
+    pub(super) rm_leases: String,
+    pub(super) rm_members: String,
+    pub(super) acquire: String,
+    pub(super) acquire_new: String,
+    pub(super) acquire_report: String,
+    pub(super) release: String,
+    pub(super) owner: String,
+    pub(super) set_value: String,
+    pub(super) value_check: String,
+    pub(super) join: String,
+    pub(super) join_check: String,
+    pub(super) leave: String,
+    pub(super) members: String,
+    pub(super) purge_find: String,
+    pub(super) purge_members: String,
+}
+
+impl Sql {
+    pub(super) fn new(t: &Tables) -> Self {
+        let (s, l, m) = (&t.session, &t.lease, &t.member);
+        Sql {
+            open: format!(
+                "INSERT INTO {s} (session_id, expires_at, metadata) VALUES (?, {NOW} + ?, ?)"
+            ),
+            // Measured after the insert committed: never more than the insert granted.
+            open_read: format!("SELECT expires_at * 1000 - {NOW_US} FROM {s} WHERE session_id = ?"),
+            ka_update: format!(
+                "UPDATE {s} SET expires_at = {NOW} + ? WHERE session_id = ? AND expires_at > {NOW}"
+            ),
+            // The renewal's read, one consistent read: the remaining time, the version of
+            // the session's leases and whether they are listed: when the version differs
+            // from the one passed in (NULL for none), or fewer than the count passed in of
+            // the sample's (token, name) pairs (NULL pairs for none; a lookup by name
+            // each, the primary key) are still held. Otherwise the join's key is NULL and no
+            // lease row is read. The derived table (materialized: it has a LIMIT, on both
+            // servers) computes the flag once.
+            ka_read: format!(
+                "SELECT d.rem, d.version, d.listed, l.name, l.token FROM \
+                 (SELECT s.session_id, s.expires_at * 1000 - {NOW_US} AS rem, s.version, \
+                         (s.version <> ? OR ? IS NULL OR \
+                          COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
+                                    FROM {l} k WHERE k.name = ?), 0) \
+                          + COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
+                                    FROM {l} k WHERE k.name = ?), 0) \
+                          < ?) AS listed \
+                  FROM {s} s WHERE s.session_id = ? LIMIT 1) d \
+                 LEFT JOIN {l} l ON l.session_id = IF(d.listed, d.session_id, NULL)"
+            ),
+            rm_session: format!("DELETE FROM {s} WHERE session_id = ?"),
+            rm_leases: format!("UPDATE {l} SET session_id = '' WHERE session_id = ?"),
+            rm_members: format!("DELETE FROM {m} WHERE session_id = ?"),
+            // One multi-table UPDATE takes an existing lease row that is free or whose
+            // holder's session expired or is gone, and bumps the version of both sessions'
+            // leases with it. It locks (X, as every table it names is updated) the acquirer's
+            // session row, then the lease row, then the holder's session row: a keep-alive of
+            // the holder is serialized with it, and reads the holder's newest row. (Not in
+            // session id order as on PostgreSQL: a deadlock needs a holder that releases at
+            // the instant it expires, and is retried.) Its outcome is read from the lease row
+            // afterwards, not from the affected-row count (which `CLIENT_FOUND_ROWS`
+            // changes). MySQL updates a NULL-complemented row of an outer join nowhere.
+            acquire: format!(
+                "UPDATE {s} me STRAIGHT_JOIN {l} l ON l.name = ? \
+                 LEFT JOIN {s} h ON h.session_id = l.session_id \
+                 SET l.token = l.token + 1, l.session_id = me.session_id, \
+                     me.version = me.version + 1, h.version = h.version + 1 \
+                 WHERE me.session_id = ? AND me.expires_at > {NOW} \
+                   AND l.session_id <> me.session_id \
+                   AND (h.session_id IS NULL OR h.expires_at <= {NOW})"
+            ),
+            // A name never acquired gets a free row with token 0 first (the first term has
+            // token 1), which `acquire` then takes.
+            acquire_new: format!(
+                "INSERT INTO {l} (name, session_id, token) VALUES (?, '', 0) \
+                 ON DUPLICATE KEY UPDATE {l}.token = {l}.token"
+            ),
+            acquire_report: format!(
+                "SELECT (SELECT expires_at FROM {s} WHERE session_id = ?) * 1000 - {NOW_US}, \
+                 l.session_id, l.token, \
+                 (SELECT h.expires_at FROM {s} h WHERE h.session_id = l.session_id) * 1000 \
+                   - {NOW_US} \
+                 FROM (SELECT 1 AS one) d LEFT JOIN {l} l ON l.name = ?"
+            ),
+            // Only by a live session (an expired one holds nothing, so changes nothing);
+            // bumps the version of the session's leases. Both rows change, so the count is
+            // 2 or 0, with or without `CLIENT_FOUND_ROWS`.
+            release: format!(
+                "UPDATE {s} me STRAIGHT_JOIN {l} l \
+                   ON l.name = ? AND l.session_id = me.session_id AND l.token = ? \
+                 SET l.session_id = '', me.version = me.version + 1 \
+                 WHERE me.session_id = ? AND me.expires_at > {NOW}"
+            ),
+            owner: format!(
+                "SELECT l.session_id, l.token, s.expires_at * 1000 - {NOW_US}, {TERM_VALUE} \
+                 FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
+                 WHERE l.name = ? AND s.expires_at > {NOW}"
+            ),
+            // Only by the live holder of the term with that token. The affected-row count
+            // is 0 when the value was already set (without `CLIENT_FOUND_ROWS`), so a 0 is
+            // checked by `value_check`.
+            set_value: format!(
+                "UPDATE {l} SET term_value = ?, value_token = token \
+                 WHERE name = ? AND session_id = ? AND token = ? \
+                 AND EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = {l}.session_id \
+                             AND s.expires_at > {NOW})"
+            ),
+            value_check: format!(
+                "SELECT COUNT(*) FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
+                 WHERE l.name = ? AND l.session_id = ? AND l.token = ? \
+                 AND l.value_token = l.token AND l.term_value = ? AND s.expires_at > {NOW}"
+            ),
+            join: format!(
+                "INSERT INTO {m} (group_name, session_id) \
+                 SELECT ?, s.session_id FROM {s} s \
+                 WHERE s.session_id = ? AND s.expires_at > {NOW} LOCK IN SHARE MODE \
+                 ON DUPLICATE KEY UPDATE {m}.session_id = {m}.session_id"
+            ),
+            join_check: format!(
+                "SELECT COUNT(*) FROM {s} WHERE session_id = ? AND expires_at > {NOW}"
+            ),
+            leave: format!(
+                "DELETE FROM {m} WHERE group_name = ? AND session_id = ? \
+                 AND EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = {m}.session_id \
+                             AND s.expires_at > {NOW})"
+            ),
+            members: format!(
+                "SELECT m.session_id, s.metadata FROM {m} m \
+                 JOIN {s} s ON s.session_id = m.session_id \
+                 WHERE m.group_name = ? AND s.expires_at > {NOW} ORDER BY m.session_id"
+            ),
+            purge_find: format!(
+                "SELECT session_id FROM {s} WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT ?"
+            ),
+            // Memberships only of the sessions that are gone: a session found expired but
+            // live again at its delete (a step back of the database clock) keeps its row and
+            // so its memberships. `{{}}` becomes the placeholders of the ids.
+            purge_members: format!(
+                "DELETE FROM {m} WHERE session_id IN ({{}}) \
+                 AND NOT EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = {m}.session_id)"
+            ),
+        }
+    }
+}
+
+/// The fair-lock queue statements (four autocommit statements place a waiter; a place
+/// counted by another waiter between them only reorders simultaneous arrivals).
+pub(super) struct QueueSql {
+    pub(super) live: String,
+    pub(super) prune: String,
+    pub(super) upsert: String,
+    pub(super) ahead: String,
+    pub(super) leave: String,
+    pub(super) list: String,
+}
+
+impl QueueSql {
+    pub(super) fn new(t: &Tables) -> Self {
+        let (s, q) = (&t.session, &t.queue);
+        QueueSql {
+            live: format!("SELECT COUNT(*) FROM {s} WHERE session_id = ? AND expires_at > {NOW}"),
+            // Dead places of the name: patience run out, or session gone.
+            prune: format!(
+                "DELETE q FROM {q} q LEFT JOIN {s} x \
+                 ON x.session_id = q.session_id AND x.expires_at > {NOW} \
+                 WHERE q.name = ? AND q.session_id <> ? \
+                 AND (q.expires_at <= {NOW} OR x.session_id IS NULL)"
+            ),
+            upsert: format!(
+                "INSERT INTO {q} (name, session_id, expires_at) VALUES (?, ?, {NOW} + ?) \
+                 ON DUPLICATE KEY UPDATE expires_at = {NOW} + ?"
+            ),
+            ahead: format!(
+                "SELECT COUNT(*) FROM {q} q JOIN {s} x \
+                 ON x.session_id = q.session_id AND x.expires_at > {NOW} \
+                 WHERE q.name = ? AND q.expires_at > {NOW} \
+                 AND q.seq < (SELECT me.seq FROM {q} me WHERE me.name = ? AND me.session_id = ?)"
+            ),
+            leave: format!("DELETE FROM {q} WHERE name = ? AND session_id = ?"),
+            list: format!(
+                "SELECT q.session_id FROM {q} q JOIN {s} x \
+                 ON x.session_id = q.session_id AND x.expires_at > {NOW} \
+                 WHERE q.name = ? AND q.expires_at > {NOW} ORDER BY q.seq"
+            ),
+        }
+    }
+}
