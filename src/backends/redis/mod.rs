@@ -193,7 +193,6 @@ mod builder;
 mod cluster_keep_alive;
 mod failure;
 mod jobs;
-mod node;
 mod scripting;
 mod scripts;
 
