@@ -5,8 +5,8 @@ use super::ConnectOptions;
 use crate::error::Error;
 use std::time::{Duration, Instant};
 
-/// How many query timeouts a whole [`RedisScripting::scan`] may take: a server that never
-/// returns the cursor to 0 must not keep the caller forever.
+/// How many query timeouts a whole [`RedisScripting::scan`](super::RedisScripting::scan) may
+/// take: a server that never returns the cursor to 0 must not keep the caller forever.
 const SCAN_BUDGET: u32 = 4;
 
 /// The bound of one whole scan.
