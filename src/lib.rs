@@ -113,7 +113,7 @@ pub mod fence;
 /// | page | what it holds |
 /// |---|---|
 /// | [`losses`](crate::guide::losses) | when a term is valid, how its loss is reported, events, what each handle does on drop |
-/// | [`fencing`](crate::guide::fencing) | checking the fencing token in the protected resource ([`fence`](crate::fence)): SQL, Redis, files and object stores |
+/// | [`fencing`](crate::guide::fencing) | checking the fencing token in the protected resource ([`fence`]): SQL, Redis, files and object stores |
 /// | [`primitives`](crate::guide::primitives) | fair locks, semaphores, run-once jobs, leader values, and where each primitive is documented |
 /// | [`choosing`](crate::guide::choosing) | choosing a backend: durability of tokens, whose clock, failover time, notifications |
 /// | [`operating`](crate::guide::operating) | operating notes per backend, `memory://` included |

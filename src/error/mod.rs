@@ -216,7 +216,9 @@ pub enum Error {
     },
     /// A fenced write was refused: its token is below the newest token already recorded
     /// for that resource, so a newer term of the lock has written there and this writer's
-    /// term is over (see [`fence`](crate::fence)). Nothing was written. Stop writing with
+    /// term is over (see [`fence`](crate::fence)). Nothing was written (a
+    /// [`FileFence`](crate::fence::FileFence) write refused after its rename was the newest
+    /// version for a moment: see there). Stop writing with
     /// this token (its guard is stale); acquire the lock again for a new token if the work
     /// must go on.
     ///
