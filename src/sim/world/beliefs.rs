@@ -1,15 +1,17 @@
 //! The checker's side of a run, while it runs: every event the engine emits is judged
-//! (nothing after expiry, losses only of believed terms and to their holders, observers'
-//! tokens and values), and every believed term is checked valid after each engine step, its
-//! belief extended until the instant it would lapse.
+//! (nothing after expiry, losses only of believed terms and to their holders, an unlock's
+//! loss only of a term the backend had ended, observers' tokens and values), and every
+//! believed term and job claim is checked valid after each engine step, its belief extended
+//! until the instant it would lapse.
 
 use super::outcome::{reason_str, show_event};
-use super::{candidate_value, World};
+use super::{JobThread, World};
 use crate::engine::core::HandleId;
+use crate::engine::driver::jobs;
 use crate::engine::{Event, LossReason};
-use crate::sim::check::{Belief, Kind, Violation};
+use crate::sim::check::{Belief, Held, Kind, Violation};
 use crate::types::{LeaseName, Token};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 impl World<'_> {
     pub(super) fn on_event(&mut self, c: usize, h: Option<HandleId>, e: Event) {
@@ -68,16 +70,12 @@ impl World<'_> {
                 if last.is_none_or(|l| o.token > l) {
                     self.clients[c].observed.insert(h, o.token);
                 }
-                if !o.value.is_empty() && o.value != candidate_value(&o.session) {
-                    let what = format!(
-                        "an observer of {name} saw token {} of {} with the value {:?}",
-                        o.token, o.session, o.value
-                    );
-                    self.violation(Kind::ForeignValue, c, Some(&name), what);
+                if !o.value.is_empty() {
+                    self.check_value(c, &name, o.token, &o.value, last);
                 }
             }
             Event::Elected { term } => {
-                self.open_belief(c, h.unwrap_or(0), &term.name, term.token, false);
+                self.open_belief(c, h.unwrap_or(0), &term.name, term.token, Held::Election);
             }
             Event::Revoked { term, reason } | Event::LockLost { term, reason } => {
                 match self.clients[c].open.get(&term.name).copied() {
@@ -96,12 +94,23 @@ impl World<'_> {
                         && self.clients[c]
                             .lost_on_unlock
                             .iter()
-                            .any(|t| t.token == term.token && t.name == term.name) =>
+                            .any(|(t, _)| t.token == term.token && t.name == term.name) =>
                     {
-                        // An unlock whose release found the term gone reports it, once.
-                        self.clients[c]
-                            .lost_on_unlock
-                            .retain(|t| !(t.token == term.token && t.name == term.name));
+                        // An unlock whose release found the term gone reports it, once; the
+                        // backend must have ended the term before that release.
+                        let lost = &mut self.clients[c].lost_on_unlock;
+                        let i = lost
+                            .iter()
+                            .position(|(t, _)| t.token == term.token && t.name == term.name)
+                            .expect("checked above");
+                        let (_, ended_before) = lost.remove(i);
+                        if !ended_before {
+                            let what = format!(
+                                "an unlock reported token {} lost, but the backend had not ended that term before the release",
+                                term.token
+                            );
+                            self.violation(Kind::UnfoundedLoss, c, Some(&term.name), what);
+                        }
                     }
                     _ => {
                         // A loss of a term never announced (or reported twice): report it.
@@ -147,15 +156,20 @@ impl World<'_> {
         });
     }
 
+    /// Client `c` begins to believe `name`/`token` (by `handle`) now.
     pub(super) fn open_belief(
         &mut self,
         c: usize,
         handle: HandleId,
         name: &LeaseName,
         token: Token,
-        lock: bool,
+        held: Held,
     ) {
-        if self.clients[c].open.contains_key(name) {
+        let open = match held {
+            Held::Job => &self.clients[c].jobs_open,
+            _ => &self.clients[c].open,
+        };
+        if open.contains_key(name) {
             self.violation(
                 Kind::TermNotEnded,
                 c,
@@ -174,16 +188,52 @@ impl World<'_> {
             session,
             name: name.clone(),
             token,
-            lock,
+            held,
             handle,
             start: self.now,
             end: None,
             segments: Vec::new(),
             current: Some((self.now, self.now)),
         });
-        self.clients[c]
-            .open
-            .insert(name.clone(), self.beliefs.len() - 1);
+        let b = self.beliefs.len() - 1;
+        match held {
+            Held::Job => self.clients[c].jobs_open.insert(name.clone(), b),
+            _ => self.clients[c].open.insert(name.clone(), b),
+        };
+    }
+
+    /// An observer of client `c` saw `name`'s term `token` with `value` (after the highest
+    /// token `last`): the value must have been written for that very term, and by no term
+    /// older than one the observer saw.
+    fn check_value(
+        &mut self,
+        c: usize,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+        last: Option<Token>,
+    ) {
+        let key = (name.clone(), token);
+        let written = self
+            .writes
+            .get(&key)
+            .is_some_and(|w| w.iter().any(|v| v == value));
+        if !written {
+            let what =
+                format!("an observer of {name} saw token {token} with the value {value:?}, not written for that term");
+            self.violation(Kind::ForeignValue, c, Some(name), what);
+        }
+        let seen = last.map_or(token, |l| l.max(token));
+        let newest = self
+            .value_terms
+            .get(&(name.clone(), value.to_owned()))
+            .copied();
+        if let Some(by) = newest.filter(|by| *by < seen) {
+            let what = format!(
+                "an observer of {name} saw the value {value:?} of token {by} with token {token}, after seeing token {seen}"
+            );
+            self.violation(Kind::StaleValue, c, Some(name), what);
+        }
     }
 
     /// Reports a violation if client `c` still believes terms, and ends those beliefs.
@@ -210,6 +260,7 @@ impl World<'_> {
     /// whose `is_valid` is false but whose loss was not reported is a silent loss. Records when
     /// each belief will lapse if nothing else happens.
     pub(super) fn check_beliefs(&mut self, c: usize) {
+        self.check_jobs(c);
         let t = self.now;
         let local = self.local(c, t);
         let open: Vec<(LeaseName, usize)> = self.clients[c]
@@ -234,20 +285,85 @@ impl World<'_> {
                 self.close_belief(b, "silently lost");
                 continue;
             }
-            // is_valid is monotone in time for a fixed state: find where it turns false.
-            let (mut lo, mut hi) = (local, core.deadline());
-            while hi.duration_since(lo) > Duration::from_nanos(1) {
-                let mid = lo + hi.duration_since(lo) / 2;
-                if core.is_valid(&name, token, mid) {
-                    lo = mid;
-                } else {
-                    hi = mid;
-                }
-            }
+            let hint = self.lapses.get(&b).copied();
+            let hi = lapse(local, core.deadline(), hint, |at| {
+                core.is_valid(&name, token, at)
+            });
+            self.lapses.insert(b, hi);
             let until = self.true_of(c, hi).max(t);
             let bl = &mut self.beliefs[b];
             bl.cut(t);
             bl.current = Some((t, until));
         }
     }
+
+    /// Every job claim still believed must hold now (the driver's `jobs::holds`, what
+    /// `Job::is_valid` answers); one that no longer does ends (and stays ended, as
+    /// `is_valid` latches). Records when each will end if nothing else happens.
+    pub(super) fn check_jobs(&mut self, c: usize) {
+        let t = self.now;
+        let local = self.local(c, t);
+        let open: Vec<(LeaseName, usize)> = (self.clients[c].jobs_open.iter())
+            .map(|(n, b)| (n.clone(), *b))
+            .collect();
+        for (name, b) in open {
+            let cl = &self.clients[c];
+            let run = cl
+                .jobbers
+                .iter()
+                .find(|j| j.name == name)
+                .and_then(|j| match &j.thread {
+                    JobThread::Running(r) => Some((r.session.clone(), r.deadline)),
+                    _ => None,
+                });
+            let holds = |at: Instant| {
+                run.as_ref().is_some_and(|(id, deadline)| {
+                    cl.core
+                        .as_ref()
+                        .is_some_and(|k| jobs::holds(k, id, *deadline, at))
+                })
+            };
+            if !holds(local) {
+                self.clients[c].jobs_open.remove(&name);
+                self.close_belief(b, "claim ended");
+                continue;
+            }
+            let deadline = run.as_ref().map_or(local, |(_, d)| *d);
+            let hint = self.lapses.get(&b).copied();
+            let hi = lapse(local, deadline, hint, holds);
+            self.lapses.insert(b, hi);
+            let until = self.true_of(c, hi).max(t);
+            let bl = &mut self.beliefs[b];
+            bl.cut(t);
+            bl.current = Some((t, until));
+        }
+    }
+}
+
+/// The first instant (to the nanosecond) in `(from, to]` at which `valid` is false, for a
+/// `valid` that is monotone in time (true at `from`, false at `to`): `hint` (where it
+/// turned false last time) if it still is that instant, else found by bisection. Either way
+/// the answer is the same.
+fn lapse(
+    from: Instant,
+    to: Instant,
+    hint: Option<Instant>,
+    valid: impl Fn(Instant) -> bool,
+) -> Instant {
+    let ns = Duration::from_nanos(1);
+    if let Some(h) = hint.filter(|h| *h > from && *h <= to) {
+        if valid(h - ns) && !valid(h) {
+            return h;
+        }
+    }
+    let (mut lo, mut hi) = (from, to);
+    while hi.duration_since(lo) > ns {
+        let mid = lo + hi.duration_since(lo) / 2;
+        if valid(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
 }

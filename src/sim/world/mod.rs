@@ -1,14 +1,20 @@
 //! The simulated world: clients driving real engine [`Core`]s, a network, the model backend,
 //! and one event queue on true (backend) time.
 //!
-//! The parts: [`network`] (messages, delays, arrival and completion), [`clock`] (local and
-//! true time), [`workload`] (setup, churn, client actions), [`beliefs`] (the checker's side
-//! of events) and [`outcome`] (trace, counters, report).
+//! The parts: [`network`] (messages, delays, a request's arrival at the model backend),
+//! [`replies`] (a reply's completion at its client, through the driver), [`clock`] (local
+//! and true time), [`workload`] (setup, churn, sessions), [`locks`] (lock, fair-lock and
+//! semaphore callers), [`jobs`] (run-once callers), [`values`] (candidates' term values),
+//! [`beliefs`] (the checker's side of events) and [`outcome`] (trace, counters, report).
 
 mod beliefs;
 mod clock;
+mod jobs;
+mod locks;
 mod network;
 mod outcome;
+mod replies;
+mod values;
 mod workload;
 
 pub(crate) use outcome::secs;
@@ -20,10 +26,10 @@ use super::model::{session_no, Model};
 use super::rng::Rng;
 use crate::engine::core::{Core, HandleId, Task, Timing};
 use crate::engine::driver::reopen;
-use crate::engine::driver::wait::LockWait;
+use crate::engine::driver::wait::{LockWait, PermitRound};
 use crate::engine::driver::{self, Route};
 use crate::error::Error;
-use crate::spi::Acquire;
+use crate::spi::{Acquire, Notification};
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
 use network::{Chan, Ev, Item, Op, Rep, Req};
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -32,32 +38,93 @@ use std::time::{Duration, Instant};
 const MS: u64 = 1_000_000;
 const PPM: u64 = 1_000_000;
 
+/// What a lock caller's thread is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LockPhase {
+enum Thread {
+    /// Between two calls (until `next`), or in a call, waiting to try again (at `next`, or
+    /// at a release seen).
     Idle,
+    /// An acquire is in flight.
     Acquiring,
+    /// Holds the term until the true instant given.
     Holding(u64),
-    Releasing,
+    /// The unlock's release is in flight.
+    Unlocking,
 }
 
-struct LockSt {
-    name: LeaseName,
-    handle: HandleId,
-    phase: LockPhase,
+/// What a lock caller takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Takes {
+    /// A lock (`Session::lock`).
+    Plain,
+    /// A fair lock, through the backend's queue (`fair_locks(true)`).
+    Fair,
+    /// A semaphore's permit (`Semaphore::acquire`): one of its permit leases.
+    Permit,
+}
+
+/// A caller thread taking a lock or a semaphore's permit, holding it a while, unlocking it,
+/// and again.
+struct Locker {
+    /// The lock's name, or the semaphore's permit leases (as many as this process counts).
+    names: Vec<LeaseName>,
+    takes: Takes,
+    thread: Thread,
+    /// When the next call begins, or the call in progress tries again (true time).
     next: u64,
-    seen: Option<u64>,
+    /// The handle of the lock call or of the permit try in flight, then of the held term.
+    handle: HandleId,
+    /// The releases of each name seen when the call last tried.
+    seen: Option<Vec<u64>>,
+    /// The call in progress (the driver's wait-and-retry policy), if any.
+    wait: Option<LockWait>,
+    /// A semaphore call's round over its permits, its first permit, and the one-try wait of
+    /// the permit tried now.
+    round: Option<PermitRound>,
+    start: usize,
+    slot: Option<LockWait>,
     /// The term while holding.
     term: Option<Term>,
     /// The term being unlocked (its release in flight).
     unlocking: Option<Term>,
-    /// The lock call in progress (the driver's wait-and-retry policy), if any.
-    wait: Option<LockWait>,
+}
+
+/// A run-once job's claim while its job runs.
+struct Run {
+    token: Token,
+    /// The session that claimed it.
+    session: SessionId,
+    /// The claim's local deadline.
+    deadline: Instant,
+    /// When the job returns (true time).
+    ends: u64,
+}
+
+/// What a job caller's thread is doing.
+enum JobThread {
+    /// Until its next `run_once` (at `next`).
+    Idle,
+    /// The claim is in flight (sent at the local instant given).
+    Claiming,
+    /// The job runs.
+    Running(Run),
+    /// The finish is in flight.
+    Finishing,
+}
+
+/// A caller thread running a job with `run_once` on its own schedule.
+struct Jobber {
+    name: LeaseName,
+    thread: JobThread,
+    next: u64,
 }
 
 struct Cand {
     name: LeaseName,
     handle: Option<HandleId>,
     releasing: bool,
+    /// The value it gives its terms (empty: none).
+    value: String,
 }
 
 struct Client {
@@ -72,15 +139,21 @@ struct Client {
     reopen_on_expiry: bool,
     /// A reopen failed for good: expiry is terminal (the process opens a new session).
     reopen_failed: bool,
-    /// Terms whose unlock found them gone: each must be reported lost once.
-    lost_on_unlock: Vec<Term>,
+    /// Terms whose unlock found them gone, each with whether the backend had ended it
+    /// before the release: each must be reported lost once.
+    lost_on_unlock: Vec<(Term, bool)>,
     ended: bool,
     paused_until: u64,
     wake_at: Option<u64>,
     work: VecDeque<(Op, Option<SessionId>)>,
     work_busy: bool,
     cands: Vec<Cand>,
-    locks: Vec<LockSt>,
+    /// Changes of the candidates' values (the session's count).
+    value_changes: u64,
+    /// Values this process made (each new value is unique).
+    values_made: u64,
+    lockers: Vec<Locker>,
+    jobbers: Vec<Jobber>,
     /// Names this process observes (an observer handle per name, per session opened).
     observes: Vec<LeaseName>,
     /// The highest token each observer handle reported.
@@ -90,7 +163,10 @@ struct Client {
     /// Whether this process watches the group `g`.
     watches: bool,
     next_handle: HandleId,
+    /// The believed terms of elections and locks, by name.
     open: BTreeMap<LeaseName, usize>,
+    /// The believed job claims, by name.
+    jobs_open: BTreeMap<LeaseName, usize>,
 }
 
 struct World<'a> {
@@ -108,6 +184,15 @@ struct World<'a> {
     reqs: BTreeMap<u64, Req>,
     next_req: u64,
     beliefs: Vec<Belief>,
+    /// Where each belief would lapse, as last found (a hint for the next search).
+    lapses: BTreeMap<usize, Instant>,
+    /// The values written for each term (by a grant with its value, or a write on it).
+    writes: BTreeMap<(LeaseName, Token), Vec<String>>,
+    /// The newest term each value of a name was written for.
+    value_terms: BTreeMap<(LeaseName, String), Token>,
+    /// Unlocks whose release found the term gone: whether the backend had ended the term
+    /// before the release, by request.
+    gone_before: BTreeMap<u64, bool>,
     violations: Vec<Violation>,
     trace: Option<Vec<TraceLine>>,
     digest: u64,
@@ -145,6 +230,10 @@ pub fn run(seed: u64, config: &SimConfig, trace: bool) -> Outcome {
         reqs: BTreeMap::new(),
         next_req: 1,
         beliefs: Vec::new(),
+        lapses: BTreeMap::new(),
+        writes: BTreeMap::new(),
+        value_terms: BTreeMap::new(),
+        gone_before: BTreeMap::new(),
         violations: Vec::new(),
         trace: trace.then(Vec::new),
         digest: 0xCBF2_9CE4_8422_2325,
@@ -168,6 +257,12 @@ pub fn run(seed: u64, config: &SimConfig, trace: bool) -> Outcome {
         });
     }
     check::check(&mut beliefs, &grants, &mut w.violations, &mut w.stats);
+    check::check_queues(&w.model.queue_log, &mut w.violations);
+    check::check_jobs(&w.model.job_log, &mut w.violations);
+    let semaphores: Vec<(String, u32)> = (0..config.semaphores)
+        .map(|s| (format!("s{s}"), config.permits))
+        .collect();
+    check::check_permits(&beliefs, &semaphores, &mut w.violations);
     for g in &grants {
         w.mix(g.at ^ g.token.get() ^ session_no(&g.session).rotate_left(32));
     }
@@ -278,15 +373,20 @@ impl World<'_> {
                     }),
                 )
             }
-            Ev::Notify(c, name) => {
+            Ev::Notify(c, n) => {
                 let local = self.local(c, self.now);
-                self.tr(Some(c), Some(&name), || {
-                    format!("notified: {name} released")
-                });
+                let (Notification::Released(name) | Notification::Acquired(name)) = &n else {
+                    return;
+                };
+                let what = match n {
+                    Notification::Released(_) => "released",
+                    _ => "acquired",
+                };
+                self.tr(Some(c), Some(name), || format!("notified: {name} {what}"));
                 // The router hands a notification only to sessions interested in its name.
                 if let Some(core) = self.clients[c].core.as_mut() {
-                    if core.interest().0.contains(&name) {
-                        core.notify(&crate::spi::Notification::Released(name), local);
+                    if core.interest().0.contains(name) {
+                        core.notify(&n, local);
                     }
                 }
                 self.settle(c);
@@ -316,7 +416,7 @@ impl World<'_> {
                 self.tr(None, None, || "backend: replica snapshot taken".into());
             }
             Ev::FailOver => {
-                let back = self.model.fail_over();
+                let back = self.model.fail_over(self.now);
                 self.tr(None, None, || {
                     format!(
                         "backend: FAILOVER to the lagging replica; tokens went back on {back:?}"
@@ -340,6 +440,7 @@ impl World<'_> {
         let t = self.now;
         let local = self.local(c, t);
         self.lock_step(c);
+        self.job_step(c);
         if let Some(core) = self.clients[c].core.as_mut() {
             core.tick(local);
         }
@@ -370,15 +471,18 @@ impl World<'_> {
             return;
         }
         let mut next = core.next_wake().map(|w| self.true_of(c, w));
-        for l in &cl.locks {
-            let at = match l.phase {
-                LockPhase::Idle => Some(l.next),
-                LockPhase::Holding(u) => Some(u),
-                _ => None,
-            };
-            if let Some(at) = at {
-                next = Some(next.map_or(at, |n| n.min(at)));
-            }
+        let lockers = cl.lockers.iter().filter_map(|l| match l.thread {
+            Thread::Idle => Some(l.next),
+            Thread::Holding(u) => Some(u),
+            _ => None,
+        });
+        let jobbers = cl.jobbers.iter().filter_map(|j| match &j.thread {
+            JobThread::Idle => Some(j.next),
+            JobThread::Running(r) => Some(r.ends),
+            _ => None,
+        });
+        for at in lockers.chain(jobbers) {
+            next = Some(next.map_or(at, |n| n.min(at)));
         }
         if let Some(at) = next {
             let at = at.max(t + 1000);
@@ -403,7 +507,10 @@ impl World<'_> {
                         self.send(c, Op::KeepAlive, Chan::KeepAlive);
                         None
                     }
-                    Route::Work(driver::Work::Run(Task::Attempt(h, n))) => Some(Op::Attempt(h, n)),
+                    Route::Work(driver::Work::Run(Task::Attempt(h, n))) => {
+                        // The work thread reads the candidate's value when it runs it.
+                        Some(Op::Attempt(h, n, String::new()))
+                    }
                     Route::Work(driver::Work::Run(Task::Owner(h, n))) => Some(Op::Owner(h, n)),
                     Route::Work(driver::Work::Run(Task::Members(h, g))) => Some(Op::Members(h, g)),
                     Route::Work(driver::Work::Release(n, t)) => Some(Op::Release(n, t)),
@@ -420,8 +527,11 @@ impl World<'_> {
         }
         let cl = &mut self.clients[c];
         if !cl.work_busy {
-            if let Some((op, sid)) = cl.work.pop_front() {
+            if let Some((mut op, sid)) = cl.work.pop_front() {
                 cl.work_busy = true;
+                if let Op::Attempt(h, _, value) = &mut op {
+                    *value = self.value_of(c, *h);
+                }
                 self.send_for(c, op, Chan::Work, sid);
             }
         }
@@ -439,6 +549,9 @@ impl World<'_> {
             }
             self.drain(c);
             self.end_open_beliefs(c, "close at the end left terms believed");
+            for (_, b) in std::mem::take(&mut self.clients[c].jobs_open) {
+                self.close_belief(b, "run ended");
+            }
         }
     }
 }
@@ -452,16 +565,5 @@ fn acquire_of(r: Rep) -> Acquire {
     match r {
         Rep::Acquire(a) => a,
         other => unreachable!("acquire reply {other:?}"),
-    }
-}
-
-/// The term value a candidate of session `id` gives its terms: its session number, or none
-/// for odd ones (so terms with and without a value follow each other).
-fn candidate_value(id: &SessionId) -> String {
-    let n = super::model::session_no(id);
-    if n.is_multiple_of(2) {
-        format!("s{n}")
-    } else {
-        String::new()
     }
 }

@@ -4,44 +4,79 @@
 //! client (where the driver's `accepts` drops replies of a replaced session).
 
 use super::outcome::show;
-use super::{acquire_of, candidate_value, LockPhase, World, MS};
+use super::{World, MS};
 use crate::engine::core::HandleId;
-use crate::engine::driver;
-use crate::engine::driver::reopen::{self, AfterOpenError};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::sim::model::session_no;
-use crate::spi::{Acquire, KeepAlive};
+use crate::spi::{Acquire, JobClaim, KeepAlive, Notification, Queued};
 use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Token};
 use std::cmp::Ordering;
 use std::time::{Duration, Instant};
 
+/// A request a client sends.
 #[derive(Clone, Debug)]
 pub(super) enum Op {
     Open,
     KeepAlive,
-    Attempt(HandleId, LeaseName),
+    /// A candidate's attempt, with the value the work thread read when it ran it.
+    Attempt(HandleId, LeaseName, String),
     Owner(HandleId, LeaseName),
     Members(HandleId, GroupName),
     Join(GroupName),
     Release(LeaseName, Token),
     CloseBackend,
     Lock(HandleId, LeaseName),
+    /// A fair lock's acquire, through the name's queue.
+    LockQueued(HandleId, LeaseName),
+    LeaveQueue(LeaseName),
     Unlock(LeaseName, Token),
     Resign(LeaseName, Token),
+    /// `Election::set_value` on the candidate's term.
+    SetValue(LeaseName, Token, String),
+    /// The work thread's write of a value that changed while candidate `h`'s attempt was in
+    /// flight: the term's token, the value, the count of value changes when the write began,
+    /// and the writes made so far.
+    WriteBack(HandleId, LeaseName, Token, String, u64, usize),
+    ClaimJob(LeaseName, Duration),
+    FinishJob(LeaseName, Token, Duration),
     Close,
 }
 
 impl Op {
     pub(super) fn name(&self) -> Option<&LeaseName> {
         match self {
-            Op::Attempt(_, n)
+            Op::Attempt(_, n, _)
             | Op::Owner(_, n)
             | Op::Release(n, _)
             | Op::Lock(_, n)
+            | Op::LockQueued(_, n)
+            | Op::LeaveQueue(n)
             | Op::Unlock(n, _)
-            | Op::Resign(n, _) => Some(n),
+            | Op::Resign(n, _)
+            | Op::SetValue(n, _, _)
+            | Op::WriteBack(_, n, _, _, _, _)
+            | Op::ClaimJob(n, _)
+            | Op::FinishJob(n, _, _) => Some(n),
             _ => None,
         }
+    }
+
+    /// Whether the driver takes the reply in through the engine of the session it was sent
+    /// for (`with_session`, the driver's `accepts`); the others go to their caller as they
+    /// are.
+    pub(super) fn through_engine(&self) -> bool {
+        matches!(
+            self,
+            Op::KeepAlive
+                | Op::Attempt(..)
+                | Op::Owner(..)
+                | Op::Members(..)
+                | Op::Release(..)
+                | Op::Lock(..)
+                | Op::LockQueued(..)
+                | Op::Unlock(..)
+                | Op::Resign(..)
+        )
     }
 }
 
@@ -61,6 +96,10 @@ pub(super) enum Rep {
     Members(Vec<Member>),
     /// A release: whether the term was still held.
     Released(bool),
+    Queued(Queued),
+    Job(JobClaim),
+    /// Whether a value was set, a place left, a job finished.
+    Flag(bool),
     Done,
 }
 
@@ -79,7 +118,7 @@ pub(super) enum Ev {
     Arrive(u64),
     Reply(u64, Result<Rep>),
     Timeout(u64),
-    Notify(usize, LeaseName),
+    Notify(usize, Notification),
     Act(usize),
     Reopen(usize),
     RetryReopen(usize),
@@ -173,6 +212,8 @@ impl World<'_> {
         self.push(self.now + self.timeout, Ev::Timeout(id));
     }
 
+    /// Request `id` reaches the backend: the model answers it now (the reply travels back,
+    /// or is lost), and releases and new terms are notified to every process.
     pub(super) fn arrive(&mut self, id: u64) {
         let t = self.now;
         let lease = self.cfg.lease;
@@ -182,6 +223,7 @@ impl World<'_> {
         };
         let sid = || session.clone().expect("a session request has a session");
         let mut freed = Vec::new();
+        let mut acquired = Vec::new();
         let reply: Result<Rep> = match &op {
             Op::Open => {
                 let (id, rem) = self.model.open_session(t, lease);
@@ -195,21 +237,67 @@ impl World<'_> {
             Op::Owner(_, n) => Ok(Rep::Owner(self.model.owner(t, n))),
             Op::Members(_, g) => Ok(Rep::Members(self.model.members(t, g))),
             Op::Join(g) => self.model.join(t, &sid(), g).map(|()| Rep::Done),
-            Op::Attempt(_, n) => {
-                let value = candidate_value(&sid());
-                let r = self.model.acquire_with_value(t, &sid(), n, &value);
-                r.map(Rep::Acquire)
+            Op::Attempt(_, n, _) | Op::Lock(_, n) => {
+                let value = match &op {
+                    Op::Attempt(_, _, v) => v.as_str(),
+                    _ => "",
+                };
+                let r = self.model.acquire_term(t, &sid(), n, value);
+                if let Ok((Acquire::Acquired(term), new_term)) = &r {
+                    if !value.is_empty() {
+                        // The value is written for the term this grant is of.
+                        self.written(n, term.token, value);
+                    }
+                    if *new_term || !value.is_empty() {
+                        acquired.push(n.clone());
+                    }
+                }
+                r.map(|(a, _)| Rep::Acquire(a))
             }
-            Op::Lock(_, n) => self.model.acquire(t, &sid(), n).map(Rep::Acquire),
+            Op::LockQueued(_, n) => {
+                let r = self.model.acquire_queued(t, &sid(), n, lease);
+                if let Ok((_, true)) = &r {
+                    acquired.push(n.clone());
+                }
+                r.map(|(q, _)| Rep::Queued(q))
+            }
+            Op::LeaveQueue(n) => {
+                let (left, wake) = self.model.leave_queue(t, &sid(), n);
+                if wake {
+                    freed.push(n.clone());
+                }
+                Ok(Rep::Flag(left))
+            }
             Op::Release(n, tok) | Op::Unlock(n, tok) | Op::Resign(n, tok) => {
-                let held = self.model.release(&sid(), n, *tok);
+                let held = self.model.release(t, &sid(), n, *tok);
                 if held {
                     freed.push(n.clone());
+                } else if let Op::Unlock(..) = &op {
+                    // Whether the backend ended the term before this release: only then
+                    // may the unlock report it lost.
+                    let ended = self.model.term_end(n, *tok, &sid());
+                    let before = ended.is_some_and(|at| at <= self.model.clock(t));
+                    self.gone_before.insert(id, before);
                 }
                 Ok(Rep::Released(held))
             }
+            Op::SetValue(n, tok, v) | Op::WriteBack(_, n, tok, v, _, _) => {
+                let set = self.model.set_value(t, &sid(), n, *tok, v);
+                if set {
+                    acquired.push(n.clone());
+                }
+                Ok(Rep::Flag(set))
+            }
+            Op::ClaimJob(n, at_most) => self.model.claim_job(t, &sid(), n, *at_most).map(Rep::Job),
+            Op::FinishJob(n, tok, at_least) => Ok(Rep::Flag(self.model.finish_job(
+                t,
+                &sid(),
+                n,
+                *tok,
+                *at_least,
+            ))),
             Op::CloseBackend | Op::Close => {
-                freed = self.model.close_session(&sid());
+                freed = self.model.close_session(t, &sid());
                 Ok(Rep::Done)
             }
         };
@@ -232,7 +320,9 @@ impl World<'_> {
             let d = self.delay();
             self.push(t + d, Ev::Reply(id, reply));
         }
-        for n in freed {
+        let notes = (freed.into_iter().map(Notification::Released))
+            .chain(acquired.into_iter().map(Notification::Acquired));
+        for n in notes.collect::<Vec<_>>() {
             for c in 0..self.clients.len() {
                 if self.rng.chance(self.cfg.faults.lost_notification) {
                     continue;
@@ -243,173 +333,16 @@ impl World<'_> {
         }
     }
 
-    pub(super) fn complete(&mut self, id: u64, reply: Result<Rep>) {
-        let Some(req) = self.reqs.get_mut(&id) else {
-            return;
-        };
-        if req.done {
-            return;
+    /// Notes that `value` was written for the term `name`/`token`.
+    pub(super) fn written(&mut self, name: &LeaseName, token: Token, value: &str) {
+        let w = self.writes.entry((name.clone(), token)).or_default();
+        if !w.iter().any(|v| v == value) {
+            w.push(value.to_owned());
         }
-        req.done = true;
-        let (c, gen, op, chan, sent) = (req.client, req.gen, req.op.clone(), req.chan, req.sent);
-        let for_session = req.session.clone();
-        let name = op.name().cloned();
-        self.tr(Some(c), name.as_ref(), || {
-            format!("<- #{id} {}", show(&reply))
-        });
-        if gen != self.clients[c].gen {
-            return; // a call of a process that restarted since
-        }
-        let t = self.now;
-        let local = self.local(c, t);
-        let lease = self.cfg.lease.as_nanos() as u64;
-        // The driver's `accepts`: a reply for an earlier session (before a reopen) does not
-        // reach the current engine.
-        let current = self.clients[c].core.as_ref().map(|k| k.session().clone());
-        let stale = match (&for_session, &current) {
-            (Some(sent_for), Some(current)) => !driver::accepts(current, sent_for),
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if stale && !matches!(op, Op::Open) {
-            if let Op::Lock(h, n) = &op {
-                // As `with_session` answers the lock caller: its session expired.
-                let expired = Err(Error::SessionExpired {
-                    session: for_session.clone().expect("stale replies have a session"),
-                });
-                self.lock_reply(c, *h, n, expired);
-            }
-            if let Op::Unlock(n, _) = &op {
-                if let Some(l) = self.clients[c].locks.iter_mut().find(|l| &l.name == n) {
-                    l.phase = LockPhase::Idle;
-                    l.unlocking = None;
-                    l.next = t;
-                }
-            }
-            if let Op::Resign(n, _) = &op {
-                if let Some(cand) = self.clients[c].cands.iter_mut().find(|k| &k.name == n) {
-                    cand.releasing = false;
-                }
-            }
-            if chan == Chan::Work {
-                self.clients[c].work_busy = false;
-            }
-            self.settle(c);
-            return;
-        }
-        match op {
-            Op::Open if chan == Chan::Work => match reply {
-                Ok(Rep::Open(sid, rem)) => {
-                    self.clients[c].work_busy = false;
-                    self.reopened(c, sid, sent, rem);
-                    return;
-                }
-                Ok(other) => unreachable!("open reply {other:?}"),
-                Err(e) => {
-                    self.clients[c].work_busy = false;
-                    if reopen::after_open_error(&e) == AfterOpenError::Terminal {
-                        // Expiry is terminal: the process opens a new session later.
-                        self.tr(Some(c), None, || "reopen failed for good".into());
-                        let cl = &mut self.clients[c];
-                        cl.reopening = false;
-                        cl.reopen_failed = true;
-                        self.settle(c);
-                        return;
-                    }
-                    // The work thread sleeps a retry interval (plus jitter), then tries again.
-                    let d = self.retry_delay();
-                    self.push(t + d, Ev::RetryReopen(c));
-                    return;
-                }
-            },
-            Op::Open => {
-                self.clients[c].opening = false;
-                match reply {
-                    Ok(Rep::Open(sid, rem)) => self.start_session(c, sid, sent, rem),
-                    _ => {
-                        let d = self.timing.retry.as_nanos() as u64;
-                        self.push(t + d, Ev::Reopen(c));
-                    }
-                }
-            }
-            Op::KeepAlive => {
-                let r = reply.map(|r| match r {
-                    Rep::KeepAlive(k) => k,
-                    other => unreachable!("keep-alive reply {other:?}"),
-                });
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_keep_alive(sent, local, r);
-                }
-            }
-            Op::Attempt(h, n) => {
-                let r = reply.map(acquire_of);
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_attempt(h, &n, sent, local, r);
-                }
-            }
-            Op::Members(h, _) => {
-                let r = reply.map(|r| match r {
-                    Rep::Members(m) => m,
-                    other => unreachable!("members reply {other:?}"),
-                });
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_members(h, local, r);
-                }
-            }
-            Op::Join(_) => {}
-            Op::Owner(h, _) => {
-                let r = reply.map(|r| match r {
-                    Rep::Owner(o) => o,
-                    other => unreachable!("owner reply {other:?}"),
-                });
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_owner(h, local, r);
-                }
-            }
-            Op::Release(n, _) | Op::Resign(n, _) => {
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_released(&n, reply.is_ok());
-                }
-                if let Some(cand) = self.clients[c].cands.iter_mut().find(|k| k.name == n) {
-                    cand.releasing = false;
-                }
-            }
-            Op::CloseBackend | Op::Close => {}
-            Op::Lock(h, n) => {
-                let r = reply.map(acquire_of);
-                let Some(core) = self.clients[c].core.as_mut() else {
-                    return;
-                };
-                let r = core.on_lock_acquire(h, &n, sent, local, r);
-                self.lock_reply(c, h, &n, r);
-            }
-            Op::Unlock(n, _) => {
-                let held = matches!(reply, Ok(Rep::Released(true)));
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_released(&n, reply.is_ok());
-                }
-                let pause = self.rng.range(10 * MS, lease);
-                let li = self.clients[c].locks.iter().position(|l| l.name == n);
-                if let Some(i) = li {
-                    let l = &mut self.clients[c].locks[i];
-                    l.phase = LockPhase::Idle;
-                    l.next = t + pause;
-                    let term = l.unlocking.take();
-                    let h = l.handle;
-                    // The release found the term gone: the unlock reports it, as `unlock`
-                    // does (`LockLost{Missing}`, once).
-                    if let (false, Ok(_), Some(term)) = (held, &reply, term) {
-                        if let Some(core) = self.clients[c].core.as_mut() {
-                            let _ = core.lost_on_unlock(h, term.clone());
-                            self.clients[c].lost_on_unlock.push(term);
-                        }
-                    }
-                }
-            }
-        }
-        if chan == Chan::Work {
-            self.clients[c].work_busy = false;
-        }
-        self.settle(c);
+        let newest = self
+            .value_terms
+            .entry((name.clone(), value.to_owned()))
+            .or_insert(token);
+        *newest = (*newest).max(token);
     }
 }

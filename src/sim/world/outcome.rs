@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::sim::check::{Belief, Kind, Violation};
 use crate::sim::config::SimConfig;
 use crate::sim::model::session_no;
-use crate::spi::Acquire;
+use crate::spi::{Acquire, JobClaim, Queued};
 use crate::types::LeaseName;
 
 /// Formats true nanoseconds as seconds.
@@ -192,6 +192,22 @@ pub(super) fn show(r: &Result<Rep>) -> String {
             format!("members [{}]", m.join(" "))
         }
         Ok(Rep::Done) => "ok".into(),
+        Ok(Rep::Flag(done)) => format!("done: {done}"),
+        Ok(Rep::Queued(Queued::Acquired(t))) => {
+            format!("Acquired {} token {} through the queue", t.name, t.token)
+        }
+        Ok(Rep::Queued(Queued::Waiting { ahead, owner })) => match owner {
+            Some(o) => format!(
+                "Waiting ({ahead} ahead), held by s{} token {}",
+                session_no(&o.session),
+                o.token
+            ),
+            None => format!("Waiting ({ahead} ahead), free"),
+        },
+        Ok(Rep::Job(JobClaim::Claimed { token, remaining })) => {
+            format!("job Claimed token {token} ({remaining:?} left)")
+        }
+        Ok(Rep::Job(JobClaim::Busy { remaining })) => format!("job Busy ({remaining:?} left)"),
         Err(Error::SessionExpired { .. }) => "ERR session expired".into(),
         Err(Error::Timeout { .. }) => "TIMEOUT".into(),
         Err(e) => format!("ERR {e}"),

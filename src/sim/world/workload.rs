@@ -1,17 +1,14 @@
-//! The workload: the setup of the clients (clock rates, candidates, observers, locks, group
-//! membership, expiry policy) and the premises' backend faults, the churn and the pauses, and
-//! each client's actions: opening sessions, the engine's reopen, resigning and running again,
-//! closing, and the lock callers' calls, holds and unlocks.
+//! The workload: the setup of the clients (clock rates, candidates and their values,
+//! observers, lock, fair-lock, semaphore and job callers, group membership, expiry policy)
+//! and the premises' faults, the churn and the pauses, and each client's actions: opening
+//! sessions, the engine's reopen, resigning and running again, setting values, closing.
 
 use super::network::{Chan, Ev, Op};
-use super::{group, Cand, Client, LockPhase, LockSt, World, MS, PPM};
-use crate::engine::core::{Core, HandleId};
-use crate::engine::driver::wait::{LockWait, Step};
-use crate::engine::driver::{self, reopen};
-use crate::error::Result;
+use super::{group, Cand, Client, JobThread, Jobber, Locker, Takes, Thread, World, MS, PPM};
+use crate::engine::core::Core;
+use crate::engine::driver::reopen;
 use crate::sim::check::Kind;
 use crate::sim::model::session_no;
-use crate::spi::Acquire;
 use crate::types::{LeaseName, SessionId};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -34,37 +31,52 @@ impl World<'_> {
             let mut cands = Vec::new();
             for e in 0..cfg.elections {
                 if c < 2 || self.rng.chance(0.7) {
+                    // Candidates with and without a value, so terms with and without one
+                    // follow each other.
+                    let value = if self.rng.chance(0.5) {
+                        format!("c{c}e{e}")
+                    } else {
+                        String::new()
+                    };
                     cands.push(Cand {
-                        name: LeaseName::new(format!("e{e}")).expect("valid name"),
+                        name: name(format!("e{e}")),
                         handle: None,
                         releasing: false,
+                        value,
                     });
                 }
             }
             let observes = (0..cfg.elections)
                 .filter(|_| self.rng.chance(0.5))
-                .map(|e| LeaseName::new(format!("e{e}")).expect("valid name"))
+                .map(|e| name(format!("e{e}")))
                 .collect();
             let member = self.rng.chance(0.7);
             let watches = self.rng.chance(0.5);
             // Most processes let the engine reopen an expired session; the others open a
             // new one themselves (expiry terminal: `reopen_on_expiry(false)`).
             let reopen_on_expiry = c < 2 || self.rng.chance(0.75);
-            let mut locks = Vec::new();
-            for l in 0..cfg.locks {
+            let mut lockers = Vec::new();
+            let plain = (0..cfg.locks).map(|l| (vec![name(format!("l{l}"))], Takes::Plain));
+            let fair = (0..cfg.fair_locks).map(|f| (vec![name(format!("f{f}"))], Takes::Fair));
+            for (names, takes) in plain.chain(fair).collect::<Vec<_>>() {
                 if c < 2 || self.rng.chance(0.7) {
-                    locks.push(LockSt {
-                        name: LeaseName::new(format!("l{l}")).expect("valid name"),
-                        handle: 0,
-                        phase: LockPhase::Idle,
-                        next: 0,
-                        seen: None,
-                        term: None,
-                        unlocking: None,
-                        wait: None,
-                    });
+                    lockers.push(locker(names, takes));
                 }
             }
+            for s in 0..cfg.semaphores {
+                // Premise `permit_miscount`: the first process counts one permit more.
+                let n = cfg.permits + u32::from(c == 0 && cfg.premises.permit_miscount);
+                let names = (0..n).map(|i| name(format!("s{s}.permit-{i}"))).collect();
+                lockers.push(locker(names, Takes::Permit));
+            }
+            let jobbers = (0..cfg.jobs)
+                .filter(|_| c < 2 || self.rng.chance(0.7))
+                .map(|j| Jobber {
+                    name: name(format!("j{j}")),
+                    thread: JobThread::Idle,
+                    next: 0,
+                })
+                .collect();
             self.clients.push(Client {
                 rate,
                 core: None,
@@ -81,13 +93,17 @@ impl World<'_> {
                 work: VecDeque::new(),
                 work_busy: false,
                 cands,
-                locks,
+                value_changes: 0,
+                values_made: 0,
+                lockers,
+                jobbers,
                 observes,
                 observed: BTreeMap::new(),
                 member,
                 watches,
                 next_handle: 1,
                 open: BTreeMap::new(),
+                jobs_open: BTreeMap::new(),
             });
             let start = self.rng.below(50 * MS);
             self.push(start, Ev::Reopen(c));
@@ -105,7 +121,11 @@ impl World<'_> {
             let at = self.rng.range(end / 5, 3 * end / 4);
             self.push(at, Ev::ClockStep);
         }
-        self.model.stale_values = cfg.premises.stale_values;
+        let p = cfg.premises;
+        self.model.stale_values = p.stale_values;
+        self.model.unfair_queue = p.unfair_queue;
+        self.model.lost_windows = p.lost_windows;
+        self.model.false_misses = p.false_misses;
     }
 
     pub(super) fn exp_delay(&mut self, per_sec: f64) -> Option<u64> {
@@ -133,12 +153,6 @@ impl World<'_> {
         }
     }
 
-    pub(super) fn retry_delay(&mut self) -> u64 {
-        let rng = &mut self.rng;
-        let jitter = |max: Duration| Duration::from_nanos(rng.below(max.as_nanos() as u64));
-        driver::retry_delay(self.timing.retry, jitter).as_nanos() as u64
-    }
-
     /// What the driver's decisions know of client `c`'s session besides its core.
     pub(super) fn flags(&self, c: usize) -> reopen::Flags {
         let cl = &self.clients[c];
@@ -149,68 +163,6 @@ impl World<'_> {
             failed: cl.reopen_failed,
         }
     }
-
-    /// A lock call's acquire answered `r` (after the engine took it in): the driver's
-    /// [`LockWait`] says what the caller does next.
-    pub(super) fn lock_reply(&mut self, c: usize, h: HandleId, n: &LeaseName, r: Result<Acquire>) {
-        let t = self.now;
-        let local = self.local(c, t);
-        let Some(i) = self.clients[c].locks.iter().position(|l| l.handle == h) else {
-            return;
-        };
-        let coming = reopen::reopen_coming(self.flags(c));
-        let retry = self.timing.retry;
-        let rng = &mut self.rng;
-        let jitter = |max: Duration| Duration::from_nanos(rng.below(max.as_nanos() as u64));
-        let l = &mut self.clients[c].locks[i];
-        let wait = l.wait.get_or_insert_with(|| LockWait::new(false, retry));
-        let step = wait.on_reply(r.map(Some), coming, local, jitter);
-        let registered = wait.is_waiting();
-        l.phase = LockPhase::Idle;
-        l.next = t;
-        let end_call = |w: &mut World<'_>| {
-            let cl = &mut w.clients[c];
-            if registered {
-                if let Some(core) = cl.core.as_mut() {
-                    core.stop_waiting(n);
-                }
-            }
-            cl.locks[i].wait = None;
-            cl.locks[i].seen = None;
-        };
-        match step {
-            Step::Acquired(term) => {
-                self.tr(Some(c), Some(n), || {
-                    format!("LockAcquired {n} token {}", term.token)
-                });
-                end_call(self);
-                let lease = self.cfg.lease.as_nanos() as u64;
-                let hold = self.rng.range(10 * MS, 2 * lease);
-                self.open_belief(c, h, n, term.token, true);
-                let l = &mut self.clients[c].locks[i];
-                l.phase = LockPhase::Holding(t + hold);
-                l.term = Some(term);
-            }
-            Step::WaitForReleases => {
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.wait_for_release(n);
-                }
-            }
-            Step::RetryNow => {}
-            Step::RetryAt(at) => {
-                let at = self.true_of(c, at);
-                self.clients[c].locks[i].next = at;
-            }
-            Step::Busy | Step::Fail(_) => {
-                // The call ended; the process calls `lock` again a little later.
-                end_call(self);
-                let pause = self.retry_delay();
-                self.clients[c].locks[i].next = t + pause;
-            }
-        }
-    }
-
-    // ---- clients ------------------------------------------------------------------------
 
     pub(super) fn reopen(&mut self, c: usize) {
         let cl = &mut self.clients[c];
@@ -224,7 +176,9 @@ impl World<'_> {
         cl.work_busy = false;
         cl.ended = false;
         cl.reopening = false;
+        cl.reopen_failed = false;
         cl.opening = true;
+        self.check_jobs(c);
         self.end_open_beliefs(c, "a session was replaced with terms still believed");
         self.send(c, Op::Open, Chan::Caller);
     }
@@ -243,12 +197,21 @@ impl World<'_> {
                 core.add_candidate(h, cand.name.clone(), local);
             }
         }
-        for l in cl.locks.iter_mut() {
+        for l in cl.lockers.iter_mut() {
             // A new process-level session: lock calls start afresh.
-            l.phase = LockPhase::Idle;
+            l.thread = Thread::Idle;
             l.seen = None;
             l.wait = None;
+            l.round = None;
+            l.slot = None;
+            l.term = None;
             l.unlocking = None;
+        }
+        for j in cl.jobbers.iter_mut() {
+            // A running job runs on (its claim no longer holds); calls in flight failed.
+            if !matches!(j.thread, JobThread::Running(_)) {
+                j.thread = JobThread::Idle;
+            }
         }
         for name in &cl.observes {
             let h = cl.next_handle;
@@ -287,9 +250,10 @@ impl World<'_> {
         cl.ended = false;
         let (a, b) = (session_no(&old_id), session_no(&id));
         self.tr(Some(c), None, || format!("engine reopened s{a} as s{b}"));
-        if self.clients[c].member {
-            // As the driver: re-join the groups on the new session.
-            self.send(c, Op::Join(group()), Chan::Caller);
+        // The reopen re-joins the groups joined through a live membership.
+        let joined = BTreeMap::from([(group(), usize::from(self.clients[c].member))]);
+        for g in reopen::rejoin(&joined) {
+            self.send(c, Op::Join(g), Chan::Caller);
         }
         self.settle(c);
     }
@@ -305,7 +269,11 @@ impl World<'_> {
         let local = self.local(c, self.now);
         let n = self.clients[c].cands.len();
         let r = self.rng.below(10);
-        if r < 8 && n > 0 {
+        if (5..8).contains(&r) && n > 0 {
+            let i = self.rng.below(n as u64) as usize;
+            self.set_value(c, i);
+            self.settle(c);
+        } else if r < 5 && n > 0 {
             let i = self.rng.below(n as u64) as usize;
             let cl = &mut self.clients[c];
             let name = cl.cands[i].name.clone();
@@ -347,6 +315,8 @@ impl World<'_> {
             let core = self.clients[c].core.as_mut().expect("live above");
             core.close();
             self.drain(c);
+            // Running jobs' claims end with the session.
+            self.check_jobs(c);
             if !self.clients[c].open.is_empty() {
                 self.violation(
                     Kind::TermNotEnded,
@@ -363,68 +333,27 @@ impl World<'_> {
             self.push(self.now + d, Ev::Reopen(c));
         }
     }
+}
 
-    pub(super) fn lock_step(&mut self, c: usize) {
-        let t = self.now;
-        let local = self.local(c, t);
-        for i in 0..self.clients[c].locks.len() {
-            let cl = &mut self.clients[c];
-            let Some(core) = cl.core.as_mut().filter(|k| k.state().is_live()) else {
-                return;
-            };
-            let l = &mut cl.locks[i];
-            match l.phase {
-                LockPhase::Idle => {
-                    let notified = l.seen.is_some_and(|s| s != core.releases_of(&l.name));
-                    if t >= l.next || notified {
-                        // A new lock call gets a handle; its retries keep it.
-                        if l.wait.is_none() {
-                            l.handle = cl.next_handle;
-                            cl.next_handle += 1;
-                            l.wait = Some(LockWait::new(false, self.timing.retry));
-                        }
-                        let h = l.handle;
-                        l.phase = LockPhase::Acquiring;
-                        l.seen = Some(core.releases_of(&l.name));
-                        core.begin_acquire(&l.name);
-                        let name = l.name.clone();
-                        self.send(c, Op::Lock(h, name), Chan::Caller);
-                    }
-                }
-                LockPhase::Holding(until) if t >= until => {
-                    let (h, name) = (l.handle, l.name.clone());
-                    let term = l.term.take().expect("a held lock has its term");
-                    let token = core.unlock(h, &term, local).ok();
-                    l.unlocking = token.map(|_| term.clone());
-                    self.tr(Some(c), Some(&name), || format!("unlocks {name}"));
-                    // A term found past its deadline by the unlock is reported first.
-                    self.drain(c);
-                    if let Some(b) = self.clients[c].open.get(&name).copied() {
-                        if token.is_none() {
-                            self.violation(
-                                Kind::SilentLoss,
-                                c,
-                                Some(&name),
-                                "a lock was believed but the engine no longer held it".into(),
-                            );
-                        }
-                        self.clients[c].open.remove(&name);
-                        self.close_belief(b, "unlocked");
-                    }
-                    let l = &mut self.clients[c].locks[i];
-                    match token {
-                        Some(tok) => {
-                            l.phase = LockPhase::Releasing;
-                            self.send(c, Op::Unlock(name, tok), Chan::Caller);
-                        }
-                        None => {
-                            l.phase = LockPhase::Idle;
-                            l.next = t;
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
+/// A lease name made of valid characters.
+fn name(n: String) -> LeaseName {
+    LeaseName::new(n).expect("valid name")
+}
+
+/// A lock caller that has not called yet.
+fn locker(names: Vec<LeaseName>, takes: Takes) -> Locker {
+    Locker {
+        names,
+        takes,
+        thread: Thread::Idle,
+        next: 0,
+        handle: 0,
+        seen: None,
+        wait: None,
+        round: None,
+        start: 0,
+        slot: None,
+        term: None,
+        unlocking: None,
     }
 }
