@@ -104,7 +104,7 @@ struct Run {
 enum JobThread {
     /// Until its next `run_once` (at `next`).
     Idle,
-    /// The claim is in flight (sent at the local instant given).
+    /// The claim is in flight.
     Claiming,
     /// The job runs.
     Running(Run),
