@@ -125,7 +125,7 @@ impl Inner {
                         } else {
                             log::warn!("reopening an expired session failed, retrying: {text}");
                         }
-                        std::thread::sleep(driver::retry_delay(retry, crate::rand::jitter));
+                        std::thread::sleep(reopen::retry_in(retry, crate::rand::jitter));
                     }
                 },
             }
@@ -253,17 +253,13 @@ impl Inner {
                 self.check_token(&mut s.core, Some(h), t);
             }
             let current = s.values.get(&h).map_or("", String::as_str);
-            match (granted, held) {
-                (Some(g), Some(t)) if t.token == g && current != value => {
-                    Some((g, current.to_owned(), s.value_changes))
-                }
-                _ => None,
-            }
+            values::write_back(granted, held.as_ref(), &value, current)
+                .map(|g| (g, current.to_owned(), s.value_changes))
         });
         let Some((token, mut v, mut seen)) = fix.flatten() else {
             return;
         };
-        for _ in 0..16 {
+        for _ in 0..values::MAX_WRITES {
             if let Err(e) = self.backend.set_value(&id, &name, token, &v) {
                 log::warn!("setting the value of {name} failed: {}", e.report());
                 return;
@@ -273,13 +269,10 @@ impl Inner {
                 && s.core
                     .term_of(&name, crate::engine::Holder::Election(h))
                     .is_some_and(|t| t.token == token);
-            if !held || s.value_changes == seen {
-                return;
-            }
-            seen = s.value_changes;
-            match s.values.get(&h).map_or("", String::as_str) {
-                current if current == v => return,
-                current => current.clone_into(&mut v),
+            let current = s.values.get(&h).map_or("", String::as_str);
+            match values::write_again(held, seen, s.value_changes, &v, current) {
+                Some(next) => (v, seen) = (next, s.value_changes),
+                None => return,
             }
         }
     }
