@@ -1,46 +1,5 @@
-//! Read-write locks: `Session::rw_lock`, its read and write calls and the guard.
-//!
-//! Any number of readers hold a name together, a writer holds it alone, on the backend's
-//! clock. A writer that waits makes new readers wait (writer preference), so writers do not
-//! starve; its registration is bound to its session and renewed by each of its attempts, so
-//! a crashed waiting writer stops blocking readers within one lease. A term, read or write,
-//! is bound to its session: a crashed holder's term ends when its session expires, and the
-//! guard hears [`Event::LockLost`] like a lock's.
-//!
-//! # Tokens
-//!
-//! Every term carries a fencing token from one counter per name (never reset):
-//!
-//! - a **write** term's token is greater than every token handed out before on that name,
-//!   read or write;
-//! - a **read** term's token is greater than the last write term's token.
-//!
-//! So a resource that remembers the newest *write* token it has seen can reject a write or
-//! read of a term older than that write: a reader paused across a writer's term, or a
-//! writer paused across the next one, is refused.
-//!
-//! ```
-//! use simba_lease::{Config, Session};
-//! let a = Session::connect("memory://", Config::default())?;
-//! let lock = a.rw_lock("catalog")?;
-//!
-//! let read = lock.read()?;
-//! drop(read); // released in the background
-//! let write = lock.write()?;
-//! let newest_write = write.token(); // what the resource records with the write
-//! write.unlock()?;
-//! let read = lock.read()?;
-//! // The rule a resource checks: a term below the newest write it saw is stale.
-//! assert!(read.token() > newest_write);
-//! # Ok::<(), simba_lease::Error>(())
-//! ```
-//!
-//! A session holds at most one term of a name: threads sharing a session exclude each other
-//! on it (a thread asking for a name it holds through the session gets
-//! [`Error::AlreadyHeld`]); readers in parallel use sessions of their own. A read-write
-//! lock's name is its own: a plain lock, queue or job of the same name does not conflict.
-//! Backends without read-write locks answer [`Error::Unsupported`] (see
-//! [`LeaseBackend::supports_rw_locks`](crate::spi::LeaseBackend::supports_rw_locks)).
+//! Read-write locks: `Session::rw_lock`, its read and write calls and the guard. The
+//! contract and the token rule are on [`RwLock`].
 
 use super::lock::{timed_out, WaitingForRelease};
 use super::IntoLeaseName;
@@ -65,9 +24,51 @@ impl Session {
     }
 }
 
-/// A read-write lock of one session (see [`Session::rw_lock`] and the module's docs): the
-/// read calls take a shared term, the write calls an exclusive one. Each attempt is one
-/// backend call; a caller that waits listens for releases of the name and retries.
+/// A read-write lock of one session (see [`Session::rw_lock`]): the read calls take a
+/// shared term, the write calls an exclusive one. Each attempt is one backend call; a caller
+/// that waits listens for releases of the name and retries.
+///
+/// Any number of readers hold a name together, a writer holds it alone, on the backend's
+/// clock. A writer that waits makes new readers wait (writer preference), so writers do not
+/// starve; its registration is bound to its session and renewed by each of its attempts, so
+/// a crashed waiting writer stops blocking readers within one lease. A term, read or write,
+/// is bound to its session: a crashed holder's term ends when its session expires, and the
+/// guard hears [`Event::LockLost`] like a lock's.
+///
+/// # Tokens
+///
+/// Every term carries a fencing token from one counter per name (never reset):
+///
+/// - a **write** term's token is greater than every token handed out before on that name,
+///   read or write;
+/// - a **read** term's token is greater than the last write term's token.
+///
+/// So a resource that remembers the newest *write* token it has seen can reject a write or
+/// read of a term older than that write: a reader paused across a writer's term, or a
+/// writer paused across the next one, is refused.
+///
+/// ```
+/// use simba_lease::{Config, Session};
+/// let a = Session::connect("memory://", Config::default())?;
+/// let lock = a.rw_lock("catalog")?;
+///
+/// let read = lock.read()?;
+/// drop(read); // released in the background
+/// let write = lock.write()?;
+/// let newest_write = write.token(); // what the resource records with the write
+/// write.unlock()?;
+/// let read = lock.read()?;
+/// // The rule a resource checks: a term below the newest write it saw is stale.
+/// assert!(read.token() > newest_write);
+/// # Ok::<(), simba_lease::Error>(())
+/// ```
+///
+/// A session holds at most one term of a name: threads sharing a session exclude each other
+/// on it (a thread asking for a name it holds through the session gets
+/// [`Error::AlreadyHeld`]); readers in parallel use sessions of their own. A read-write
+/// lock's name is its own: a plain lock, queue or job of the same name does not conflict.
+/// Backends without read-write locks answer [`Error::Unsupported`] (see
+/// [`LeaseBackend::supports_rw_locks`](crate::spi::LeaseBackend::supports_rw_locks)).
 pub struct RwLock {
     inner: EngineHandle,
     name: LeaseName,
@@ -268,7 +269,7 @@ impl RwLock {
 ///
 /// It ends without being dropped if the session is lost ([`RwGuard::lost`] hears
 /// [`Event::LockLost`]): check [`RwGuard::is_valid`], or pass [`RwGuard::token`] to the
-/// protected resource (see the [module's docs](self) for the token rule).
+/// protected resource (see [`RwLock`] for the token rule).
 pub struct RwGuard {
     inner: EngineHandle,
     handle: HandleId,
