@@ -17,6 +17,7 @@ mod event_cases;
 mod fair_cases;
 mod gate;
 mod job_cases;
+mod rw_cases;
 mod semaphore_cases;
 mod value_cases;
 
@@ -25,6 +26,7 @@ pub use engine_cases::*;
 pub use event_cases::*;
 pub use fair_cases::*;
 pub use job_cases::*;
+pub use rw_cases::*;
 pub use semaphore_cases::*;
 pub use value_cases::*;
 
@@ -256,6 +258,12 @@ macro_rules! tck_suite {
             resign_and_unlock_return_after_their_event_reached_the_callbacks,
             a_timeout_after_failed_acquires_keeps_the_last_failure,
             a_token_not_above_one_seen_before_is_reported,
+            rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule,
+            rw_locks_exclude_under_contention,
+            rw_readers_hold_in_parallel,
+            rw_a_waiting_writer_blocks_new_readers,
+            rw_crashed_holders_and_waiting_writers_free_the_name,
+            rw_cancel_ends_waits_and_withdraws_the_writer,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

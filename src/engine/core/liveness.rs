@@ -179,6 +179,7 @@ impl Core {
         for name in names {
             self.lose(&name, LossReason::SessionExpired, now);
         }
+        self.lose_rw_terms(LossReason::SessionExpired);
         self.state = State::Expired;
         if locally {
             self.out.push(Output::CloseBackend);
