@@ -2336,7 +2336,9 @@ extern "C" fn ignore_signal(_: libc::c_int) {}
 /// Issue 21.6: a storm of a handled signal (`SIGUSR1`, `SA_RESTART`) at the thread making
 /// one-shot calls fails none of them. A socket read with a timeout is not restarted by
 /// `SA_RESTART`: it fails with `EINTR`, which failed 1–2 % of calls (a release among them,
-/// that had released). Returns the number of calls and of signals sent.
+/// that had released). Keep-alives are among the calls, with terms on several slots (on a
+/// cluster, one script per node in one batch). Returns the number of calls and of signals
+/// sent, and the failures.
 fn calls_under_a_signal_storm(b: &Isolated, calls: usize) -> (usize, usize, Vec<String>) {
     // SAFETY: installs a handler that does nothing (async-signal-safe) for SIGUSR1, which
     // nothing else in this test binary uses.
@@ -2347,10 +2349,18 @@ fn calls_under_a_signal_storm(b: &Isolated, calls: usize) -> (usize, usize, Vec<
         libc::sigemptyset(&mut sa.sa_mask);
         assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
     }
-    let s = open(b, Duration::from_secs(60));
+    let lease = Duration::from_secs(60);
+    let s = open(b, lease);
     let name = LeaseName::new("signal-storm").unwrap();
     let group = GroupName::new("signal-storm").unwrap();
     b.join(&s, &group).unwrap();
+    // Terms spread over the slots (every node of a cluster), held through the storm.
+    let spread: Vec<LeaseName> = (0..8)
+        .map(|i| LeaseName::new(format!("signal-storm-{i}")).unwrap())
+        .collect();
+    for n in &spread {
+        acquired(b, &s, n);
+    }
     let (tid_tx, tid_rx) = crossbeam_channel::bounded(1);
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
     let storm = std::thread::spawn(move || {
@@ -2370,7 +2380,7 @@ fn calls_under_a_signal_storm(b: &Isolated, calls: usize) -> (usize, usize, Vec<
     let mut made = 0;
     let mut token = None;
     while made < calls {
-        let r = match made % 5 {
+        let r = match made % 6 {
             0 => b.acquire(&s, &name).map(|a| match a {
                 Acquire::Acquired(t) => token = Some(t.token),
                 Acquire::Held(o) => failures.push(format!("held by {o:?}")),
@@ -2378,6 +2388,12 @@ fn calls_under_a_signal_storm(b: &Isolated, calls: usize) -> (usize, usize, Vec<
             1 => b.set_value(&s, &name, token.unwrap(), "v").map(drop),
             2 => b.owner(&name).map(drop),
             3 => b.members(&group).map(drop),
+            4 => b.keep_alive(&s, lease).map(|k| {
+                let held = k.leases.iter().filter(|l| spread.contains(&l.name)).count();
+                if held != spread.len() {
+                    failures.push(format!("a keep-alive listed {held} of the held terms"));
+                }
+            }),
             _ => b.release(&s, &name, token.unwrap()).map(|released| {
                 if !released {
                     failures.push("a release of the held term answered false".into());
@@ -2390,7 +2406,7 @@ fn calls_under_a_signal_storm(b: &Isolated, calls: usize) -> (usize, usize, Vec<
             if let Some(t) = token {
                 let _ = b.release(&s, &name, t);
             }
-            made += 5 - made % 5;
+            made += 6 - made % 6;
             continue;
         }
         made += 1;
@@ -2418,17 +2434,32 @@ fn a_signal_storm_fails_no_call_standalone() {
     );
 }
 
-/// The same storm on the cluster (its node connections are still the driver's): a figure,
-/// not a check (run with `--ignored`).
+/// The same storm on the cluster: single calls go through the cluster client on our node
+/// connections, batches (the keep-alives) one pipeline per node on them. With the crate's
+/// connections 86–223 of 5000 calls failed (most of them a resent release answering "not
+/// held"), and a keep-alive batch failed in 6–14 % of keep-alives (hidden by the fallback
+/// to scripts per slot). Every keep-alive here must have gone by node: none fell back.
 #[test]
-#[ignore = "a measurement: the cluster's node connections do not read interrupted reads again yet"]
 fn a_signal_storm_on_the_cluster() {
     let b = cluster();
+    let by_node = b.inner.keep_alives_by_node();
     let (calls, signals, failures) = calls_under_a_signal_storm(&b, 5000);
+    let by_node = b.inner.keep_alives_by_node() - by_node;
     eprintln!(
-        "{calls} calls under {signals} signals: {} failed {:?}",
+        "{calls} calls under {signals} signals: {} failed {:?}; {by_node} keep-alives by node",
         failures.len(),
         failures.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} calls failed, the first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
+    assert!(
+        by_node as usize >= calls / 6,
+        "{by_node} of {} keep-alives went by node",
+        calls / 6
     );
 }
 

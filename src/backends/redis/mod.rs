@@ -168,11 +168,12 @@
 //! logical database does not help, the policy is per instance.
 //!
 //! **Signals.** A signal delivered to a thread blocked in a call (a handler, even with
-//! `SA_RESTART`, or a stop and continue) interrupts its socket read (`EINTR`). On one server
-//! the read is issued again within the rest of the reply's timeout: no command is sent twice
-//! and no call fails. On a cluster the node connections are still the `redis` crate's, which
-//! resends the command after an interrupted read: a release can then answer `false` although
-//! it released (the term is free all the same).
+//! `SA_RESTART`, or a stop and continue) interrupts its socket read (`EINTR`). The read is
+//! issued again within the rest of the reply's timeout, on one server and on every node of a
+//! cluster (single calls and the batches sent one pipeline per node): no call fails and no
+//! command is sent twice. On a cluster, a command whose reply is lost (timed out, cut off)
+//! is not sent again either: the call fails, as on one server. Over TLS an interrupted read
+//! still fails the call (never resent).
 //!
 //! **Persistence.** Without persistence a restart empties the instance and every token starts
 //! again at 1. Enable AOF (`appendonly yes`, ideally `appendfsync always` or `everysec`) so a
@@ -191,6 +192,8 @@
 mod anchors;
 mod builder;
 mod cluster_keep_alive;
+mod cluster_node;
+mod cluster_pipeline;
 mod failure;
 mod jobs;
 mod node;

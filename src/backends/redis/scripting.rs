@@ -2,6 +2,8 @@
 //! blocking `redis` client: one server ([`StandaloneScripting`]) and a Redis Cluster
 //! ([`ClusterScripting`]).
 
+use super::cluster_node::ClusterNode;
+use super::cluster_pipeline::NodePipelines;
 use super::node::NodeConnection;
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
@@ -161,7 +163,7 @@ impl ScriptCall<'_> {
         cmd
     }
 
-    fn evalsha(&self) -> redis::Cmd {
+    pub(super) fn evalsha(&self) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.sha1())
             .arg(self.keys.len())
@@ -399,7 +401,7 @@ pub(crate) fn map_err(
     timeout: Duration,
 ) -> impl Fn(redis::RedisError) -> Error {
     move |e| {
-        if e.is_timeout() {
+        if e.is_timeout() || super::cluster_node::lost_by_timeout(&e) {
             Error::Timeout {
                 operation,
                 after: timeout,
@@ -453,7 +455,7 @@ impl<C: redis::ConnectionLike> Pool<C> {
 
 /// `EVALSHA`; on `NOSCRIPT` (a restarted server, a `SCRIPT FLUSH`) the script is sent whole
 /// with `EVAL`, which also caches it for the next `EVALSHA`.
-fn invoke(
+pub(super) fn invoke(
     con: &mut dyn redis::ConnectionLike,
     script: &LuaScript,
     keys: &[String],
@@ -554,17 +556,8 @@ fn scan_node(
     }
 }
 
-/// What differs between the connection types of the two implementations in a batch: the
-/// pipeline (one server's, or the cluster's, which splits it per node).
+/// What differs between the connection types of the two implementations.
 trait ScriptConnection: redis::ConnectionLike {
-    type Pipeline;
-
-    /// The `EVALSHA`s of `calls` as one pipeline.
-    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> Self::Pipeline;
-
-    /// Sends `pipe`; the replies in order.
-    fn query_pipeline(&mut self, pipe: &Self::Pipeline) -> redis::RedisResult<Vec<redis::Value>>;
-
     /// Whether a new backend sends `PING` on its first connection. A cluster connection
     /// does not: opening it already read the slot map from a seed that answered, and the
     /// driver sends a `PING` to *every* master, which fails while one is down although the
@@ -576,20 +569,6 @@ trait ScriptConnection: redis::ConnectionLike {
 }
 
 impl ScriptConnection for NodeConnection {
-    type Pipeline = redis::Pipeline;
-
-    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        for c in calls {
-            pipe.add_command(c.evalsha());
-        }
-        pipe
-    }
-
-    fn query_pipeline(&mut self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<redis::Value>> {
-        pipe.query(self)
-    }
-
     const CONNECT_PING: bool = true;
 
     fn set_reply_timeout(&self, d: Duration) -> redis::RedisResult<()> {
@@ -597,24 +576,10 @@ impl ScriptConnection for NodeConnection {
     }
 }
 
-impl ScriptConnection for redis::cluster::ClusterConnection {
-    type Pipeline = redis::cluster::ClusterPipeline;
-
-    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> redis::cluster::ClusterPipeline {
-        let mut pipe = redis::cluster::cluster_pipe();
-        for c in calls {
-            pipe.add_command(c.evalsha());
-        }
-        pipe
-    }
-
-    fn query_pipeline(
-        &mut self,
-        pipe: &redis::cluster::ClusterPipeline,
-    ) -> redis::RedisResult<Vec<redis::Value>> {
-        pipe.query(self)
-    }
-
+impl<N> ScriptConnection for redis::cluster::ClusterConnection<N>
+where
+    N: redis::cluster::Connect + redis::ConnectionLike,
+{
     const CONNECT_PING: bool = false;
 
     fn set_reply_timeout(&self, d: Duration) -> redis::RedisResult<()> {
@@ -720,17 +685,43 @@ impl<C: ScriptConnection> Pools<C> {
         }
     }
 
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
+        self.within_time(role, true, |c| {
+            Reply::from_value(invoke(c, script, keys, args)?)
+        })
+        .map_err(map_err(script.name, self.opts.query_timeout))
+    }
+
+    fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
+        self.within_time(role, true, |c| {
+            Reply::from_value(plain(args)?.query::<redis::Value>(c)?)
+        })
+        .map_err(map_err("running a Redis command", self.opts.query_timeout))
+    }
+}
+
+impl Pools<NodeConnection> {
     /// The batch as one pipeline; on `NOSCRIPT` every script is loaded and the pipeline
     /// sent again, and on a second `NOSCRIPT` the calls run one by one.
     fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
         if calls.is_empty() {
             return Ok(Vec::new());
         }
-        let pipe = C::evalsha_pipeline(calls);
-        self.within_time(role, false, |con| match con.query_pipeline(&pipe) {
+        let mut pipe = redis::pipe();
+        for c in calls {
+            pipe.add_command(c.evalsha());
+        }
+        let query = |con: &mut NodeConnection| pipe.query::<Vec<redis::Value>>(con);
+        self.within_time(role, false, |con| match query(con) {
             Err(e) if is_noscript(&e) => {
                 load_all(con, calls)?;
-                match con.query_pipeline(&pipe) {
+                match query(con) {
                     Err(e) if is_noscript(&e) => calls
                         .iter()
                         .map(|c| invoke(con, c.script, &c.keys, &c.args))
@@ -751,26 +742,6 @@ impl<C: ScriptConnection> Pools<C> {
             v.into_iter().map(Reply::from_value).collect()
         })
         .map_err(map_err("running scripts", self.opts.query_timeout))
-    }
-
-    fn eval(
-        &self,
-        role: Role,
-        script: &LuaScript,
-        keys: &[String],
-        args: &[String],
-    ) -> Result<Reply> {
-        self.within_time(role, true, |c| {
-            Reply::from_value(invoke(c, script, keys, args)?)
-        })
-        .map_err(map_err(script.name, self.opts.query_timeout))
-    }
-
-    fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
-        self.within_time(role, true, |c| {
-            Reply::from_value(plain(args)?.query::<redis::Value>(c)?)
-        })
-        .map_err(map_err("running a Redis command", self.opts.query_timeout))
     }
 }
 
@@ -1044,10 +1015,15 @@ impl RedisScripting for StandaloneScripting {
 
 /// A Redis Cluster through the `redis` crate's blocking cluster client: commands are routed
 /// by the slot of their first key. Every call must keep to one slot.
+///
+/// Every node is reached on our connections (issue 21.6: an interrupted read is read again,
+/// and a command is never sent twice): single calls through the crate's cluster client on
+/// [`ClusterNode`]s, batches one pipeline per node ([`NodePipelines`]).
 #[allow(missing_debug_implementations)] // the driver's clients and pools print nothing useful
 pub struct ClusterScripting {
     seeds: Vec<redis::Client>,
-    pools: Pools<redis::cluster::ClusterConnection>,
+    pools: Pools<redis::cluster::ClusterConnection<ClusterNode>>,
+    batches: NodePipelines,
 }
 
 impl ClusterScripting {
@@ -1083,33 +1059,41 @@ impl ClusterScripting {
         #[cfg(not(feature = "tls"))]
         let client = builder.build().map_err(err)?;
         let started = Instant::now();
-        // The seeds are first reached through connections of ours (one deadline per seed,
-        // handshake included; see `NodeConnection`): the driver's give each reply of their
-        // handshake the whole timeout, so a seed that never answers took twice the timeout.
-        // The check reads the slot map from the first seed that answers.
-        let checked = client
-            .get_generic_connection::<NodeConnection>()
-            .map(drop)
-            .map_err(map_err(OP, opts.connect_timeout));
         let client = Arc::new(client);
-        let open = || -> Factory<redis::cluster::ClusterConnection> {
+        let query_timeout = opts.query_timeout;
+        // The seeds and nodes are reached through connections of ours (one deadline per
+        // seed, handshake included; see `NodeConnection`): the driver's give each reply of
+        // their handshake the whole timeout, so a seed that never answers took twice the
+        // timeout. The first connection, opened now, reads the slot map from the first seed
+        // that answers.
+        let open = || -> Factory<redis::cluster::ClusterConnection<ClusterNode>> {
             let client = client.clone();
-            Box::new(move || client.get_connection())
+            Box::new(move || {
+                let con = client.get_generic_connection::<ClusterNode>()?;
+                con.set_write_timeout(Some(query_timeout))?;
+                Ok(con)
+            })
         };
         let seeds = urls
             .iter()
             .map(|u| open_client(u, &opts.tls))
             .collect::<Result<Vec<_>>>()?;
         let diagnose = opts.clone();
-        let pools = checked
-            .and_then(|()| Pools::connect(opts, open, OP))
-            .map_err(|e| match e {
-                Error::Backend { .. } | Error::Timeout { .. } => {
-                    seed_failure(&seeds, &diagnosis(&diagnose, started), OP).unwrap_or(e)
-                }
-                e => e,
-            })?;
-        Ok(ClusterScripting { seeds, pools })
+        let Some(seed) = seeds.first() else {
+            return Err(Error::config("hosts", "no seed node"));
+        };
+        let batches = NodePipelines::new(seed.get_connection_info().clone(), opts.clone());
+        let pools = Pools::connect(opts, open, OP).map_err(|e| match e {
+            Error::Backend { .. } | Error::Timeout { .. } => {
+                seed_failure(&seeds, &diagnosis(&diagnose, started), OP).unwrap_or(e)
+            }
+            e => e,
+        })?;
+        Ok(ClusterScripting {
+            seeds,
+            pools,
+            batches,
+        })
     }
 }
 
@@ -1151,7 +1135,13 @@ impl RedisScripting for ClusterScripting {
 
     /// One pipeline per node, sent to every node before any reply is read.
     fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
-        self.pools.eval_many(role, calls)
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.pools
+            .within_time(role, false, |c| self.batches.run(c, calls))
+            .and_then(|v| v.into_iter().map(Reply::from_value).collect())
+            .map_err(map_err("running scripts", self.pools.opts.query_timeout))
     }
 
     fn eval(
@@ -1191,7 +1181,7 @@ impl RedisScripting for ClusterScripting {
             let left = deadline.saturating_duration_since(Instant::now());
             let wait = timeout.min(left * 2 / 3);
             let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
-            let send = |c: &mut redis::cluster::ClusterConnection, cmd: redis::Cmd| {
+            let send = |c: &mut redis::cluster::ClusterConnection<ClusterNode>, cmd: redis::Cmd| {
                 let mut pipe = redis::pipe();
                 pipe.add_command(cmd).cmd("WAIT").arg(replicas).arg(wait_ms);
                 redis::ConnectionLike::req_packed_commands(c, &pipe.get_packed_pipeline(), 0, 2)
