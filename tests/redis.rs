@@ -2878,3 +2878,148 @@ fn cluster_wait_replicas_tokens_do_not_regress_through_a_graceful_failover() {
     );
     b.close_session(&s).unwrap();
 }
+
+/// A plain connection to the node on `port` of a private cluster.
+fn node_con(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .and_then(|c| c.get_connection())
+        .unwrap_or_else(|e| panic!("node {port}: {e}"))
+}
+
+/// How many `WAIT`s the node on `port` ran (`INFO commandstats`).
+fn waits_on(port: u16) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut node_con(port))
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|l| l.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Issue 21.9 (leftover 1): on a Cluster, `WAIT` follows an acquire only when it may be
+/// needed. The first acquire of a name held by another session still sends script and
+/// `WAIT` as one pipeline (one round trip for a grant); once this backend saw the name held,
+/// further refused acquires send no `WAIT` (it cost up to its whole timeout while fewer
+/// replicas than asked are connected), and the grant that ends the wait sends it after the
+/// script, on the same connection: the token is on the replica when the acquire returns.
+#[test]
+fn cluster_wait_replicas_sends_no_wait_after_a_refused_acquire() {
+    let cluster = PrivateCluster::start_with(3, 1);
+    let b = Isolated::new(&cluster.url(), "&wait_replicas=1&query_timeout=1500ms");
+    let owners = slot_owners(&b);
+    let master = owners[0].2 as u16;
+    let replica = cluster.replicas_of(master)[0];
+    let name = name_on(&b, &owners, master, "held");
+    let holder = open(&b, Duration::from_secs(60));
+    let waiter = open(&b, Duration::from_secs(60));
+    let held = acquired(&b, &holder, &name);
+    let before = waits_on(master);
+    for _ in 0..5 {
+        match b.acquire(&waiter, &name).unwrap() {
+            Acquire::Held(o) => assert_eq!(o.session, holder),
+            other => panic!("{other:?}"),
+        }
+    }
+    let sent = waits_on(master) - before;
+    assert!(sent <= 1, "{sent} WAITs for 5 refused acquires");
+    assert!(b.release(&holder, &name, held.token).unwrap());
+    let before = waits_on(master);
+    let t = acquired(&b, &waiter, &name);
+    assert!(t.token > held.token);
+    assert_eq!(
+        waits_on(master) - before,
+        1,
+        "the grant waited for the replica"
+    );
+    assert_eq!(token_on(replica, &b.lease_key(&name)), Some(t.token.get()));
+    // Measured, not asserted: with the replica down, a refused acquire returns at once once
+    // the name was seen held (the first one waits `WAIT`'s whole timeout).
+    assert!(b.release(&waiter, &name, t.token).unwrap());
+    let held = acquired(&b, &holder, &name);
+    cluster.stop(replica);
+    let mut took = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        assert!(matches!(
+            b.acquire(&waiter, &name).unwrap(),
+            Acquire::Held(_)
+        ));
+        took.push(started.elapsed());
+    }
+    eprintln!("refused acquires with the replica down took {took:?}");
+    let _ = b.release(&holder, &name, held.token);
+    b.close_session(&holder).unwrap();
+    b.close_session(&waiter).unwrap();
+}
+
+/// Issue 21.9 (leftover 2): a `WAIT` that fails after the script granted a term (here its
+/// connection is killed while `WAIT` blocks, the replica being down) does not lose the
+/// script's reply: the term is released and the acquire fails as on one server ("only 0 of
+/// 1 replicas acknowledged"), on the pipelined path and on the one that sends `WAIT` after
+/// a grant. Before, the acquire failed with the connection's error and the term stayed held.
+#[test]
+fn cluster_wait_replicas_a_failed_wait_releases_the_granted_term() {
+    let cluster = PrivateCluster::start_with(3, 1);
+    let b = Arc::new(Isolated::new(
+        &cluster.url(),
+        "&wait_replicas=1&query_timeout=1500ms",
+    ));
+    let owners = slot_owners(&b);
+    let master = owners[0].2 as u16;
+    let replica = cluster.replicas_of(master)[0];
+    let s = open(&*b, Duration::from_secs(60));
+    let other = open(&*b, Duration::from_secs(60));
+    let names: Vec<LeaseName> = (0..2)
+        .map(|i| name_on(&b, &owners, master, &format!("killed-wait-{i}")))
+        .collect();
+    // For the second path: held by the other session while the replica still answers.
+    let other_term = acquired(&*b, &other, &names[1]);
+    cluster.stop(replica);
+    // Kills the connection of the first client seen blocked in `WAIT` on the master.
+    let kill_blocked_wait = || {
+        std::thread::spawn(move || {
+            let mut c = node_con(master);
+            until("a WAIT blocks on the master", || {
+                let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
+                let Some(id) = list
+                    .lines()
+                    .find(|l| l.split(' ').any(|f| f == "cmd=wait"))
+                    .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+                else {
+                    return false;
+                };
+                redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("ID")
+                    .arg(id)
+                    .query::<i64>(&mut c)
+                    .is_ok()
+            });
+        })
+    };
+    for (path, name) in ["pipelined", "after the grant"].iter().zip(&names) {
+        if name == &names[1] {
+            // The name seen held first: the grant then sends `WAIT` after the script.
+            assert!(matches!(b.acquire(&s, name).unwrap(), Acquire::Held(_)));
+            assert!(b.release(&other, name, other_term.token).unwrap());
+        }
+        let killer = kill_blocked_wait();
+        let err = b.acquire(&s, name).expect_err("the WAIT failed");
+        killer.join().unwrap();
+        let msg = err.report().to_string();
+        assert!(
+            msg.contains("only 0 of 1 replicas acknowledged"),
+            "{path}: {msg}"
+        );
+        assert!(msg.contains("the term was released"), "{path}: {msg}");
+        assert_eq!(
+            b.owner(name).unwrap(),
+            None,
+            "{path}: the term was released"
+        );
+    }
+    b.close_session(&s).unwrap();
+    b.close_session(&other).unwrap();
+}

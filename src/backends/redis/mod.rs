@@ -146,7 +146,7 @@
 //! | open, owner, set a term value | 1 | 1 |
 //! | acquire with a term value | 1 (the same script) | 3 (4): the acquire, then the value |
 //! | keep-alive | 1, of constant cost (leases listed only after a change) | 1 + one batch: a script per node renewing its anchor (per slot after a node refused: a slot moved), pipelined to every node at once; rebinds a few terms (see anchors above) |
-//! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index); with `wait_replicas` the lease's script and `WAIT` go as one pipeline |
+//! | acquire | 1 (+1 `WAIT` for a new term with `wait_replicas`) | 2 (3 when held by another: the name leaves the index); with `wait_replicas` the lease's script and `WAIT` go as one pipeline to the lease's master (the script alone, then `WAIT` only after a grant, once this backend saw the name held) |
 //! | release, leave | 1 | 3 (a PTTL of the session first: an expired session changes nothing) |
 //! | join | 1 | 2 |
 //! | members | 1 | 1 + one script per member (its session's metadata) |
@@ -183,9 +183,10 @@
 //! token increment can hand out a token that was already used, or a lower one, so a fenced
 //! resource may accept a stale writer or reject the new one. `wait_replicas` narrows that
 //! window (a new term counts only once that many replicas have it) but cannot close it. On a
-//! cluster `WAIT` runs on the lease's master right after its script (one pipeline to that
-//! node), so it counts that master's replicas; a master restarted empty still resets its
-//! tokens. Where fencing must survive failovers, use a backend with
+//! cluster `WAIT` runs on the lease's master right after its script, on the connection that
+//! ran it, so it counts that master's replicas; a `WAIT` that fails after a grant counts as
+//! no acknowledgement (the term is released), as on one server; a master restarted empty
+//! still resets its tokens. Where fencing must survive failovers, use a backend with
 //! quorum or synchronous commits (ZooKeeper, or SQL on synchronous replication). A step of the
 //! Redis hosts' clocks shortens or lengthens every lease at once.
 
@@ -193,7 +194,9 @@ mod anchors;
 mod builder;
 mod cluster_keep_alive;
 mod cluster_node;
+mod cluster_nodes;
 mod cluster_pipeline;
+mod cluster_wait;
 mod failure;
 mod jobs;
 mod node;

@@ -3,7 +3,7 @@
 //! ([`ClusterScripting`]).
 
 use super::cluster_node::ClusterNode;
-use super::cluster_pipeline::NodePipelines;
+use super::cluster_nodes::Nodes;
 use super::node::NodeConnection;
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
@@ -93,7 +93,7 @@ impl Reply {
 
     /// The reply of `v`; a server error anywhere in it (e.g. inside an array) is an error,
     /// and so is a kind of value no script returns (a push, a big number).
-    fn from_value(v: redis::Value) -> redis::RedisResult<Reply> {
+    pub(super) fn from_value(v: redis::Value) -> redis::RedisResult<Reply> {
         use redis::Value as V;
         Ok(match v.extract_error()? {
             V::Nil => Reply::Nil,
@@ -154,7 +154,7 @@ pub struct ScriptCall<'a> {
 }
 
 impl ScriptCall<'_> {
-    fn eval(&self) -> redis::Cmd {
+    pub(super) fn eval(&self) -> redis::Cmd {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(self.script.source())
             .arg(self.keys.len())
@@ -1018,12 +1018,14 @@ impl RedisScripting for StandaloneScripting {
 ///
 /// Every node is reached on our connections (issue 21.6: an interrupted read is read again,
 /// and a command is never sent twice): single calls through the crate's cluster client on
-/// [`ClusterNode`]s, batches one pipeline per node ([`NodePipelines`]).
+/// [`ClusterNode`]s, batches and a script followed by `WAIT` on our connections by address
+/// ([`Nodes`]).
 #[allow(missing_debug_implementations)] // the driver's clients and pools print nothing useful
 pub struct ClusterScripting {
     seeds: Vec<redis::Client>,
     pools: Pools<redis::cluster::ClusterConnection<ClusterNode>>,
-    batches: NodePipelines,
+    nodes: Nodes,
+    hints: super::cluster_wait::WaitHints,
 }
 
 impl ClusterScripting {
@@ -1082,7 +1084,7 @@ impl ClusterScripting {
         let Some(seed) = seeds.first() else {
             return Err(Error::config("hosts", "no seed node"));
         };
-        let batches = NodePipelines::new(seed.get_connection_info().clone(), opts.clone());
+        let nodes = Nodes::new(seed.get_connection_info().clone(), opts.clone());
         let pools = Pools::connect(opts, open, OP).map_err(|e| match e {
             Error::Backend { .. } | Error::Timeout { .. } => {
                 seed_failure(&seeds, &diagnosis(&diagnose, started), OP).unwrap_or(e)
@@ -1092,7 +1094,8 @@ impl ClusterScripting {
         Ok(ClusterScripting {
             seeds,
             pools,
-            batches,
+            nodes,
+            hints: Default::default(),
         })
     }
 }
@@ -1139,7 +1142,9 @@ impl RedisScripting for ClusterScripting {
             return Ok(Vec::new());
         }
         self.pools
-            .within_time(role, false, |c| self.batches.run(c, calls))
+            .within_time(role, false, |c| {
+                super::cluster_pipeline::run(&self.nodes, c, calls)
+            })
             .and_then(|v| v.into_iter().map(Reply::from_value).collect())
             .map_err(map_err("running scripts", self.pools.opts.query_timeout))
     }
@@ -1154,11 +1159,11 @@ impl RedisScripting for ClusterScripting {
         self.pools.eval(role, script, keys, args)
     }
 
-    /// The script and `WAIT` as one pipeline on the connection to the master of the script's
-    /// first key (the cluster client routes a pipeline by its first command and sends it whole
-    /// to that node, redirections included), so `WAIT` counts the replicas of the master that
-    /// ran the script, right after it. `WAIT` is sent whatever the script answers (a pipeline
-    /// cannot depend on a reply); its count is used only when `wait_if` says so.
+    /// The script, then `WAIT`, on one of our connections to the master of the script's slot
+    /// (see [`super::cluster_wait`]: the script's reply is never lost, and `WAIT` follows a
+    /// grant without a second round trip). Where no address is known for the slot, the two
+    /// go as one pipeline through the cluster client, which routes a pipeline by its first
+    /// command and sends it whole to that node.
     fn eval_then_wait(
         &self,
         script: &LuaScript,
@@ -1168,6 +1173,7 @@ impl RedisScripting for ClusterScripting {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Reply, Option<u32>)> {
+        use super::cluster_wait::{eval_then_wait, Outcome};
         let call = ScriptCall {
             script,
             keys: keys.to_vec(),
@@ -1175,7 +1181,20 @@ impl RedisScripting for ClusterScripting {
         };
         let query_timeout = self.pools.opts.query_timeout;
         let deadline = Instant::now() + query_timeout;
-        let values = self.pools.within_time(Role::Other, true, |c| {
+        let r = self.pools.within_time(Role::Other, true, |c| {
+            let routed = eval_then_wait(
+                &self.nodes,
+                &self.hints,
+                c,
+                &call,
+                wait_if,
+                replicas,
+                timeout,
+                deadline,
+            )?;
+            if let Outcome::Done(value, acked) = routed {
+                return Ok((value, acked));
+            }
             // Within what is left of the call's time (a retry after `TRYAGAIN` has less), so
             // the reply of `WAIT` comes before the connection's read timeout.
             let left = deadline.saturating_duration_since(Instant::now());
@@ -1186,33 +1205,32 @@ impl RedisScripting for ClusterScripting {
                 pipe.add_command(cmd).cmd("WAIT").arg(replicas).arg(wait_ms);
                 redis::ConnectionLike::req_packed_commands(c, &pipe.get_packed_pipeline(), 0, 2)
             };
-            match send(c, call.evalsha()) {
+            let values = match send(c, call.evalsha()) {
                 Err(e) if is_noscript(&e) => send(c, call.eval()),
                 r => r,
-            }
+            }?;
+            let mut values = values.into_iter();
+            let (Some(value), Some(acked)) = (values.next(), values.next()) else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "wrong number of replies from Redis",
+                    "a script and WAIT".to_owned(),
+                )));
+            };
+            // As on one server: a negative or unreadable count is no acknowledgement.
+            let acked = match acked {
+                redis::Value::Int(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
+                _ => 0,
+            };
+            Ok((value, Some(acked)))
         });
         let err = map_err(script.name, query_timeout);
-        let mut values = values.map_err(&err)?.into_iter();
-        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
-            return Err(err(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "wrong number of replies from Redis",
-                "a script and WAIT".to_owned(),
-            ))));
-        };
-        let reply = Reply::from_value(reply).map_err(&err)?;
+        let (value, acked) = r.map_err(&err)?;
+        let reply = Reply::from_value(value).map_err(&err)?;
         if !wait_if(&reply) {
             return Ok((reply, None));
         }
-        // As on one server: a negative or unreadable count is no acknowledgement.
-        let acked = match acked {
-            redis::Value::Int(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
-            other => {
-                log::warn!("WAIT after {} answered {other:?}", script.name);
-                0
-            }
-        };
-        Ok((reply, Some(acked)))
+        Ok((reply, Some(acked.unwrap_or(0))))
     }
 
     fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
