@@ -1018,8 +1018,8 @@ impl RedisScripting for StandaloneScripting {
 ///
 /// Every node is reached on our connections (issue 21.6: an interrupted read is read again,
 /// and a command is never sent twice): single calls through the crate's cluster client on
-/// [`ClusterNode`]s, batches and a script followed by `WAIT` on our connections by address
-/// ([`Nodes`]).
+/// node connections of ours whose lost replies it never resends, batches and a script
+/// followed by `WAIT` on our connections to the masters by address.
 #[allow(missing_debug_implementations)] // the driver's clients and pools print nothing useful
 pub struct ClusterScripting {
     seeds: Vec<redis::Client>,
@@ -1160,7 +1160,7 @@ impl RedisScripting for ClusterScripting {
     }
 
     /// The script, then `WAIT`, on one of our connections to the master of the script's slot
-    /// (see [`super::cluster_wait`]: the script's reply is never lost, and `WAIT` follows a
+    /// (see the module `cluster_wait`: the script's reply is never lost, and `WAIT` follows a
     /// grant without a second round trip). Where no address is known for the slot, the two
     /// go as one pipeline through the cluster client, which routes a pipeline by its first
     /// command and sends it whole to that node.
