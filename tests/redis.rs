@@ -2866,7 +2866,9 @@ fn cluster_wait_replicas_a_failed_wait_releases_the_granted_term() {
     // For the second path: held by the other session while the replica still answers.
     let other_term = acquired(&*b, &other, &names[1]);
     cluster.stop(replica);
-    // Kills the connection of the first client seen blocked in `WAIT` on the master.
+    // Kills the connection of the first client seen blocked in `WAIT` on the master (an idle
+    // pooled connection whose last command was `WAIT` is left alone: killing it would fail
+    // the next call that takes it, the command's fate being unknown).
     let kill_blocked_wait = || {
         std::thread::spawn(move || {
             let mut c = node_con(master);
@@ -2874,7 +2876,13 @@ fn cluster_wait_replicas_a_failed_wait_releases_the_granted_term() {
                 let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
                 let Some(id) = list
                     .lines()
-                    .find(|l| l.split(' ').any(|f| f == "cmd=wait"))
+                    .find(|l| {
+                        // Blocked now (`b`), not merely last seen running `WAIT`.
+                        let f: Vec<&str> = l.split(' ').collect();
+                        f.contains(&"cmd=wait")
+                            && f.iter()
+                                .any(|f| f.strip_prefix("flags=").is_some_and(|x| x.contains('b')))
+                    })
                     .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
                 else {
                     return false;
@@ -3134,4 +3142,52 @@ fn failover_figure_contender() {
         std::thread::sleep(jitter.ms(0, 20));
     }
     let _ = session.close();
+}
+
+/// Issue 21.6's rule on a cluster (a command whose fate is unknown is never sent again, and
+/// the call fails) costs no call when a node closed an idle connection of the backend (a
+/// restart, `CLIENT KILL`, its idle `timeout`): that is found before a command is sent on
+/// it, and the call goes on a new connection (nothing was sent, nothing runs twice). Single
+/// calls, keep-alive batches and releases all succeed after every node closed them all.
+#[test]
+fn cluster_calls_survive_idle_connections_the_nodes_closed() {
+    let cluster = PrivateCluster::start();
+    let b = Isolated::new(&cluster.url(), "");
+    let lease = Duration::from_secs(60);
+    let s = open(&b, lease);
+    let names: Vec<LeaseName> = (0..6)
+        .map(|i| LeaseName::new(format!("closed-idle-{i}")).unwrap())
+        .collect();
+    for round in 0..3 {
+        let terms: Vec<simba_lease::Term> = names.iter().map(|n| acquired(&b, &s, n)).collect();
+        for &p in &cluster.ports {
+            let mut c = node_con(p);
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .arg("SKIPME")
+                .arg("yes")
+                .query(&mut c)
+                .unwrap();
+            until("the node closed the backend's connections", || {
+                let list: String = redis::cmd("CLIENT")
+                    .arg("LIST")
+                    .arg("TYPE")
+                    .arg("normal")
+                    .query(&mut c)
+                    .unwrap();
+                list.lines().count() == 1
+            });
+        }
+        let ka = b
+            .keep_alive(&s, lease)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(ka.leases.len(), names.len(), "round {round}: {ka:?}");
+        for (n, t) in names.iter().zip(&terms) {
+            assert_eq!(b.owner(n).unwrap().map(|o| o.token), Some(t.token));
+            assert!(b.release(&s, n, t.token).unwrap(), "round {round}");
+        }
+    }
+    b.close_session(&s).unwrap();
 }

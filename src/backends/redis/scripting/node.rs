@@ -9,7 +9,10 @@
 //!   command ran (a release that released, yet failed). Here the interrupted `read(2)` is
 //!   simply issued again within what is left of the reply's timeout, so no command is ever
 //!   sent twice and a retry is safe for every command, writes included. Writes need nothing:
-//!   `write_all` already issues an interrupted `write(2)` again.
+//!   `write_all` already issues an interrupted `write(2)` again. An idle connection the
+//!   server closed is found before a command is sent on it (a non-blocking peek), so that
+//!   failure is one of a command not sent, which the cluster client sends on a new
+//!   connection, rather than a lost reply.
 //! * **One deadline for a connect** (issue 21.12): resolving, the TCP connect and the
 //!   handshake (`AUTH`, `SELECT`) share the connect timeout; the driver gave each reply of its
 //!   handshake pipeline the full timeout (2 s took 4 s).
@@ -193,12 +196,40 @@ impl Plain {
         if !self.open {
             return Err(closed());
         }
+        if self.peer_closed() {
+            self.open = false;
+            return Err(RedisError::from(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the Redis server had closed this idle connection",
+            )));
+        }
         // `write_all` issues an interrupted write again.
         let r = (&self.stream).write_all(bytes);
         if r.is_err() {
             self.open = false;
         }
         Ok(r?)
+    }
+
+    /// Whether the server closed this idle connection (a restart, `CLIENT KILL`, its idle
+    /// `timeout`), or sent something no command asked for: a command sent now would fail
+    /// after it was sent, its fate unknown. Found before sending, the failure is one of a
+    /// command not sent, which a caller may send again on a new connection.
+    fn peer_closed(&self) -> bool {
+        if self.stream.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        let r = loop {
+            match self.stream.peek(&mut byte) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => break r,
+            }
+        };
+        if self.stream.set_nonblocking(false).is_err() {
+            return true;
+        }
+        !matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// One reply (pushes, which a RESP2 connection never gets, are skipped) within the read
