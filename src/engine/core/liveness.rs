@@ -180,7 +180,8 @@ impl Core {
             self.lose(&name, LossReason::SessionExpired, now);
         }
         self.state = State::Expired;
-        if locally {
+        // Closing would end the terms cleanly, without the lock-delay they are owed.
+        if locally && self.t.lock_delay.is_zero() {
             self.out.push(Output::CloseBackend);
         }
         let session = self.session.clone();
