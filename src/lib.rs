@@ -83,13 +83,15 @@
 //!
 //! Always check [`LockGuard::is_valid`] or, better, pass the fencing token
 //! ([`LockGuard::token`], [`Term::token`]) to the protected resource and let it reject
-//! tokens lower than the highest it has seen ([`guide::fencing`]).
+//! tokens lower than the highest it has seen ([`guide::fencing`]): [`fence`] does that check
+//! where the data lives, in a PostgreSQL or MySQL table (in your own transaction), a Redis
+//! key or a directory.
 //!
 //! ## The guide
 //!
 //! * [`guide::losses`]: validity, events, and what each handle does when dropped.
 //! * [`guide::fencing`]: checking the token in an SQL table, a Redis script, a file or an
-//!   object store.
+//!   object store, with the helpers of [`fence`].
 //! * [`guide::primitives`]: fair locks, semaphores, run-once jobs, leader values.
 //! * [`guide::choosing`] and [`guide::operating`]: choosing and running a backend.
 //! * [`guide::tls`]: TLS and authentication.
@@ -104,13 +106,14 @@ pub mod backends;
 mod connect;
 pub mod engine;
 mod error;
+pub mod fence;
 /// The guide: how to use the library well, one topic per page (Markdown files in
 /// `src/guide/`). Every example on these pages is compiled and run as a doc test.
 ///
 /// | page | what it holds |
 /// |---|---|
 /// | [`losses`](crate::guide::losses) | when a term is valid, how its loss is reported, events, what each handle does on drop |
-/// | [`fencing`](crate::guide::fencing) | checking the fencing token in the protected resource: SQL, Redis, files and object stores |
+/// | [`fencing`](crate::guide::fencing) | checking the fencing token in the protected resource ([`fence`]): SQL, Redis, files and object stores |
 /// | [`primitives`](crate::guide::primitives) | fair locks, semaphores, run-once jobs, leader values, and where each primitive is documented |
 /// | [`choosing`](crate::guide::choosing) | choosing a backend: durability of tokens, whose clock, failover time, notifications |
 /// | [`operating`](crate::guide::operating) | operating notes per backend, `memory://` included |

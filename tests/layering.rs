@@ -1,6 +1,7 @@
 //! The layer rule, checked on the source: types → spi → engine → primitives; backends use
-//! only the SPI and the types; the engine names no backend; the root (`connect`, `lib.rs`)
-//! composes them; the TCK uses the public API. Every `crate::…` path in code (not in
+//! only the SPI and the types; the engine names no backend; the fenced-write helpers
+//! (`fence`) use only the types; the root (`connect`, `lib.rs`) composes them; the TCK uses
+//! the public API. Every `crate::…` path in code (not in
 //! comments, not in `#[cfg(test)]` modules) is checked against the layer of its file.
 
 use std::collections::BTreeMap;
@@ -18,6 +19,7 @@ fn layer_of(segment: &str, root_names: &BTreeMap<String, String>) -> Option<&'st
         "backends" => "backends",
         "engine" => "engine",
         "primitives" => "primitives",
+        "fence" => "fence",
         "connect" | "metrics" => "root",
         "tck" => "tck",
         "sim" => "sim",
@@ -33,13 +35,24 @@ fn allowed(from: &str) -> &'static [&'static str] {
         "backends" => &["types", "spi", "backends"],
         "engine" => &["types", "spi", "engine"],
         "primitives" => &["types", "spi", "engine", "primitives"],
-        "root" => &["types", "spi", "backends", "engine", "primitives", "root"],
+        // Checked where the data lives, by the caller's own clients: no engine, no backend.
+        "fence" => &["types", "fence"],
+        "root" => &[
+            "types",
+            "spi",
+            "backends",
+            "engine",
+            "primitives",
+            "fence",
+            "root",
+        ],
         "tck" => &[
             "types",
             "spi",
             "backends",
             "engine",
             "primitives",
+            "fence",
             "root",
             "tck",
         ],
@@ -57,6 +70,7 @@ fn file_layer(rel: &Path) -> Option<&'static str> {
         "backends" => "backends",
         "engine" => "engine",
         "primitives" => "primitives",
+        "fence" => "fence",
         "lib.rs" | "connect.rs" | "metrics.rs" => "root",
         "tck" => "tck",
         "sim" => "sim",
@@ -186,6 +200,17 @@ fn every_import_follows_the_layer_rule() {
                 ));
             }
         }
+        // Driver errors are classified by each backend (`backends/<name>/failure.rs`); the
+        // types layer names no driver crate.
+        for driver in ["postgres::", "mysql::", "redis::", "zookeeper_client::"] {
+            if from == "types" && code.contains(driver) {
+                breaks.push(format!(
+                    "src/{}: the types layer names a driver ({driver}); classify its errors \
+                     in the backend's failure module",
+                    rel.display()
+                ));
+            }
+        }
         if from == "tck" && code.contains("crate::rand") {
             breaks.push(format!(
                 "src/{}: the TCK uses the public API only (not crate::rand)",
@@ -196,7 +221,7 @@ fn every_import_follows_the_layer_rule() {
     assert!(
         breaks.is_empty(),
         "imports against the layer rule (types → spi → engine → primitives; backends use only \
-         spi and types; the engine names no backend):\n{}",
+         spi and types; the engine names no backend; fence uses only types):\n{}",
         breaks.join("\n")
     );
 }
@@ -213,4 +238,5 @@ fn the_checker_sees_a_break() {
     assert!(!code.contains("engine::X"));
     assert!(code.contains("fn f()"));
     assert!(!allowed("backends").contains(&"engine"));
+    assert!(!allowed("fence").contains(&"engine") && !allowed("fence").contains(&"backends"));
 }

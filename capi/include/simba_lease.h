@@ -164,6 +164,10 @@ typedef enum simba_status {
   // A table of the SQL schema does not exist: install it (`simba schema install URL`,
   // or the scripts `sql/init-simba-*.sql`); the message names the table. Not transient.
   SIMBA_MISSING_SCHEMA = 22,
+  // A fenced write was refused: its token is below the newest token recorded for the
+  // resource (a newer term wrote there); nothing was written. Stop writing with that
+  // token; acquire the lock again for a new one. Not transient.
+  SIMBA_STALE_TOKEN = 23,
 } simba_status;
 
 // What an event is.

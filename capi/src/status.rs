@@ -49,6 +49,7 @@ impl From<Error> for Fail {
             Error::Cancelled { .. } => SIMBA_CANCELLED,
             Error::Unsupported { .. } => SIMBA_UNSUPPORTED,
             Error::MissingSchema { .. } => SIMBA_MISSING_SCHEMA,
+            Error::StaleToken { .. } => SIMBA_STALE_TOKEN,
             _ => SIMBA_ERROR,
         };
         // `report()` adds the driver's words; it never contains a password.
@@ -103,7 +104,7 @@ pub extern "C" fn simba_last_error() -> *const c_char {
 }
 
 /// Every status, in order of value.
-const STATUSES: [(simba_status, &CStr); 23] = [
+const STATUSES: [(simba_status, &CStr); 24] = [
     (SIMBA_OK, c"SIMBA_OK"),
     (SIMBA_BUSY, c"SIMBA_BUSY"),
     (SIMBA_TIMEOUT, c"SIMBA_TIMEOUT"),
@@ -127,6 +128,7 @@ const STATUSES: [(simba_status, &CStr); 23] = [
     (SIMBA_CANCELLED, c"SIMBA_CANCELLED"),
     (SIMBA_UNSUPPORTED, c"SIMBA_UNSUPPORTED"),
     (SIMBA_MISSING_SCHEMA, c"SIMBA_MISSING_SCHEMA"),
+    (SIMBA_STALE_TOKEN, c"SIMBA_STALE_TOKEN"),
 ];
 
 /// The name of a status value (a static NUL-terminated string, e.g. `"SIMBA_TIMEOUT"`;

@@ -7,6 +7,7 @@
 use super::cancel::Cancel;
 use super::config::Config;
 use super::core::{lease_lost, HandleId, Holder};
+use super::driver::{jobs, values, wait};
 use super::event::Event;
 use super::session::{Inner, Shared};
 use crate::error::{Error, Result};
@@ -126,10 +127,10 @@ impl EngineHandle {
         Ok(s.core.session().clone())
     }
 
-    /// Whether `id` is the current backend session and it is live.
-    pub(crate) fn is_live_as(&self, id: &SessionId) -> bool {
+    /// Whether a job claim of session `id` whose local deadline is `deadline` still holds.
+    pub(crate) fn job_holds(&self, id: &SessionId, deadline: Instant) -> bool {
         let s = self.0.lock_shared();
-        s.core.session() == id && s.core.check_live().is_ok()
+        jobs::holds(&s.core, id, deadline, self.0.now())
     }
 
     // ---- names reserved by this session's handles ------------------------------------
@@ -327,9 +328,8 @@ impl EngineHandle {
             _ => s.values.remove(&h),
         };
         s.value_changes += 1;
-        let held = s.core.term_of(name, Holder::Election(h));
-        let valid = held.filter(|t| s.core.is_valid(&t.name, t.token, now));
-        valid.map(|t| (s.core.session().clone(), t))
+        let target = values::target(&s.core, h, name, now);
+        target.map(|t| (s.core.session().clone(), t))
     }
 
     /// The value candidate `h` gives its terms (empty for none).
@@ -453,26 +453,16 @@ impl EngineHandle {
         reply: Result<Option<Acquire>>,
     ) -> Result<Option<Acquire>> {
         self.0
-            .with_session(id, |c| match reply.transpose() {
-                Some(reply) => {
-                    // Read under the lock: a reply that waited for it is judged when taken in.
-                    let now = self.0.now();
-                    let r = c.on_lock_acquire(h, name, sent, now, reply);
-                    if let Ok(Acquire::Acquired(term)) = &r {
-                        self.0.check_token(c, None, term);
-                    }
-                    r.map(Some)
+            .with_session(id, |c| {
+                // Read under the lock: a reply that waited for it is judged when taken in.
+                let now = self.0.now();
+                let r = wait::take_reply(c, h, name, sent, now, reply);
+                if let Ok(Some(Acquire::Acquired(term))) = &r {
+                    self.0.check_token(c, None, term);
                 }
-                None => {
-                    c.on_lock_queued(name);
-                    Ok(None)
-                }
+                r
             })
-            .unwrap_or_else(|| {
-                Err(Error::SessionExpired {
-                    session: id.clone(),
-                })
-            })
+            .unwrap_or_else(|| Err(wait::replaced(id)))
     }
 
     /// Waits until `changed` sees a change (a release seen, say), the session is no longer
@@ -527,11 +517,12 @@ impl EngineHandle {
     }
 
     /// The backend found lock `h`'s term of session `id` gone at its release: reported
-    /// (`LockLost` with `Missing`) unless the session was replaced meanwhile (its expiry
-    /// reported the loss already), and the unlock's error.
+    /// (`LockLost` with `Missing`) unless the session ended or was replaced meanwhile
+    /// (nothing follows its `SessionExpired`; see `wait::lost_on_release`), and the
+    /// unlock's error.
     pub(crate) fn lock_lost_on_release(&self, id: &SessionId, h: HandleId, term: &Term) -> Error {
         self.0
-            .with_session(id, |c| c.lost_on_unlock(h, term.clone()))
+            .with_session(id, |c| wait::lost_on_release(c, h, term.clone()))
             .unwrap_or_else(|| lease_lost(term))
     }
 }

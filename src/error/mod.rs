@@ -214,6 +214,37 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// A fenced write was refused: its token is below the newest token already recorded
+    /// for that resource, so a newer term of the lock has written there and this writer's
+    /// term is over (see [`fence`](crate::fence)). Nothing was written (a
+    /// [`FileFence`](crate::fence::FileFence) write refused after its rename was the newest
+    /// version for a moment: see there). Stop writing with
+    /// this token (its guard is stale); acquire the lock again for a new token if the work
+    /// must go on.
+    ///
+    /// Not [transient](Error::is_transient): the same write with the same token is refused
+    /// again.
+    ///
+    /// ```
+    /// use simba_lease::{fence, Error, Token};
+    /// let err = fence::check("ledger", Some(Token::new(8)?), Token::new(7)?).unwrap_err();
+    /// assert!(matches!(err, Error::StaleToken { .. }));
+    /// assert!(err.to_string().contains("token 7") && err.to_string().contains("token 8"));
+    /// # Ok::<(), Error>(())
+    /// ```
+    #[error(
+        "stale fencing token: the write to {key:?} with token {token} was refused, token \
+         {newest} of a newer term is already recorded there; this holder's term is over: stop \
+         writing, and acquire the lock again for a new token"
+    )]
+    StaleToken {
+        /// The fenced resource's key.
+        key: String,
+        /// The writer's token (its guard's), refused.
+        token: Token,
+        /// The newest token recorded for the resource, greater than `token`.
+        newest: Token,
+    },
     /// The backend failed; the driver's error is the source.
     #[error("backend error while {operation}{}", cause(.source))]
     Backend {

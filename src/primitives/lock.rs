@@ -1,11 +1,11 @@
 //! Distributed locks: `Session::lock`, `try_lock`, `lock_timeout` and the guard.
 
 use super::IntoLeaseName;
-use crate::engine::driver::wait::{LockWait, Step};
+use crate::engine::driver::wait::{self, LockWait, Step};
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, HandleId, Session};
 use crate::error::{Error, Result};
-use crate::spi::{Acquire, Queued};
+use crate::spi::Acquire;
 use crate::types::{LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use std::time::{Duration, Instant};
@@ -213,7 +213,7 @@ fn acquire_loop(
     last: &mut Option<Error>,
 ) -> Result<Option<(SessionId, Term)>> {
     const OP: &str = "taking a lock";
-    let mut wait = LockWait::new(once, inner.config().retry_interval());
+    let mut wait = LockWait::new(once, inner.config().retry_interval()).until(until);
     // A blocking caller waits for a release of this name only: other names' releases
     // neither wake it nor reach this session. Registered once the name is found held
     // (then tried again at once, so a release in between is not missed).
@@ -229,10 +229,7 @@ fn acquire_loop(
             inner
                 .backend()
                 .acquire_queued(&id, name, inner.config().lease())
-                .map(|q| match q {
-                    Queued::Acquired(term) => Some(Acquire::Acquired(term)),
-                    Queued::Waiting { owner, .. } => owner.map(Acquire::Held),
-                })
+                .map(wait::queued)
         } else {
             inner.backend().acquire(&id, name).map(Some)
         };
@@ -252,9 +249,8 @@ fn acquire_loop(
             Step::RetryNow => continue,
             Step::RetryAt(at) => at,
         };
-        let next = until.map_or(next, |u| next.min(u));
         inner.wait_for_change(next, cancel, |v| v.releases_of(name) != seen);
-        if until.is_some_and(|u| inner.now() >= u) {
+        if wait.timed_out(inner.now()) {
             drop(waiting);
             return Ok(None);
         }

@@ -15,6 +15,7 @@
 //! name no longer depends on the session.
 
 use super::IntoLeaseName;
+use crate::engine::driver::jobs;
 use crate::engine::handle::EngineHandle;
 use crate::engine::Session;
 use crate::error::{Error, Result};
@@ -105,7 +106,7 @@ impl Session {
             session: id,
             name,
             token,
-            deadline: sent + remaining.min(at_most).mul_f64(1.0 - drift),
+            deadline: jobs::deadline(sent, remaining, at_most, drift),
             lost: AtomicBool::new(false),
         };
         let out = job(&handle);
@@ -162,7 +163,7 @@ impl Job {
         if self.lost.load(Ordering::SeqCst) {
             return false;
         }
-        let valid = self.inner.now() < self.deadline && { self.inner.is_live_as(&self.session) };
+        let valid = self.inner.job_holds(&self.session, self.deadline);
         if !valid {
             self.lost.store(true, Ordering::SeqCst);
         }

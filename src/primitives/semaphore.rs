@@ -5,7 +5,7 @@
 
 use super::lock::{lock_until, timed_out, LockGuard, WaitingForRelease};
 use super::IntoLeaseName;
-use crate::engine::driver::wait::{LockWait, Step};
+use crate::engine::driver::wait::{self, LockWait, PermitRound, Step};
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, Session};
 use crate::error::{Error, Result};
@@ -139,8 +139,10 @@ impl Semaphore {
         const OP: &str = "taking a permit";
         let inner = &self.inner;
         let n = self.slots.len();
-        let start = (crate::rand::u64() % n as u64) as usize;
-        let mut wait = LockWait::new(once, inner.config().retry_interval()).waiting_from_start();
+        let start = wait::first_permit(crate::rand::u64(), n);
+        let mut wait = LockWait::new(once, inner.config().retry_interval())
+            .waiting_from_start()
+            .until(until);
         // Registered before the first round, so a release during it is not missed.
         let _waiting: Vec<WaitingForRelease<'_>> = if once {
             Vec::new()
@@ -160,9 +162,8 @@ impl Semaphore {
             let seen = inner.releases_seen(&self.slots);
             // One round over the permits, each tried once; the round's outcome goes through
             // the lock calls' wait-and-retry policy.
-            let mut round: Result<Option<crate::spi::Acquire>> = Ok(None);
-            for k in 0..n {
-                let i = (start + k) % n;
+            let mut round = PermitRound::new(start, n);
+            while let Some(i) = round.next() {
                 // Plain acquires: a queue per permit would order nothing.
                 let slot = self.slots[i].clone();
                 match lock_until(
@@ -180,13 +181,11 @@ impl Semaphore {
                             index: i as u32,
                         }))
                     }
-                    Ok(None) => {}
-                    Err(e) => {
-                        round = Err(e);
-                        break;
-                    }
+                    Ok(None) => round.busy(),
+                    Err(e) => round.failed(e),
                 }
             }
+            let round = round.outcome();
             let expired = matches!(round, Err(Error::SessionExpired { .. }));
             let coming = expired && inner.will_reopen();
             let next = match wait.on_reply(round, coming, inner.now(), crate::rand::jitter) {
@@ -196,17 +195,16 @@ impl Semaphore {
                 Step::RetryAt(at) => at,
             };
             *last = wait.take_last();
-            if until.is_some_and(|u| inner.now() >= u) {
+            if wait.timed_out(inner.now()) {
                 return Ok(None);
             }
-            let next = until.map_or(next, |u| next.min(u));
             inner.wait_for_change(next, cancel, |v| {
                 self.slots
                     .iter()
                     .zip(&seen)
                     .any(|(n, seen)| v.releases_of(n) != *seen)
             });
-            if until.is_some_and(|u| inner.now() >= u) {
+            if wait.timed_out(inner.now()) {
                 return Ok(None);
             }
         }

@@ -62,33 +62,75 @@ pub struct Premises {
     pub clock_step: bool,
     /// The backend keeps a term's value into the next term (a value not bound to its term).
     pub stale_values: bool,
+    /// The backend serves a fair lock's newest waiter first (a queue that is not FIFO).
+    pub unfair_queue: bool,
+    /// One process counts one permit more than the others (`semaphore(name, n + 1)`).
+    pub permit_miscount: bool,
+    /// The backend frees a finished job's name at once (it ignores `at_least`).
+    pub lost_windows: bool,
+    /// The backend answers "not held" to every third release of a term it holds (and keeps
+    /// the term): an unlock then reports a loss that never happened.
+    pub false_misses: bool,
 }
 
+/// Every premise, as `SIMBA_SIM_PREMISE` spells it.
+const PREMISES: [&str; 7] = [
+    "token_reset",
+    "clock_step",
+    "stale_values",
+    "unfair_queue",
+    "permit_miscount",
+    "lost_windows",
+    "false_misses",
+];
+
 impl Premises {
-    /// Reads `SIMBA_SIM_PREMISE` (`token_reset`, `clock_step`, `stale_values`,
-    /// comma-separated, or unset).
+    /// Reads `SIMBA_SIM_PREMISE` (comma-separated: `token_reset`, `clock_step`,
+    /// `stale_values`, `unfair_queue`, `permit_miscount`, `lost_windows`, `false_misses`;
+    /// or unset).
     pub fn from_env() -> Self {
-        let v = std::env::var("SIMBA_SIM_PREMISE").unwrap_or_default();
-        Premises {
-            token_reset: v.contains("token_reset"),
-            clock_step: v.contains("clock_step"),
-            stale_values: v.contains("stale_values"),
+        Self::parse(&std::env::var("SIMBA_SIM_PREMISE").unwrap_or_default())
+    }
+
+    /// The premises named in `v` (comma-separated).
+    ///
+    /// ```
+    /// use simba_lease::sim::Premises;
+    /// let p = Premises::parse("unfair_queue,lost_windows");
+    /// assert!(p.unfair_queue && p.lost_windows && !p.token_reset);
+    /// assert_eq!(p.env_value(), "unfair_queue,lost_windows");
+    /// ```
+    pub fn parse(v: &str) -> Self {
+        let mut p = Premises::default();
+        for name in v.split(',').map(str::trim) {
+            if let Some(flag) = p.flag(name) {
+                *flag = true;
+            }
         }
+        p
+    }
+
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "token_reset" => &mut self.token_reset,
+            "clock_step" => &mut self.clock_step,
+            "stale_values" => &mut self.stale_values,
+            "unfair_queue" => &mut self.unfair_queue,
+            "permit_miscount" => &mut self.permit_miscount,
+            "lost_windows" => &mut self.lost_windows,
+            "false_misses" => &mut self.false_misses,
+            _ => return None,
+        })
     }
 
     /// The premises as `SIMBA_SIM_PREMISE` spells them (empty when none).
     pub fn env_value(&self) -> String {
-        let mut v = Vec::new();
-        if self.token_reset {
-            v.push("token_reset");
-        }
-        if self.clock_step {
-            v.push("clock_step");
-        }
-        if self.stale_values {
-            v.push("stale_values");
-        }
-        v.join(",")
+        let mut copy = *self;
+        let on: Vec<&str> = PREMISES
+            .into_iter()
+            .filter(|n| copy.flag(n).is_some_and(|f| *f))
+            .collect();
+        on.join(",")
     }
 }
 
@@ -101,6 +143,19 @@ pub struct SimConfig {
     pub elections: usize,
     /// Lease names contested by locks (`l0`, `l1`, …).
     pub locks: usize,
+    /// Lease names contested by fair locks, through the backend's queue (`f0`, …).
+    pub fair_locks: usize,
+    /// Semaphores (`s0`, …), of [`SimConfig::permits`] permits each.
+    pub semaphores: usize,
+    /// The permits of every semaphore, as every process counts them (but one under the
+    /// premise `permit_miscount`).
+    pub permits: u32,
+    /// Run-once job names (`j0`, …).
+    pub jobs: usize,
+    /// A job claim's `at_most`.
+    pub at_most: Duration,
+    /// A finished job's `at_least`.
+    pub at_least: Duration,
     /// Virtual time the workload runs.
     pub duration: Duration,
     /// Lease duration of every session.
@@ -162,10 +217,18 @@ impl SimConfig {
             },
             _ => all,
         };
+        let clients = 2 + rng.below(3) as usize;
+        let at_most = 500 + 500 * rng.below(3);
         SimConfig {
-            clients: 2 + rng.below(3) as usize,
+            clients,
             elections: 1 + rng.below(2) as usize,
             locks: 1 + rng.below(2) as usize,
+            fair_locks: 1,
+            semaphores: 1,
+            permits: 1 + rng.below(clients as u64 - 1) as u32,
+            jobs: 1,
+            at_most: Duration::from_millis(at_most),
+            at_least: Duration::from_millis(at_most * 3 / 4),
             duration: Duration::from_secs(12),
             lease: Duration::from_secs(1),
             renew: Duration::from_millis(300),

@@ -1,29 +1,34 @@
 //! Deterministic simulation of the engine with injected faults, and a contract checker
 //! (feature `sim`).
 //!
-//! [`run`] drives several sessions' real engine cores (`Core`),
-//! each with election candidates, observers, locks and a group watch, against a
-//! [`Model`] backend, through a network that delays and loses requests and replies, on one
-//! virtual clock and one seeded [`Rng`]: the same seed gives the same history, bit for bit.
-//! No threads, no sleeps. The driver's decisions are the shipped ones (`engine::driver`):
-//! the routing of the core's outputs (keep-alives on their own channel; attempts, releases
-//! and the reopen after an expiry one at a time on the work queue), which replies reach the
-//! engine (only those of the session they were sent for), when to reopen and what a failed
-//! open leads to, and the lock callers' wait-and-retry loop; locks, unlocks and resigns come
-//! from their callers, some processes keep expiry terminal (`reopen_on_expiry(false)`), and
-//! an unlock whose release finds its term gone must report it once. Client processes pause for longer than their
-//! lease and resume as if nothing happened, and their clocks run at a rate `1 ± d` within the
-//! drift bound. Three [`Premises`] break the backend on purpose (lost writes, a clock step, a
-//! term value kept into the next term) so the tests show the checker finds what it must.
+//! [`run`] drives several sessions' real engine cores (`Core`), each with election
+//! candidates (with term values they change), observers, locks, a fair lock, a semaphore, a
+//! run-once job and a group watch, against a [`Model`] backend, through a network that
+//! delays and loses requests and replies, on one virtual clock and one seeded [`Rng`]: the
+//! same seed gives the same history, bit for bit. No threads, no sleeps. The driver's
+//! decisions are the shipped ones (`engine::driver`): the routing of the core's outputs
+//! (keep-alives on their own channel; attempts, releases and the reopen after an expiry one
+//! at a time on the work queue), which replies reach the engine (only those of the session
+//! they were sent for), when to reopen, what a failed open leads to and how long it waits,
+//! the re-join plan, the lock and permit callers' wait-and-retry loop (with deadlines), a
+//! fair acquire's reply, a semaphore's rounds over its permits, a job claim's deadline and
+//! validity, and the write of a candidate's value that changed during an attempt. Locks,
+//! unlocks, resigns, jobs and values come from their callers; some processes keep expiry
+//! terminal (`reopen_on_expiry(false)`), and an unlock whose release finds its term gone
+//! must report it once. Client processes pause for longer than their lease and resume as if
+//! nothing happened, and their clocks run at a rate `1 ± d` within the drift bound. The
+//! [`Premises`] break the backend (or a process's setup) on purpose, so the tests show the
+//! checker finds what it must.
 //!
 //! The [checker](check) then verifies the contract over what every session *believed*
 //! ([`Belief`]: exactly when the engine's `is_valid` holds, mapped to the backend's true time):
-//! one believer per lease at every true instant, strictly increasing tokens, nothing after
-//! expiry but the losses, no silent loss (every loss reaches its holder at the step the term
-//! stops being valid), resign and close ending terms, observers never seeing a token go back
-//! nor a term with a value its holder did not give it (candidates of even-numbered sessions
-//! take their terms with a value, the others without), and no session renewed after it
-//! ended.
+//! one believer per lease and job at every true instant, strictly increasing tokens, nothing
+//! after expiry, no silent loss (every loss reaches its holder at the step the term stops
+//! being valid), an unlock's loss only of a term the backend had ended before the release,
+//! resign and close ending terms, observers never seeing a token go back nor a value not
+//! written for the term they see (or one of an older term), no session renewed after it
+//! ended, fair locks granted in queue order, never more permits held than a semaphore has,
+//! and no job run again within the window of a finished run.
 //!
 //! ```
 //! use simba_lease::sim::{run, Premises, SimConfig};
@@ -45,9 +50,9 @@ mod model;
 mod rng;
 mod world;
 
-pub use check::{Belief, Kind, Violation};
+pub use check::{Belief, Held, Kind, Violation};
 pub use config::{Faults, Premises, SimConfig, MIXES};
-pub use model::{session_id, session_no, Grant, Model};
+pub use model::{session_id, session_no, Grant, JobEntry, Model, QueueEntry, QueueStep};
 pub use rng::Rng;
 pub use world::{run, Outcome, Stats, TraceLine};
 

@@ -1,5 +1,7 @@
 //! The model backend: the contract of [`LeaseBackend`](crate::spi::LeaseBackend) on the
-//! simulation's virtual clock, with the two premises that break it on request.
+//! simulation's virtual clock (sessions, fenced leases with values, fair-lock queues, run-once
+//! job records, groups), as [`MemoryBackend`](crate::backends::MemoryBackend) keeps it, with
+//! the premises that break it on request, and the logs the checker reads.
 //!
 //! It is a separate small model rather than [`MemoryBackend`](crate::backends::MemoryBackend)
 //! on a virtual [`Clock`](crate::Clock) for three reasons: session ids must come from the seed
@@ -8,7 +10,7 @@
 //! needs the log of every grant the backend made.
 
 use crate::error::{Error, Result};
-use crate::spi::{Acquire, HeldLease, KeepAlive};
+use crate::spi::{Acquire, HeldLease, JobClaim, KeepAlive, Queued};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -37,12 +39,75 @@ struct LeaseRow {
     value: String,
 }
 
+/// A run-once job's record: its last claim (backend times).
+#[derive(Clone, Debug)]
+struct JobRow {
+    holder: SessionId,
+    token: u64,
+    started: u64,
+    until: u64,
+    /// The running phase: the claim ends with its holder's session too.
+    running: bool,
+}
+
 /// The backend's tables (cloned whole for a replica snapshot).
 #[derive(Clone, Debug, Default)]
 struct Tables {
     sessions: BTreeMap<SessionId, SessionRow>,
     leases: BTreeMap<LeaseName, LeaseRow>,
     groups: BTreeMap<GroupName, BTreeSet<SessionId>>,
+    /// Fair-lock queues: places in arrival order, each with its patience's end.
+    queues: BTreeMap<LeaseName, Vec<(SessionId, u64)>>,
+    jobs: BTreeMap<LeaseName, JobRow>,
+}
+
+/// What happened to a fair lock's queue (for the checker's queue-order rule).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueStep {
+    /// A session placed itself (or renewed its place) until the backend time given.
+    Place(u64),
+    /// A session left the queue.
+    Leave,
+    /// A session took the lease through the queue; `live` are the sessions live then.
+    Take {
+        /// A new term (false: the holder asked again).
+        new_term: bool,
+        /// Every live session at that instant.
+        live: Vec<SessionId>,
+    },
+}
+
+/// One step of a fair lock's queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueEntry {
+    /// Backend time (ns).
+    pub at: u64,
+    /// The lock.
+    pub name: LeaseName,
+    /// The session concerned.
+    pub session: SessionId,
+    /// What it did.
+    pub step: QueueStep,
+}
+
+/// One step of a run-once job's record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEntry {
+    /// Backend time (ns).
+    pub at: u64,
+    /// True time (ns).
+    pub true_at: u64,
+    /// The job.
+    pub name: LeaseName,
+    /// The session concerned.
+    pub session: SessionId,
+    /// The claim's token.
+    pub token: Token,
+    /// A claim for at most the ns given (`false`), or its finish keeping the name until the
+    /// claim's start plus the ns given (`true`).
+    pub finish: bool,
+    /// `at_most` of a claim, `at_least` of a finish (ns).
+    pub window: u64,
 }
 
 /// One lease grant the backend made.
@@ -74,8 +139,24 @@ pub struct Model {
     ended: BTreeSet<SessionId>,
     /// Successful keep-alives or acquires of a session after it ended: (true time, session).
     pub revivals: Vec<(u64, SessionId)>,
+    /// Every fair-lock queue step, in true-time order.
+    pub queue_log: Vec<QueueEntry>,
+    /// Every job claim and finish, in true-time order.
+    pub job_log: Vec<JobEntry>,
+    /// When each term ended (backend time), with its session: its release, its session's
+    /// end or expiry, a failover. The checker's knowledge, which a failover does not roll back.
+    term_ends: BTreeMap<(LeaseName, Token), (SessionId, u64)>,
+    /// Releases answered so far (premise `false_misses` lies to every third).
+    releases: u64,
     /// Premise `stale_values`: a new term keeps the previous term's value.
     pub stale_values: bool,
+    /// Premise `unfair_queue`: a fair lock serves its newest waiter first.
+    pub unfair_queue: bool,
+    /// Premise `lost_windows`: a finished job frees its name at once (ignoring `at_least`).
+    pub lost_windows: bool,
+    /// Premise `false_misses`: every third release of a held term answers "not held" (and
+    /// frees nothing).
+    pub false_misses: bool,
 }
 
 impl Model {
@@ -89,7 +170,14 @@ impl Model {
             grants: Vec::new(),
             ended: BTreeSet::new(),
             revivals: Vec::new(),
+            queue_log: Vec::new(),
+            job_log: Vec::new(),
+            term_ends: BTreeMap::new(),
+            releases: 0,
             stale_values: false,
+            unfair_queue: false,
+            lost_windows: false,
+            false_misses: false,
         }
     }
 
@@ -110,19 +198,43 @@ impl Model {
 
     /// Premise `token_reset`: fails over to the replica, losing every write since the
     /// snapshot. Returns the names whose token went back.
-    pub fn fail_over(&mut self) -> Vec<LeaseName> {
+    pub fn fail_over(&mut self, t: u64) -> Vec<LeaseName> {
         let Some(old) = self.replica.take() else {
             return Vec::new();
         };
-        let back = self
+        let now = self.clock(t);
+        let back: Vec<LeaseName> = self
             .tables
             .leases
             .iter()
             .filter(|(n, l)| old.leases.get(*n).map_or(0, |o| o.token) < l.token)
             .map(|(n, _)| n.clone())
             .collect();
+        // The terms the replica never saw end with the failover.
+        for name in &back {
+            let l = &self.tables.leases[name];
+            if let (Some(s), Ok(token)) = (l.session.clone(), Token::new(l.token)) {
+                self.end_term(name, token, &s, now);
+            }
+        }
         self.tables = old;
         back
+    }
+
+    /// Notes that `session`'s term `name`/`token` ended at backend time `at` (the first end
+    /// counts).
+    fn end_term(&mut self, name: &LeaseName, token: Token, session: &SessionId, at: u64) {
+        self.term_ends
+            .entry((name.clone(), token))
+            .or_insert_with(|| (session.clone(), at));
+    }
+
+    /// When `session`'s term `name`/`token` ended on the backend (backend time), if it did.
+    pub fn term_end(&self, name: &LeaseName, token: Token, session: &SessionId) -> Option<u64> {
+        self.term_ends
+            .get(&(name.clone(), token))
+            .filter(|(s, _)| s == session)
+            .map(|(_, at)| *at)
     }
 
     fn live(&self, id: &SessionId, now: u64) -> Option<&SessionRow> {
@@ -135,8 +247,8 @@ impl Model {
         }
     }
 
-    /// Removes a session; returns the names it freed.
-    fn remove(&mut self, id: &SessionId) -> Vec<LeaseName> {
+    /// Removes a session at backend time `now`; returns the names it freed.
+    fn remove(&mut self, id: &SessionId, now: u64) -> Vec<LeaseName> {
         self.ended.insert(id.clone());
         let Some(row) = self.tables.sessions.remove(id) else {
             return Vec::new();
@@ -145,12 +257,19 @@ impl Model {
             members.remove(id);
         }
         let mut freed = Vec::new();
+        let mut ended = Vec::new();
         for name in row.leases {
             if let Some(l) = self.tables.leases.get_mut(&name) {
                 if l.session.as_ref() == Some(id) {
                     l.session = None;
+                    ended.push((name.clone(), l.token));
                     freed.push(name);
                 }
+            }
+        }
+        for (name, token) in ended {
+            if let Ok(token) = Token::new(token) {
+                self.end_term(&name, token, id, now.min(row.expires));
             }
         }
         freed
@@ -180,7 +299,7 @@ impl Model {
     ) -> (Result<KeepAlive>, Vec<LeaseName>) {
         let now = self.clock(t);
         let Some(row) = self.tables.sessions.get_mut(id).filter(|s| s.expires > now) else {
-            return (Err(Self::expired(id)), self.remove(id));
+            return (Err(Self::expired(id)), self.remove(id, now));
         };
         row.expires = now + lease.as_nanos() as u64;
         if self.ended.contains(id) {
@@ -207,9 +326,9 @@ impl Model {
         )
     }
 
-    /// Closes `id`; returns the names freed.
-    pub fn close_session(&mut self, id: &SessionId) -> Vec<LeaseName> {
-        self.remove(id)
+    /// Closes `id` at true time `t`; returns the names freed.
+    pub fn close_session(&mut self, t: u64, id: &SessionId) -> Vec<LeaseName> {
+        self.remove(id, self.clock(t))
     }
 
     /// Acquires `name` for `id` at true time `t`.
@@ -226,6 +345,24 @@ impl Model {
         name: &LeaseName,
         value: &str,
     ) -> Result<Acquire> {
+        self.acquire_term(t, id, name, value).map(|(a, _)| a)
+    }
+
+    /// [`Model::acquire_with_value`], and whether the grant began a new term (then observers
+    /// are notified).
+    pub fn acquire_term(
+        &mut self,
+        t: u64,
+        id: &SessionId,
+        name: &LeaseName,
+        value: &str,
+    ) -> Result<(Acquire, bool)> {
+        let remaining = self.check_live(t, id)?;
+        self.take(t, id, name, value, remaining)
+    }
+
+    /// Fails unless `id` is live at true time `t`; the time it has left.
+    fn check_live(&mut self, t: u64, id: &SessionId) -> Result<Duration> {
         let now = self.clock(t);
         let Some(me) = self.live(id, now) else {
             self.ended.insert(id.clone());
@@ -235,6 +372,218 @@ impl Model {
         if self.ended.contains(id) {
             self.revivals.push((t, id.clone()));
         }
+        Ok(remaining)
+    }
+
+    /// Takes `name` for `id` at true time `t` in arrival order (fair locks), keeping its
+    /// place for `patience` more; as `MemoryBackend::acquire_queued`. Also whether the grant
+    /// began a new term.
+    pub fn acquire_queued(
+        &mut self,
+        t: u64,
+        id: &SessionId,
+        name: &LeaseName,
+        patience: Duration,
+    ) -> Result<(Queued, bool)> {
+        let remaining = self.check_live(t, id)?;
+        let now = self.clock(t);
+        self.prune_queue(name, now);
+        let until = now + patience.as_nanos() as u64;
+        let q = self.tables.queues.entry(name.clone()).or_default();
+        let i = match q.iter().position(|(s, _)| s == id) {
+            Some(i) => {
+                q[i].1 = until;
+                i
+            }
+            None => {
+                q.push((id.clone(), until));
+                q.len() - 1
+            }
+        };
+        // Premise `unfair_queue`: the newest waiter goes first.
+        let ahead = if self.unfair_queue {
+            q.len() - 1 - i
+        } else {
+            i
+        };
+        self.log_queue(now, name, id, QueueStep::Place(until));
+        let holds = self
+            .tables
+            .leases
+            .get(name)
+            .is_some_and(|l| l.session.as_ref() == Some(id));
+        if ahead > 0 && !holds {
+            let owner = self.owner(t, name);
+            return Ok((Queued::Waiting { ahead, owner }, false));
+        }
+        let (reply, new_term) = self.take(t, id, name, "", remaining)?;
+        Ok(match reply {
+            Acquire::Acquired(term) => {
+                if let Some(q) = self.tables.queues.get_mut(name) {
+                    q.retain(|(s, _)| s != id);
+                    if q.is_empty() {
+                        self.tables.queues.remove(name);
+                    }
+                }
+                let live = self
+                    .tables
+                    .sessions
+                    .iter()
+                    .filter(|(_, r)| r.expires > now)
+                    .map(|(s, _)| s.clone())
+                    .collect();
+                self.log_queue(now, name, id, QueueStep::Take { new_term, live });
+                (Queued::Acquired(term), new_term)
+            }
+            Acquire::Held(owner) => (
+                Queued::Waiting {
+                    ahead: 0,
+                    owner: Some(owner),
+                },
+                false,
+            ),
+        })
+    }
+
+    /// Removes `id`'s place in `name`'s queue at true time `t`: whether it had one, and
+    /// whether the next in line must be told (the lease is free).
+    pub fn leave_queue(&mut self, t: u64, id: &SessionId, name: &LeaseName) -> (bool, bool) {
+        let Some(q) = self.tables.queues.get_mut(name) else {
+            return (false, false);
+        };
+        let before = q.len();
+        q.retain(|(s, _)| s != id);
+        let left = q.len() < before;
+        if q.is_empty() {
+            self.tables.queues.remove(name);
+        }
+        if left {
+            self.log_queue(self.clock(t), name, id, QueueStep::Leave);
+        }
+        (left, left && self.owner(t, name).is_none())
+    }
+
+    /// Drops the dead places of `name`'s queue (session gone or patience run out).
+    fn prune_queue(&mut self, name: &LeaseName, now: u64) {
+        let sessions = &self.tables.sessions;
+        if let Some(q) = self.tables.queues.get_mut(name) {
+            q.retain(|(id, until)| {
+                *until > now && sessions.get(id).is_some_and(|s| s.expires > now)
+            });
+            if q.is_empty() {
+                self.tables.queues.remove(name);
+            }
+        }
+    }
+
+    fn log_queue(&mut self, at: u64, name: &LeaseName, id: &SessionId, step: QueueStep) {
+        self.queue_log.push(QueueEntry {
+            at,
+            name: name.clone(),
+            session: id.clone(),
+            step,
+        });
+    }
+
+    /// Claims the run-once job `name` for `id` at true time `t` for at most `at_most` (by the
+    /// backend's clock), as `MemoryBackend::claim_job`.
+    pub fn claim_job(
+        &mut self,
+        t: u64,
+        id: &SessionId,
+        name: &LeaseName,
+        at_most: Duration,
+    ) -> Result<JobClaim> {
+        self.check_live(t, id)?;
+        let now = self.clock(t);
+        let mut token = 0;
+        if let Some(j) = self.tables.jobs.get(name) {
+            let holder_live = self.live(&j.holder, now).is_some();
+            if j.until > now && (!j.running || holder_live) {
+                return Ok(JobClaim::Busy {
+                    remaining: Duration::from_nanos(j.until - now),
+                });
+            }
+            token = j.token;
+        }
+        let token = Token::new(token + 1).expect("above zero");
+        let window = at_most.as_nanos() as u64;
+        self.tables.jobs.insert(
+            name.clone(),
+            JobRow {
+                holder: id.clone(),
+                token: token.get(),
+                started: now,
+                until: now + window,
+                running: true,
+            },
+        );
+        self.log_job(t, name, id, token, false, window);
+        Ok(JobClaim::Claimed {
+            token,
+            remaining: at_most,
+        })
+    }
+
+    /// Finishes `id`'s running claim of `name` with `token` at true time `t`: the name stays
+    /// taken until the claim's start plus `at_least`. Whether `id` held that claim.
+    pub fn finish_job(
+        &mut self,
+        t: u64,
+        id: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        at_least: Duration,
+    ) -> bool {
+        let now = self.clock(t);
+        if self.live(id, now).is_none() {
+            return false;
+        }
+        let lost = self.lost_windows;
+        let window = at_least.as_nanos() as u64;
+        match self.tables.jobs.get_mut(name) {
+            Some(j) if j.running && j.holder == *id && j.token == token.get() && j.until > now => {
+                j.running = false;
+                // Premise `lost_windows`: the name is free at once.
+                j.until = if lost { now } else { j.started + window };
+                self.log_job(t, name, id, token, true, window);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn log_job(
+        &mut self,
+        t: u64,
+        name: &LeaseName,
+        id: &SessionId,
+        token: Token,
+        finish: bool,
+        window: u64,
+    ) {
+        self.job_log.push(JobEntry {
+            at: self.clock(t),
+            true_at: t,
+            name: name.clone(),
+            session: id.clone(),
+            token,
+            finish,
+            window,
+        });
+    }
+
+    /// Takes `name` for the live session `id` at true time `t` if free or its holder
+    /// expired; the reply and whether it began a new term.
+    fn take(
+        &mut self,
+        t: u64,
+        id: &SessionId,
+        name: &LeaseName,
+        value: &str,
+        remaining: Duration,
+    ) -> Result<(Acquire, bool)> {
+        let now = self.clock(t);
         let row = self.tables.leases.get(name).cloned();
         if let Some(LeaseRow {
             session: Some(holder),
@@ -243,14 +592,21 @@ impl Model {
         }) = &row
         {
             if holder != id {
+                let token = Token::new(*token).expect("held leases have a token");
                 if let Some(h) = self.live(holder, now) {
-                    return Ok(Acquire::Held(Owner {
-                        session: holder.clone(),
-                        token: Token::new(*token).expect("held leases have a token"),
-                        remaining: Duration::from_nanos(h.expires - now),
-                        value: held_value.clone(),
-                    }));
+                    return Ok((
+                        Acquire::Held(Owner {
+                            session: holder.clone(),
+                            token,
+                            remaining: Duration::from_nanos(h.expires - now),
+                            value: held_value.clone(),
+                        }),
+                        false,
+                    ));
                 }
+                // The holder expired: its term ended then.
+                let expired = self.tables.sessions.get(holder).map_or(now, |r| r.expires);
+                self.end_term(name, token, &holder.clone(), expired.min(now));
             }
         }
         let lease = self.tables.leases.entry(name.clone()).or_insert(LeaseRow {
@@ -280,28 +636,70 @@ impl Model {
             token,
             new_term,
         });
-        Ok(Acquire::Acquired(Term {
-            name: name.clone(),
-            token,
-            remaining,
-        }))
+        Ok((
+            Acquire::Acquired(Term {
+                name: name.clone(),
+                token,
+                remaining,
+            }),
+            new_term,
+        ))
     }
 
-    /// Releases `name` if `id` holds it with `token`.
-    pub fn release(&mut self, id: &SessionId, name: &LeaseName, token: Token) -> bool {
-        let freed = match self.tables.leases.get_mut(name) {
+    /// Releases `name` at true time `t` if the live session `id` holds it with `token` (an
+    /// expired session holds nothing, so its release changes nothing).
+    pub fn release(&mut self, t: u64, id: &SessionId, name: &LeaseName, token: Token) -> bool {
+        let now = self.clock(t);
+        let holds = self
+            .tables
+            .leases
+            .get(name)
+            .is_some_and(|l| l.session.as_ref() == Some(id) && l.token == token.get());
+        let Some(expires) = self.tables.sessions.get(id).map(|r| r.expires) else {
+            return false;
+        };
+        if expires <= now {
+            if holds {
+                self.end_term(name, token, id, expires);
+            }
+            return false;
+        }
+        if !holds {
+            return false;
+        }
+        self.releases += 1;
+        if self.false_misses && self.releases.is_multiple_of(3) {
+            return false;
+        }
+        if let Some(l) = self.tables.leases.get_mut(name) {
+            l.session = None;
+        }
+        if let Some(row) = self.tables.sessions.get_mut(id) {
+            row.leases.remove(name);
+        }
+        self.end_term(name, token, id, now);
+        true
+    }
+
+    /// Sets the value of `id`'s term `name`/`token` at true time `t`; whether it was set.
+    pub fn set_value(
+        &mut self,
+        t: u64,
+        id: &SessionId,
+        name: &LeaseName,
+        token: Token,
+        value: &str,
+    ) -> bool {
+        if self.live(id, self.clock(t)).is_none() {
+            return false;
+        }
+        match self.tables.leases.get_mut(name) {
             Some(l) if l.session.as_ref() == Some(id) && l.token == token.get() => {
-                l.session = None;
+                value.clone_into(&mut l.value);
                 true
             }
             _ => false,
-        };
-        if freed {
-            if let Some(row) = self.tables.sessions.get_mut(id) {
-                row.leases.remove(name);
-            }
         }
-        freed
     }
 
     /// The live holder of `name` at true time `t`.
@@ -322,13 +720,7 @@ impl Model {
 impl Model {
     /// Adds `id` to `group`; fails once the session expired.
     pub fn join(&mut self, t: u64, id: &SessionId, group: &GroupName) -> Result<()> {
-        if self.live(id, self.clock(t)).is_none() {
-            self.ended.insert(id.clone());
-            return Err(Self::expired(id));
-        }
-        if self.ended.contains(id) {
-            self.revivals.push((t, id.clone()));
-        }
+        self.check_live(t, id)?;
         let members = self.tables.groups.entry(group.clone()).or_default();
         members.insert(id.clone());
         Ok(())

@@ -1,6 +1,7 @@
 //! The URL form of a [`RedisBackend`] and its builder: one set of option names for both.
 
-use super::{RedisBackend, RedisConfig, RedisTls, MAX_COUNT};
+use super::config::MAX_COUNT;
+use super::{RedisBackend, RedisConfig, RedisTls};
 use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::url::{redact, BackendUrl};

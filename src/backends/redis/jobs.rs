@@ -13,9 +13,10 @@
 //! Like lease hashes, job hashes must never be evicted (`maxmemory-policy noeviction`): an
 //! evicted one starts its tokens again at 1.
 
+use super::backend::{lease_ms, RedisBackend};
+use super::reply::{bad_reply, expired, flag, int_at, millis, token};
 use super::scripting::{Reply, Role};
 use super::scripts::scripts;
-use super::{bad_reply, flag, int_at, lease_ms, millis, token, RedisBackend};
 use crate::backends::jobs::{check_at_least, check_at_most, ms};
 use crate::error::Result;
 use crate::spi::JobClaim;
@@ -24,14 +25,14 @@ use std::time::Duration;
 
 impl RedisBackend {
     fn job_key(&self, name: &LeaseName) -> String {
-        format!("{}:job:{{{}}}", self.keys.prefix, name.as_str())
+        format!("{}:job:{{{}}}", self.base.keys.prefix, name.as_str())
     }
 
     /// The keys of a job script: the job, and on one node the session.
     fn job_keys(&self, session: &SessionId, name: &LeaseName) -> Vec<String> {
         let mut keys = vec![self.job_key(name)];
-        if !self.routed {
-            keys.push(self.keys.session(session));
+        if self.flavor.is_one_node() {
+            keys.push(self.base.keys.session(session));
         }
         keys
     }
@@ -44,33 +45,29 @@ impl RedisBackend {
     ) -> Result<JobClaim> {
         const OP: &str = "claiming a job";
         check_at_most(at_most)?;
-        if !self.live_before_routed_change(session)? {
-            return Err(self.expired(session));
+        if !self.flavor.live_before_change(&self.base, session)? {
+            return Err(expired(session));
         }
         let keys = self.job_keys(session, name);
-        let sprefix = if self.routed {
-            String::new()
-        } else {
-            self.keys.session_prefix()
-        };
+        let sprefix = self.flavor.live_sessions_prefix(&self.base.keys);
         let args = [session.to_string(), lease_ms(at_most).to_string(), sprefix];
         let s = &scripts().claim_job;
-        let (r, acked) = if self.cfg.wait_replicas == 0 {
-            (self.eval(Role::Other, s, &keys, &args)?, None)
+        let b = &self.base;
+        let (r, acked) = if b.cfg.wait_replicas == 0 {
+            (b.eval(Role::Other, s, &keys, &args)?, None)
         } else {
             let claimed = |r: &Reply| r.as_array().and_then(|a| a.first()?.as_int()) == Some(1);
-            let wait = self.cfg.query_timeout * 2 / 3;
-            self.scripting.eval_then_wait(
+            b.scripting.eval_then_wait(
                 s,
                 &keys,
                 &args,
                 &claimed,
-                self.cfg.wait_replicas,
-                wait,
+                b.cfg.wait_replicas,
+                b.wait_timeout(),
             )?
         };
         let claim = match r.as_array() {
-            Some([x]) if x.as_int() == Some(-1) => return Err(self.expired(session)),
+            Some([x]) if x.as_int() == Some(-1) => return Err(expired(session)),
             Some([_, _, _]) if int_at(OP, &r, 0)? == 1 => JobClaim::Claimed {
                 token: token(OP, int_at(OP, &r, 1)?)?,
                 remaining: millis(OP, &r, int_at(OP, &r, 2)?)?,
@@ -80,7 +77,7 @@ impl RedisBackend {
             },
             _ => return Err(bad_reply(OP, &r)),
         };
-        let n = self.cfg.wait_replicas;
+        let n = b.cfg.wait_replicas;
         match (acked, &claim) {
             (Some(acked), JobClaim::Claimed { token: t, .. }) if acked < n => {
                 let undone = self.finish_job_script(session, name, *t, Duration::ZERO);
@@ -110,10 +107,10 @@ impl RedisBackend {
         at_least: Duration,
     ) -> Result<bool> {
         check_at_least(at_least)?;
-        if !self.live_before_routed_change(session)? {
+        if !self.flavor.live_before_change(&self.base, session)? {
             return Ok(false);
         }
-        let r = self.eval(
+        let r = self.base.eval(
             Role::Other,
             &scripts().finish_job,
             &self.job_keys(session, name),

@@ -4,6 +4,7 @@ use crate::engine::core::State;
 use crate::error::Error;
 use crate::types::GroupName;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// What the driver knows about a session besides its core's state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,6 +49,12 @@ pub(crate) fn after_open_error(e: &Error) -> AfterOpenError {
         e if !e.is_transient() => AfterOpenError::Terminal,
         _ => AfterOpenError::Retry,
     }
+}
+
+/// How long the reopen waits after a failed open before it tries again: the retry
+/// interval `retry` plus jitter drawn by `jitter` (given its bound).
+pub(crate) fn retry_in(retry: Duration, jitter: impl FnOnce(Duration) -> Duration) -> Duration {
+    super::retry_delay(retry, jitter)
 }
 
 /// The groups a reopened session joins: every group joined through a live membership.

@@ -1,4 +1,15 @@
-//! The history checker: what every session believed, against what the backend did.
+//! The history checker: what every session believed, against what the backend did. This
+//! file holds the beliefs, the violations and the rules over beliefs and grants (one
+//! believer per lease, tokens rising); [`fair`], [`permits`] and [`jobs`] hold the rules of
+//! fair-lock queues, semaphores and run-once windows.
+
+mod fair;
+mod jobs;
+mod permits;
+
+pub use fair::check_queues;
+pub use jobs::check_jobs;
+pub use permits::check_permits;
 
 use super::model::{session_no, Grant};
 use super::world::{secs, Stats};
@@ -6,11 +17,23 @@ use crate::types::{LeaseName, SessionId, Token};
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// What a belief is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Held {
+    /// An election candidate's term.
+    Election,
+    /// A lock's term (plain or fair, or a semaphore's permit).
+    Lock,
+    /// A run-once job's claim, while `Job::is_valid` holds.
+    Job,
+}
+
 /// One term a session believed it held.
 ///
 /// A session believes it holds `name` with `token` at a local instant exactly when the engine's
 /// `Core::is_valid(name, token, now)` is true, from the `Elected` event (or a lock's acquire)
-/// until its loss event, its resign, unlock or close. The simulation evaluates that oracle after
+/// until its loss event, its resign, unlock or close; a job claim while the driver's
+/// `jobs::holds` is true (what `Job::is_valid` answers), until the job returns. The simulation evaluates that oracle after
 /// every step of the engine and maps the instant where it turns false from the client's clock to
 /// true (backend) time: the belief is the union of `segments`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,9 +46,9 @@ pub struct Belief {
     pub name: LeaseName,
     /// The term's token.
     pub token: Token,
-    /// A lock (true) or an election (false).
-    pub lock: bool,
-    /// The election or lock handle.
+    /// What it is of.
+    pub held: Held,
+    /// The election or lock handle (0 for a job).
     pub handle: u64,
     /// True time the belief began (ns).
     pub start: u64,
@@ -67,7 +90,11 @@ impl fmt::Display for Belief {
             "c{}/s{} {} {} token {}: believed {} ({})",
             self.client,
             session_no(&self.session),
-            if self.lock { "lock" } else { "election" },
+            match self.held {
+                Held::Election => "election",
+                Held::Lock => "lock",
+                Held::Job => "job",
+            },
             self.name,
             self.token,
             if segs.is_empty() {
@@ -97,6 +124,17 @@ pub enum Kind {
     SessionRevived,
     /// An observer saw a term with a value its holder did not give it (another term's).
     ForeignValue,
+    /// An observer saw a value written by a term older than one it had already seen.
+    StaleValue,
+    /// A fair lock went to a session while a live waiter queued before it still waited.
+    QueueJump,
+    /// More permits of a semaphore were believed at one instant than it has.
+    TooManyPermits,
+    /// A job ran again within the window (`at_least`) of a run that had finished.
+    JobRerun,
+    /// An unlock reported its term lost though the backend had not ended the term before
+    /// the release.
+    UnfoundedLoss,
 }
 
 /// One violation of the contract.
@@ -258,7 +296,7 @@ mod tests {
             session: session_id(client as u64 + 1),
             name: LeaseName::new("job").unwrap(),
             token: Token::new(token).unwrap(),
-            lock: false,
+            held: Held::Election,
             handle: 1,
             start: segments[0].0,
             end: Some((segments.last().unwrap().1, "resigned")),

@@ -13,6 +13,7 @@
 //! name until that deadline. The next keep-alive binds them to the anchor of the node that
 //! now serves them.
 
+use super::super::keys::key_slot;
 use crate::types::{LeaseName, Token};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -145,7 +146,7 @@ pub(super) fn tag_for_slot(slot: u16) -> String {
     // About 16 384 tries on average: CRC16 spreads short strings evenly over the slots.
     let tag = (0u32..)
         .map(|i| format!("a{i}"))
-        .find(|t| super::key_slot(t) == slot)
+        .find(|t| key_slot(t) == slot)
         .unwrap_or_default();
     tags.lock().insert(slot, tag.clone());
     tag
@@ -177,7 +178,7 @@ mod tests {
     fn tags_land_in_their_slot() {
         for slot in [0, 1, 5000, 16383] {
             let tag = tag_for_slot(slot);
-            assert_eq!(super::super::key_slot(&format!("x:{{{tag}}}:y")), slot);
+            assert_eq!(key_slot(&format!("x:{{{tag}}}:y")), slot);
         }
     }
 

@@ -2,13 +2,16 @@
 //! script per node through the session's anchor there ([`super::anchors`]), or slot by slot
 //! when that cannot be done.
 
-use super::anchors::{self, Binding, Indexed};
-use super::scripting::{Reply, Role, ScriptCall};
-use super::scripts::scripts;
-use super::{
-    array_of, bad_reply, group_in, key_slot, lease_in, renewed, slot_left, strings, token,
-    RedisBackend, SlotMap,
+use super::super::backend::{lease_ms, Base};
+use super::super::keys::key_slot;
+use super::super::reply::{
+    array_of, bad_reply, expired, gone, group_in, lease_in, renewed, strings, token,
 };
+use super::super::scripting::{Reply, Role, ScriptCall};
+use super::super::scripts::scripts;
+use super::anchors::{self, Binding, Indexed};
+use super::routed::Routed;
+use super::slot_map::SlotMap;
 use crate::error::Result;
 use crate::spi::{HeldLease, KeepAlive};
 use crate::types::{LeaseName, SessionId, Token};
@@ -41,13 +44,39 @@ struct NodeWork {
     groups: Vec<String>,
 }
 
-impl RedisBackend {
+/// What a later keep-alive script may grant of the session's `remaining` time once `elapsed`
+/// passed since the session call answered, in whole ms; `None` once nothing is left.
+fn slot_left(remaining: Duration, elapsed: Duration) -> Option<u64> {
+    remaining
+        .checked_sub(elapsed)
+        .map(|d| d.as_millis() as u64)
+        .filter(|&ms| ms > 0)
+}
+
+impl Routed {
+    /// The routed keep-alive of `session` for `lease` (see [`Self::keep_alive_routed`]).
+    pub(super) fn keep_alive(
+        &self,
+        b: &Base,
+        session: &SessionId,
+        lease: Duration,
+    ) -> Result<KeepAlive> {
+        self.keep_alive_routed(
+            b,
+            session,
+            lease,
+            lease_ms(lease),
+            &b.keys.session_keys(session),
+        )
+    }
+
     /// Routed keep-alive: `keep_alive_session.lua` on the session's slot (its lease names only
     /// when the index changed since the version this backend knows), then the terms and
     /// memberships on their nodes, each carrying what the session has left minus the time
     /// since the session call answered.
-    pub(super) fn keep_alive_routed(
+    fn keep_alive_routed(
         &self,
+        b: &Base,
         session: &SessionId,
         lease: Duration,
         lease_ms: u64,
@@ -74,11 +103,11 @@ impl RedisBackend {
             known.map(|v| v.to_string()).unwrap_or_default(),
         ];
         args.extend(dropped.iter().cloned());
-        let r = self.eval(Role::KeepAlive, &scripts().keep_alive_session, index, &args)?;
+        let r = b.eval(Role::KeepAlive, &scripts().keep_alive_session, index, &args)?;
         let answered = Instant::now();
-        if super::gone(&r) {
+        if gone(&r) {
             self.forget(session);
-            return Err(self.expired(session));
+            return Err(expired(session));
         }
         let a = array_of(OP, &r, 5)?;
         let remaining = renewed(OP, &r, lease_ms)?;
@@ -103,7 +132,7 @@ impl RedisBackend {
                 .into_iter()
                 .map(|n| {
                     Ok(Indexed {
-                        slot: key_slot(&self.keys.lease(&n)),
+                        slot: key_slot(&b.keys.lease(&n)),
                         name: lease_in(OP, &r, &n)?,
                     })
                 })
@@ -130,11 +159,11 @@ impl RedisBackend {
                     if let Some(s) = self.anchored.lock().get_mut(session) {
                         s.index = None;
                     }
-                    return self.keep_alive_routed(session, lease, lease_ms, index);
+                    return self.keep_alive_routed(b, session, lease, lease_ms, index);
                 }
             }
         };
-        let group_keys: Vec<String> = groups.iter().map(|g| self.keys.group(g)).collect();
+        let group_keys: Vec<String> = groups.iter().map(|g| b.keys.group(g)).collect();
         let mut leases = Vec::with_capacity(names.len());
         if names.is_empty() && group_keys.is_empty() {
             return Ok(KeepAlive { remaining, leases });
@@ -150,7 +179,7 @@ impl RedisBackend {
             remaining,
             answered,
         };
-        let outcomes = match self.keep_alive_by_anchor(&round, lease, true)? {
+        let outcomes = match self.keep_alive_by_anchor(b, &round, lease, true)? {
             Some(o) => o,
             None => {
                 // The slot-by-slot scripts unbind what they renew: nothing known stays true.
@@ -158,7 +187,7 @@ impl RedisBackend {
                     s.bound.clear();
                     s.epochs.clear();
                 }
-                self.keep_alive_by_slot(&round, left)?
+                self.keep_alive_by_slot(b, &round, left)?
             }
         };
         let mut stale = self.stale.lock();
@@ -188,12 +217,6 @@ impl RedisBackend {
         Ok(KeepAlive { remaining, leases })
     }
 
-    /// Forgets what this backend knew of a session (closed or expired).
-    pub(super) fn forget(&self, session: &SessionId) {
-        self.stale.lock().remove(session);
-        self.anchored.lock().remove(session);
-    }
-
     /// One `keep_alive_anchor.lua` per node (the `CLUSTER SLOTS` map, read at most every
     /// 30 s), pipelined to every node at once: each renews the session's anchor there and
     /// binds again the terms [`anchors::plan`] picks; the others are held while the anchor
@@ -203,6 +226,7 @@ impl RedisBackend {
     /// the caller renews slot by slot, and the map is read again after a while.
     fn keep_alive_by_anchor(
         &self,
+        b: &Base,
         round: &Round<'_>,
         lease: Duration,
         again: bool,
@@ -214,7 +238,7 @@ impl RedisBackend {
             remaining,
             answered,
         } = *round;
-        let Some(map) = self.slot_map() else {
+        let Some(map) = self.slot_maps.get(&*b.scripting) else {
             return Ok(None);
         };
         // Measured after reading the map, so a slow `CLUSTER SLOTS` does not stretch terms.
@@ -234,14 +258,14 @@ impl RedisBackend {
                 .iter()
                 .map(|(node, w)| {
                     let tag = map.tags.get(*node).map(String::as_str).unwrap_or_default();
-                    let anchor: Arc<str> = self.keys.anchor(tag, session).into();
+                    let anchor: Arc<str> = b.keys.anchor(tag, session).into();
                     let known = st.and_then(|s| s.epochs.get(&anchor)).cloned();
                     let plan = anchors::plan(again, st, &anchor, names, &w.leases, horizon, now);
                     (anchor, known, plan)
                 })
                 .collect()
         };
-        let horizon_ms = super::lease_ms(horizon).to_string();
+        let horizon_ms = lease_ms(horizon).to_string();
         let calls: Vec<ScriptCall<'_>> = plans
             .iter()
             .zip(nodes.values())
@@ -257,7 +281,7 @@ impl RedisBackend {
                 args.extend(
                     plan.rebind
                         .iter()
-                        .map(|&i| self.keys.lease(names[i].name.as_str())),
+                        .map(|&i| b.keys.lease(names[i].name.as_str())),
                 );
                 args.extend(w.groups.iter().cloned());
                 ScriptCall {
@@ -268,7 +292,7 @@ impl RedisBackend {
             })
             .collect();
         let sent = Instant::now();
-        let replies = match self.scripting.eval_many(Role::KeepAlive, &calls) {
+        let replies = match b.scripting.eval_many(Role::KeepAlive, &calls) {
             Ok(r) => r,
             Err(e) => {
                 log::debug!(
@@ -277,7 +301,7 @@ impl RedisBackend {
                 );
                 // No by-node attempt for a while (a node down, slots moving): an empty map
                 // sends every keep-alive slot by slot until it is read again.
-                *self.slot_map.lock() = Some((Instant::now(), Arc::new(SlotMap::default())));
+                self.slot_maps.place_none();
                 return Ok(None);
             }
         };
@@ -337,14 +361,19 @@ impl RedisBackend {
         }
         drop(guard);
         if doubt && again {
-            return self.keep_alive_by_anchor(round, lease, false);
+            return self.keep_alive_by_anchor(b, round, lease, false);
         }
         Ok(Some(out))
     }
 
     /// Cluster keep-alive, one `keep_alive_slot.lua` per slot (all pipelined), then slot by
     /// slot when the batch failed. Each extends (and unbinds) the session's terms there.
-    fn keep_alive_by_slot(&self, round: &Round<'_>, left: Duration) -> Result<Vec<Outcome>> {
+    fn keep_alive_by_slot(
+        &self,
+        b: &Base,
+        round: &Round<'_>,
+        left: Duration,
+    ) -> Result<Vec<Outcome>> {
         let Round {
             session,
             names,
@@ -369,7 +398,7 @@ impl RedisBackend {
                 script: &scripts().keep_alive_slot,
                 keys: lk
                     .iter()
-                    .map(|&i| self.keys.lease(names[i].name.as_str()))
+                    .map(|&i| b.keys.lease(names[i].name.as_str()))
                     .chain(gk.iter().cloned())
                     .collect(),
                 args: vec![
@@ -379,7 +408,7 @@ impl RedisBackend {
                 ],
             })
             .collect();
-        let replies: Vec<Option<Reply>> = match self.scripting.eval_many(Role::KeepAlive, &calls) {
+        let replies: Vec<Option<Reply>> = match b.scripting.eval_many(Role::KeepAlive, &calls) {
             Ok(r) => r.into_iter().map(Some).collect(),
             Err(e) => {
                 // One node failing must not cost the leases on the others: slot by slot.
@@ -393,7 +422,7 @@ impl RedisBackend {
                         let left = slot_left(remaining, answered.elapsed())?;
                         let mut args = c.args.clone();
                         args[1] = left.to_string();
-                        self.eval(Role::KeepAlive, c.script, &c.keys, &args)
+                        b.eval(Role::KeepAlive, c.script, &c.keys, &args)
                             .map_err(|e| {
                                 log::warn!(
                                     "keep-alive of a slot of session {session} failed: {}",
@@ -465,4 +494,21 @@ fn anchor_reply(r: &Reply, n: usize) -> Result<(bool, Arc<str>, Vec<Option<Token
         .map(|t| held_token(t).ok_or_else(|| bad_reply(OP, r)))
         .collect::<Result<Vec<_>>>()?;
     Ok((confirmed, epoch, tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_times_round_down() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        assert_eq!(slot_left(ms(5), us(3_500)), Some(1));
+        assert_eq!(slot_left(ms(5000), us(1_999)), Some(4998));
+        // Less than a whole ms left: nothing to grant (not 1 ms).
+        assert_eq!(slot_left(ms(5), us(4_500)), None);
+        assert_eq!(slot_left(ms(5), ms(5)), None);
+        assert_eq!(slot_left(ms(5), ms(6)), None);
+    }
 }

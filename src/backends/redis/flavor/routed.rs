@@ -1,0 +1,412 @@
+//! Routed by slot (`route_by_slot`, required on a Redis Cluster): every script call keeps to
+//! one hash slot, so an operation first runs a script on its session's slot, then one per
+//! slot of its other keys, and keeps the session's index sets itself. A new term is bound to
+//! the session's anchor on the lease's node ([`super::anchors`]); only durations cross nodes
+//! (see the module documentation's "Redis Cluster"). The keep-alive is in
+//! `routed_keep_alive`.
+
+use super::super::backend::{lease_ms, Base};
+use super::super::keys::key_slot;
+use super::super::reply::{
+    acquired, array_of, bad_reply, expired, flag, group_in, lease_in, metadata_in, session_call,
+    session_in, strings, Acquired,
+};
+use super::super::scripting::{Reply, Role, ScriptCall};
+use super::super::scripts::scripts;
+use super::anchors;
+use super::slot_map::SlotMaps;
+use crate::error::{Error, Result};
+use crate::types::{GroupName, LeaseName, Member, SessionId, Token};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// What the routed flavor keeps between calls.
+#[derive(Default)]
+pub(in super::super) struct Routed {
+    /// Indexed names a keep-alive found not held, since when (dropped from the index once
+    /// that lasted a lease).
+    pub(super) stale: Mutex<HashMap<SessionId, HashMap<String, Instant>>>,
+    /// Cluster: which node serves each slot, and when that was read.
+    pub(super) slot_maps: SlotMaps,
+    /// Per session, its index and its terms bound to anchors, as last seen.
+    pub(super) anchored: Mutex<HashMap<SessionId, anchors::Anchored>>,
+    /// Cluster keep-alives sent one script per node (for tests).
+    pub(super) by_node: AtomicU64,
+}
+
+/// Groups lease and group keys by their hash slot.
+fn by_slot(leases: &[String], groups: &[String]) -> BTreeMap<u16, (Vec<String>, Vec<String>)> {
+    let mut m: BTreeMap<u16, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for k in leases {
+        m.entry(key_slot(k)).or_default().0.push(k.clone());
+    }
+    for k in groups {
+        m.entry(key_slot(k)).or_default().1.push(k.clone());
+    }
+    m
+}
+
+impl Routed {
+    /// How many cluster keep-alives went one script per node (not slot by slot).
+    pub(super) fn keep_alives_by_node(&self) -> u64 {
+        self.by_node.load(Ordering::Relaxed)
+    }
+
+    /// Whether `sid` is still live on its session's node, checked before a release, a leave
+    /// or a job call (one more round trip): an expired session changes nothing, and a lease
+    /// or membership node may still count it live for the cross-node delay.
+    pub(super) fn live(&self, b: &Base, sid: &SessionId) -> Result<bool> {
+        let key = b.keys.session(sid);
+        let r = b.scripting.command(Role::Other, &["PTTL", &key])?;
+        match r.as_int() {
+            // -2: no such key, -1: no expiry (not a session hash of this backend)
+            Some(ms) if ms >= -2 => Ok(ms > 0),
+            _ => Err(bad_reply("reading a session's time to live", &r)),
+        }
+    }
+
+    /// Removes `member` from a session's `index` set (the scripts of a slot cannot); with
+    /// the session's key, a removal counts as a change of its leases.
+    fn unindex(
+        &self,
+        b: &Base,
+        index: &str,
+        member: &str,
+        session: Option<&SessionId>,
+    ) -> Result<()> {
+        let mut keys = vec![index.to_owned()];
+        keys.extend(session.map(|s| b.keys.session(s)));
+        b.eval(Role::Other, &scripts().unindex, &keys, &[member.to_owned()])?;
+        Ok(())
+    }
+
+    /// Forgets what this backend knew of a session (closed or expired).
+    pub(super) fn forget(&self, session: &SessionId) {
+        self.stale.lock().remove(session);
+        self.anchored.lock().remove(session);
+    }
+
+    /// The session call, then `acquire_lease.lua` on the lease's slot, or with `patience`
+    /// (fair locks) `acquire_lease_queued.lua`; with `value`, `set_value.lua` after a grant.
+    pub(super) fn acquire(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        patience: Option<Duration>,
+        value: Option<&str>,
+    ) -> Result<Acquired> {
+        let r = self.acquire_lease(b, sid, name, patience)?;
+        if let (Acquired::Term { token, .. }, Some(value)) = (&r, value) {
+            b.set_value(sid, name, *token, value)?;
+        }
+        Ok(r)
+    }
+
+    /// [`Self::acquire`] without the value.
+    fn acquire_lease(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        patience: Option<Duration>,
+    ) -> Result<Acquired> {
+        const OP: &str = "acquiring";
+        let lease_key = b.keys.lease(name.as_str());
+        let sent = Instant::now();
+        let r = b.eval(
+            Role::Other,
+            &scripts().acquire_session,
+            &[b.keys.session(sid), b.keys.leases_index(sid)],
+            &[name.to_string()],
+        )?;
+        let Some((left, lease)) = session_call(OP, &r)? else {
+            return Ok(Acquired::Expired);
+        };
+        let left = Duration::from_millis(left);
+        if sent.elapsed() >= left {
+            return Err(Error::Timeout {
+                operation: "acquiring (the session's time ran out before the lease call)",
+                after: left,
+                source: None,
+            });
+        }
+        // The session's anchor on the lease's node, by the slot map last read (none before
+        // the first keep-alive read one: the term is then bound by that keep-alive).
+        let anchor = self
+            .slot_maps
+            .cached(&*b.scripting)
+            .and_then(|m| Some(m.tags.get(m.node_of(key_slot(&lease_key))?)?.clone()))
+            .map(|tag| b.keys.anchor(&tag, sid));
+        let horizon = lease.saturating_mul(u64::from(anchors::HORIZON_LEASES));
+        let mut keys = vec![lease_key];
+        let mut args = vec![
+            sid.to_string(),
+            lease.to_string(),
+            b.keys.session_prefix(),
+            anchor.clone().unwrap_or_default(),
+            horizon.to_string(),
+        ];
+        let script = match patience {
+            None => &scripts().acquire_lease,
+            Some(p) => {
+                keys.push(b.keys.queue(name.as_str()));
+                keys.push(b.keys.queue_deadlines(name.as_str()));
+                args.push(lease_ms(p).to_string());
+                &scripts().acquire_lease_queued
+            }
+        };
+        let (r, acked) = if b.cfg.wait_replicas == 0 {
+            (b.eval(Role::Other, script, &keys, &args)?, None)
+        } else {
+            // `WAIT` on the lease's master, right after the script (one pipeline there).
+            let new_term = |r: &Reply| {
+                matches!(r.as_array(), Some(a) if a.len() >= 4
+                    && a[0].as_int() == Some(1)
+                    && flag(OP, &a[3]).unwrap_or(false))
+            };
+            b.scripting.eval_then_wait(
+                script,
+                &keys,
+                &args,
+                &new_term,
+                b.cfg.wait_replicas,
+                b.wait_timeout(),
+            )?
+        };
+        // A new term bound to the anchor: the reply ends with the anchor's epoch.
+        let (r, epoch) = match r {
+            Reply::Array(mut a) if a.len() == 5 && a[0].as_int() == Some(1) => {
+                let epoch = a.pop().and_then(|e| e.as_str().map(str::to_owned));
+                match epoch {
+                    Some(e) if !e.is_empty() && anchor.is_some() => (Reply::Array(a), Some(e)),
+                    _ => return Err(bad_reply(OP, &Reply::Array(a))),
+                }
+            }
+            r => (r, None),
+        };
+        // The lease node answers about the lease only: a "gone" reply is not one of its.
+        let r = match acquired(OP, &r, sid)? {
+            Acquired::Expired => return Err(bad_reply(OP, &r)),
+            other => other,
+        };
+        if let (Some(acked), Acquired::Term { token, .. }) = (acked, &r) {
+            if acked < b.cfg.wait_replicas {
+                let released = self.release_term(b, sid, name, *token);
+                return Err(b.unacknowledged(name, *token, acked, released));
+            }
+        }
+        match r {
+            Acquired::Term { token, new, .. } if sent.elapsed() > left => {
+                if new {
+                    if let Err(e) = self.release_term(b, sid, name, token) {
+                        log::warn!(
+                            "releasing the late term {token} of {name:?} failed: {}",
+                            e.report()
+                        );
+                    }
+                }
+                Err(Error::Timeout {
+                    operation: "acquiring (the lease call answered after the session's time)",
+                    after: left,
+                    source: None,
+                })
+            }
+            Acquired::Term {
+                token,
+                remaining,
+                new,
+            } => {
+                // A term of the name now: whatever a keep-alive found before is history.
+                if let Some(m) = self.stale.lock().get_mut(sid) {
+                    m.remove(name.as_str());
+                }
+                // The anchor's epoch only: the term itself is trusted once a keep-alive bound
+                // it again (one rebind per new term). A binding recorded here could outlive
+                // a slot-by-slot keep-alive running meanwhile, which unbinds it on the server.
+                if let (Some(anchor), Some(epoch)) = (anchor, epoch) {
+                    let mut st = self.anchored.lock();
+                    let st = st.entry(sid.clone()).or_default();
+                    st.epochs.insert(anchor.into(), epoch.into());
+                }
+                // The term is adopted with the session's remaining time (a full lease covers
+                // a new term), or with what the lease node has left of a term the session
+                // already held, whichever is less.
+                Ok(Acquired::Term {
+                    token,
+                    remaining: remaining.min(left),
+                    new,
+                })
+            }
+            held => {
+                self.unindex(b, &b.keys.leases_index(sid), name.as_str(), Some(sid))?;
+                Ok(held)
+            }
+        }
+    }
+
+    /// The session check, then the release on the term's node.
+    pub(super) fn release(
+        &self,
+        b: &Base,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+    ) -> Result<bool> {
+        if !self.live(b, session)? {
+            return Ok(false);
+        }
+        self.release_term(b, session, name, token)
+    }
+
+    /// Releases a term on its node, without the session check (also the undo of a late or
+    /// unacknowledged grant, whose session may be gone).
+    fn release_term(
+        &self,
+        b: &Base,
+        session: &SessionId,
+        name: &LeaseName,
+        token: Token,
+    ) -> Result<bool> {
+        let index = b.keys.leases_index(session);
+        let freed = b.release_script(&[b.keys.lease(name.as_str())], session, name, token)?;
+        if let Some(s) = self.anchored.lock().get_mut(session) {
+            s.bound.remove(name);
+        }
+        if freed {
+            self.unindex(b, &index, name.as_str(), Some(session))?;
+        }
+        Ok(freed)
+    }
+
+    /// The session call, then `join_group.lua` on the group's slot.
+    pub(super) fn join(&self, b: &Base, session: &SessionId, group: &GroupName) -> Result<()> {
+        const OP: &str = "joining a group";
+        let gkey = b.keys.group(group.as_str());
+        let sent = Instant::now();
+        let r = b.eval(
+            Role::Other,
+            &scripts().acquire_session,
+            &[b.keys.session(session), b.keys.groups_index(session)],
+            &[group.to_string()],
+        )?;
+        let Some((left, lease)) = session_call(OP, &r)? else {
+            return Err(expired(session));
+        };
+        let left = Duration::from_millis(left);
+        if sent.elapsed() >= left {
+            return Err(Error::Timeout {
+                operation: "joining (the session's time ran out before the group call)",
+                after: left,
+                source: None,
+            });
+        }
+        let created = flag(
+            OP,
+            &b.eval(
+                Role::Other,
+                &scripts().join_group,
+                std::slice::from_ref(&gkey),
+                &[session.to_string(), lease.to_string()],
+            )?,
+        )?;
+        if sent.elapsed() > left {
+            // Leave only a membership this call created: one from an earlier join stays.
+            if created {
+                if let Err(e) = self.leave_group(b, session, group) {
+                    log::warn!("leaving {group:?} after a late join failed: {}", e.report());
+                }
+            }
+            return Err(Error::Timeout {
+                operation: "joining (the group call answered after the session's time)",
+                after: left,
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// The session check, then the leave on the group's node.
+    pub(super) fn leave(&self, b: &Base, session: &SessionId, group: &GroupName) -> Result<bool> {
+        if !self.live(b, session)? {
+            return Ok(false);
+        }
+        self.leave_group(b, session, group)
+    }
+
+    /// Leaves a group on its node, without the session check (also the undo of a late
+    /// join).
+    fn leave_group(&self, b: &Base, session: &SessionId, group: &GroupName) -> Result<bool> {
+        let index = b.keys.groups_index(session);
+        let was = b.leave_script(&[b.keys.group(group.as_str())], session, group)?;
+        self.unindex(b, &index, group.as_str(), None)?;
+        Ok(was)
+    }
+
+    /// The member ids on the group's node, then each one's metadata on its session's slot
+    /// (a session that ended meanwhile is skipped).
+    pub(super) fn members(&self, b: &Base, group: &GroupName) -> Result<Vec<Member>> {
+        const OP: &str = "reading members";
+        let (r, items) = b.members_script(group, false)?;
+        let ids = items
+            .iter()
+            .map(|id| session_in(OP, &r, id))
+            .collect::<Result<Vec<_>>>()?;
+        let mut out = Vec::new();
+        for sid in ids {
+            let m = b.eval(
+                Role::Other,
+                &scripts().session_metadata,
+                &[b.keys.session(&sid)],
+                &[],
+            )?;
+            // Nil: the session ended meanwhile.
+            match &m {
+                Reply::Nil => {}
+                Reply::Data(_) => {
+                    let text = m.as_str().ok_or_else(|| bad_reply(OP, &m))?;
+                    out.push(Member {
+                        session: sid,
+                        metadata: metadata_in(OP, &m, text)?,
+                    });
+                }
+                _ => return Err(bad_reply(OP, &m)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// `close_session.lua` on the session's slot (it answers the session's leases and
+    /// groups), then one `close_slot.lua` per slot of those, as one batch, then the index.
+    pub(super) fn close(&self, b: &Base, session: &SessionId) -> Result<()> {
+        const OP: &str = "closing a session";
+        let index = b.keys.session_keys(session);
+        self.forget(session);
+        let r = b.eval(Role::Other, &scripts().close_session, &index, &[])?;
+        let a = array_of(OP, &r, 2)?;
+        let names = strings(OP, &a[0])?;
+        let groups = strings(OP, &a[1])?;
+        for n in &names {
+            lease_in(OP, &r, n)?;
+        }
+        for g in &groups {
+            group_in(OP, &r, g)?;
+        }
+        let lease_keys: Vec<String> = names.iter().map(|n| b.keys.lease(n)).collect();
+        let group_keys: Vec<String> = groups.iter().map(|g| b.keys.group(g)).collect();
+        let calls: Vec<ScriptCall<'_>> = by_slot(&lease_keys, &group_keys)
+            .into_values()
+            .map(|(lk, gk)| ScriptCall {
+                script: &scripts().close_slot,
+                args: vec![session.to_string(), lk.len().to_string()],
+                keys: lk.into_iter().chain(gk).collect(),
+            })
+            .collect();
+        b.scripting.eval_many(Role::Other, &calls)?;
+        b.scripting
+            .command(Role::Other, &["DEL", &index[1], &index[2]])?;
+        Ok(())
+    }
+}
