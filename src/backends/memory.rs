@@ -223,7 +223,9 @@ impl Tables {
 /// Leases, sessions and groups in this process's memory, keeping the whole contract:
 /// tokens never reset (not on release, expiry or purge), expired sessions are never revived,
 /// and releases and group changes are notified at once. Expired sessions are purged at most
-/// once a minute by opens and keep-alives (and by [`LeaseBackend::purge_expired`]).
+/// once a minute by opens and keep-alives (and by [`LeaseBackend::purge_expired`]). A
+/// session's lock-delay keeps the names of its terms blocked until its expiry plus the delay,
+/// also once it was purged (the lease row keeps the end).
 ///
 /// Its clock is injectable: the real monotonic clock by default, a
 /// [`ManualClock`](crate::ManualClock) in tests.

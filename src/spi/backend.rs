@@ -113,7 +113,7 @@ pub struct GroupInfo {
 pub struct Listing {
     /// Live sessions.
     pub sessions: Vec<SessionInfo>,
-    /// Held leases (free ones are left out).
+    /// Held leases (free ones, and names only in a lock-delay, are left out).
     pub leases: Vec<LeaseInfo>,
     /// Groups with at least one live member.
     pub groups: Vec<GroupInfo>,
