@@ -151,7 +151,9 @@ mod types;
 pub use connect::connect;
 pub use engine::{Cancel, Config, ConfigBuilder, Event, Health, LossReason, Session, SessionState};
 pub use error::{BoxError, Error, Report, Result, TlsFailure};
-pub use primitives::{Election, Group, Job, LockGuard, Membership, Observer, Permit, Semaphore};
+pub use primitives::{
+    Election, Group, Job, LockGuard, Membership, Observer, Permit, RwGuard, RwLock, Semaphore,
+};
 pub use types::{
     check_value, Clock, GroupName, LeaseName, ManualClock, Member, Metadata, Owner, SessionId,
     SystemClock, Term, Token, MAX_NAME_LEN, MAX_VALUE_LEN,

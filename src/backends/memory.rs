@@ -3,12 +3,13 @@
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
-    Notification, NotifySink, Queued, SessionGrant, SessionInfo, Subscribers, Subscription,
+    Notification, NotifySink, Queued, RwAcquire, RwMode, SessionGrant, SessionInfo, Subscribers,
+    Subscription,
 };
 use crate::types::{Clock, SystemClock};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,50 @@ struct SessionRow {
     metadata: Metadata,
     leases: BTreeSet<LeaseName>,
     groups: BTreeSet<GroupName>,
+    /// Read-write locks the session holds or waits for as a writer.
+    rw: BTreeSet<LeaseName>,
+}
+
+/// A read-write lock's record: its token counter (never reset) and who holds or waits.
+#[derive(Default)]
+struct RwRow {
+    token: u64,
+    writer: Option<(SessionId, u64)>,
+    readers: BTreeMap<SessionId, u64>,
+    /// Waiting writers in arrival order, each with its patience deadline.
+    waiting: Vec<(SessionId, Instant)>,
+}
+
+impl RwRow {
+    /// Drops holders and waiters whose session ended (or whose patience ran out).
+    fn prune(&mut self, sessions: &HashMap<SessionId, SessionRow>, now: Instant) {
+        let live = |id: &SessionId| sessions.get(id).is_some_and(|s| s.expires > now);
+        if self.writer.as_ref().is_some_and(|(id, _)| !live(id)) {
+            self.writer = None;
+        }
+        self.readers.retain(|id, _| live(id));
+        self.waiting.retain(|(id, until)| *until > now && live(id));
+    }
+
+    /// Forgets `id` as holder and waiter; whether it was either.
+    fn forget(&mut self, id: &SessionId) -> bool {
+        let mut hit = self.writer.as_ref().is_some_and(|(w, _)| w == id);
+        if hit {
+            self.writer = None;
+        }
+        hit |= self.readers.remove(id).is_some();
+        let before = self.waiting.len();
+        self.waiting.retain(|(w, _)| w != id);
+        hit || self.waiting.len() < before
+    }
+
+    fn busy(&self) -> RwAcquire {
+        RwAcquire::Busy {
+            writer: self.writer.as_ref().map(|(id, _)| id.clone()),
+            readers: self.readers.len(),
+            writers_waiting: self.waiting.len(),
+        }
+    }
 }
 
 struct LeaseRow {
@@ -67,6 +112,8 @@ struct Tables {
     last_purge: Option<Instant>,
     /// Run-once job records, never removed (their tokens never reset).
     jobs: HashMap<LeaseName, JobRow>,
+    /// Read-write lock records, never removed (their tokens never reset).
+    rw: HashMap<LeaseName, RwRow>,
 }
 
 /// A run-once job's record: its last claim.
@@ -113,6 +160,11 @@ impl Tables {
                 }
             }
             out.push(Notification::GroupChanged(g));
+        }
+        for name in row.rw {
+            if self.rw.get_mut(&name).is_some_and(|r| r.forget(id)) {
+                out.push(Notification::Released(name));
+            }
         }
     }
 
@@ -316,6 +368,7 @@ impl LeaseBackend for MemoryBackend {
                 metadata: metadata.clone(),
                 leases: BTreeSet::new(),
                 groups: BTreeSet::new(),
+                rw: BTreeSet::new(),
             },
         );
         drop(t);
@@ -668,6 +721,127 @@ impl LeaseBackend for MemoryBackend {
                 .publish(&Notification::Acquired(name.clone()));
         }
         Ok(reply)
+    }
+
+    fn supports_rw_locks(&self) -> bool {
+        true
+    }
+
+    fn acquire_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        patience: Duration,
+    ) -> Result<RwAcquire> {
+        if !patience.is_zero() {
+            crate::backends::options::check_lease(patience)?;
+        }
+        let now = self.clock.now();
+        let mut guard = self.tables.lock();
+        let t = &mut *guard;
+        let Some(remaining) = t.live(session, now).map(|s| s.expires - now) else {
+            return Err(t.expired(session));
+        };
+        let row = t.rw.entry(name.clone()).or_default();
+        row.prune(&t.sessions, now);
+        let held = match mode {
+            RwMode::Read => row.readers.get(session).copied(),
+            RwMode::Write => row.writer.as_ref().filter(|w| &w.0 == session).map(|w| w.1),
+        };
+        let token = match (held, mode) {
+            (Some(token), _) => token,
+            (None, RwMode::Read) => {
+                if row.writer.is_some() || !row.waiting.is_empty() {
+                    return Ok(row.busy());
+                }
+                row.token += 1;
+                row.readers.insert(session.clone(), row.token);
+                row.token
+            }
+            (None, RwMode::Write) => {
+                let place = row.waiting.iter().position(|(id, _)| id == session);
+                let ahead = place.unwrap_or(row.waiting.len());
+                if row.writer.is_some() || !row.readers.is_empty() || ahead > 0 {
+                    let until = now + patience;
+                    match place {
+                        Some(i) => row.waiting[i].1 = until,
+                        None if patience.is_zero() => return Ok(row.busy()),
+                        None => row.waiting.push((session.clone(), until)),
+                    }
+                    let busy = row.busy();
+                    if let Some(s) = t.sessions.get_mut(session) {
+                        s.rw.insert(name.clone());
+                    }
+                    return Ok(busy);
+                }
+                row.waiting.retain(|(id, _)| id != session);
+                row.token += 1;
+                row.writer = Some((session.clone(), row.token));
+                row.token
+            }
+        };
+        let token = Token::new(token)?;
+        if let Some(s) = t.sessions.get_mut(session) {
+            s.rw.insert(name.clone());
+        }
+        Ok(RwAcquire::Acquired(Term {
+            name: name.clone(),
+            token,
+            remaining,
+        }))
+    }
+
+    fn release_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        let now = self.clock.now();
+        let mut t = self.tables.lock();
+        // An expired session holds nothing, so its release changes nothing.
+        if t.live(session, now).is_none() {
+            return Ok(false);
+        }
+        let Some(row) = t.rw.get_mut(name) else {
+            return Ok(false);
+        };
+        let freed = match mode {
+            RwMode::Read if row.readers.get(session) == Some(&token.get()) => {
+                row.readers.remove(session);
+                true
+            }
+            RwMode::Write if row.writer == Some((session.clone(), token.get())) => {
+                row.writer = None;
+                true
+            }
+            _ => false,
+        };
+        drop(t);
+        if freed {
+            self.subscribers
+                .publish(&Notification::Released(name.clone()));
+        }
+        Ok(freed)
+    }
+
+    fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        let mut t = self.tables.lock();
+        let Some(row) = t.rw.get_mut(name) else {
+            return Ok(false);
+        };
+        let before = row.waiting.len();
+        row.waiting.retain(|(id, _)| id != session);
+        let left = row.waiting.len() < before;
+        drop(t);
+        // Readers (or the next writer) may be waiting for this writer to go: tell them.
+        if left {
+            self.subscribers
+                .publish(&Notification::Released(name.clone()));
+        }
+        Ok(left)
     }
 
     fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {

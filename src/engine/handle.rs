@@ -11,8 +11,8 @@ use super::driver::{jobs, values, wait};
 use super::event::Event;
 use super::session::{Inner, Shared};
 use crate::error::{Error, Result};
-use crate::spi::Acquire;
 use crate::spi::LeaseBackend;
+use crate::spi::{Acquire, RwMode};
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use parking_lot::MutexGuard;
@@ -113,6 +113,33 @@ impl EngineHandle {
         self.0.release_later(id, name, token)
     }
 
+    /// Frees a local reservation of the read-write lock `name` by `h`.
+    pub(crate) fn unreserve_rw(&self, name: &LeaseName, h: HandleId) {
+        self.0.unreserve_rw(name, h)
+    }
+
+    /// Releases a read-write term of session `id` now.
+    pub(crate) fn release_rw_now(
+        &self,
+        id: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        self.0.release_rw_now(id, name, mode, token)
+    }
+
+    /// Queues the release of a read-write term of session `id` (for `Drop`).
+    pub(crate) fn release_rw_later(
+        &self,
+        id: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) {
+        self.0.release_rw_later(id, name, mode, token)
+    }
+
     /// Queues leaving `group` as session `id` (for `Drop`).
     pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
         self.0.leave_later(id, group)
@@ -146,6 +173,31 @@ impl EngineHandle {
         once: bool,
         cancel: Option<&Cancel>,
     ) -> Result<bool> {
+        self.reserve(false, name, h, until, once, cancel)
+    }
+
+    /// [`EngineHandle::reserve_for_lock`] for the read-write lock `name` (its own namespace:
+    /// a plain lock of the same name does not conflict).
+    pub(crate) fn reserve_for_rw_lock(
+        &self,
+        name: &LeaseName,
+        h: HandleId,
+        until: Option<Instant>,
+        once: bool,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        self.reserve(true, name, h, until, once, cancel)
+    }
+
+    fn reserve(
+        &self,
+        rw: bool,
+        name: &LeaseName,
+        h: HandleId,
+        until: Option<Instant>,
+        once: bool,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
         const OP: &str = "taking a lock";
         let me = std::thread::current().id();
         let mut s = self.0.lock_shared();
@@ -157,9 +209,14 @@ impl EngineHandle {
                 // While an expired session is reopened, wait for the new one.
                 self.0.check_waitable(&s)?;
             }
-            match s.reserved.get(name) {
+            let map = if rw {
+                &mut s.rw_reserved
+            } else {
+                &mut s.reserved
+            };
+            match map.get(name) {
                 None => {
-                    s.reserved.insert(name.clone(), (h, me));
+                    map.insert(name.clone(), (h, me));
                     return Ok(true);
                 }
                 Some((_, by)) if *by == me && !once => {
@@ -524,5 +581,79 @@ impl EngineHandle {
         self.0
             .with_session(id, |c| wait::lost_on_release(c, h, term.clone()))
             .unwrap_or_else(|| lease_lost(term))
+    }
+
+    // ---- read-write locks -----------------------------------------------------------------
+
+    /// Waits until the session is live (as [`EngineHandle::wait_live`]); returns the session
+    /// a read-write lock's attempt is sent for and the releases of `name` seen so far
+    /// (`None`: `until` passed first).
+    pub(crate) fn begin_rw_attempt(
+        &self,
+        name: &LeaseName,
+        until: Option<Instant>,
+        once: bool,
+        cancel: Option<&Cancel>,
+        operation: &'static str,
+    ) -> Result<Option<(SessionId, u64)>> {
+        let mut s = self.0.lock_shared();
+        if !self.wait_live_in(&mut s, until, once, cancel, operation)? {
+            return Ok(None);
+        }
+        Ok(Some((s.core.session().clone(), s.core.releases_of(name))))
+    }
+
+    /// Takes a read-write lock attempt's reply (sent for `id`; `Ok(None)`: not granted)
+    /// into the engine; a reply for a replaced session is `SessionExpired`.
+    pub(crate) fn finish_rw_attempt(
+        &self,
+        id: &SessionId,
+        h: HandleId,
+        mode: RwMode,
+        reply: Result<Option<Term>>,
+    ) -> Result<Option<Term>> {
+        self.0
+            .with_session(id, |c| c.on_rw_acquire(h, mode, self.0.now(), reply))
+            .unwrap_or_else(|| {
+                Err(Error::SessionExpired {
+                    session: id.clone(),
+                })
+            })
+    }
+
+    /// Whether the read-write term `name`/`token` of session `id` is valid now.
+    pub(crate) fn rw_is_valid(&self, id: &SessionId, name: &LeaseName, token: Token) -> bool {
+        let s = self.0.lock_shared();
+        let now = self.0.now();
+        s.core.session() == id && s.core.is_rw_valid(name, token, now)
+    }
+
+    /// How long the read-write term `name`/`token` of session `id` stays valid from now.
+    pub(crate) fn rw_valid_for(
+        &self,
+        id: &SessionId,
+        name: &LeaseName,
+        token: Token,
+    ) -> Option<Duration> {
+        let s = self.0.lock_shared();
+        let now = self.0.now();
+        if s.core.session() != id {
+            return None;
+        }
+        s.core.rw_valid_for(name, token, now)
+    }
+
+    /// Ends read-write guard `h`'s term locally; returns its mode and token to release. A
+    /// term of a replaced (expired) session, or one lost meanwhile, is [`Error::LeaseLost`].
+    pub(crate) fn end_rw_term(
+        &self,
+        id: &SessionId,
+        h: HandleId,
+        term: &Term,
+    ) -> Result<(RwMode, Token)> {
+        let now = self.0.now();
+        self.0
+            .with_session(id, |c| c.rw_unlock(h, term, now))
+            .unwrap_or_else(|| Err(lease_lost(term)))
     }
 }

@@ -1,4 +1,4 @@
-//! Elections, locks, semaphores, run-once jobs, observers and groups: thin handles over a session's engine.
+//! Elections, locks, read-write locks, semaphores, run-once jobs, observers and groups: thin handles over a session's engine.
 
 mod election;
 mod group;
@@ -6,6 +6,7 @@ mod leader_value;
 mod lock;
 mod observer;
 mod run_once;
+mod rw_lock;
 mod semaphore;
 
 pub use election::Election;
@@ -13,6 +14,7 @@ pub use group::{Group, Membership};
 pub use lock::LockGuard;
 pub use observer::Observer;
 pub use run_once::{check_job_window, Job};
+pub use rw_lock::{RwGuard, RwLock};
 pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 
 use crate::error::Result;

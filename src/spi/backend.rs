@@ -77,6 +77,42 @@ pub enum JobClaim {
     },
 }
 
+/// Which side of a read-write lock a term is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RwMode {
+    /// Shared: any number of readers together, never with a writer.
+    Read,
+    /// Exclusive: one writer, with no reader.
+    Write,
+}
+
+impl RwMode {
+    /// `"read"` or `"write"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+        }
+    }
+}
+
+/// Reply to [`LeaseBackend::acquire_rw`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RwAcquire {
+    /// The session holds a term of that mode: a new one, or the same term if it already
+    /// held it. A writer's registration as waiting is gone.
+    Acquired(Term),
+    /// Not granted now.
+    Busy {
+        /// The live writer, if one holds the name.
+        writer: Option<SessionId>,
+        /// How many live readers hold it.
+        readers: usize,
+        /// How many live writers wait for it (a writer that asked counts itself).
+        writers_waiting: usize,
+    },
+}
+
 /// A live session as [`LeaseBackend::list`] sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -354,6 +390,71 @@ pub trait LeaseBackend: Send + Sync {
         })
     }
 
+    /// Whether the backend keeps read-write locks ([`acquire_rw`](Self::acquire_rw),
+    /// [`release_rw`](Self::release_rw), [`leave_rw_queue`](Self::leave_rw_queue)).
+    fn supports_rw_locks(&self) -> bool {
+        false
+    }
+
+    /// One attempt to take the read-write lock `name` for `session` in `mode`, in one round
+    /// trip; a name of its own, apart from the lease, queue and job of the same name.
+    ///
+    /// A record per name keeps one token counter (never reset), the live writer, the live
+    /// readers and the waiting writers, each bound to its session (a session that ended holds
+    /// and waits for nothing). A waiting writer's registration also lasts `patience` from its
+    /// last attempt (by the backend's clock). A session holds at most one term of a name.
+    ///
+    /// - Read: granted when no live writer holds the name and no live writer waits (writer
+    ///   preference).
+    /// - Write: granted when no live writer or reader holds the name (other than `session`
+    ///   itself) and no live writer registered before `session` waits; otherwise `session` is
+    ///   registered as waiting (or its registration renewed) and the reply is `Busy`. A zero
+    ///   `patience` (a one-time try) registers nothing.
+    ///
+    /// Every new term (read or write) takes the counter + 1 as its token, so a write term's
+    /// token is above every token handed out before and a read term's is above the last
+    /// write term's. A session asking again for the mode it holds gets the same term. Fails
+    /// with `SessionExpired` on an expired session.
+    fn acquire_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        patience: Duration,
+    ) -> Result<RwAcquire> {
+        let _ = (session, name, mode, patience);
+        Err(Error::Unsupported {
+            operation: "read-write locks",
+            backend: self.kind(),
+        })
+    }
+
+    /// Ends `session`'s `mode` term of `name` with `token` (one round trip); returns whether
+    /// it held it. A wrong session, mode or token changes nothing.
+    fn release_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        let _ = (session, name, mode, token);
+        Err(Error::Unsupported {
+            operation: "read-write locks",
+            backend: self.kind(),
+        })
+    }
+
+    /// Removes `session`'s registration as a writer waiting for `name` (a writer that timed
+    /// out, was cancelled or failed); returns whether it had one.
+    fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        let _ = (session, name);
+        Err(Error::Unsupported {
+            operation: "read-write locks",
+            backend: self.kind(),
+        })
+    }
+
     /// The backend's cheapest round trip (e.g. `PING`, `SELECT 1`), the floor benchmarks
     /// compare against. The default reads the owner of a name nobody uses.
     fn ping(&self) -> Result<()> {
@@ -422,6 +523,37 @@ mod tests {
         }
         fn purge_expired(&self) -> Result<usize> {
             Err(Error::Closed)
+        }
+    }
+
+    #[test]
+    fn rw_locks_are_unsupported_by_default() {
+        let s = SessionId::random();
+        let n = LeaseName::new("rw").unwrap();
+        let t = Token::new(1).unwrap();
+        assert!(!Minimal.supports_rw_locks());
+        let errors = [
+            Minimal
+                .acquire_rw(&s, &n, RwMode::Read, Duration::from_secs(1))
+                .map(drop)
+                .unwrap_err(),
+            Minimal
+                .release_rw(&s, &n, RwMode::Write, t)
+                .map(drop)
+                .unwrap_err(),
+            Minimal.leave_rw_queue(&s, &n).map(drop).unwrap_err(),
+        ];
+        for e in errors {
+            assert!(
+                matches!(
+                    e,
+                    Error::Unsupported {
+                        backend: "minimal",
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
         }
     }
 

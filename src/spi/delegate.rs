@@ -3,7 +3,9 @@
 //! added to the SPI reaches every wrapper (panic guards, test gates, isolating wrappers)
 //! instead of silently falling back to its default in one of them.
 
-use super::backend::{Acquire, JobClaim, KeepAlive, LeaseBackend, Listing, Queued, SessionGrant};
+use super::backend::{
+    Acquire, JobClaim, KeepAlive, LeaseBackend, Listing, Queued, RwAcquire, RwMode, SessionGrant,
+};
 use super::notify::{NotifySink, Subscription};
 use crate::error::Result;
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
@@ -134,6 +136,33 @@ pub enum Call<'a> {
         /// The claim's token.
         token: Token,
     },
+    /// [`LeaseBackend::acquire_rw`].
+    AcquireRw {
+        /// The session.
+        session: &'a SessionId,
+        /// The read-write lock's name.
+        name: &'a LeaseName,
+        /// Read or write.
+        mode: RwMode,
+    },
+    /// [`LeaseBackend::release_rw`].
+    ReleaseRw {
+        /// The session.
+        session: &'a SessionId,
+        /// The read-write lock's name.
+        name: &'a LeaseName,
+        /// Read or write.
+        mode: RwMode,
+        /// The term's token.
+        token: Token,
+    },
+    /// [`LeaseBackend::leave_rw_queue`].
+    LeaveRwQueue {
+        /// The session.
+        session: &'a SessionId,
+        /// The read-write lock's name.
+        name: &'a LeaseName,
+    },
     /// [`LeaseBackend::ping`].
     Ping,
     /// [`LeaseBackend::list`].
@@ -164,6 +193,9 @@ impl Call<'_> {
             Call::Queue { .. } => "reading a fair lock's queue",
             Call::ClaimJob { .. } => "claiming a run-once job",
             Call::FinishJob { .. } => "finishing a run-once job",
+            Call::AcquireRw { .. } => "acquiring a read-write lock",
+            Call::ReleaseRw { .. } => "releasing a read-write lock",
+            Call::LeaveRwQueue { .. } => "leaving a read-write lock's writer queue",
             Call::Ping => "pinging the backend",
             Call::List => "listing sessions, leases and groups",
             Call::Subscribe => "subscribing to notifications",
@@ -359,6 +391,47 @@ impl<D: Delegate> LeaseBackend for D {
             },
             |b| b.finish_job(session, name, token, at_least),
         )
+    }
+    fn supports_rw_locks(&self) -> bool {
+        self.with(|b| b.supports_rw_locks())
+    }
+    fn acquire_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        patience: Duration,
+    ) -> Result<RwAcquire> {
+        self.call(
+            Call::AcquireRw {
+                session,
+                name,
+                mode,
+            },
+            |b| b.acquire_rw(session, name, mode, patience),
+        )
+    }
+    fn release_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        self.call(
+            Call::ReleaseRw {
+                session,
+                name,
+                mode,
+                token,
+            },
+            |b| b.release_rw(session, name, mode, token),
+        )
+    }
+    fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.call(Call::LeaveRwQueue { session, name }, |b| {
+            b.leave_rw_queue(session, name)
+        })
     }
     fn ping(&self) -> Result<()> {
         self.call(Call::Ping, |b| b.ping())

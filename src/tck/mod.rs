@@ -18,6 +18,7 @@ mod event_cases;
 mod fair_cases;
 mod gate;
 mod job_cases;
+mod rw_cases;
 mod semaphore_cases;
 mod value_cases;
 
@@ -27,6 +28,7 @@ pub use engine_cases::*;
 pub use event_cases::*;
 pub use fair_cases::*;
 pub use job_cases::*;
+pub use rw_cases::*;
 pub use semaphore_cases::*;
 pub use value_cases::*;
 
@@ -261,6 +263,12 @@ macro_rules! tck_suite {
             lock_delay_blocks_the_name_after_its_holders_expiry,
             lock_delay_does_not_follow_a_release_or_a_close,
             lock_delay_holds_a_lost_lock_of_an_engine_session,
+            rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule,
+            rw_locks_exclude_under_contention,
+            rw_readers_hold_in_parallel,
+            rw_a_waiting_writer_blocks_new_readers,
+            rw_crashed_holders_and_waiting_writers_free_the_name,
+            rw_cancel_ends_waits_and_withdraws_the_writer,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

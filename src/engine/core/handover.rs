@@ -103,6 +103,7 @@ impl Core {
                 Holder::Lock(_) => self.emit(Some(h), Event::LockLost { term, reason }),
             }
         }
+        self.lose_rw_terms(LossReason::Closed);
         self.candidates.clear();
         self.interest_dirty = true;
         self.lost_terms.clear();

@@ -179,6 +179,7 @@ impl Core {
         for name in names {
             self.lose(&name, LossReason::SessionExpired, now);
         }
+        self.lose_rw_terms(LossReason::SessionExpired);
         self.state = State::Expired;
         // Closing would end the terms cleanly, without the lock-delay they are owed.
         if locally && self.t.lock_delay.is_zero() {

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 mod candidates;
 mod handover;
 mod liveness;
+mod rw;
 mod terms;
 #[cfg(test)]
 mod tests;
@@ -223,6 +224,10 @@ pub struct Core {
     next_keep_alive: Instant,
     keep_alive_sent: Option<Instant>,
     leases: BTreeMap<LeaseName, Held>,
+    /// Read-write lock terms, by name (apart from the leases: a name of their own).
+    rw: BTreeMap<LeaseName, rw::RwHeld>,
+    /// Read-write terms whose release is in flight: a grant of the same token is not taken.
+    rw_releasing: BTreeMap<LeaseName, Token>,
     acquiring: BTreeMap<LeaseName, u32>,
     releasing: BTreeSet<LeaseName>,
     /// The last token the engine asked the backend to release, per name. A release can reach
@@ -269,6 +274,8 @@ impl Core {
             next_keep_alive: sent + t.renew,
             keep_alive_sent: None,
             leases: BTreeMap::new(),
+            rw: BTreeMap::new(),
+            rw_releasing: BTreeMap::new(),
             acquiring: BTreeMap::new(),
             releasing: BTreeSet::new(),
             released: BTreeMap::new(),

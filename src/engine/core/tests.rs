@@ -950,3 +950,48 @@ fn a_released_token_is_remembered_while_an_acquire_of_its_name_is_in_flight() {
         .take_outputs()
         .contains(&Output::Release(name("a"), t.token)));
 }
+
+#[test]
+fn a_read_write_term_is_valid_with_its_session_survives_keep_alives_and_is_lost_at_expiry() {
+    use crate::spi::RwMode;
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    let t = term("rw", 3);
+    let got = c.on_rw_acquire(9, RwMode::Read, t0, Ok(Some(t.clone())));
+    assert_eq!(got.unwrap(), Some(t.clone()));
+    assert!(c.is_rw_valid(&t.name, t.token, t0));
+    // A plain lease of the same name is another thing: not valid, and a keep-alive that
+    // lists no lease does not end the read-write term.
+    assert!(!c.is_valid(&t.name, t.token, t0));
+    c.tick(t0 + 300 * MS);
+    c.on_keep_alive(t0 + 300 * MS, t0 + 310 * MS, Ok(ka(&[])));
+    assert!(c.is_rw_valid(&t.name, t.token, t0 + 900 * MS));
+    c.take_outputs();
+    // Expiry ends it with `LockLost` to its guard; unlocking then says it was lost.
+    c.tick(t0 + 5000 * MS);
+    let out = c.take_outputs();
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Emit(Some(9), Event::LockLost { term, reason: LossReason::SessionExpired })
+            if term.token == t.token
+    )));
+    assert!(!c.is_rw_valid(&t.name, t.token, t0 + 5000 * MS));
+    assert!(c.rw_unlock(9, &t, t0 + 5000 * MS).is_err());
+}
+
+#[test]
+fn a_read_write_grant_of_a_term_whose_release_is_in_flight_is_not_taken() {
+    use crate::spi::RwMode;
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    let t = term("rw", 4);
+    c.on_rw_acquire(1, RwMode::Write, t0, Ok(Some(t.clone())))
+        .unwrap();
+    assert_eq!(c.rw_unlock(1, &t, t0).unwrap(), (RwMode::Write, t.token));
+    // The same token again while its release is in flight: not granted.
+    let again = c.on_rw_acquire(2, RwMode::Write, t0, Ok(Some(t.clone())));
+    assert_eq!(again.unwrap(), None);
+    c.on_rw_released(&t.name);
+    let again = c.on_rw_acquire(2, RwMode::Write, t0, Ok(Some(t.clone())));
+    assert_eq!(again.unwrap(), Some(t));
+}

@@ -38,6 +38,8 @@ enum Work {
     Core(SessionId, driver::Work),
     Leave(SessionId, GroupName),
     Join(SessionId, GroupName),
+    /// The release of a read-write lock term (of a dropped guard).
+    ReleaseRw(SessionId, LeaseName, crate::spi::RwMode, Token),
     Reopen,
 }
 
@@ -48,6 +50,8 @@ pub(crate) struct Shared {
     /// Names held or being taken by a lock or election handle of this session, with the
     /// thread that asked (a lock of a name its own thread holds fails instead of waiting).
     pub(super) reserved: BTreeMap<LeaseName, (HandleId, std::thread::ThreadId)>,
+    /// The same for read-write lock names (a namespace of their own).
+    pub(super) rw_reserved: BTreeMap<LeaseName, (HandleId, std::thread::ThreadId)>,
     /// Groups joined through live [`Membership`](crate::Membership) guards, with their count;
     /// re-joined when the session is reopened.
     pub(super) joined: BTreeMap<GroupName, usize>,
@@ -192,6 +196,7 @@ impl Session {
             shared: Mutex::new(Shared {
                 core,
                 reserved: BTreeMap::new(),
+                rw_reserved: BTreeMap::new(),
                 joined: BTreeMap::new(),
                 values: BTreeMap::new(),
                 value_changes: 0,

@@ -205,6 +205,41 @@ impl Inner {
         ));
     }
 
+    /// Frees a local reservation of the read-write lock `name` and wakes waiters.
+    pub(crate) fn unreserve_rw(&self, name: &LeaseName, handle: HandleId) {
+        let mut s = self.shared.lock();
+        if s.rw_reserved.get(name).map(|r| r.0) == Some(handle) {
+            s.rw_reserved.remove(name);
+        }
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// Queues the release of a read-write term of session `id` on the work queue (for
+    /// `Drop`).
+    pub(crate) fn release_rw_later(
+        &self,
+        id: &SessionId,
+        name: &LeaseName,
+        mode: crate::spi::RwMode,
+        token: Token,
+    ) {
+        self.queue(Work::ReleaseRw(id.clone(), name.clone(), mode, token));
+    }
+
+    /// Releases a read-write term of session `id` on the backend from the calling thread.
+    pub(crate) fn release_rw_now(
+        &self,
+        id: &SessionId,
+        name: &LeaseName,
+        mode: crate::spi::RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        let r = self.backend.release_rw(id, name, mode, token);
+        self.with_session(id, |c| c.on_rw_released(name));
+        r
+    }
+
     /// Queues leaving `group` as session `id` on the work queue (for `Drop`).
     pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
         self.queue(Work::Leave(id.clone(), group.clone()));

@@ -188,6 +188,15 @@ impl Inner {
                         log::warn!("releasing {name} (token {token}) failed: {}", e.report());
                     }
                 }
+                Work::ReleaseRw(id, name, mode, token) => {
+                    if let Err(e) = self.release_rw_now(&id, &name, mode, token) {
+                        log::warn!(
+                            "releasing the {} term of {name} (token {token}) failed: {}",
+                            mode.as_str(),
+                            e.report()
+                        );
+                    }
+                }
                 Work::Leave(id, group) => {
                     if let Err(e) = self.backend.leave(&id, &group) {
                         log::warn!("leaving {group} failed: {}", e.report());

@@ -1,6 +1,6 @@
 //! The history checker: what every session believed, against what the backend did. This
 //! file holds the beliefs, the violations and the rules over beliefs and grants (one
-//! believer per lease, tokens rising); [`fair`], [`permits`] and [`jobs`] hold the rules of
+//! believer per lease, tokens rising); `fair`, `permits` and `jobs` hold the rules of
 //! fair-lock queues, semaphores and run-once windows.
 
 mod fair;

@@ -1,8 +1,10 @@
 //! The scripting port on a Redis Cluster, through the `redis` crate's blocking cluster
-//! client: [`ClusterScripting`].
+//! client on our node connections: [`ClusterScripting`].
 
+use super::cluster_node::ClusterNode;
+use super::cluster_nodes::Nodes;
+use super::cluster_wait::{eval_then_wait, Outcome, WaitHints};
 use super::error::{is_noscript, map_err};
-use super::node::NodeConnection;
 use super::pool::{acknowledged, connect, connect_node, wait_ms, Factory, Pools, ScriptConnection};
 use super::pubsub::listen_on;
 use super::scan::{scan_budget, scan_node, scan_timeout};
@@ -14,24 +16,10 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-impl ScriptConnection for redis::cluster::ClusterConnection {
-    type Pipeline = redis::cluster::ClusterPipeline;
-
-    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> redis::cluster::ClusterPipeline {
-        let mut pipe = redis::cluster::cluster_pipe();
-        for c in calls {
-            pipe.add_command(c.evalsha());
-        }
-        pipe
-    }
-
-    fn query_pipeline(
-        &mut self,
-        pipe: &redis::cluster::ClusterPipeline,
-    ) -> redis::RedisResult<Vec<redis::Value>> {
-        pipe.query(self)
-    }
-
+impl<N> ScriptConnection for redis::cluster::ClusterConnection<N>
+where
+    N: redis::cluster::Connect + redis::ConnectionLike,
+{
     const CONNECT_PING: bool = false;
 
     fn set_reply_timeout(&self, d: Duration) -> redis::RedisResult<()> {
@@ -47,10 +35,17 @@ const TRY_AGAIN_MAX_WAIT_MS: u64 = 40;
 
 /// A Redis Cluster through the `redis` crate's blocking cluster client: commands are routed
 /// by the slot of their first key. Every call must keep to one slot.
+///
+/// Every node is reached on our connections (issue 21.6: an interrupted read is read again,
+/// and a command is never sent twice): single calls through the crate's cluster client on
+/// `ClusterNode`s, batches and a script followed by `WAIT` on our connections by address
+/// (`Nodes`).
 #[allow(missing_debug_implementations)] // the driver's clients and pools print nothing useful
 pub struct ClusterScripting {
     seeds: Vec<redis::Client>,
-    pools: Pools<redis::cluster::ClusterConnection>,
+    pools: Pools<redis::cluster::ClusterConnection<ClusterNode>>,
+    nodes: Nodes,
+    hints: WaitHints,
 }
 
 impl ClusterScripting {
@@ -86,33 +81,42 @@ impl ClusterScripting {
         #[cfg(not(feature = "tls"))]
         let client = builder.build().map_err(err)?;
         let started = Instant::now();
-        // The seeds are first reached through connections of ours (one deadline per seed,
-        // handshake included; see `NodeConnection`): the driver's give each reply of their
-        // handshake the whole timeout, so a seed that never answers took twice the timeout.
-        // The check reads the slot map from the first seed that answers.
-        let checked = client
-            .get_generic_connection::<NodeConnection>()
-            .map(drop)
-            .map_err(map_err(OP, opts.connect_timeout));
         let client = Arc::new(client);
-        let open = || -> Factory<redis::cluster::ClusterConnection> {
+        let query_timeout = opts.query_timeout;
+        // The seeds and nodes are reached through connections of ours (one deadline per
+        // seed, handshake included; see `NodeConnection`): the driver's give each reply of
+        // their handshake the whole timeout, so a seed that never answers took twice the
+        // timeout. The first connection, opened now, reads the slot map from the first seed
+        // that answers.
+        let open = || -> Factory<redis::cluster::ClusterConnection<ClusterNode>> {
             let client = client.clone();
-            Box::new(move || client.get_connection())
+            Box::new(move || {
+                let con = client.get_generic_connection::<ClusterNode>()?;
+                con.set_write_timeout(Some(query_timeout))?;
+                Ok(con)
+            })
         };
         let seeds = urls
             .iter()
             .map(|u| open_client(u, &opts.tls))
             .collect::<Result<Vec<_>>>()?;
         let diagnose = opts.clone();
-        let pools = checked
-            .and_then(|()| Pools::connect(opts, open, OP))
-            .map_err(|e| match e {
-                Error::Backend { .. } | Error::Timeout { .. } => {
-                    seed_failure(&seeds, &diagnosis(&diagnose, started), OP).unwrap_or(e)
-                }
-                e => e,
-            })?;
-        Ok(ClusterScripting { seeds, pools })
+        let Some(seed) = seeds.first() else {
+            return Err(Error::config("hosts", "no seed node"));
+        };
+        let nodes = Nodes::new(seed.get_connection_info().clone(), opts.clone());
+        let pools = Pools::connect(opts, open, OP).map_err(|e| match e {
+            Error::Backend { .. } | Error::Timeout { .. } => {
+                seed_failure(&seeds, &diagnosis(&diagnose, started), OP).unwrap_or(e)
+            }
+            e => e,
+        })?;
+        Ok(ClusterScripting {
+            seeds,
+            pools,
+            nodes,
+            hints: WaitHints::default(),
+        })
     }
 }
 
@@ -154,7 +158,15 @@ impl RedisScripting for ClusterScripting {
 
     /// One pipeline per node, sent to every node before any reply is read.
     fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
-        self.pools.eval_many(role, calls)
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.pools
+            .within_time(role, false, |c| {
+                super::cluster_pipeline::run(&self.nodes, c, calls)
+            })
+            .and_then(|v| v.into_iter().map(Reply::from_value).collect())
+            .map_err(map_err("running scripts", self.pools.opts.query_timeout))
     }
 
     fn eval(
@@ -167,11 +179,11 @@ impl RedisScripting for ClusterScripting {
         self.pools.eval(role, script, keys, args)
     }
 
-    /// The script and `WAIT` as one pipeline on the connection to the master of the script's
-    /// first key (the cluster client routes a pipeline by its first command and sends it whole
-    /// to that node, redirections included), so `WAIT` counts the replicas of the master that
-    /// ran the script, right after it. `WAIT` is sent whatever the script answers (a pipeline
-    /// cannot depend on a reply); its count is used only when `wait_if` says so.
+    /// The script, then `WAIT`, on one of our connections to the master of the script's slot
+    /// (see `cluster_wait`: the script's reply is never lost, and `WAIT` follows a grant
+    /// without a second round trip). Where no address is known for the slot, the two go as
+    /// one pipeline through the cluster client, which routes a pipeline by its first command
+    /// and sends it whole to that node.
     fn eval_then_wait(
         &self,
         script: &LuaScript,
@@ -188,44 +200,55 @@ impl RedisScripting for ClusterScripting {
         };
         let query_timeout = self.pools.opts.query_timeout;
         let deadline = Instant::now() + query_timeout;
-        let values = self.pools.within_time(Role::Other, true, |c| {
+        let r = self.pools.within_time(Role::Other, true, |c| {
+            let routed = eval_then_wait(
+                &self.nodes,
+                &self.hints,
+                c,
+                &call,
+                wait_if,
+                replicas,
+                timeout,
+                deadline,
+            )?;
+            if let Outcome::Done(value, acked) = routed {
+                return Ok((value, acked));
+            }
             // Within what is left of the call's time (a retry after `TRYAGAIN` has less), so
             // the reply of `WAIT` comes before the connection's read timeout.
             let left = deadline.saturating_duration_since(Instant::now());
-            let wait = timeout.min(left * 2 / 3);
-            let wait_ms = wait_ms(wait);
-            let send = |c: &mut redis::cluster::ClusterConnection, cmd: redis::Cmd| {
+            let wait_ms = wait_ms(timeout.min(left * 2 / 3));
+            let send = |c: &mut redis::cluster::ClusterConnection<ClusterNode>, cmd: redis::Cmd| {
                 let mut pipe = redis::pipe();
                 pipe.add_command(cmd).cmd("WAIT").arg(replicas).arg(wait_ms);
                 redis::ConnectionLike::req_packed_commands(c, &pipe.get_packed_pipeline(), 0, 2)
             };
-            match send(c, call.evalsha()) {
+            let values = match send(c, call.evalsha()) {
                 Err(e) if is_noscript(&e) => send(c, call.eval()),
                 r => r,
-            }
+            }?;
+            let mut values = values.into_iter();
+            let (Some(value), Some(acked)) = (values.next(), values.next()) else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "wrong number of replies from Redis",
+                    "a script and WAIT".to_owned(),
+                )));
+            };
+            // As on one server: a negative or unreadable count is no acknowledgement.
+            let acked = match acked {
+                redis::Value::Int(n) => acknowledged(n),
+                _ => 0,
+            };
+            Ok((value, Some(acked)))
         });
         let err = map_err(script.name, query_timeout);
-        let mut values = values.map_err(&err)?.into_iter();
-        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
-            return Err(err(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "wrong number of replies from Redis",
-                "a script and WAIT".to_owned(),
-            ))));
-        };
-        let reply = Reply::from_value(reply).map_err(&err)?;
+        let (value, acked) = r.map_err(&err)?;
+        let reply = Reply::from_value(value).map_err(&err)?;
         if !wait_if(&reply) {
             return Ok((reply, None));
         }
-        // As on one server: a negative or unreadable count is no acknowledgement.
-        let acked = match acked {
-            redis::Value::Int(n) => acknowledged(n),
-            other => {
-                log::warn!("WAIT after {} answered {other:?}", script.name);
-                0
-            }
-        };
-        Ok((reply, Some(acked)))
+        Ok((reply, Some(acked.unwrap_or(0))))
     }
 
     fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {

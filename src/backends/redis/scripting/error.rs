@@ -15,7 +15,7 @@ pub(super) fn map_err(
     timeout: Duration,
 ) -> impl Fn(redis::RedisError) -> Error {
     move |e| {
-        if e.is_timeout() {
+        if e.is_timeout() || super::cluster_node::lost_by_timeout(&e) {
             Error::Timeout {
                 operation,
                 after: timeout,

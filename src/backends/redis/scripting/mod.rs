@@ -7,9 +7,17 @@
 //! both share is beside them: the connection pools per role and the script calls on a
 //! connection (`pool`), TLS and the plaintext probe (`tls`), the pub/sub reader (`pubsub`),
 //! a `SCAN` within a budget (`scan`), the mapping of driver errors (`error`) and the
-//! command-path connection to one node (`node`).
+//! command-path connection to one node (`node`). The cluster's own parts (issue 21.6, 21.9)
+//! are beside `node`: the cluster client's node connection that never resends a command
+//! whose reply was lost (`cluster_node`), our connections to the masters by address and the
+//! slot map (`cluster_nodes`), batches one pipeline per node (`cluster_pipeline`), and a
+//! script followed by `WAIT` on the connection that ran it (`cluster_wait`).
 
 mod cluster;
+mod cluster_node;
+mod cluster_nodes;
+mod cluster_pipeline;
+mod cluster_wait;
 mod error;
 mod node;
 mod pool;

@@ -173,17 +173,8 @@ pub(super) fn connect_node(
     Ok(con)
 }
 
-/// What differs between the connection types of the two implementations in a batch: the
-/// pipeline (one server's, or the cluster's, which splits it per node).
+/// What differs between the connection types of the two implementations.
 pub(super) trait ScriptConnection: redis::ConnectionLike {
-    type Pipeline;
-
-    /// The `EVALSHA`s of `calls` as one pipeline.
-    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> Self::Pipeline;
-
-    /// Sends `pipe`; the replies in order.
-    fn query_pipeline(&mut self, pipe: &Self::Pipeline) -> redis::RedisResult<Vec<redis::Value>>;
-
     /// Whether a new backend sends `PING` on its first connection. A cluster connection
     /// does not: opening it already read the slot map from a seed that answered, and the
     /// driver sends a `PING` to *every* master, which fails while one is down although the
@@ -275,17 +266,45 @@ impl<C: ScriptConnection> Pools<C> {
         }
     }
 
+    pub(super) fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
+        self.within_time(role, true, |c| {
+            Reply::from_value(invoke(c, script, keys, args)?)
+        })
+        .map_err(map_err(script.name, self.opts.query_timeout))
+    }
+
+    pub(super) fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
+        self.within_time(role, true, |c| {
+            Reply::from_value(plain(args)?.query::<redis::Value>(c)?)
+        })
+        .map_err(map_err("running a Redis command", self.opts.query_timeout))
+    }
+}
+
+/// One server's batch (a cluster's goes one pipeline per node on our own connections, see
+/// `cluster_pipeline`).
+impl Pools<NodeConnection> {
     /// The batch as one pipeline; on `NOSCRIPT` every script is loaded and the pipeline
     /// sent again, and on a second `NOSCRIPT` the calls run one by one.
     pub(super) fn eval_many(&self, role: Role, calls: &[ScriptCall<'_>]) -> Result<Vec<Reply>> {
         if calls.is_empty() {
             return Ok(Vec::new());
         }
-        let pipe = C::evalsha_pipeline(calls);
-        self.within_time(role, false, |con| match con.query_pipeline(&pipe) {
+        let mut pipe = redis::pipe();
+        for c in calls {
+            pipe.add_command(c.evalsha());
+        }
+        let query = |con: &mut NodeConnection| pipe.query::<Vec<redis::Value>>(con);
+        self.within_time(role, false, |con| match query(con) {
             Err(e) if is_noscript(&e) => {
                 load_all(con, calls)?;
-                match con.query_pipeline(&pipe) {
+                match query(con) {
                     Err(e) if is_noscript(&e) => calls
                         .iter()
                         .map(|c| invoke(con, c.script, &c.keys, &c.args))
@@ -306,25 +325,5 @@ impl<C: ScriptConnection> Pools<C> {
             v.into_iter().map(Reply::from_value).collect()
         })
         .map_err(map_err("running scripts", self.opts.query_timeout))
-    }
-
-    pub(super) fn eval(
-        &self,
-        role: Role,
-        script: &LuaScript,
-        keys: &[String],
-        args: &[String],
-    ) -> Result<Reply> {
-        self.within_time(role, true, |c| {
-            Reply::from_value(invoke(c, script, keys, args)?)
-        })
-        .map_err(map_err(script.name, self.opts.query_timeout))
-    }
-
-    pub(super) fn command(&self, role: Role, args: &[&str]) -> Result<Reply> {
-        self.within_time(role, true, |c| {
-            Reply::from_value(plain(args)?.query::<redis::Value>(c)?)
-        })
-        .map_err(map_err("running a Redis command", self.opts.query_timeout))
     }
 }

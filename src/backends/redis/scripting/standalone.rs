@@ -12,20 +12,6 @@ use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
 impl ScriptConnection for NodeConnection {
-    type Pipeline = redis::Pipeline;
-
-    fn evalsha_pipeline(calls: &[ScriptCall<'_>]) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        for c in calls {
-            pipe.add_command(c.evalsha());
-        }
-        pipe
-    }
-
-    fn query_pipeline(&mut self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<redis::Value>> {
-        pipe.query(self)
-    }
-
     const CONNECT_PING: bool = true;
 
     fn set_reply_timeout(&self, d: Duration) -> redis::RedisResult<()> {
