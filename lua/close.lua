@@ -1,10 +1,15 @@
--- close (one node): KEYS session, leases index, groups index; ARGV sid, lease key prefix,
--- group key prefix. Deletes the session first, frees its leases and memberships, then drops
--- its indexes.
+-- close (one node): KEYS session, leases index, groups index, the session's delay record;
+-- ARGV sid, lease key prefix, group key prefix. Deletes the session first, frees its leases
+-- (and its lock-delay record) if it was live, its memberships, then drops its indexes. An
+-- expired session's terms ended already: they keep their lock-delay.
 local sid = ARGV[1]
+local live = session_left(KEYS[1])
 redis.call('DEL', KEYS[1])
-for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  lease_free(ARGV[2] .. '{' .. name .. '}', sid)
+if live then
+  redis.call('DEL', KEYS[4])
+  for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+    lease_free(ARGV[2] .. '{' .. name .. '}', sid)
+  end
 end
 for _, group in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   member_remove(ARGV[3] .. '{' .. group .. '}', sid)

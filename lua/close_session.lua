@@ -1,4 +1,9 @@
--- close, session slot (cluster): KEYS session, leases index, groups index.
--- Deletes the session; returns {{lease names}, {group names}} (indexes dropped last).
+-- close, session slot (cluster): KEYS session, leases index, groups index, the session's
+-- delay record. Deletes the session; returns {{lease names}, {group names}} (indexes dropped
+-- last). The leases of a session that expired are not answered: their terms ended already
+-- and keep their lock-delay.
+local live = session_left(KEYS[1])
 redis.call('DEL', KEYS[1])
+if not live then return {{}, redis.call('SMEMBERS', KEYS[3])} end
+redis.call('DEL', KEYS[4])
 return {redis.call('SMEMBERS', KEYS[2]), redis.call('SMEMBERS', KEYS[3])}

@@ -78,17 +78,38 @@ local function new_epoch()
   return t[1] .. '.' .. t[2]
 end
 
+-- Lock-delay. A session with a lock-delay keeps a record beside its session hash
+-- (`{session}:delay`, expiring the delay after the session: renewed with it) and, routed, one
+-- beside each of its anchors per epoch (`{anchor}:delay:{epoch}`, expiring the delay after that
+-- anchor's epoch ends). A term of such a session that ended without a clean end (a release, a
+-- close of the live session) blocks its name while the record of what ended it lives, or for
+-- its own deadline's term until `expires + delay` (the `delay` field of the lease hash).
+local function delay_key(key)
+  return key .. ':delay'
+end
+
+-- The delay record of `anchor`'s epoch `epoch` (same slot as the anchor).
+local function anchor_delay_key(anchor, epoch)
+  return anchor .. ':delay:' .. epoch
+end
+
 -- Keeps `anchor` live for at least `ms`, created with a new epoch when it is gone; its epoch,
--- or nil when this node does not serve its slot.
-local function anchor_keep(anchor, ms, now, up)
+-- or nil when this node does not serve its slot. With a lock-delay `delay` (ms), the epoch's
+-- delay record expires `delay` after the anchor.
+local function anchor_keep(anchor, ms, now, up, delay)
   local v = anchor_read(anchor)
   if v == nil then return nil end
   local p = redis.call('PTTL', anchor)
   if not v or p <= 0 or p - (up - now) < 0 then
     v = new_epoch()
     redis.call('SET', anchor, v, 'PX', ms)
+    p = ms
   elseif p < ms then
     redis.call('PEXPIRE', anchor, ms)
+    p = ms
+  end
+  if delay and delay > 0 then
+    redis.call('SET', anchor_delay_key(anchor, v), '1', 'PX', fmt(p + delay))
   end
   return v
 end
@@ -114,9 +135,10 @@ local function left_of(expires, sid, now, up, sprefix, anchor, epoch)
   return left
 end
 
--- A lease hash's term: {session, token, expires, anchor, epoch, then the extra fields asked}.
+-- A lease hash's term: {session, token, expires, anchor, epoch, delay, then the extra fields
+-- asked}.
 local function term_of(key, ...)
-  return redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch', ...)
+  return redis.call('HMGET', key, 'session', 'token', 'expires', 'anchor', 'epoch', 'delay', ...)
 end
 
 -- What the term `h` (term_of) of its holder h[1] has left (left_of), or nil once it ran out.
@@ -124,14 +146,62 @@ local function term_left(h, now, up, sprefix)
   return left_of(tonumber(h[3] or '0'), h[1], now, up, sprefix, h[4], h[5])
 end
 
--- Takes `key` for `sid` for `ms` when free or its holder's term ran out (now, up: clock()).
--- {1, token, remaining, new(1|0)} when held by sid; {0, token, remaining, holder} otherwise.
+-- What a key's record has left in ms (now, up: clock()), or nil when it is gone.
+local function record_left(key, now, up)
+  local p = redis.call('PTTL', key)
+  local left = p - (up - now)
+  if p <= 0 or left <= 0 then return nil end
+  return left
+end
+
+-- What is left of the lock-delay of the term `h` (term_of), which ran out (term_left is
+-- nil), or nil when it blocks its name no longer. Its end: a bound term's is its session's
+-- (the session's delay record), an anchored one's its anchor epoch's (that epoch's record)
+-- unless its own deadline came first, any other's its own deadline.
+local function delay_left(h, now, up, sprefix)
+  local expires = tonumber(h[3] or '0')
+  if expires >= BOUND then
+    if not sprefix or sprefix == '' then return nil end
+    return record_left(delay_key(sprefix .. '{' .. h[1] .. '}'), now, up)
+  end
+  local d = tonumber(h[6] or '0')
+  if d <= 0 then return nil end
+  local left = expires + d - up
+  if h[4] and h[4] ~= '' then
+    local a = anchor_left(h[4], h[5], now, up)
+    if a == nil then
+      -- The anchor's epoch ended: its record says when (read as the anchor is, so a moving
+      -- slot reads as "not here": the own deadline alone then counts).
+      local key = anchor_delay_key(h[4], h[5])
+      local r = redis.pcall('MGET', key, h[4] .. ':probe')
+      if not r.err then
+        local rec = r[1] and record_left(key, now, up)
+        if not rec then return nil end
+        if rec < left then left = rec end
+      end
+    end
+  end
+  if left <= 0 then return nil end
+  return left
+end
+
+-- What the term `h` of holder h[1] blocks its name for, for any session but its holder: the
+-- term's time left while it lasts, then its lock-delay's; nil once the name is free.
+local function block_left(h, now, up, sprefix)
+  return term_left(h, now, up, sprefix) or delay_left(h, now, up, sprefix)
+end
+
+-- Takes `key` for `sid` for `ms` when free or its holder's term ran out and its lock-delay too
+-- (now, up: clock()). {1, token, remaining, new(1|0)} when held by sid; {0, token, remaining,
+-- holder} otherwise (remaining: of the term, or of its delay).
 -- A new term is published as 'acquired' on the key's channel (a re-acquire is not).
 -- With `bind`, a new term is bound to sid's session (one node); with `anchor` (cluster), to
 -- that anchor of sid's when this node serves it, with its own deadline `horizon` ms ahead,
 -- and the reply gains the anchor's epoch; otherwise it ends at up + ms. `now` may be nil
--- when `bind` is set: TIME is then read only if a holder's term must be judged.
-local function lease_acquire(key, sid, ms, now, up, sprefix, bind, anchor, horizon)
+-- when `bind` is set: TIME is then read only if a holder's term must be judged. `delay` is
+-- sid's lock-delay in ms (0 or nil: none), kept with a term that is not bound (a bound term's
+-- delay is its session's record).
+local function lease_acquire(key, sid, ms, now, up, sprefix, bind, anchor, horizon, delay)
   local h = term_of(key)
   local holder, token = h[1], tonumber(h[2] or '0')
   if holder and holder ~= '' then
@@ -141,10 +211,19 @@ local function lease_acquire(key, sid, ms, now, up, sprefix, bind, anchor, horiz
       if holder == sid then return {1, token, math.min(left, ms), 0} end
       return {0, token, left, holder}
     end
+    if holder ~= sid then
+      local d = delay_left(h, now, up, sprefix)
+      if d then return {0, token, d, holder} end
+    end
   end
   token = redis.call('HINCRBY', key, 'token', 1)
+  if delay and delay > 0 and not bind then
+    redis.call('HSET', key, 'delay', fmt(delay))
+  elseif h[6] then
+    redis.call('HDEL', key, 'delay')
+  end
   local epoch = nil
-  if anchor then epoch = anchor_keep(anchor, ms, now, up) end
+  if anchor then epoch = anchor_keep(anchor, ms, now, up, delay) end
   if epoch then
     redis.call('HSET', key, 'session', sid, 'expires', fmt(up + horizon), 'anchor', anchor,
       'epoch', epoch)
@@ -263,11 +342,11 @@ local function queue_place(qkey, dkey, sid, now, up, patience, sprefix)
 end
 
 -- The reply of a queued acquire that must wait: {2, ahead, token, remaining, holder} while
--- the lease is held, {2, ahead} while it is free.
+-- the lease is held (or in its lock-delay), {2, ahead} while it is free.
 local function queue_waiting(key, ahead, now, up, sprefix)
   local h = term_of(key)
   if h[1] and h[1] ~= '' then
-    local left = term_left(h, now, up, sprefix)
+    local left = block_left(h, now, up, sprefix)
     if left then return {2, ahead, tonumber(h[2]), left, h[1]} end
   end
   return {2, ahead}

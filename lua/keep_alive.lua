@@ -1,4 +1,4 @@
--- keep_alive (one node): KEYS session, leases index, groups index;
+-- keep_alive (one node): KEYS session, leases index, groups index, the session's delay record;
 -- ARGV sid, lease ms, lease key prefix, group key prefix, session key prefix, the version of
 -- the session's leases the caller knows ('' for none).
 -- Returns {-1} once the session is gone; {ms, version, 0} when the session holds the leases
@@ -16,7 +16,11 @@ redis.call('PEXPIRE', KEYS[1], ms)
 redis.call('HSET', KEYS[1], 'lease', ARGV[2])
 index_ttl(KEYS[2], ms)
 index_ttl(KEYS[3], ms)
-local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+local sv = redis.call('HMGET', KEYS[1], 'v', 'delay')
+local v = tonumber(sv[1] or '0')
+-- The lock-delay record expires the delay after the session (an expired session's stays).
+local delay = tonumber(sv[2] or '0')
+if delay > 0 then redis.call('SET', KEYS[4], '1', 'PX', fmt(ms + delay)) end
 if fmt(v) == ARGV[6] then
   -- Acquire and release count every change of the session's leases; anything else (a lease
   -- hash deleted, evicted or rewritten behind the library's back) shows in a sample of two

@@ -1,10 +1,11 @@
 -- simba-lease schema for MySQL 8 and MariaDB 10.11 (applied by `SqlBackend::install_schema`,
 -- idempotent). Times are database time in UTC epoch milliseconds. Names compare byte-wise
 -- (binary collations).
--- Tables created before the `version` column (or the lease table's `term_value` and
--- `value_token`): `SqlBackend::install_schema` adds them (MySQL 8 has no `add column if not
--- exists`), or run
+-- Tables created before the `version` or `lock_delay` column (or the lease table's
+-- `term_value` and `value_token`): `SqlBackend::install_schema` adds them (MySQL 8 has no
+-- `add column if not exists`), or run
 --   alter table simba_session add column version bigint not null default 0;
+--   alter table simba_session add column lock_delay bigint not null default 0;
 --   alter table simba_lease add column term_value varchar(1024) character set utf8mb4
 --     collate utf8mb4_bin null, add column value_token bigint null;
 
@@ -14,6 +15,7 @@ create table if not exists simba_session
     expires_at bigint                                        not null comment 'database time, epoch ms',
     metadata   varchar(1024) character set utf8mb4 collate utf8mb4_bin not null default '',
     version    bigint                                        not null default 0 comment 'bumped by every change of its leases',
+    lock_delay bigint                                        not null default 0 comment 'ms its terms block their names after its expiry',
     index idx_session_expires (expires_at)
 ) engine = InnoDB;
 

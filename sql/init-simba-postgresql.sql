@@ -1,8 +1,9 @@
 -- simba-lease schema for PostgreSQL 14+ (applied by `SqlBackend::install_schema`, idempotent).
 -- Times are database time in UTC epoch milliseconds. Names compare byte-wise (collation "C").
--- Tables created before the `version` column (or the lease table's `term_value` and
--- `value_token`): `SqlBackend::install_schema` adds them, or run
---   alter table simba_session add column if not exists version bigint not null default 0;
+-- Tables created before the `version` or `lock_delay` column (or the lease table's
+-- `term_value` and `value_token`): `SqlBackend::install_schema` adds them, or run
+--   alter table simba_session add column if not exists version bigint not null default 0,
+--     add column if not exists lock_delay bigint not null default 0;
 --   alter table simba_lease add column if not exists term_value varchar(1024),
 --     add column if not exists value_token bigint;
 
@@ -11,7 +12,8 @@ create table if not exists simba_session
     session_id char(32)      collate "C" not null primary key,
     expires_at bigint                    not null, -- database time, epoch ms
     metadata   varchar(1024)             not null default '',
-    version    bigint                    not null default 0 -- bumped by every change of its leases
+    version    bigint                    not null default 0, -- bumped by every change of its leases
+    lock_delay bigint                    not null default 0  -- ms its terms block their names after its expiry
 );
 create index if not exists idx_session_expires on simba_session (expires_at);
 

@@ -1461,3 +1461,123 @@ mod watched_leases {
         b.close_session(&s).unwrap();
     }
 }
+
+/// Lock-delay gates (see the backend's `delay` module): which nodes each step leaves, and a
+/// session the servers expire (not the watchdog) leaves its gate too.
+mod lock_delay {
+    use super::zk::{self, proxy::Proxy, raw};
+    use simba_lease::spi::{Acquire, LeaseBackend};
+    use simba_lease::{tck, LeaseName, Metadata, SessionId, Term};
+    use std::time::{Duration, Instant};
+
+    fn acquired(b: &dyn LeaseBackend, s: &SessionId, name: &LeaseName) -> Term {
+        match b.acquire(s, name).unwrap() {
+            Acquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn gates_come_and_go_with_their_terms_and_a_stamp_times_the_delay() {
+        let hosts = zk::hosts();
+        let b = zk::Isolated::new(&hosts, None, |b| b);
+        let mut raw = raw::Raw::connect(&hosts);
+        let delays = format!("{}/delays", b.root());
+        let (m, long) = (Metadata::default(), Duration::from_secs(60));
+        let plain = b.open_session(long, &m).unwrap().id;
+        let delayed = b.open_session_with_delay(long, &m, long).unwrap().id;
+        let name = tck::lease_name("gate");
+        let gate = format!("{delays}/{name}");
+        // A session without a delay leaves no gate.
+        let t = acquired(&b, &plain, &name);
+        assert!(raw.children(&delays).is_empty());
+        assert!(b.release(&plain, &name, t.token).unwrap());
+        // With a delay: the gate and its holder's child, gone with a release and a close.
+        let t = acquired(&b, &delayed, &name);
+        assert_eq!(raw.children(&gate), [format!("h-{delayed}")]);
+        assert!(
+            matches!(b.acquire(&plain, &name).unwrap(), Acquire::Held(o) if o.session == delayed)
+        );
+        assert!(b.release(&delayed, &name, t.token).unwrap());
+        assert!(raw.children(&delays).is_empty());
+        acquired(&b, &delayed, &name);
+        b.close_session(&delayed).unwrap();
+        assert!(raw.children(&delays).is_empty());
+        let t = acquired(&b, &plain, &name);
+        assert!(b.release(&plain, &name, t.token).unwrap());
+        // Ended by the watchdog: the gate stays; the first look stamps it.
+        let short = Duration::from_secs(1);
+        let d = Duration::from_secs(3);
+        let crashed = b.open_session_with_delay(short, &m, d).unwrap().id;
+        let t = acquired(&b, &crashed, &name);
+        let probe = tck::lease_name("probe");
+        tck::until(Duration::from_secs(20), "the session expires", || {
+            b.acquire(&crashed, &probe).is_err()
+        });
+        let holder = format!("{gate}/h-{crashed}");
+        let stamp = format!("{holder}/ended");
+        assert_eq!(raw.ctime(&stamp), None);
+        let o = b.owner(&name).unwrap().expect("in its delay");
+        assert_eq!(
+            (&o.session, o.token, o.remaining <= d),
+            (&crashed, t.token, true)
+        );
+        let stamped = raw.ctime(&stamp).expect("stamped by the first look");
+        match b.acquire(&plain, &name).unwrap() {
+            Acquire::Held(o) => assert!(o.session == crashed && o.remaining <= d, "{o:?}"),
+            other => panic!("taken in its delay: {other:?}"),
+        }
+        assert_eq!(raw.ctime(&stamp), Some(stamped), "stamped once");
+        let mut next = None;
+        tck::until(Duration::from_secs(20), "taken after the delay", || {
+            if let Acquire::Acquired(t) = b.acquire(&plain, &name).unwrap() {
+                next = Some(t);
+            }
+            next.is_some()
+        });
+        assert!(next.unwrap().token > t.token);
+        // The take removed the gate (the taker has no delay); the probe's stays in its delay.
+        assert_eq!(raw.children(&delays), [probe.to_string()]);
+        b.close_session(&plain).unwrap();
+    }
+
+    #[test]
+    fn a_session_the_servers_expire_leaves_its_gate() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_secs(60))
+        });
+        // A ZooKeeper session timeout of 1 s, but a local lease of 2 minutes: only the server
+        // can end it during the test.
+        let long = Duration::from_secs(60);
+        let s = b
+            .open_session_with_delay(Duration::from_secs(1), &Metadata::default(), long)
+            .unwrap()
+            .id;
+        let name = tck::lease_name("srv-gate");
+        let t = acquired(&b, &s, &name);
+        b.keep_alive(&s, Duration::from_secs(120)).unwrap();
+        proxy.cut();
+        let end = Instant::now() + Duration::from_secs(20);
+        while !b
+            .keep_alive(&s, Duration::from_secs(120))
+            .is_err_and(|e| e.is_session_expired())
+        {
+            assert!(Instant::now() < end, "the server expires the session");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        proxy.heal();
+        // Another backend on the same root sees the name in its delay.
+        let other = zk::Isolated::new(&hosts, None, |x| x.root(b.root().to_owned()));
+        let o = other.open_session(long, &Metadata::default()).unwrap().id;
+        match other.acquire(&o, &name).unwrap() {
+            Acquire::Held(h) => {
+                assert_eq!((&h.session, h.token), (&s, t.token));
+                assert!(h.remaining > Duration::from_secs(1) && h.remaining <= long);
+            }
+            got => panic!("taken in its delay: {got:?}"),
+        }
+        other.close_session(&o).unwrap();
+    }
+}

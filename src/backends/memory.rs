@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 struct SessionRow {
     expires: Instant,
+    /// How long its terms keep their names blocked after it expired.
+    lock_delay: Duration,
     metadata: Metadata,
     leases: BTreeSet<LeaseName>,
     groups: BTreeSet<GroupName>,
@@ -69,6 +71,35 @@ struct LeaseRow {
     token: u64,
     /// The current term's value (a new term starts empty).
     value: String,
+    /// The session of a term that ended with its (removed) session's expiry and the end of
+    /// that term's lock-delay: the name stays blocked until then.
+    delayed: Option<(SessionId, Instant)>,
+}
+
+impl LeaseRow {
+    /// Who blocks the name at `now` for a session other than the holder: the live holder, or
+    /// the holder of a term still in its lock-delay, with the time until the name is free.
+    fn blocker(
+        &self,
+        sessions: &HashMap<SessionId, SessionRow>,
+        now: Instant,
+    ) -> Option<(SessionId, Duration)> {
+        match &self.session {
+            Some(holder) => {
+                let row = sessions.get(holder)?;
+                let until = if row.expires > now {
+                    row.expires
+                } else {
+                    row.expires + row.lock_delay
+                };
+                (until > now).then(|| (holder.clone(), until - now))
+            }
+            None => {
+                let (holder, until) = self.delayed.as_ref()?;
+                (*until > now).then(|| (holder.clone(), *until - now))
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -104,15 +135,19 @@ impl Tables {
     }
 
     /// Deletes a session, frees its leases (tokens kept) and memberships; returns the
-    /// notifications to publish.
-    fn remove(&mut self, id: &SessionId, out: &mut Vec<Notification>) {
+    /// notifications to publish. The terms of a session removed after its expiry keep their
+    /// names blocked until the end of their lock-delay.
+    fn remove(&mut self, id: &SessionId, now: Instant, out: &mut Vec<Notification>) {
         let Some(row) = self.sessions.remove(id) else {
             return;
         };
+        let until = row.expires + row.lock_delay;
+        let delayed = (row.expires <= now && until > now).then(|| (id.clone(), until));
         for name in row.leases {
             if let Some(l) = self.leases.get_mut(&name) {
                 if l.session.as_ref() == Some(id) {
                     l.session = None;
+                    l.delayed.clone_from(&delayed);
                     out.push(Notification::Released(name));
                 }
             }
@@ -143,7 +178,7 @@ impl Tables {
             .map(|(id, _)| id.clone())
             .collect();
         for id in &dead {
-            self.remove(id, out);
+            self.remove(id, now, out);
         }
         dead.len()
     }
@@ -171,14 +206,15 @@ impl Tables {
             session: None,
             token: 0,
             value: String::new(),
+            delayed: None,
         });
-        if let Some(holder) = lease.session.clone().filter(|h| h != session) {
-            if let Some(row) = self.sessions.get(&holder).filter(|s| s.expires > now) {
+        if lease.session.as_ref() != Some(session) {
+            if let Some((holder, remaining)) = lease.blocker(&self.sessions, now) {
                 if let Ok(token) = Token::new(lease.token) {
                     let owner = Owner {
                         session: holder,
                         token,
-                        remaining: row.expires - now,
+                        remaining,
                         value: lease.value.clone(),
                     };
                     return Ok((Acquire::Held(owner), false));
@@ -190,6 +226,7 @@ impl Tables {
             lease.token += 1;
             lease.session = Some(session.clone());
             lease.value.clear();
+            lease.delayed = None;
         }
         let token = Token::new(lease.token)?;
         if let Some(row) = self.sessions.get_mut(session) {
@@ -203,15 +240,14 @@ impl Tables {
         Ok((Acquire::Acquired(term), new_term))
     }
 
-    /// The live holder of `name`, if any.
+    /// The live holder of `name`, or the holder of a term still in its lock-delay.
     fn owner(&self, name: &LeaseName, now: Instant) -> Option<Owner> {
         let l = self.leases.get(name)?;
-        let holder = l.session.as_ref()?;
-        let row = self.live(holder, now)?;
+        let (session, remaining) = l.blocker(&self.sessions, now)?;
         Some(Owner {
-            session: holder.clone(),
+            session,
             token: Token::new(l.token).ok()?,
-            remaining: row.expires - now,
+            remaining,
             value: l.value.clone(),
         })
     }
@@ -239,7 +275,9 @@ impl Tables {
 /// Leases, sessions and groups in this process's memory, keeping the whole contract:
 /// tokens never reset (not on release, expiry or purge), expired sessions are never revived,
 /// and releases and group changes are notified at once. Expired sessions are purged at most
-/// once a minute by opens and keep-alives (and by [`LeaseBackend::purge_expired`]).
+/// once a minute by opens and keep-alives (and by [`LeaseBackend::purge_expired`]). A
+/// session's lock-delay keeps the names of its terms blocked until its expiry plus the delay,
+/// also once it was purged (the lease row keeps the end).
 ///
 /// Its clock is injectable: the real monotonic clock by default, a
 /// [`ManualClock`](crate::ManualClock) in tests.
@@ -302,7 +340,21 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        self.open_session_with_delay(lease, metadata, Duration::ZERO)
+    }
+
+    fn supports_lock_delay(&self) -> bool {
+        true
+    }
+
+    fn open_session_with_delay(
+        &self,
+        lease: Duration,
+        metadata: &Metadata,
+        lock_delay: Duration,
+    ) -> Result<SessionGrant> {
         crate::backends::options::check_lease(lease)?;
+        crate::types::limits::check_lock_delay(lock_delay)?;
         let now = self.clock.now();
         let id = SessionId::random();
         let mut notes = Vec::new();
@@ -312,6 +364,7 @@ impl LeaseBackend for MemoryBackend {
             id.clone(),
             SessionRow {
                 expires: now + lease,
+                lock_delay,
                 metadata: metadata.clone(),
                 leases: BTreeSet::new(),
                 groups: BTreeSet::new(),
@@ -354,7 +407,7 @@ impl LeaseBackend for MemoryBackend {
                 })
             }
             None => {
-                t.remove(session, &mut notes);
+                t.remove(session, now, &mut notes);
                 Err(t.expired(session))
             }
         };
@@ -364,8 +417,9 @@ impl LeaseBackend for MemoryBackend {
     }
 
     fn close_session(&self, session: &SessionId) -> Result<()> {
+        let now = self.clock.now();
         let mut notes = Vec::new();
-        self.tables.lock().remove(session, &mut notes);
+        self.tables.lock().remove(session, now, &mut notes);
         self.publish(notes);
         Ok(())
     }
@@ -945,6 +999,67 @@ mod tests {
                 Err(Error::InvalidConfig { .. })
             ));
         }
+    }
+
+    /// The lock-delay's bounds on a manual clock: the name is blocked from the holder's
+    /// expiry until exactly expiry + delay, also after the holder's row was purged; a release
+    /// and a close of the live session free it at once.
+    #[test]
+    fn a_lock_delay_blocks_until_expiry_plus_delay() {
+        let clock = Arc::new(ManualClock::new());
+        let b = MemoryBackend::with_clock(clock.clone());
+        let (m, s) = (Metadata::default(), Duration::from_secs);
+        let n = LeaseName::new("delayed").unwrap();
+        let other = b.open_session(s(1000), &m).unwrap().id;
+        let held_by = |r: Acquire| match r {
+            Acquire::Held(o) => (o.session, o.token.get(), o.remaining),
+            other => panic!("{other:?}"),
+        };
+        for purged in [false, true] {
+            let a = b.open_session_with_delay(s(10), &m, s(5)).unwrap().id;
+            let Acquire::Acquired(t) = b.acquire(&a, &n).unwrap() else {
+                panic!("free");
+            };
+            clock.advance(s(10));
+            if purged {
+                assert_eq!(b.purge_expired().unwrap(), 1);
+                assert!(!b.tables.lock().sessions.contains_key(&a));
+            }
+            let expect = (a.clone(), t.token.get(), s(5));
+            assert_eq!(held_by(b.acquire(&other, &n).unwrap()), expect);
+            let o = b.owner(&n).unwrap().unwrap();
+            assert_eq!((o.session, o.token.get(), o.remaining), expect);
+            // Closing the expired session changes nothing.
+            b.close_session(&a).unwrap();
+            clock.advance(s(4));
+            assert_eq!(held_by(b.acquire(&other, &n).unwrap()).2, s(1));
+            clock.advance(s(1));
+            assert_eq!(b.owner(&n).unwrap(), None);
+            let Acquire::Acquired(next) = b.acquire(&other, &n).unwrap() else {
+                panic!("free after the delay");
+            };
+            assert!(next.token > t.token);
+            assert!(b.release(&other, &n, next.token).unwrap());
+        }
+        // A release and a close of the live session free at once.
+        let a = b.open_session_with_delay(s(10), &m, s(5)).unwrap().id;
+        let Acquire::Acquired(t) = b.acquire(&a, &n).unwrap() else {
+            panic!("free");
+        };
+        assert!(b.release(&a, &n, t.token).unwrap());
+        assert!(
+            matches!(b.acquire(&other, &n).unwrap(), Acquire::Acquired(t) if b.release(&other, &n, t.token).unwrap())
+        );
+        assert!(matches!(b.acquire(&a, &n).unwrap(), Acquire::Acquired(_)));
+        b.close_session(&a).unwrap();
+        assert!(matches!(
+            b.acquire(&other, &n).unwrap(),
+            Acquire::Acquired(_)
+        ));
+        assert!(matches!(
+            b.open_session_with_delay(s(10), &m, crate::Config::MAX_LOCK_DELAY * 2),
+            Err(Error::InvalidConfig { .. })
+        ));
     }
 
     #[test]

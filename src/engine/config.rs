@@ -20,6 +20,7 @@ use std::time::Duration;
 /// assert_eq!(config.lease(), Duration::from_secs(10));
 /// assert!(Config::builder().drift(0.9).build().is_err());
 /// assert!(Config::builder().lease(Duration::MAX).build().is_err());
+/// assert!(Config::builder().lock_delay(Config::MAX_LOCK_DELAY * 2).build().is_err());
 /// # Ok::<(), simba_lease::Error>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -30,6 +31,7 @@ pub struct Config {
     metadata: Metadata,
     reopen_on_expiry: bool,
     fair_locks: bool,
+    lock_delay: Duration,
 }
 
 impl Default for Config {
@@ -41,6 +43,7 @@ impl Default for Config {
             metadata: Metadata::default(),
             reopen_on_expiry: true,
             fair_locks: false,
+            lock_delay: Duration::ZERO,
         }
     }
 }
@@ -48,6 +51,9 @@ impl Default for Config {
 impl Config {
     /// The longest lease accepted: one week.
     pub const MAX_LEASE: Duration = crate::types::limits::MAX_LEASE;
+
+    /// The longest lock-delay accepted: one week.
+    pub const MAX_LOCK_DELAY: Duration = crate::types::limits::MAX_LOCK_DELAY;
 
     /// A builder starting from the defaults.
     pub fn builder() -> ConfigBuilder {
@@ -88,6 +94,12 @@ impl Config {
     /// [`ConfigBuilder::fair_locks`].
     pub fn fair_locks(&self) -> bool {
         self.fair_locks
+    }
+
+    /// How long a name stays blocked after a term of this session ended with the session's
+    /// expiry (zero: not at all, the default); see [`ConfigBuilder::lock_delay`].
+    pub fn lock_delay(&self) -> Duration {
+        self.lock_delay
     }
 
     /// How long a candidate or a blocked lock waits between attempts without a release
@@ -149,6 +161,33 @@ impl ConfigBuilder {
         self
     }
 
+    /// Keep a name blocked for `delay` after a term of this session ended because the session
+    /// expired (default zero: no delay; at most [`Config::MAX_LOCK_DELAY`]), as Chubby's and
+    /// Consul's lock-delay.
+    ///
+    /// The delay belongs to the session (the backend learns it when the session opens) and is
+    /// measured by the backend's clock from the end of the term: from the session's expiry
+    /// there (on ZooKeeper from the first time an acquirer saw the lease node gone, which is
+    /// not earlier). Meanwhile no new term of the name begins: an acquire by another session
+    /// answers that the name is held by the expired session's last term, with the delay left
+    /// as its remaining time, and [`LeaseBackend::owner`](crate::spi::LeaseBackend::owner) (so
+    /// an observer's [`leader`](crate::Observer::leader)) says the same. A
+    /// clean end frees the name at once: a release (unlock, resign, a guard dropped) and
+    /// closing the session (`close()`, or dropping it) while it is live. A session that
+    /// expired locally does not close its backend session then, so the backend sees the
+    /// expiry.
+    ///
+    /// For a resource that cannot check fencing tokens, this keeps a former holder that was
+    /// paused or cut off from overlapping the next holder by up to `delay` beyond its lease.
+    /// The cost: the failover after a crash takes up to `lease + delay` instead of `lease`.
+    /// [`Session::open`](crate::Session::open) fails with
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a backend without lock-delay (see
+    /// [`LeaseBackend::supports_lock_delay`](crate::spi::LeaseBackend::supports_lock_delay)).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.config.lock_delay = delay;
+        self
+    }
+
     /// Session metadata (at most 1024 bytes of UTF-8).
     pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
         self.metadata = Some(metadata.into());
@@ -177,6 +216,7 @@ impl ConfigBuilder {
                 format!("{:?} is shorter than the 10 ms minimum", c.lease),
             ));
         }
+        crate::types::limits::check_lock_delay(c.lock_delay)?;
         if !(0.0..0.5).contains(&c.drift) || c.drift.is_nan() {
             return Err(Error::config(
                 "drift",

@@ -149,7 +149,7 @@ pub struct GroupInfo {
 pub struct Listing {
     /// Live sessions.
     pub sessions: Vec<SessionInfo>,
-    /// Held leases (free ones are left out).
+    /// Held leases (free ones, and names only in a lock-delay, are left out).
     pub leases: Vec<LeaseInfo>,
     /// Groups with at least one live member.
     pub groups: Vec<GroupInfo>,
@@ -172,6 +172,40 @@ pub trait LeaseBackend: Send + Sync {
 
     /// Opens a session that lives for `lease` unless kept alive.
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant>;
+
+    /// Whether the backend keeps lock-delays ([`open_session_with_delay`](Self::open_session_with_delay)
+    /// with a delay above zero).
+    fn supports_lock_delay(&self) -> bool {
+        false
+    }
+
+    /// [`open_session`](Self::open_session) of a session with a lock-delay: a term of this
+    /// session that ends because the session expired (or the term lapsed) keeps its name
+    /// blocked until the end of the term plus `lock_delay`, by the backend's clock.
+    ///
+    /// Meanwhile [`acquire`](Self::acquire) by any session answers [`Acquire::Held`] naming
+    /// the ended term's session and token, with the delay left as `remaining`, and
+    /// [`owner`](Self::owner) answers the same owner; the delay's end is not notified. A
+    /// [`release`](Self::release) and a [`close_session`](Self::close_session) of the live
+    /// session free the name at once, as without a delay; closing a session that already
+    /// expired changes nothing. Tokens keep increasing. Fails with
+    /// [`Error::InvalidConfig`] for a delay over
+    /// [`Config::MAX_LOCK_DELAY`](crate::Config::MAX_LOCK_DELAY). The default opens a plain
+    /// session for a zero delay and fails with [`Error::Unsupported`] otherwise.
+    fn open_session_with_delay(
+        &self,
+        lease: Duration,
+        metadata: &Metadata,
+        lock_delay: Duration,
+    ) -> Result<SessionGrant> {
+        if lock_delay.is_zero() {
+            return self.open_session(lease, metadata);
+        }
+        Err(Error::Unsupported {
+            operation: "lock-delay",
+            backend: self.kind(),
+        })
+    }
 
     /// Renews the session for another `lease` and lists the leases it holds.
     /// Fails with `SessionExpired` (and forgets the session) once it expired.
@@ -540,6 +574,23 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "the minimal backend does not support listing sessions, leases and groups"
+        );
+    }
+
+    #[test]
+    fn a_lock_delay_is_unsupported_by_default_and_zero_opens_a_plain_session() {
+        let m = Metadata::default();
+        let lease = Duration::from_secs(1);
+        assert!(!Minimal.supports_lock_delay());
+        // Zero: the plain open (which fails with Closed here).
+        let r = Minimal.open_session_with_delay(lease, &m, Duration::ZERO);
+        assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+        let e = Minimal
+            .open_session_with_delay(lease, &m, Duration::from_millis(1))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the minimal backend does not support lock-delay"
         );
     }
 }

@@ -22,6 +22,15 @@ pub enum Call<'a> {
         /// The session's metadata.
         metadata: &'a Metadata,
     },
+    /// [`LeaseBackend::open_session_with_delay`].
+    OpenSessionWithDelay {
+        /// The lease asked for.
+        lease: Duration,
+        /// The session's metadata.
+        metadata: &'a Metadata,
+        /// The session's lock-delay.
+        lock_delay: Duration,
+    },
     /// [`LeaseBackend::keep_alive`].
     KeepAlive {
         /// The session.
@@ -167,6 +176,7 @@ impl Call<'_> {
     pub fn operation(self) -> &'static str {
         match self {
             Call::OpenSession { .. } => "opening a session",
+            Call::OpenSessionWithDelay { .. } => "opening a session with a lock-delay",
             Call::KeepAlive { .. } => "keeping a session alive",
             Call::CloseSession { .. } => "closing a session",
             Call::Acquire { .. } => "acquiring a lease",
@@ -243,6 +253,24 @@ impl<D: Delegate> LeaseBackend for D {
         self.call(Call::OpenSession { lease, metadata }, |b| {
             b.open_session(lease, metadata)
         })
+    }
+    fn supports_lock_delay(&self) -> bool {
+        self.with(|b| b.supports_lock_delay())
+    }
+    fn open_session_with_delay(
+        &self,
+        lease: Duration,
+        metadata: &Metadata,
+        lock_delay: Duration,
+    ) -> Result<SessionGrant> {
+        self.call(
+            Call::OpenSessionWithDelay {
+                lease,
+                metadata,
+                lock_delay,
+            },
+            |b| b.open_session_with_delay(lease, metadata, lock_delay),
+        )
     }
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         self.call(Call::KeepAlive { session, lease }, |b| {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-fn acquired(b: &dyn LeaseBackend, s: &SessionId, name: &LeaseName) -> Term {
+pub(super) fn acquired(b: &dyn LeaseBackend, s: &SessionId, name: &LeaseName) -> Term {
     match b.acquire(s, name).expect("acquire") {
         Acquire::Acquired(t) => t,
         Acquire::Held(o) => panic!("{name} expected free, held by {o:?}"),
@@ -30,7 +30,7 @@ fn take_over(h: &Harness, b: &dyn LeaseBackend, s: &SessionId, name: &LeaseName)
     term.expect("acquired")
 }
 
-fn wait_expired(h: &Harness, b: &dyn LeaseBackend, s: &SessionId) {
+pub(super) fn wait_expired(h: &Harness, b: &dyn LeaseBackend, s: &SessionId) {
     // Probing with `acquire` never renews the session.
     let probe = super::lease_name("probe");
     h.until("the session expires", || expired(&b.acquire(s, &probe)));

@@ -119,7 +119,9 @@ impl Delegate for GatedOpens {
     }
     fn call<T>(&self, call: Call<'_>, f: impl FnOnce(&dyn LeaseBackend) -> Result<T>) -> Result<T> {
         match call {
-            Call::OpenSession { .. } => self.opens.through(self.patience, || f(&*self.current())),
+            Call::OpenSession { .. } | Call::OpenSessionWithDelay { .. } => {
+                self.opens.through(self.patience, || f(&*self.current()))
+            }
             Call::KeepAlive { .. } => self
                 .keep_alives
                 .through(self.patience, || f(&*self.current())),

@@ -12,6 +12,7 @@
 //! `tck_suite!(factory, lease = Duration::from_secs(2))`.
 
 mod backend_cases;
+mod delay_cases;
 mod engine_cases;
 mod event_cases;
 mod fair_cases;
@@ -22,6 +23,7 @@ mod semaphore_cases;
 mod value_cases;
 
 pub use backend_cases::*;
+pub use delay_cases::*;
 pub use engine_cases::*;
 pub use event_cases::*;
 pub use fair_cases::*;
@@ -258,6 +260,9 @@ macro_rules! tck_suite {
             resign_and_unlock_return_after_their_event_reached_the_callbacks,
             a_timeout_after_failed_acquires_keeps_the_last_failure,
             a_token_not_above_one_seen_before_is_reported,
+            lock_delay_blocks_the_name_after_its_holders_expiry,
+            lock_delay_does_not_follow_a_release_or_a_close,
+            lock_delay_holds_a_lost_lock_of_an_engine_session,
             rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule,
             rw_locks_exclude_under_contention,
             rw_readers_hold_in_parallel,

@@ -14,6 +14,10 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The longest interval a backend option accepts (`purge_interval`): 7 days.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The longest lock-delay a session or a backend accepts: the longest lease, 7 days (so
+/// `expiry + delay` cannot overflow either).
+pub const MAX_LOCK_DELAY: Duration = MAX_LEASE;
+
 /// The shortest `at_most`: backends store whole milliseconds.
 pub(crate) const MIN_AT_MOST: Duration = Duration::from_millis(1);
 
@@ -39,6 +43,18 @@ pub(crate) fn check_at_least(at_least: Duration) -> Result<()> {
         return Err(Error::config(
             "at_least",
             format!("{at_least:?} is out of range: at most {:?}", MAX_LEASE),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a session's lock-delay: at most [`Config::MAX_LOCK_DELAY`](MAX_LOCK_DELAY)
+/// (zero: none).
+pub(crate) fn check_lock_delay(delay: Duration) -> Result<()> {
+    if delay > MAX_LOCK_DELAY {
+        return Err(Error::config(
+            "lock_delay",
+            format!("{delay:?} is out of range: at most {MAX_LOCK_DELAY:?}"),
         ));
     }
     Ok(())

@@ -888,10 +888,10 @@ pub fn keep_alive_reports_leases_changed_behind_its_back<D: Db>() {
     b.close_session(&s).unwrap();
 }
 
-/// Tables of an earlier version (no `version` column on the session table, no value columns
-/// on the lease table, with a session and a lease in them): `install_schema` adds the
-/// columns, twice is the same as once, and the session keeps its lease and goes on (and sets
-/// its term's value).
+/// Tables of an earlier version (no `version` or `lock_delay` column on the session table,
+/// no value columns on the lease table, with a session and a lease in them):
+/// `install_schema` adds the columns, twice is the same as once, and the session keeps its
+/// lease and goes on (and sets its term's value); a session with a lock-delay opens.
 pub fn install_schema_migrates_older_tables<D: Db>() {
     let b = isolated(&D::url());
     let p = b.0.table_prefix().to_owned();
@@ -900,6 +900,9 @@ pub fn install_schema_migrates_older_tables<D: Db>() {
     let before = LeaseName::new("before").unwrap();
     let t = acquired(&*b, &s, &before);
     D::exec(&format!("ALTER TABLE {p}simba_session DROP COLUMN version"));
+    D::exec(&format!(
+        "ALTER TABLE {p}simba_session DROP COLUMN lock_delay"
+    ));
     D::exec(&format!(
         "ALTER TABLE {p}simba_lease DROP COLUMN term_value"
     ));
@@ -922,6 +925,13 @@ pub fn install_schema_migrates_older_tables<D: Db>() {
     assert!(b.release(&s, &before, t.token).unwrap());
     assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), ["after"]);
     b.close_session(&s).unwrap();
+    let delayed = b
+        .open_session_with_delay(lease, &Metadata::default(), Duration::from_secs(5))
+        .unwrap()
+        .id;
+    acquired(&*b, &delayed, &before);
+    b.close_session(&delayed).unwrap();
+    assert_eq!(b.owner(&before).unwrap(), None);
 }
 
 /// What differs between the dialects in the shared SQL tests: a plain connection of the

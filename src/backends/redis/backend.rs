@@ -202,7 +202,40 @@ pub(super) fn lease_ms(d: Duration) -> u64 {
     (d.as_millis() as u64).max(1)
 }
 
+/// A lock-delay in whole ms, rounded up (a delay is never kept shorter than asked; zero
+/// stays zero).
+fn delay_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
 impl RedisBackend {
+    /// `owner.lua`: the live holder, or (unless `live_only`) the holder of a term in its
+    /// lock-delay, with the delay left.
+    fn owner_of(&self, name: &LeaseName, live_only: bool) -> Result<Option<Owner>> {
+        const OP: &str = "reading an owner";
+        let mut args = vec![self.base.keys.session_prefix()];
+        if live_only {
+            args.push("1".to_owned());
+        }
+        let r = self.base.eval(
+            Role::Other,
+            &scripts().owner,
+            &[self.base.keys.lease(name.as_str())],
+            &args,
+        )?;
+        match r.as_array() {
+            Some([]) => Ok(None),
+            Some([holder, _, _, value]) => {
+                let holder = holder.as_str().ok_or_else(|| bad_reply(OP, &r))?;
+                let value = value.as_str().ok_or_else(|| bad_reply(OP, &r))?;
+                let mut owner = owner_at(OP, &r, holder)?;
+                value.clone_into(&mut owner.value);
+                Ok(Some(owner))
+            }
+            _ => Err(bad_reply(OP, &r)),
+        }
+    }
+
     /// A backend over any [`RedisScripting`] implementation.
     ///
     /// Fails with [`Error::InvalidConfig`] on a bad prefix or timeout, on `wait_replicas > 0`
@@ -334,13 +367,36 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        self.open_session_with_delay(lease, metadata, Duration::ZERO)
+    }
+
+    fn supports_lock_delay(&self) -> bool {
+        true
+    }
+
+    /// The same one script: the session hash keeps the delay, and a record beside it
+    /// expires the delay after the session (see lock-delay in `lua/common.lua`).
+    fn open_session_with_delay(
+        &self,
+        lease: Duration,
+        metadata: &Metadata,
+        lock_delay: Duration,
+    ) -> Result<SessionGrant> {
         crate::backends::options::check_lease(lease)?;
+        crate::types::limits::check_lock_delay(lock_delay)?;
         let id = SessionId::random();
         let r = self.base.eval(
             Role::Other,
             &scripts().open,
-            &[self.base.keys.session(&id)],
-            &[metadata.as_str().to_owned(), lease_ms(lease).to_string()],
+            &[
+                self.base.keys.session(&id),
+                self.base.keys.session_delay(&id),
+            ],
+            &[
+                metadata.as_str().to_owned(),
+                lease_ms(lease).to_string(),
+                delay_ms(lock_delay).to_string(),
+            ],
         )?;
         // The script answers the lease it set: more than 0 and never more than asked for.
         let left = r
@@ -495,24 +551,7 @@ impl LeaseBackend for RedisBackend {
     }
 
     fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
-        const OP: &str = "reading an owner";
-        let r = self.base.eval(
-            Role::Other,
-            &scripts().owner,
-            &[self.base.keys.lease(name.as_str())],
-            &[self.base.keys.session_prefix()],
-        )?;
-        match r.as_array() {
-            Some([]) => Ok(None),
-            Some([holder, _, _, value]) => {
-                let holder = holder.as_str().ok_or_else(|| bad_reply(OP, &r))?;
-                let value = value.as_str().ok_or_else(|| bad_reply(OP, &r))?;
-                let mut owner = owner_at(OP, &r, holder)?;
-                value.clone_into(&mut owner.value);
-                Ok(Some(owner))
-            }
-            _ => Err(bad_reply(OP, &r)),
-        }
+        self.owner_of(name, false)
     }
 
     /// A `SCAN` of every primary for the prefix's session, lease and group keys (at most
@@ -555,7 +594,7 @@ impl LeaseBackend for RedisBackend {
             let Some(name) = inner(&key, &lp).and_then(|n| LeaseName::new(n).ok()) else {
                 continue;
             };
-            if let Some(owner) = self.owner(&name)? {
+            if let Some(owner) = self.owner_of(&name, true)? {
                 out.leases.push(LeaseInfo { name, owner });
             }
         }

@@ -73,13 +73,18 @@ impl Keys {
     pub(super) fn groups_index(&self, sid: &SessionId) -> String {
         format!("{}:groups", self.session(sid))
     }
-    /// The session's hash and its two index sets (one slot), the keys of a keep-alive or a
-    /// close.
-    pub(super) fn session_keys(&self, sid: &SessionId) -> [String; 3] {
+    /// The session's lock-delay record (same slot): expires the delay after the session.
+    pub(super) fn session_delay(&self, sid: &SessionId) -> String {
+        format!("{}:delay", self.session(sid))
+    }
+    /// The session's hash, its two index sets and its lock-delay record (one slot), the keys
+    /// of a keep-alive or a close.
+    pub(super) fn session_keys(&self, sid: &SessionId) -> [String; 4] {
         [
             self.session(sid),
             self.leases_index(sid),
             self.groups_index(sid),
+            self.session_delay(sid),
         ]
     }
     /// Cluster: the session's anchor on the node serving the slot of hash tag `tag`.
@@ -128,6 +133,9 @@ mod tests {
         let sid = SessionId::random();
         assert_eq!(key_slot(&k.session(&sid)), key_slot(&k.leases_index(&sid)));
         assert_eq!(key_slot(&k.session(&sid)), key_slot(&k.groups_index(&sid)));
+        assert_eq!(key_slot(&k.session(&sid)), key_slot(&k.session_delay(&sid)));
+        let anchor = k.anchor("a1", &sid);
+        assert_eq!(key_slot(&anchor), key_slot(&format!("{anchor}:delay:1.2")));
         assert_eq!(key_slot(&k.lease("job")), key_slot("job"));
     }
 

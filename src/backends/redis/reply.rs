@@ -240,17 +240,15 @@ fn queued(op: &'static str, r: &Reply, rest: &[Reply], sid: &SessionId) -> Resul
 }
 
 /// Decodes the session call of a routed acquire or join (`acquire_session.lua`): `None`
-/// when the session is gone, else its remaining ms and its lease ms, both positive.
-pub(super) fn session_call(op: &'static str, r: &Reply) -> Result<Option<(u64, u64)>> {
+/// when the session is gone, else its remaining ms and its lease ms, both positive, and its
+/// lock-delay in ms.
+pub(super) fn session_call(op: &'static str, r: &Reply) -> Result<Option<(u64, u64, u64)>> {
     if gone(r) {
         return Ok(None);
     }
-    let a = array_of(op, r, 2)?;
-    let positive = |x: &Reply| {
-        x.as_int()
-            .and_then(|v| u64::try_from(v).ok())
-            .filter(|v| *v > 0)
-            .ok_or_else(|| bad_reply(op, r))
-    };
-    Ok(Some((positive(&a[0])?, positive(&a[1])?)))
+    let a = array_of(op, r, 3)?;
+    let ms = |x: &Reply| x.as_int().and_then(|v| u64::try_from(v).ok());
+    let positive = |x: &Reply| ms(x).filter(|v| *v > 0).ok_or_else(|| bad_reply(op, r));
+    let delay = ms(&a[2]).ok_or_else(|| bad_reply(op, r))?;
+    Ok(Some((positive(&a[0])?, positive(&a[1])?, delay)))
 }

@@ -126,6 +126,11 @@ pub(super) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).map_or(MAX_LEASE_MS, |m| m.min(MAX_LEASE_MS))
 }
 
+/// Whole milliseconds rounded UP (a lock-delay is never stored shorter than asked).
+fn ms_up(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos().div_ceil(1_000_000)).map_or(MAX_LEASE_MS, |m| m.min(MAX_LEASE_MS))
+}
+
 /// A remaining time measured by the database in microseconds, rounded DOWN to whole
 /// milliseconds (never up, so `sent_at + remaining` is never later than the database's
 /// expiry); not positive means none left.
@@ -296,7 +301,23 @@ impl LeaseBackend for SqlBackend {
     }
 
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        self.open_session_with_delay(lease, metadata, Duration::ZERO)
+    }
+
+    fn supports_lock_delay(&self) -> bool {
+        true
+    }
+
+    /// One statement (PostgreSQL) or two (MySQL), as without a delay: the delay is a column
+    /// of the session's row, which acquire, owner and purge read with the expiry.
+    fn open_session_with_delay(
+        &self,
+        lease: Duration,
+        metadata: &Metadata,
+        lock_delay: Duration,
+    ) -> Result<SessionGrant> {
         crate::backends::options::check_lease(lease)?;
+        crate::types::limits::check_lock_delay(lock_delay)?;
         if self.dialect == Dialect::Postgres && metadata.as_str().contains('\0') {
             return Err(Error::config(
                 "metadata",
@@ -306,7 +327,7 @@ impl LeaseBackend for SqlBackend {
         let id = SessionId::random();
         let us = self
             .driver
-            .open_session(id.as_str(), ms(lease), metadata.as_str())
+            .open_session(id.as_str(), ms(lease), ms_up(lock_delay), metadata.as_str())
             .map_err(|e| self.err("opening a session", e))?;
         self.maybe_purge();
         Ok(SessionGrant {

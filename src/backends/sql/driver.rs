@@ -125,7 +125,7 @@ pub(crate) enum AcqRow {
     Expired,
     /// The acquirer holds the lease (a new term or the same).
     Acquired { token: i64, remaining_us: i64 },
-    /// Another live session holds it.
+    /// Another live session holds it, or an expired one's term is in its lock-delay.
     Held {
         session: String,
         token: i64,
@@ -223,8 +223,15 @@ impl ConnectionProbe {
 pub(crate) trait Driver: Send + Sync + 'static {
     fn install_schema(&self) -> DbResult<()>;
     fn drop_tables(&self) -> DbResult<()>;
-    /// Inserts the session; returns its remaining µs as the database measured it.
-    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64>;
+    /// Inserts the session with its lock-delay; returns its remaining µs as the database
+    /// measured it.
+    fn open_session(
+        &self,
+        id: &str,
+        lease_ms: i64,
+        lock_delay_ms: i64,
+        metadata: &str,
+    ) -> DbResult<i64>;
     /// Renews the session; lists its leases only when their version differs from `known`'s
     /// (always without `known`) or a lease of its sample is no longer held. `None` when the
     /// session is not live.
@@ -234,7 +241,9 @@ pub(crate) trait Driver: Send + Sync + 'static {
         lease_ms: i64,
         known: Option<Known<'_>>,
     ) -> DbResult<Option<Renewed>>;
-    /// Deletes the session, frees its leases, deletes its memberships.
+    /// Deletes its memberships; deletes the session and frees its leases, unless it expired
+    /// and its lock-delay has not run out (its row and leases then stay until the purge
+    /// after the delay).
     fn remove_session(&self, id: &str) -> DbResult<()>;
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow>;
     /// [`Driver::acquire`] that gives a new term `value` in the same statement where the
@@ -244,7 +253,9 @@ pub(crate) trait Driver: Send + Sync + 'static {
         Ok((self.acquire(id, name)?, false))
     }
     fn release(&self, id: &str, name: &str, token: i64) -> DbResult<bool>;
-    /// The live holder: session, token, remaining µs, the term's value (empty for none).
+    /// The live holder, or the expired one while its term is in its lock-delay: session,
+    /// token, remaining µs (of the session or of the delay), the term's value (empty for
+    /// none).
     fn owner(&self, name: &str) -> DbResult<Option<(String, i64, i64, String)>>;
     /// Sets the value of `id`'s live term of `name` with `token`; whether it is held so
     /// (and the value now set).

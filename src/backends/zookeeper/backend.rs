@@ -7,7 +7,7 @@ use super::acl::Acl;
 use super::codec::{lease_data, read_leases, token};
 use super::facade::{backend as zk_err, call};
 use super::session::{Sessions, ZkSession};
-use super::{failure, held};
+use super::{delay, failure, held};
 use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
@@ -113,6 +113,15 @@ impl ZooKeeperBackend {
     }
 }
 
+/// The number of deletes a take puts before the lease node's create.
+fn w_len(take: &Option<delay::Timed>) -> usize {
+    if take.is_some() {
+        3
+    } else {
+        0
+    }
+}
+
 /// This host's wall clock as UTC epoch ms.
 fn unix_ms() -> i64 {
     std::time::SystemTime::now()
@@ -141,7 +150,25 @@ impl LeaseBackend for ZooKeeperBackend {
     }
 
     fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        self.open_session_with_delay(lease, metadata, Duration::ZERO)
+    }
+
+    fn supports_lock_delay(&self) -> bool {
+        true
+    }
+
+    /// As [`open_session`](LeaseBackend::open_session): the delay is kept by this backend
+    /// and written into the gate of every term the session begins (see `delay`).
+    fn open_session_with_delay(
+        &self,
+        lease: Duration,
+        metadata: &Metadata,
+        lock_delay: Duration,
+    ) -> Result<SessionGrant> {
         crate::backends::options::check_lease(lease)?;
+        crate::types::limits::check_lock_delay(lock_delay)?;
+        let lock_delay_ms =
+            i64::try_from(lock_delay.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
         let inner = &self.inner;
         let sent = Instant::now();
         let client = inner.cfg.connect(lease)?;
@@ -168,6 +195,7 @@ impl LeaseBackend for ZooKeeperBackend {
             id: id.clone(),
             raw,
             negotiated,
+            lock_delay_ms,
             metadata: metadata.clone(),
             states: client.state_watcher(),
             client: Mutex::new(Some(client)),
@@ -248,38 +276,102 @@ impl LeaseBackend for ZooKeeperBackend {
         Ok(KeepAlive { remaining, leases })
     }
 
+    /// Closing a live session with a lock-delay first deletes its lease nodes with their
+    /// gates (one multi per possibly held lease, sent at once): a clean end, without the
+    /// delay. An expired session, or one the watchdog closes, leaves its gates.
     fn close_session(&self, session: &SessionId) -> Result<()> {
         let s = self.inner.sessions.lock().get(session).cloned();
         if let Some(s) = s {
+            if s.lock_delay_ms > 0 && !s.gone() {
+                self.inner.end_gates(&s);
+            }
             self.inner.expire(&s);
         }
         Ok(())
     }
 
+    /// One multi, with an `exists` with a watch queued behind it: the lease node's create,
+    /// with the gate's create and delete (no gate may stand: see `delay`), or with the gate
+    /// and its holder's child for a session with a lock-delay. A name in its delay adds a
+    /// read and a stamp write per attempt, and the take one more multi.
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
         const OP: &str = "acquiring a lease";
         let inner = &self.inner;
         let s = inner.live(session)?;
         let path = inner.cfg.lease_path(name);
+        let gate = inner.cfg.gate_path(name);
         let acl = inner.cfg.acl.for_path(&path);
         let opts = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&acl));
+        let gacl = inner.cfg.acl.for_path(&gate);
+        let gopts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&gacl));
+        let holder = delay::holder_path(&gate, session);
+        let hacl = inner.cfg.acl.for_path(&holder);
+        let hopts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&hacl));
+        let gate_data = delay::gate_data(session, s.lock_delay_ms);
         let limit = s.limit(&inner.cfg);
+        let fail = |e| inner.fail(&s, OP, e);
+        // The nodes of an ended term whose delay ran out, deleted by the next multi.
+        let mut take: Option<delay::Timed> = None;
         for _ in 0..8 {
             s.check_connected(OP)?;
             let client = s.client()?;
             let sent = Instant::now();
+            let mut w = client.new_multi_writer();
+            if let Some(t) = &take {
+                for node in [&t.stamp, &t.holder, &t.gate] {
+                    w.add_delete(node, None).map_err(|e| zk_err(OP, e))?;
+                }
+            }
+            // The index of the lease node's create, then of the gate's.
+            let at = w_len(&take);
+            w.add_create(&path, &lease_data(session, ""), &opts)
+                .map_err(|e| zk_err(OP, e))?;
+            if s.lock_delay_ms > 0 {
+                w.add_create(&gate, &gate_data, &gopts)
+                    .map_err(|e| zk_err(OP, e))?;
+                w.add_create(&holder, &[], &hopts)
+                    .map_err(|e| zk_err(OP, e))?;
+            } else if take.is_none() {
+                // No gate stands (a take just deleted the one that did).
+                w.add_create(&gate, &[], &gopts)
+                    .map_err(|e| zk_err(OP, e))?;
+                w.add_delete(&gate, None).map_err(|e| zk_err(OP, e))?;
+            }
             // The name counts as possibly owned from the moment its create is sent. An `exists`
-            // with a watch is queued right behind the create: the server runs it after the
-            // create, so it shows the node's owner either way and arms the watch that spares
+            // with a watch is queued right behind the multi: the server runs it after the
+            // multi, so it shows the node's owner either way and arms the watch that spares
             // keep-alives reading the node (see `held`).
             let (seq, created, seen) = {
                 let mut p = s.possibly.lock();
                 let seq = p.creating(name);
-                let created = client.create(&path, &lease_data(session, ""), &opts);
+                let created = w.commit();
                 (seq, created, held::Sent::exists(&client, path.clone()))
             };
-            match call(OP, limit, created)? {
-                Ok((stat, _)) => {
+            let failed = match call(OP, limit, created)? {
+                Ok(results) => {
+                    let stat = match results.into_iter().nth(at) {
+                        Some(zk::MultiWriteResult::Create { stat, .. }) if stat.czxid > 0 => {
+                            Some(stat)
+                        }
+                        _ => None,
+                    };
+                    let Some(stat) = stat else {
+                        // A server that answers a multi's create without its stat
+                        // (ZOOKEEPER-4026): the `exists` behind it has the node.
+                        let seen = match call(OP, limit, seen.reply())? {
+                            Ok(seen) => seen,
+                            Err(e) => return Err(fail(e)),
+                        };
+                        let token = s.possibly.lock().observe(name, seq, s.raw, seen)?;
+                        let token = token.ok_or_else(|| {
+                            failure::error(OP, format!("{name} was lost as it was created"))
+                        })?;
+                        return Ok(Acquire::Acquired(Term {
+                            name: name.clone(),
+                            token,
+                            remaining: s.remaining_at(sent),
+                        }));
+                    };
                     // The `exists` reply is not waited for: the next keep-alive applies it
                     // (its own reply comes after it).
                     // It holds a clone of the client: never stashed once closing began.
@@ -293,15 +385,21 @@ impl LeaseBackend for ZooKeeperBackend {
                         remaining: s.remaining_at(sent),
                     }));
                 }
-                Err(zk::Error::NodeExists) => {
-                    let seen = match call(OP, limit, seen.reply())? {
-                        Ok(seen) => seen,
-                        Err(e) => return Err(inner.fail(&s, OP, e)),
-                    };
-                    let Some(stat) = seen.0 else {
+                Err(zk::MultiWriteError::OperationFailed { index, source }) => (index, source),
+                Err(zk::MultiWriteError::RequestFailed { source }) => return Err(fail(source)),
+            };
+            // Not created: what the `exists` behind shows of the lease node.
+            let seen = match call(OP, limit, seen.reply())? {
+                Ok(seen) => seen,
+                Err(e) => return Err(fail(e)),
+            };
+            let stat = seen.0;
+            s.possibly.lock().observe(name, seq, s.raw, seen)?;
+            match failed {
+                (i, zk::Error::NodeExists) if i == at => {
+                    let Some(stat) = stat else {
                         continue; // released meanwhile: try again
                     };
-                    s.possibly.lock().observe(name, seq, s.raw, seen)?;
                     if stat.ephemeral_owner == s.raw {
                         return Ok(Acquire::Acquired(Term {
                             name: name.clone(),
@@ -311,8 +409,23 @@ impl LeaseBackend for ZooKeeperBackend {
                     }
                     return Ok(Acquire::Held(inner.owner_of(&stat)?));
                 }
-                Err(zk::Error::NoNode) => inner.cfg.mkdirs(&client, &inner.cfg.leases, limit)?,
-                Err(e) => return Err(inner.fail(&s, OP, e)),
+                (i, zk::Error::NoNode) if i == at => {
+                    inner.cfg.mkdirs(&client, &inner.cfg.leases, limit)?
+                }
+                // A gate stands without the lease node: the name may be in its delay.
+                (i, zk::Error::NodeExists) if i == at + 1 => {
+                    match inner.gate(&client, limit, name, OP, &fail)? {
+                        delay::Gate::Closed(owner) => return Ok(Acquire::Held(owner)),
+                        delay::Gate::Over(t) => take = Some(t),
+                        delay::Gate::Open => {}
+                    }
+                }
+                (i, zk::Error::NoNode) if i == at + 1 => {
+                    inner.cfg.mkdirs(&client, &inner.cfg.delays, limit)?
+                }
+                // The timed nodes changed meanwhile (taken by another session): read again.
+                (i, _) if i < at => take = None,
+                (_, e) => return Err(fail(e)),
             }
         }
         Err(failure::error(OP, format!("{name} kept changing hands")))
@@ -341,7 +454,22 @@ impl LeaseBackend for ZooKeeperBackend {
         if stat.ephemeral_owner != s.raw || stat.czxid as u64 != token.get() {
             return Ok(false);
         }
-        match call(OP, limit, client.delete(&path, Some(stat.version)))? {
+        // A term with a lock-delay ends with its gate, in the same multi.
+        let deleted = if s.lock_delay_ms > 0 {
+            let gate = inner.cfg.gate_path(name);
+            let mut w = client.new_multi_writer();
+            w.add_delete(&path, Some(stat.version))
+                .map_err(|e| zk_err(OP, e))?;
+            w.add_delete(&delay::holder_path(&gate, session), None)
+                .map_err(|e| zk_err(OP, e))?;
+            w.add_delete(&gate, None).map_err(|e| zk_err(OP, e))?;
+            call(OP, limit, w.commit())?
+                .map(drop)
+                .map_err(zk::Error::from)
+        } else {
+            call(OP, limit, client.delete(&path, Some(stat.version)))?
+        };
+        match deleted {
             Ok(()) => {
                 if let Some(seq) = seq {
                     s.forget(name, seq);
@@ -353,15 +481,23 @@ impl LeaseBackend for ZooKeeperBackend {
         }
     }
 
+    /// One multi read of the lease node and its gate on the reader; a name in its delay adds
+    /// the stamp's write (see `delay`), which times the delay left.
     fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
         const OP: &str = "reading a lease owner";
         let inner = &self.inner;
         let client = inner.reader.client()?;
-        let path = inner.cfg.lease_path(name);
-        match call(OP, inner.cfg.request_timeout, client.get_data(&path))? {
-            Ok((data, stat)) => Ok(Some(inner.owner_with_value(&data, &stat)?)),
-            Err(zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(zk_err(OP, e)),
+        let limit = inner.cfg.request_timeout;
+        let fail = |e| zk_err(OP, e);
+        match inner.read_lease_and_gate(&client, limit, name, OP, &fail)? {
+            (Some((data, stat)), _) => Ok(Some(inner.owner_with_value(&data, &stat)?)),
+            (None, Some((data, stat))) => {
+                match inner.timed(&client, limit, name, &data, &stat, OP, &fail)? {
+                    delay::Gate::Closed(owner) => Ok(Some(owner)),
+                    delay::Gate::Open | delay::Gate::Over(_) => Ok(None),
+                }
+            }
+            (None, None) => Ok(None),
         }
     }
 

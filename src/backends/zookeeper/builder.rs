@@ -115,11 +115,11 @@ impl ZooKeeperBuilder {
         self
     }
 
-    /// Whether [`build`](Self::build) creates the root and its `leases` and `groups` nodes
-    /// when they are missing (default `true`, with the [`AclPolicy`]). Off, building only
-    /// reads: the nodes are created by the first lease or group write instead, and
-    /// [`ZooKeeperBackend::acls`] lists the ones that exist (`simba doctor` builds its backend
-    /// this way, and reports missing nodes instead of creating them).
+    /// Whether [`build`](Self::build) creates the root and its `leases`, `groups` and
+    /// `delays` nodes when they are missing (default `true`, with the [`AclPolicy`]). Off,
+    /// building only reads: the nodes are created by the first lease or group write instead,
+    /// and [`ZooKeeperBackend::acls`] lists the ones that exist (`simba doctor` builds its
+    /// backend this way, and reports missing nodes instead of creating them).
     pub fn create_root(mut self, on: bool) -> Self {
         self.create_root = on;
         self
@@ -213,6 +213,7 @@ impl ZooKeeperBuilder {
             connect: self.connect.clone(),
             leases: format!("{root}/leases"),
             groups: format!("{root}/groups"),
+            delays: format!("{root}/delays"),
             root,
             auth: self.auth.clone(),
             acl,

@@ -24,6 +24,8 @@ pub(super) struct Cfg {
     pub(super) root: String,
     pub(super) leases: String,
     pub(super) groups: String,
+    /// `{root}/delays`: the lock-delay gates (see `delay`).
+    pub(super) delays: String,
     pub(super) auth: Vec<(String, Vec<u8>)>,
     pub(super) acl: AclPolicy,
     pub(super) connection_timeout: Duration,
@@ -78,6 +80,7 @@ impl Cfg {
         if self.create_root {
             self.mkdirs(&client, &self.leases, self.request_timeout)?;
             self.mkdirs(&client, &self.groups, self.request_timeout)?;
+            self.mkdirs(&client, &self.delays, self.request_timeout)?;
         }
         let w = client.watch(&self.root, zk::AddWatchMode::PersistentRecursive);
         let watcher = call("watching the root", self.request_timeout, w)?
@@ -107,6 +110,11 @@ impl Cfg {
 
     pub(super) fn lease_path(&self, name: &LeaseName) -> String {
         format!("{}/{}", self.leases, name.as_str())
+    }
+
+    /// The lock-delay gate of `name` (see `delay`).
+    pub(super) fn gate_path(&self, name: &LeaseName) -> String {
+        format!("{}/{}", self.delays, name.as_str())
     }
 
     pub(super) fn group_path(&self, group: &GroupName) -> String {

@@ -43,12 +43,13 @@ pub(super) fn block_on_for<F: Future>(fut: F, limit: Duration) -> Option<F::Outp
     }
 }
 
-/// [`block_on_for`] that turns running out of time into [`Error::Timeout`].
-pub(super) fn call<T>(
+/// [`block_on_for`] that turns running out of time into [`Error::Timeout`] (the future's
+/// own error, a [`zk::Error`] or a multi's [`zk::MultiWriteError`], is kept inside).
+pub(super) fn call<T, E>(
     operation: &'static str,
     limit: Duration,
-    fut: impl Future<Output = Result<T, zk::Error>>,
-) -> Result<Result<T, zk::Error>> {
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<Result<T, E>> {
     block_on_for(fut, limit).ok_or(Error::Timeout {
         operation,
         after: limit,

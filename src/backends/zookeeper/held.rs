@@ -199,6 +199,11 @@ impl Leases {
         }
     }
 
+    /// Every possibly-owned name.
+    pub(super) fn names(&self) -> Vec<LeaseName> {
+        self.names.keys().cloned().collect()
+    }
+
     /// The sequence number of the last create of `name`.
     pub(super) fn seq_of(&self, name: &LeaseName) -> Option<u64> {
         self.names.get(name).map(|e| e.seq)

@@ -9,6 +9,7 @@
 //! * `session`: each Simba session's own ZooKeeper client, and the table of them;
 //! * `connect`: the settings every client is opened with, and the shared reader;
 //! * `codec`: a lease node's data and token; `watch`: the watchdog and the reader's watch;
+//! * `delay`: lock-delay gates and their stamps;
 //! * `acl`: [`Perms`], [`Acl`], [`AclPolicy`]; `held`: the watches of the held leases;
 //!   `queue`: fair locks; `jobs`: run-once jobs; `tls`; `facade`: blocking on the client's
 //!   futures; `failure`: every error.
@@ -18,6 +19,7 @@ mod backend;
 mod builder;
 mod codec;
 mod connect;
+mod delay;
 mod facade;
 mod failure;
 mod held;

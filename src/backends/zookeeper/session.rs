@@ -22,6 +22,8 @@ pub(super) struct ZkSession {
     pub(super) id: SessionId,
     pub(super) raw: i64,
     pub(super) negotiated: Duration,
+    /// The session's lock-delay in ms (0: none): its terms carry a gate (see `delay`).
+    pub(super) lock_delay_ms: i64,
     pub(super) metadata: Metadata,
     pub(super) client: Mutex<Option<zk::Client>>,
     pub(super) states: zk::StateWatcher,

@@ -181,7 +181,8 @@ impl Core {
         }
         self.lose_rw_terms(LossReason::SessionExpired);
         self.state = State::Expired;
-        if locally {
+        // Closing would end the terms cleanly, without the lock-delay they are owed.
+        if locally && self.t.lock_delay.is_zero() {
             self.out.push(Output::CloseBackend);
         }
         let session = self.session.clone();

@@ -102,6 +102,9 @@ pub struct Timing {
     pub retry: Duration,
     /// Clock-rate drift bound.
     pub drift: f64,
+    /// The session's lock-delay: when above zero, a local expiry leaves the backend session
+    /// to expire there (no close), so its terms get the delay.
+    pub lock_delay: Duration,
 }
 
 impl Timing {

@@ -15,6 +15,7 @@ fn timing() -> Timing {
         renew: 300 * MS,
         retry: 150 * MS,
         drift: 0.01,
+        lock_delay: Duration::ZERO,
     }
 }
 
@@ -536,6 +537,35 @@ fn unlock_past_the_session_deadline_reports_the_session_expiry() {
     assert!(out.contains(&Output::CloseBackend));
 }
 
+/// With a lock-delay, a local expiry leaves the backend session to expire there: closing
+/// it would end its terms cleanly, without the delay.
+#[test]
+fn a_local_expiry_with_a_lock_delay_does_not_close_the_backend_session() {
+    let t0 = Instant::now();
+    let t = Timing {
+        lock_delay: 500 * MS,
+        ..timing()
+    };
+    let mut c = Core::new(t, SessionId::random(), t0, 1000 * MS, 7);
+    elected(&mut c, t0, 4, 1000 * MS);
+    c.tick(t0 + 300 * MS);
+    assert_eq!(c.take_outputs(), vec![Output::KeepAlive]);
+    c.on_keep_alive(
+        t0 + 300 * MS,
+        t0 + 310 * MS,
+        Err(Error::backend("test", "down")),
+    );
+    c.take_outputs();
+    c.tick(t0 + 990 * MS);
+    assert_eq!(c.state(), State::Expired);
+    let out = c.take_outputs();
+    assert!(!out.contains(&Output::CloseBackend), "{out:?}");
+    assert!(matches!(
+        events(&out)[..],
+        [Event::Revoked { .. }, Event::SessionExpired { .. }]
+    ));
+}
+
 #[test]
 fn unlock_of_a_valid_term_releases_it() {
     let t0 = Instant::now();
@@ -812,6 +842,7 @@ fn same_term_after_an_unfinished_release_is_not_adopted() {
         renew: Duration::from_millis(300),
         retry: Duration::from_millis(150),
         drift: 0.01,
+        lock_delay: Duration::ZERO,
     };
     let t0 = Instant::now();
     let ms = |n| t0 + Duration::from_millis(n);

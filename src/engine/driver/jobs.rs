@@ -43,6 +43,7 @@ mod tests {
             renew: s,
             retry: s / 2,
             drift: 0.01,
+            lock_delay: Duration::ZERO,
         };
         let id = SessionId::random();
         let mut core = Core::new(timing, id.clone(), t0, 10 * s, 1);
@@ -62,6 +63,7 @@ mod tests {
             renew: s / 3,
             retry: s / 6,
             drift: 0.01,
+            lock_delay: Duration::ZERO,
         };
         let id = SessionId::random();
         // The session's local deadline is 990 ms after its open; the claim's is later.

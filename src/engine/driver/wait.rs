@@ -274,6 +274,7 @@ mod tests {
             renew: s / 3,
             retry: s / 6,
             drift: 0.01,
+            lock_delay: Duration::ZERO,
         };
         let name = LeaseName::new("l").unwrap();
         let mut core = Core::new(timing, SessionId::random(), t0, s, 1);

@@ -15,7 +15,7 @@ use super::handle::EngineHandle;
 use super::listeners::{Listeners, SESSION};
 use super::router::{Interest, Router};
 use crate::error::{Error, Result};
-use crate::spi::{LeaseBackend, Notification};
+use crate::spi::{LeaseBackend, Notification, SessionGrant};
 use crate::types::{Clock, SystemClock};
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
 use crossbeam_channel::{Receiver, Sender};
@@ -136,6 +136,19 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// Opens a backend session for `config`: with its lock-delay when it has one (a backend
+/// without lock-delay then fails with `Unsupported`, never ignoring it).
+pub(super) fn open_backend_session(
+    backend: &dyn LeaseBackend,
+    config: &Config,
+) -> Result<SessionGrant> {
+    if config.lock_delay().is_zero() {
+        backend.open_session(config.lease(), config.metadata())
+    } else {
+        backend.open_session_with_delay(config.lease(), config.metadata(), config.lock_delay())
+    }
+}
+
 impl Session {
     /// Opens a session on `backend` (one backend call) and starts its threads.
     pub fn open(backend: Arc<dyn LeaseBackend>, config: Config) -> Result<Session> {
@@ -145,18 +158,25 @@ impl Session {
                 backend: backend.kind(),
             });
         }
+        if !config.lock_delay().is_zero() && !backend.supports_lock_delay() {
+            return Err(Error::Unsupported {
+                operation: "lock-delay",
+                backend: backend.kind(),
+            });
+        }
         // One subscription per backend and process, shared by its sessions.
         let router = Router::for_backend(&backend)?;
         // A panic in a backend call becomes an error; the session's threads live on.
         let backend: Arc<dyn LeaseBackend> = Arc::new(PanicGuard(backend));
         let clock = SystemClock;
         let sent = clock.now();
-        let grant = backend.open_session(config.lease(), config.metadata())?;
+        let grant = open_backend_session(&*backend, &config)?;
         let timing = Timing {
             lease: config.lease(),
             renew: config.renew_interval(),
             retry: config.retry_interval(),
             drift: config.drift(),
+            lock_delay: config.lock_delay(),
         };
         let core = Core::new(
             timing,

@@ -56,10 +56,7 @@ impl Inner {
         let retry = self.config.retry_interval();
         while !self.closed.load(Ordering::SeqCst) {
             let sent = self.now();
-            match self
-                .backend
-                .open_session(self.config.lease(), self.config.metadata())
-            {
+            match open_backend_session(&*self.backend, &self.config) {
                 Ok(grant) => {
                     let now = self.now();
                     let mut s = self.shared.lock();

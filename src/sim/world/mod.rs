@@ -214,6 +214,7 @@ pub fn run(seed: u64, config: &SimConfig, trace: bool) -> Outcome {
         renew: config.renew,
         retry: config.renew / 2,
         drift: config.drift,
+        lock_delay: Duration::ZERO,
     };
     let mut w = World {
         cfg: config,

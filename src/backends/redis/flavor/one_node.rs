@@ -99,7 +99,7 @@ impl OneNode {
         b: &Base,
         session: &SessionId,
         lease_ms: u64,
-        index: &[String; 3],
+        index: &[String; 4],
     ) -> Result<KeepAlive> {
         const OP: &str = "keeping a session alive";
         let known = self.known.lock().get(session).map(|k| k.version);

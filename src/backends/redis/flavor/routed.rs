@@ -122,7 +122,7 @@ impl Routed {
             &[b.keys.session(sid), b.keys.leases_index(sid)],
             &[name.to_string()],
         )?;
-        let Some((left, lease)) = session_call(OP, &r)? else {
+        let Some((left, lease, delay)) = session_call(OP, &r)? else {
             return Ok(Acquired::Expired);
         };
         let left = Duration::from_millis(left);
@@ -158,6 +158,8 @@ impl Routed {
                 &scripts().acquire_lease_queued
             }
         };
+        // The session's lock-delay, kept with the term (and the anchor's epoch).
+        args.push(delay.to_string());
         let (r, acked) = if b.cfg.wait_replicas == 0 {
             (b.eval(Role::Other, script, &keys, &args)?, None)
         } else {
@@ -292,7 +294,7 @@ impl Routed {
             &[b.keys.session(session), b.keys.groups_index(session)],
             &[group.to_string()],
         )?;
-        let Some((left, lease)) = session_call(OP, &r)? else {
+        let Some((left, lease, _)) = session_call(OP, &r)? else {
             return Err(expired(session));
         };
         let left = Duration::from_millis(left);

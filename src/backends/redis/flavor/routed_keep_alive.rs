@@ -35,6 +35,8 @@ struct Round<'a> {
     remaining: Duration,
     /// When the session call answered.
     answered: Instant,
+    /// The session's lock-delay in ms (0: none), kept with each anchor's epoch.
+    delay_ms: u64,
 }
 
 /// One node's share of a keep-alive: indices into the session's names, and group keys.
@@ -80,7 +82,7 @@ impl Routed {
         session: &SessionId,
         lease: Duration,
         lease_ms: u64,
-        index: &[String; 3],
+        index: &[String; 4],
     ) -> Result<KeepAlive> {
         let known = self
             .anchored
@@ -109,8 +111,12 @@ impl Routed {
             self.forget(session);
             return Err(expired(session));
         }
-        let a = array_of(OP, &r, 5)?;
+        let a = array_of(OP, &r, 6)?;
         let remaining = renewed(OP, &r, lease_ms)?;
+        let delay_ms = a[5]
+            .as_int()
+            .and_then(|d| u64::try_from(d).ok())
+            .ok_or_else(|| bad_reply(OP, &r))?;
         let version = a[1].as_int().filter(|v| *v >= 0);
         let listed = a[2].as_int().filter(|l| *l == 0 || *l == 1);
         let (Some(version), Some(listed)) = (version, listed) else {
@@ -178,6 +184,7 @@ impl Routed {
             group_keys: &group_keys,
             remaining,
             answered,
+            delay_ms,
         };
         let outcomes = match self.keep_alive_by_anchor(b, &round, lease, true)? {
             Some(o) => o,
@@ -237,6 +244,7 @@ impl Routed {
             group_keys,
             remaining,
             answered,
+            delay_ms,
         } = *round;
         let Some(map) = self.slot_maps.get(&*b.scripting) else {
             return Ok(None);
@@ -270,12 +278,13 @@ impl Routed {
             .iter()
             .zip(nodes.values())
             .map(|((anchor, known, plan), w)| {
-                let mut args = Vec::with_capacity(5 + plan.rebind.len() + w.groups.len());
+                let mut args = Vec::with_capacity(6 + plan.rebind.len() + w.groups.len());
                 args.extend([
                     session.to_string(),
                     left_ms.to_string(),
                     known.as_deref().unwrap_or_default().to_owned(),
                     horizon_ms.clone(),
+                    delay_ms.to_string(),
                     plan.rebind.len().to_string(),
                 ]);
                 args.extend(
@@ -380,6 +389,7 @@ impl Routed {
             group_keys,
             remaining,
             answered,
+            ..
         } = *round;
         let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
             return Ok(Vec::new());

@@ -20,7 +20,7 @@ pub(super) fn install(c: &mut Conn, tables: &Tables, secs: u64) -> DbResult<()> 
     let r = script
         .iter()
         .try_for_each(|s| c.query_drop(s))
-        .and_then(|()| add_version(c, &tables.session))
+        .and_then(|()| add_session_columns(c, &tables.session))
         .and_then(|()| add_value(c, &tables.lease));
     if got {
         c.query_drop("DO RELEASE_LOCK('simba_install')")?;
@@ -49,18 +49,20 @@ fn add_value(c: &mut Conn, lease: &str) -> std::result::Result<(), ::mysql::Erro
     Ok(())
 }
 
-/// Adds the `version` column to a session table of an earlier version (MySQL 8 has no
-/// `ADD COLUMN IF NOT EXISTS`; MariaDB has).
-fn add_version(c: &mut Conn, session: &str) -> std::result::Result<(), ::mysql::Error> {
-    let row: Option<Row> = c.exec_first(
-        "SELECT COUNT(*) FROM information_schema.COLUMNS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'version'",
-        (session,),
-    )?;
-    if row.map(cells).and_then(|r| int(cell(&r, 0))) == Some(0) {
-        c.query_drop(format!(
-            "ALTER TABLE {session} ADD COLUMN version BIGINT NOT NULL DEFAULT 0"
-        ))?;
+/// Adds the `version` and `lock_delay` columns to a session table of an earlier version
+/// (MySQL 8 has no `ADD COLUMN IF NOT EXISTS`; MariaDB has).
+fn add_session_columns(c: &mut Conn, session: &str) -> std::result::Result<(), ::mysql::Error> {
+    for column in ["version", "lock_delay"] {
+        let row: Option<Row> = c.exec_first(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+            (session, column),
+        )?;
+        if row.map(cells).and_then(|r| int(cell(&r, 0))) == Some(0) {
+            c.query_drop(format!(
+                "ALTER TABLE {session} ADD COLUMN {column} BIGINT NOT NULL DEFAULT 0"
+            ))?;
+        }
     }
     Ok(())
 }

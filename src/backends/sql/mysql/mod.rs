@@ -330,11 +330,17 @@ impl Driver for MyDriver {
         self.run(|c| Ok(c.query_drop(&sql)?))
     }
 
-    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64> {
+    fn open_session(
+        &self,
+        id: &str,
+        lease_ms: i64,
+        lock_delay_ms: i64,
+        metadata: &str,
+    ) -> DbResult<i64> {
         // MySQL has no RETURNING: the remaining time is read by a second statement, later
         // than the insert, so it can only be smaller than what the insert granted.
         self.run(|c| {
-            c.exec_drop(&self.sql.open, (id, lease_ms, metadata))?;
+            c.exec_drop(&self.sql.open, (id, lease_ms, metadata, lock_delay_ms))?;
             let rem: Option<Row> = c.exec_first(&self.sql.open_read, (id,))?;
             opened(rem.map(cells))
         })
@@ -380,7 +386,7 @@ impl Driver for MyDriver {
         // can deadlock with an acquire (session rows, then the lease row).
         self.run(|c| {
             c.exec_drop(&self.sql.rm_session, (id,))?;
-            c.exec_drop(&self.sql.rm_leases, (id,))?;
+            c.exec_drop(&self.sql.rm_leases, (id, id))?;
             Ok(c.exec_drop(&self.sql.rm_members, (id,))?)
         })
     }
@@ -469,10 +475,14 @@ impl Driver for MyDriver {
                 return Ok(0);
             }
             let marks = vec!["?"; ids.len()].join(",");
-            // The session rows go first (lock order), each only if still expired when its
-            // row is locked; then the memberships of the ids whose session row is gone.
+            // The session rows go first (lock order), each only if still expired (and past
+            // its lock-delay) when its row is locked; then the memberships of the ids whose
+            // session row is gone.
             c.exec_drop(
-                format!("DELETE FROM {s} WHERE session_id IN ({marks}) AND expires_at <= {NOW}"),
+                format!(
+                    "DELETE FROM {s} WHERE session_id IN ({marks}) AND expires_at <= {NOW} \
+                     AND expires_at + lock_delay <= {NOW}"
+                ),
                 ids.clone(),
             )?;
             let n = c.affected_rows() as usize;

@@ -14,6 +14,14 @@ pub(super) const NOW: &str =
 pub(super) const TERM_VALUE: &str =
     "COALESCE(CASE WHEN l.value_token = l.token THEN l.term_value END, '')";
 
+/// The end (epoch ms) of the terms of the session row `alias`: its expiry while it is live,
+/// its expiry plus its lock-delay once it expired.
+fn term_end(alias: &str) -> String {
+    format!(
+        "({alias}.expires_at + CASE WHEN {alias}.expires_at > {NOW} THEN 0 ELSE {alias}.lock_delay END)"
+    )
+}
+
 pub(super) struct Sql {
     pub(super) open: String,
     pub(super) open_read: String,
@@ -42,7 +50,8 @@ impl Sql {
         let (s, l, m) = (&t.session, &t.lease, &t.member);
         Sql {
             open: format!(
-                "INSERT INTO {s} (session_id, expires_at, metadata) VALUES (?, {NOW} + ?, ?)"
+                "INSERT INTO {s} (session_id, expires_at, metadata, lock_delay) \
+                 VALUES (?, {NOW} + ?, ?, ?)"
             ),
             // Measured after the insert committed: never more than the insert granted.
             open_read: format!("SELECT expires_at * 1000 - {NOW_US} FROM {s} WHERE session_id = ?"),
@@ -68,8 +77,17 @@ impl Sql {
                   FROM {s} s WHERE s.session_id = ? LIMIT 1) d \
                  LEFT JOIN {l} l ON l.session_id = IF(d.listed, d.session_id, NULL)"
             ),
-            rm_session: format!("DELETE FROM {s} WHERE session_id = ?"),
-            rm_leases: format!("UPDATE {l} SET session_id = '' WHERE session_id = ?"),
+            // A session that expired and whose lock-delay has not run out keeps its row, and
+            // so its leases (blocked until the purge after the delay): only a live session's
+            // close, or a removal after the delay, frees them.
+            rm_session: format!(
+                "DELETE FROM {s} WHERE session_id = ? \
+                 AND (expires_at > {NOW} OR expires_at + lock_delay <= {NOW})"
+            ),
+            rm_leases: format!(
+                "UPDATE {l} SET session_id = '' WHERE session_id = ? \
+                 AND NOT EXISTS (SELECT 1 FROM {s} s WHERE s.session_id = ?)"
+            ),
             rm_members: format!("DELETE FROM {m} WHERE session_id = ?"),
             // One multi-table UPDATE takes an existing lease row that is free or whose
             // holder's session expired or is gone, and bumps the version of both sessions'
@@ -79,7 +97,9 @@ impl Sql {
             // session id order as on PostgreSQL: a deadlock needs a holder that releases at
             // the instant it expires, and is retried.) Its outcome is read from the lease row
             // afterwards, not from the affected-row count (which `CLIENT_FOUND_ROWS`
-            // changes). MySQL updates a NULL-complemented row of an outer join nowhere.
+            // changes). MySQL updates a NULL-complemented row of an outer join nowhere. A
+            // holder blocks the name until its expiry, and once expired until its expiry plus
+            // its lock-delay: while `expires_at + lock_delay` is later than now.
             acquire: format!(
                 "UPDATE {s} me STRAIGHT_JOIN {l} l ON l.name = ? \
                  LEFT JOIN {s} h ON h.session_id = l.session_id \
@@ -87,7 +107,7 @@ impl Sql {
                      me.version = me.version + 1, h.version = h.version + 1 \
                  WHERE me.session_id = ? AND me.expires_at > {NOW} \
                    AND l.session_id <> me.session_id \
-                   AND (h.session_id IS NULL OR h.expires_at <= {NOW})"
+                   AND (h.session_id IS NULL OR h.expires_at + h.lock_delay <= {NOW})"
             ),
             // A name never acquired gets a free row with token 0 first (the first term has
             // token 1), which `acquire` then takes.
@@ -95,12 +115,15 @@ impl Sql {
                 "INSERT INTO {l} (name, session_id, token) VALUES (?, '', 0) \
                  ON DUPLICATE KEY UPDATE {l}.token = {l}.token"
             ),
+            // The holder's remaining time is until its term's end (its expiry, plus its
+            // lock-delay once expired).
             acquire_report: format!(
                 "SELECT (SELECT expires_at FROM {s} WHERE session_id = ?) * 1000 - {NOW_US}, \
                  l.session_id, l.token, \
-                 (SELECT h.expires_at FROM {s} h WHERE h.session_id = l.session_id) * 1000 \
+                 (SELECT {end} FROM {s} h WHERE h.session_id = l.session_id) * 1000 \
                    - {NOW_US} \
-                 FROM (SELECT 1 AS one) d LEFT JOIN {l} l ON l.name = ?"
+                 FROM (SELECT 1 AS one) d LEFT JOIN {l} l ON l.name = ?",
+                end = term_end("h"),
             ),
             // Only by a live session (an expired one holds nothing, so changes nothing);
             // bumps the version of the session's leases. Both rows change, so the count is
@@ -111,10 +134,12 @@ impl Sql {
                  SET l.session_id = '', me.version = me.version + 1 \
                  WHERE me.session_id = ? AND me.expires_at > {NOW}"
             ),
+            // The live holder, or the expired one while its term is in its lock-delay.
             owner: format!(
-                "SELECT l.session_id, l.token, s.expires_at * 1000 - {NOW_US}, {TERM_VALUE} \
+                "SELECT l.session_id, l.token, {end} * 1000 - {NOW_US}, {TERM_VALUE} \
                  FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
-                 WHERE l.name = ? AND s.expires_at > {NOW}"
+                 WHERE l.name = ? AND s.expires_at + s.lock_delay > {NOW}",
+                end = term_end("s"),
             ),
             // Only by the live holder of the term with that token. The affected-row count
             // is 0 when the value was already set (without `CLIENT_FOUND_ROWS`), so a 0 is
@@ -149,8 +174,10 @@ impl Sql {
                  JOIN {s} s ON s.session_id = m.session_id \
                  WHERE m.group_name = ? AND s.expires_at > {NOW} ORDER BY m.session_id"
             ),
+            // Expired sessions whose lock-delay ran out (the others' terms still block).
             purge_find: format!(
-                "SELECT session_id FROM {s} WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT ?"
+                "SELECT session_id FROM {s} WHERE expires_at <= {NOW} \
+                 AND expires_at + lock_delay <= {NOW} ORDER BY expires_at LIMIT ?"
             ),
             // Memberships only of the sessions that are gone: a session found expired but
             // live again at its delete (a step back of the database clock) keeps its row and

@@ -17,18 +17,19 @@ pub(super) fn install(c: &mut Client, tables: &Tables) -> Result<(), ::postgres:
     for stmt in &script {
         tx.batch_execute(stmt)?;
     }
-    // Tables of earlier versions have no `version` column: add it (only then, as
-    // ALTER TABLE locks the table exclusively even when there is nothing to do).
+    // Tables of earlier versions have no `version` or `lock_delay` column: add them (only
+    // then, as ALTER TABLE locks the table exclusively even when there is nothing to do).
     let has: bool = tx
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_attribute \
-                     WHERE attrelid = to_regclass($1) AND attname = 'version' AND NOT attisdropped)",
-                    &[&session],
-                )?
-                .try_get(0)?;
+        .query_one(
+            "SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = to_regclass($1) \
+                     AND attname IN ('version', 'lock_delay') AND NOT attisdropped",
+            &[&session],
+        )?
+        .try_get(0)?;
     if !has {
         tx.batch_execute(&format!(
-            "ALTER TABLE {session} ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0"
+            "ALTER TABLE {session} ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0, \
+                     ADD COLUMN IF NOT EXISTS lock_delay bigint NOT NULL DEFAULT 0"
         ))?;
     }
     // Lease tables from before term values have neither value column: add both.

@@ -257,10 +257,16 @@ impl Driver for PgDriver {
         Ok(())
     }
 
-    fn open_session(&self, id: &str, lease_ms: i64, metadata: &str) -> DbResult<i64> {
+    fn open_session(
+        &self,
+        id: &str,
+        lease_ms: i64,
+        lock_delay_ms: i64,
+        metadata: &str,
+    ) -> DbResult<i64> {
         self.run(|c, st| {
             let r = c
-                .query_one(&st.open, &[&id, &lease_ms, &metadata])
+                .query_one(&st.open, &[&id, &lease_ms, &metadata, &lock_delay_ms])
                 .map_err(classify)?;
             col(&r, 0)
         })

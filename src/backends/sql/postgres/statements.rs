@@ -21,6 +21,16 @@ pub(super) const NOW_US: &str = "((extract(epoch FROM statement_timestamp()) * 1
 pub(super) const TERM_VALUE: &str =
     "coalesce(CASE WHEN l.value_token = l.token THEN l.term_value END, '')::text";
 
+/// The end (epoch ms) of the terms of the session row `alias` at `now` (an SQL expression in
+/// ms): its expiry while it is live, its expiry plus its lock-delay once it expired. A term
+/// blocks its name while this is later than `now`, that is while `expires_at + lock_delay`
+/// is (the delay is never negative).
+pub(super) fn term_end(alias: &str, now: &str) -> String {
+    format!(
+        "({alias}.expires_at + CASE WHEN {alias}.expires_at > {now} THEN 0 ELSE {alias}.lock_delay END)"
+    )
+}
+
 /// One connection's prepared statements, one per operation (see [`sql`]).
 pub(super) struct Stmts {
     pub(super) open: Statement,
@@ -45,10 +55,10 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
     // statement, so a notification is sent exactly when the change commits (see `listen`).
     let ch = super::listen::channel_literal(t);
     [
-        // open: the remaining µs measured by the same statement
+        // open: the remaining µs measured by the same statement; $4 the lock-delay in ms
         format!(
-            "INSERT INTO {s} (session_id, expires_at, metadata) VALUES ($1, {NOW} + $2, $3) \
-             RETURNING expires_at * 1000 - {NOW_US}"
+            "INSERT INTO {s} (session_id, expires_at, metadata, lock_delay) \
+             VALUES ($1, {NOW} + $2, $3, $4) RETURNING expires_at * 1000 - {NOW_US}"
         ),
         // keep-alive, one statement: renew first (the one-time filters on `renewed` run the
         // UPDATE before the lease scan), then read the held leases FOR SHARE, but only when
@@ -90,11 +100,16 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
              FROM (SELECT 1) one LEFT JOIN held ON true"
         ),
         // remove: the session row first (lock order session -> lease, as in acquire); notifies
-        // every freed lease and every group left
+        // every freed lease and every group left. An expired session still in its lock-delay
+        // keeps its row and its leases (which stay blocked until the purge after the delay):
+        // only a live session's close, or a removal after the delay, frees them.
         format!(
-            "WITH gone AS (DELETE FROM {s} WHERE session_id = $1 RETURNING 1), \
+            "WITH gone AS (DELETE FROM {s} WHERE session_id = $1 \
+                       AND (expires_at > {NOW} OR expires_at + lock_delay <= {NOW}) RETURNING 1), \
              freed AS (UPDATE {l} SET session_id = '' \
-                       WHERE session_id = $1 AND (SELECT count(*) FROM gone) >= 0 RETURNING name), \
+                       WHERE session_id = $1 AND (EXISTS (SELECT 1 FROM gone) \
+                             OR NOT EXISTS (SELECT 1 FROM {s} WHERE session_id = $1)) \
+                       RETURNING name), \
              left_ AS (DELETE FROM {m} WHERE session_id = $1 AND (SELECT count(*) FROM gone) >= 0 \
                        RETURNING group_name), \
              note AS MATERIALIZED (SELECT pg_notify({ch}, 'r:' || name) FROM freed \
@@ -105,7 +120,9 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
         // acquire: one upsert. Locks the acquirer's session row and the holder's (whether or
         // not it is live) FOR NO KEY UPDATE, in session id order (two sessions taking over
         // each other's leases cannot deadlock), then the lease row (ON CONFLICT); the update
-        // only applies if the row still has the holder that was checked. A new term (a row
+        // only applies if the row still has the holder that was checked. The holder blocks
+        // the name until its term's end: its expiry, or once expired its expiry plus its
+        // lock-delay (`holder.expires_at` is that end, and the holder's remaining its time). A new term (a row
         // from `up`) bumps the version of both sessions' leases and notifies `a:`; a
         // re-acquire by the holder updates nothing and notifies nothing. (The holder's row is
         // locked exclusively because its version changes with the take-over: a keep-alive of
@@ -113,12 +130,12 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
         format!(
             "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
              cur AS MATERIALIZED (SELECT session_id, token FROM {l} WHERE name = $2), \
-             locked AS MATERIALIZED (SELECT session_id, expires_at FROM {s} \
+             locked AS MATERIALIZED (SELECT session_id, expires_at, lock_delay FROM {s} \
                     WHERE session_id = $1 OR session_id = (SELECT session_id FROM cur) \
                     ORDER BY session_id FOR NO KEY UPDATE), \
              me AS MATERIALIZED (SELECT expires_at FROM locked \
                     WHERE session_id = $1 AND expires_at > (SELECT ms FROM now)), \
-             holder AS MATERIALIZED (SELECT expires_at FROM locked \
+             holder AS MATERIALIZED (SELECT {held_until} AS expires_at FROM locked h \
                     WHERE session_id = (SELECT session_id FROM cur) AND session_id <> $1 \
                       AND EXISTS (SELECT 1 FROM me)), \
              up AS (INSERT INTO {l} AS x (name, session_id, token) \
@@ -136,7 +153,8 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
                     (SELECT token FROM up), \
                     (SELECT session_id::text FROM cur), (SELECT token FROM cur), \
                     (SELECT expires_at FROM holder) * 1000 - (SELECT us FROM now), \
-                    (SELECT count(*) FROM note), (SELECT count(*) FROM bump)"
+                    (SELECT count(*) FROM note), (SELECT count(*) FROM bump)",
+            held_until = term_end("h", "(SELECT ms FROM now)"),
         ),
         // release: only by a live session (an expired one holds nothing, so changes nothing);
         // its session row first (the lock order of acquire), whose version a release bumps.
@@ -156,11 +174,13 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
              SELECT (SELECT count(*) FROM freed), (SELECT count(*) FROM note), \
                     (SELECT count(*) FROM bump)"
         ),
-        // owner, with the term's value (stored with the token it belongs to)
+        // owner, with the term's value (stored with the token it belongs to): the live holder,
+        // or the expired one while its term is in its lock-delay
         format!(
-            "SELECT l.session_id::text, l.token, s.expires_at * 1000 - {NOW_US}, {TERM_VALUE} \
+            "SELECT l.session_id::text, l.token, {end} * 1000 - {NOW_US}, {TERM_VALUE} \
              FROM {l} l JOIN {s} s ON s.session_id = l.session_id \
-             WHERE l.name = $1 AND s.expires_at > {NOW}"
+             WHERE l.name = $1 AND s.expires_at + s.lock_delay > {NOW}",
+            end = term_end("s", NOW),
         ),
         // set_value: $1 name, $2 session, $3 token, $4 value. Only the live holder of that
         // term; the lease row alone is locked (the session is read, not locked), so it cannot
@@ -194,10 +214,12 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
              JOIN {s} s ON s.session_id = m.session_id \
              WHERE m.group_name = $1 AND s.expires_at > {NOW} ORDER BY m.session_id"
         ),
-        // purge: along idx_session_expires, skipping rows a concurrent statement holds;
-        // notifies the groups left and the leases the purged sessions still pointed at
+        // purge: along idx_session_expires, skipping rows a concurrent statement holds and
+        // the sessions whose lock-delay has not run out (their terms still block their
+        // names); notifies the groups left and the leases the purged sessions still pointed at
         format!(
             "WITH dead AS (SELECT session_id FROM {s} WHERE expires_at <= {NOW} \
+                           AND expires_at + lock_delay <= {NOW} \
                            ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED), \
              gone AS (DELETE FROM {s} WHERE session_id IN (SELECT session_id FROM dead) \
                       RETURNING session_id), \
@@ -293,7 +315,7 @@ pub(super) fn prepare(
         sql(t);
     let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
     Ok(Stmts {
-        open: client.prepare_typed(&open, &[sid.clone(), i8.clone(), Type::VARCHAR])?,
+        open: client.prepare_typed(&open, &[sid.clone(), i8.clone(), Type::VARCHAR, i8.clone()])?,
         keep_alive: client.prepare_typed(
             &keep_alive,
             &[
