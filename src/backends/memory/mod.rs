@@ -13,6 +13,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod jobs;
+mod queues;
+mod rw;
+
 struct SessionRow {
     expires: Instant,
     /// How long its terms keep their names blocked after it expired.
@@ -540,39 +544,7 @@ impl LeaseBackend for MemoryBackend {
         name: &LeaseName,
         at_most: Duration,
     ) -> Result<JobClaim> {
-        crate::backends::jobs::check_at_most(at_most)?;
-        let now = self.clock.now();
-        let mut guard = self.tables.lock();
-        let t = &mut *guard;
-        if t.live(session, now).is_none() {
-            return Err(t.expired(session));
-        }
-        let sessions = &t.sessions;
-        let live = |id: &SessionId| sessions.get(id).is_some_and(|s| s.expires > now);
-        let mut token = 0;
-        if let Some(j) = t.jobs.get(name) {
-            if j.until > now && (!j.running || live(&j.holder)) {
-                return Ok(JobClaim::Busy {
-                    remaining: j.until - now,
-                });
-            }
-            token = j.token;
-        }
-        let token = Token::new(token + 1)?;
-        t.jobs.insert(
-            name.clone(),
-            JobRow {
-                holder: session.clone(),
-                token: token.get(),
-                started: now,
-                until: now + at_most,
-                running: true,
-            },
-        );
-        Ok(JobClaim::Claimed {
-            token,
-            remaining: at_most,
-        })
+        self.job_claim(session, name, at_most)
     }
 
     fn finish_job(
@@ -582,24 +554,7 @@ impl LeaseBackend for MemoryBackend {
         token: Token,
         at_least: Duration,
     ) -> Result<bool> {
-        crate::backends::jobs::check_at_least(at_least)?;
-        let now = self.clock.now();
-        let mut guard = self.tables.lock();
-        let t = &mut *guard;
-        // An ended session holds nothing, so its finish changes nothing.
-        if t.live(session, now).is_none() {
-            return Ok(false);
-        }
-        match t.jobs.get_mut(name) {
-            Some(j)
-                if j.running && j.holder == *session && j.token == token.get() && j.until > now =>
-            {
-                j.running = false;
-                j.until = j.started + at_least;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        self.job_finish(session, name, token, at_least)
     }
 
     fn supports_queues(&self) -> bool {
@@ -617,25 +572,7 @@ impl LeaseBackend for MemoryBackend {
         token: Token,
         value: &str,
     ) -> Result<bool> {
-        crate::types::check_value(value)?;
-        let now = self.clock.now();
-        let mut t = self.tables.lock();
-        if t.live(session, now).is_none() {
-            return Ok(false);
-        }
-        let set = match t.leases.get_mut(name) {
-            Some(l) if l.session.as_ref() == Some(session) && l.token == token.get() => {
-                value.clone_into(&mut l.value);
-                true
-            }
-            _ => false,
-        };
-        drop(t);
-        if set {
-            self.subscribers
-                .publish(&Notification::Acquired(name.clone()));
-        }
-        Ok(set)
+        self.value_set(session, name, token, value)
     }
 
     /// One step: the term is never seen without its value.
@@ -645,25 +582,7 @@ impl LeaseBackend for MemoryBackend {
         name: &LeaseName,
         value: &str,
     ) -> Result<Acquire> {
-        crate::types::check_value(value)?;
-        let now = self.clock.now();
-        let mut t = self.tables.lock();
-        if t.live(session, now).is_none() {
-            return Err(t.expired(session));
-        }
-        let (reply, new_term) = t.take(session, name, now)?;
-        let set = matches!(reply, Acquire::Acquired(_)) && !value.is_empty();
-        if set {
-            if let Some(l) = t.leases.get_mut(name) {
-                value.clone_into(&mut l.value);
-            }
-        }
-        drop(t);
-        if new_term || set {
-            self.subscribers
-                .publish(&Notification::Acquired(name.clone()));
-        }
-        Ok(reply)
+        self.value_acquire(session, name, value)
     }
 
     fn acquire_queued(
@@ -672,55 +591,7 @@ impl LeaseBackend for MemoryBackend {
         name: &LeaseName,
         patience: Duration,
     ) -> Result<Queued> {
-        crate::backends::options::check_lease(patience)?;
-        let now = self.clock.now();
-        let mut t = self.tables.lock();
-        if t.live(session, now).is_none() {
-            return Err(t.expired(session));
-        }
-        t.prune_queue(name, now);
-        let until = now + patience;
-        let q = t.queues.entry(name.clone()).or_default();
-        let ahead = match q.iter().position(|(id, _)| id == session) {
-            Some(i) => {
-                q[i].1 = until;
-                i
-            }
-            None => {
-                q.push((session.clone(), until));
-                q.len() - 1
-            }
-        };
-        let holds = t
-            .leases
-            .get(name)
-            .is_some_and(|l| l.session.as_ref() == Some(session));
-        if ahead > 0 && !holds {
-            let owner = t.owner(name, now);
-            return Ok(Queued::Waiting { ahead, owner });
-        }
-        let (reply, new_term) = t.take(session, name, now)?;
-        let reply = match reply {
-            Acquire::Acquired(term) => {
-                if let Some(q) = t.queues.get_mut(name) {
-                    q.retain(|(id, _)| id != session);
-                    if q.is_empty() {
-                        t.queues.remove(name);
-                    }
-                }
-                Queued::Acquired(term)
-            }
-            Acquire::Held(owner) => Queued::Waiting {
-                ahead: 0,
-                owner: Some(owner),
-            },
-        };
-        drop(t);
-        if new_term {
-            self.subscribers
-                .publish(&Notification::Acquired(name.clone()));
-        }
-        Ok(reply)
+        self.queued_acquire(session, name, patience)
     }
 
     fn supports_rw_locks(&self) -> bool {
@@ -734,62 +605,7 @@ impl LeaseBackend for MemoryBackend {
         mode: RwMode,
         patience: Duration,
     ) -> Result<RwAcquire> {
-        if !patience.is_zero() {
-            crate::backends::options::check_lease(patience)?;
-        }
-        let now = self.clock.now();
-        let mut guard = self.tables.lock();
-        let t = &mut *guard;
-        let Some(remaining) = t.live(session, now).map(|s| s.expires - now) else {
-            return Err(t.expired(session));
-        };
-        let row = t.rw.entry(name.clone()).or_default();
-        row.prune(&t.sessions, now);
-        let held = match mode {
-            RwMode::Read => row.readers.get(session).copied(),
-            RwMode::Write => row.writer.as_ref().filter(|w| &w.0 == session).map(|w| w.1),
-        };
-        let token = match (held, mode) {
-            (Some(token), _) => token,
-            (None, RwMode::Read) => {
-                if row.writer.is_some() || !row.waiting.is_empty() {
-                    return Ok(row.busy());
-                }
-                row.token += 1;
-                row.readers.insert(session.clone(), row.token);
-                row.token
-            }
-            (None, RwMode::Write) => {
-                let place = row.waiting.iter().position(|(id, _)| id == session);
-                let ahead = place.unwrap_or(row.waiting.len());
-                if row.writer.is_some() || !row.readers.is_empty() || ahead > 0 {
-                    let until = now + patience;
-                    match place {
-                        Some(i) => row.waiting[i].1 = until,
-                        None if patience.is_zero() => return Ok(row.busy()),
-                        None => row.waiting.push((session.clone(), until)),
-                    }
-                    let busy = row.busy();
-                    if let Some(s) = t.sessions.get_mut(session) {
-                        s.rw.insert(name.clone());
-                    }
-                    return Ok(busy);
-                }
-                row.waiting.retain(|(id, _)| id != session);
-                row.token += 1;
-                row.writer = Some((session.clone(), row.token));
-                row.token
-            }
-        };
-        let token = Token::new(token)?;
-        if let Some(s) = t.sessions.get_mut(session) {
-            s.rw.insert(name.clone());
-        }
-        Ok(RwAcquire::Acquired(Term {
-            name: name.clone(),
-            token,
-            remaining,
-        }))
+        self.rw_acquire(session, name, mode, patience)
     }
 
     fn release_rw(
@@ -799,81 +615,19 @@ impl LeaseBackend for MemoryBackend {
         mode: RwMode,
         token: Token,
     ) -> Result<bool> {
-        let now = self.clock.now();
-        let mut t = self.tables.lock();
-        // An expired session holds nothing, so its release changes nothing.
-        if t.live(session, now).is_none() {
-            return Ok(false);
-        }
-        let Some(row) = t.rw.get_mut(name) else {
-            return Ok(false);
-        };
-        let freed = match mode {
-            RwMode::Read if row.readers.get(session) == Some(&token.get()) => {
-                row.readers.remove(session);
-                true
-            }
-            RwMode::Write if row.writer == Some((session.clone(), token.get())) => {
-                row.writer = None;
-                true
-            }
-            _ => false,
-        };
-        drop(t);
-        if freed {
-            self.subscribers
-                .publish(&Notification::Released(name.clone()));
-        }
-        Ok(freed)
+        self.rw_release(session, name, mode, token)
     }
 
     fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
-        let mut t = self.tables.lock();
-        let Some(row) = t.rw.get_mut(name) else {
-            return Ok(false);
-        };
-        let before = row.waiting.len();
-        row.waiting.retain(|(id, _)| id != session);
-        let left = row.waiting.len() < before;
-        drop(t);
-        // Readers (or the next writer) may be waiting for this writer to go: tell them.
-        if left {
-            self.subscribers
-                .publish(&Notification::Released(name.clone()));
-        }
-        Ok(left)
+        self.rw_leave_queue(session, name)
     }
 
     fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
-        let now = self.clock.now();
-        let mut t = self.tables.lock();
-        let Some(q) = t.queues.get_mut(name) else {
-            return Ok(false);
-        };
-        let before = q.len();
-        q.retain(|(id, _)| id != session);
-        let left = q.len() < before;
-        if q.is_empty() {
-            t.queues.remove(name);
-        }
-        // The next in line may be waiting for the lease to be free: tell it.
-        let wake = left && t.owner(name, now).is_none();
-        drop(t);
-        if wake {
-            self.subscribers
-                .publish(&Notification::Released(name.clone()));
-        }
-        Ok(left)
+        self.queue_leave(session, name)
     }
 
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
-        let now = self.clock.now();
-        let mut t = self.tables.lock();
-        t.prune_queue(name, now);
-        Ok(t.queues
-            .get(name)
-            .map(|q| q.iter().map(|(id, _)| id.clone()).collect())
-            .unwrap_or_default())
+        self.queue_list(name)
     }
 
     fn list(&self) -> Result<Listing> {
@@ -943,142 +697,4 @@ impl LeaseBackend for MemoryBackend {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ManualClock;
-
-    /// The window boundaries on a manual clock: a claim ends exactly at `at_most`, a
-    /// finished one exactly at started + `at_least`, a running one with its session.
-    #[test]
-    fn job_claims_end_at_their_bounds() {
-        let clock = Arc::new(ManualClock::new());
-        let b = MemoryBackend::with_clock(clock.clone());
-        let (m, s) = (Metadata::default(), Duration::from_secs);
-        let a = b.open_session(s(100), &m).unwrap().id;
-        let c = b.open_session(s(100), &m).unwrap().id;
-        let n = LeaseName::new("job").unwrap();
-        let claimed = |r: JobClaim| match r {
-            JobClaim::Claimed { token, remaining } => (token.get(), remaining),
-            other => panic!("{other:?}"),
-        };
-        let left = |r: JobClaim| match r {
-            JobClaim::Busy { remaining } => remaining,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(claimed(b.claim_job(&a, &n, s(10)).unwrap()), (1, s(10)));
-        clock.advance(s(4));
-        assert_eq!(left(b.claim_job(&c, &n, s(10)).unwrap()), s(6));
-        clock.advance(s(6));
-        // at_most passed: free, and the late finish changes nothing.
-        let t2 = claimed(b.claim_job(&c, &n, s(10)).unwrap()).0;
-        assert_eq!(t2, 2);
-        let one = Token::new(1).unwrap();
-        assert!(!b.finish_job(&a, &n, one, s(0)).unwrap());
-        clock.advance(s(1));
-        assert!(b.finish_job(&c, &n, Token::new(2).unwrap(), s(3)).unwrap());
-        assert_eq!(left(b.claim_job(&a, &n, s(10)).unwrap()), s(2));
-        b.close_session(&c).unwrap();
-        assert_eq!(left(b.claim_job(&a, &n, s(10)).unwrap()), s(2));
-        clock.advance(s(2));
-        assert_eq!(claimed(b.claim_job(&a, &n, s(10)).unwrap()).0, 3);
-        // A running claim ends with its session.
-        b.close_session(&a).unwrap();
-        let d = b.open_session(s(100), &m).unwrap().id;
-        assert_eq!(claimed(b.claim_job(&d, &n, s(10)).unwrap()).0, 4);
-        // A finish whose at_least already passed frees the name at once.
-        clock.advance(s(5));
-        assert!(b.finish_job(&d, &n, Token::new(4).unwrap(), s(1)).unwrap());
-        assert_eq!(claimed(b.claim_job(&d, &n, s(10)).unwrap()).0, 5);
-        for bad in [
-            Duration::ZERO,
-            Duration::from_micros(999),
-            crate::Config::MAX_LEASE * 2,
-        ] {
-            assert!(matches!(
-                b.claim_job(&d, &n, bad),
-                Err(Error::InvalidConfig { .. })
-            ));
-        }
-    }
-
-    /// The lock-delay's bounds on a manual clock: the name is blocked from the holder's
-    /// expiry until exactly expiry + delay, also after the holder's row was purged; a release
-    /// and a close of the live session free it at once.
-    #[test]
-    fn a_lock_delay_blocks_until_expiry_plus_delay() {
-        let clock = Arc::new(ManualClock::new());
-        let b = MemoryBackend::with_clock(clock.clone());
-        let (m, s) = (Metadata::default(), Duration::from_secs);
-        let n = LeaseName::new("delayed").unwrap();
-        let other = b.open_session(s(1000), &m).unwrap().id;
-        let held_by = |r: Acquire| match r {
-            Acquire::Held(o) => (o.session, o.token.get(), o.remaining),
-            other => panic!("{other:?}"),
-        };
-        for purged in [false, true] {
-            let a = b.open_session_with_delay(s(10), &m, s(5)).unwrap().id;
-            let Acquire::Acquired(t) = b.acquire(&a, &n).unwrap() else {
-                panic!("free");
-            };
-            clock.advance(s(10));
-            if purged {
-                assert_eq!(b.purge_expired().unwrap(), 1);
-                assert!(!b.tables.lock().sessions.contains_key(&a));
-            }
-            let expect = (a.clone(), t.token.get(), s(5));
-            assert_eq!(held_by(b.acquire(&other, &n).unwrap()), expect);
-            let o = b.owner(&n).unwrap().unwrap();
-            assert_eq!((o.session, o.token.get(), o.remaining), expect);
-            // Closing the expired session changes nothing.
-            b.close_session(&a).unwrap();
-            clock.advance(s(4));
-            assert_eq!(held_by(b.acquire(&other, &n).unwrap()).2, s(1));
-            clock.advance(s(1));
-            assert_eq!(b.owner(&n).unwrap(), None);
-            let Acquire::Acquired(next) = b.acquire(&other, &n).unwrap() else {
-                panic!("free after the delay");
-            };
-            assert!(next.token > t.token);
-            assert!(b.release(&other, &n, next.token).unwrap());
-        }
-        // A release and a close of the live session free at once.
-        let a = b.open_session_with_delay(s(10), &m, s(5)).unwrap().id;
-        let Acquire::Acquired(t) = b.acquire(&a, &n).unwrap() else {
-            panic!("free");
-        };
-        assert!(b.release(&a, &n, t.token).unwrap());
-        assert!(
-            matches!(b.acquire(&other, &n).unwrap(), Acquire::Acquired(t) if b.release(&other, &n, t.token).unwrap())
-        );
-        assert!(matches!(b.acquire(&a, &n).unwrap(), Acquire::Acquired(_)));
-        b.close_session(&a).unwrap();
-        assert!(matches!(
-            b.acquire(&other, &n).unwrap(),
-            Acquire::Acquired(_)
-        ));
-        assert!(matches!(
-            b.open_session_with_delay(s(10), &m, crate::Config::MAX_LOCK_DELAY * 2),
-            Err(Error::InvalidConfig { .. })
-        ));
-    }
-
-    #[test]
-    fn opens_purge_crashed_sessions_at_most_once_per_interval() {
-        let clock = Arc::new(ManualClock::new());
-        let b = MemoryBackend::with_clock(clock.clone());
-        let m = Metadata::default();
-        let g = GroupName::new("g").unwrap();
-        let crashed = b.open_session(Duration::from_secs(1), &m).unwrap().id;
-        b.join(&crashed, &g).unwrap();
-        clock.advance(Duration::from_secs(2));
-        b.open_session(Duration::from_secs(100), &m).unwrap();
-        assert!(
-            b.tables.lock().sessions.contains_key(&crashed),
-            "purged too early"
-        );
-        clock.advance(PURGE_INTERVAL);
-        b.open_session(Duration::from_secs(100), &m).unwrap();
-        assert!(!b.tables.lock().sessions.contains_key(&crashed));
-        assert!(!b.tables.lock().groups.contains_key(&g));
-    }
-}
+mod tests;
