@@ -22,9 +22,8 @@
 //!   leases in one multi-table `UPDATE` (both servers; the session table appears under two
 //!   aliases, allowed as no key column is set), with `STRAIGHT_JOIN` fixing the order the
 //!   rows are locked in. A name never acquired first gets a free row with token 0.
-//! * The keep-alive's read lists the leases only when their version changed: its join key
-//!   is `IF(listed, session_id, NULL)` on a materialized one-row derived table, so no lease
-//!   row is read otherwise (both servers skip a lookup of a NULL key).
+//! * The keep-alive's read (a primary-key lookup with the sample's two) says whether the
+//!   leases changed; only then a third statement lists them.
 //! * Bounds on each statement: MariaDB's `max_statement_time` (seconds, fractional) bounds
 //!   every statement, reads and writes. MySQL's `max_execution_time` (ms) bounds read-only
 //!   `SELECT`s only, so on MySQL an `INSERT`/`UPDATE`/`DELETE` is bounded by the lock waits
@@ -45,7 +44,7 @@ mod server;
 mod statements;
 
 use self::rows::{
-    acq_report, bad, cells, holder, live, member, opened, renewed, req_int, req_text,
+    acq_report, bad, cells, holder, live, member, opened, opt_int, renewed, req_int, req_text,
 };
 use self::server::{detect, limits};
 use self::statements::{QueueSql, Sql, NOW, NOW_US, TERM_VALUE};
@@ -370,13 +369,37 @@ impl Driver for MyDriver {
             Value::from(id),
         ];
         self.run(|c| {
-            // Two autocommit statements: the renewal, then one read after it committed, so
-            // a take-over that committed while the UPDATE waited for the holder's session
-            // row is seen, with the version it bumped. (No rows changed can also mean a
-            // renewal to the same value within one millisecond: the read decides.)
+            // Two autocommit statements (three after a change): the renewal, then one read
+            // after it committed, so a take-over that committed while the UPDATE waited for
+            // the holder's session row is seen, with the version it bumped. (No rows changed
+            // can also mean a renewal to the same value within one millisecond: the read
+            // decides.)
             c.exec_drop(&self.sql.ka_update, (lease_ms, id))?;
-            let rows: Vec<Row> = c.exec(&self.sql.ka_read, params.clone())?;
-            let rows: Vec<Vec<Value>> = rows.into_iter().map(cells).collect();
+            let head: Option<Row> = c.exec_first(&self.sql.ka_read, params.clone())?;
+            let Some(head) = head.map(cells) else {
+                return renewed(&[]);
+            };
+            // The leases only when the read says so (and the session is live); `renewed`
+            // decodes the read's row followed by each listed `(name, token)`.
+            const WHAT: &str = "a keep-alive";
+            let list = matches!(
+                (opt_int(WHAT, &head, 0), opt_int(WHAT, &head, 2)),
+                (Ok(Some(rem)), Ok(Some(1))) if rem > 0
+            );
+            let mut rows: Vec<Vec<Value>> = Vec::new();
+            if list {
+                let leases: Vec<Row> = c.exec(&self.sql.ka_list, (id,))?;
+                for lease in leases {
+                    let mut row = head.clone();
+                    row.extend(cells(lease));
+                    rows.push(row);
+                }
+            }
+            if rows.is_empty() {
+                let mut row = head;
+                row.extend([Value::NULL, Value::NULL]);
+                rows.push(row);
+            }
             renewed(&rows)
         })
     }
