@@ -445,7 +445,27 @@ impl LeaseBackend for ZooKeeperBackend {
         };
         let limit = s.limit(&inner.cfg);
         let path = inner.cfg.lease_path(name);
-        let seq = s.possibly.lock().seq_of(name);
+        let (seq, settled) = {
+            let mut p = s.possibly.lock();
+            (p.seq_of(name), p.settled_version(name, token, s.raw)?)
+        };
+        // One round trip when the node's watch vouches for it (`held`): the delete of the
+        // version it saw. A version that no longer matches (the data changed meanwhile, or
+        // the node was replaced) is read below, as is a node no watch covers. A term with a
+        // lock-delay ends with its gate in one multi, below.
+        if let (Some(version), 0) = (settled, s.lock_delay_ms) {
+            match call(OP, limit, client.delete(&path, Some(version)))? {
+                Ok(()) => {
+                    if let Some(seq) = seq {
+                        s.forget(name, seq);
+                    }
+                    return Ok(true);
+                }
+                Err(zk::Error::NoNode) => return Ok(false),
+                Err(zk::Error::BadVersion) => {}
+                Err(e) => return inner.fail_unchanged(&s, OP, e),
+            }
+        }
         let stat = match call(OP, limit, client.check_stat(&path))? {
             Ok(Some(stat)) => stat,
             Ok(None) => return Ok(false),

@@ -138,6 +138,9 @@ impl Wake for Fire {
 
 struct Held {
     token: Token,
+    /// The node's data version the `exists` that armed the watch saw (a change of the data
+    /// fires the watch).
+    version: i32,
     id: u64,
     /// Kept to keep the watch registered; dropping it removes the watch.
     _watch: Watch,
@@ -237,9 +240,11 @@ impl Leases {
         raw: i64,
         (stat, watcher): Seen,
     ) -> Result<Option<Token>> {
-        let token = match &stat {
-            Some(stat) if stat.ephemeral_owner == raw => Some(super::codec::token(stat)?),
-            _ => None,
+        let (token, version) = match &stat {
+            Some(stat) if stat.ephemeral_owner == raw => {
+                (Some(super::codec::token(stat)?), stat.version)
+            }
+            _ => (None, 0),
         };
         let id = self.next();
         let fired = self.fired.clone();
@@ -261,6 +266,7 @@ impl Leases {
                     .is_ready();
                 e.held = Some(Held {
                     token,
+                    version,
                     id,
                     _watch: watch,
                 });
@@ -279,6 +285,44 @@ impl Leases {
             }
         }
         Ok(token)
+    }
+
+    /// The data version of `name`'s node if it is held with `token` and its watch has not
+    /// fired (nor is another create of it pending), after applying the fires recorded so far
+    /// and the name's stashed `exists` reply if it is in: a release may then delete that
+    /// version without reading the node first. The server pushes a watch's event when the
+    /// change happens, so an unfired watch covers every change up to about one network trip
+    /// before the delete is sent; what is left uncovered is the delete's own round trip, as
+    /// after a read (whose reply is as old as that trip by the time the delete leaves).
+    /// `None`: read the node.
+    pub(super) fn settled_version(
+        &mut self,
+        name: &LeaseName,
+        token: Token,
+        raw: i64,
+    ) -> Result<Option<i32>> {
+        let stashed = self.names.get_mut(name).and_then(|e| {
+            let mut sent = e.sent.take()?;
+            match sent.now() {
+                Some(Ok(seen)) => Some((e.seq, seen)),
+                // Failed: the entry stays pending, so the next keep-alive reads the node.
+                Some(Err(_)) => None,
+                None => {
+                    e.sent = Some(sent);
+                    None
+                }
+            }
+        });
+        if let Some((seq, seen)) = stashed {
+            self.observe(name, seq, raw, seen)?;
+        }
+        self.apply_fires();
+        Ok(self.names.get(name).and_then(|e| match &e.held {
+            Some(h) if !e.dirty && !e.pending && e.sent.is_none() && h.token == token => {
+                Some(h.version)
+            }
+            _ => None,
+        }))
     }
 
     /// The names a keep-alive must read (pending without a stashed `exists`, or dirty), with

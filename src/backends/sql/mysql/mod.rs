@@ -15,9 +15,12 @@
 //! * Upserts: `INSERT … SELECT … ON DUPLICATE KEY UPDATE` referring to the selected row's
 //!   columns. MySQL 8.0.20+ deprecates `VALUES(col)` and offers a row alias
 //!   (`INSERT … VALUES (…) AS new`) that MariaDB rejects; `INSERT … SELECT` needs neither on
-//!   both. Neither `RETURNING` (MariaDB only) nor affected-row counts decide an outcome: the
-//!   count of an unchanged upsert is 0, or 1 with `CLIENT_FOUND_ROWS` (settable through
-//!   `mysql_opts`), so acquire reads the lease row after its `UPDATE` instead (see [`statements`]).
+//!   both. Neither `RETURNING` (MariaDB only) nor affected-row counts alone decide an
+//!   outcome: the count of an unchanged upsert is 0, or 1 with `CLIENT_FOUND_ROWS` (settable
+//!   through `mysql_opts`). An acquire's `UPDATE` that begins a term (its lease row always
+//!   changes: the count is not 0 either way) hands the new token and the remaining time back
+//!   in its OK packet through `LAST_INSERT_ID(expr)` (both servers); one that took nothing
+//!   is followed by a read of the lease row (see [`statements`]).
 //! * Acquire and release change the lease row and bump the `version` of the sessions'
 //!   leases in one multi-table `UPDATE` (both servers; the session table appears under two
 //!   aliases, allowed as no key column is set), with `STRAIGHT_JOIN` fixing the order the
@@ -45,6 +48,7 @@ mod statements;
 
 use self::rows::{
     acq_report, bad, cells, holder, live, member, opened, opt_int, renewed, req_int, req_text,
+    taken,
 };
 use self::server::{detect, limits};
 use self::statements::{QueueSql, Sql, NOW, NOW_US, TERM_VALUE};
@@ -416,17 +420,32 @@ impl Driver for MyDriver {
 
     fn acquire(&self, id: &str, name: &str) -> DbResult<AcqRow> {
         self.run(|c| {
-            // The take, then the lease row as committed: it is the acquirer's (a new term or
-            // the same one) or another live session's. Between the two statements the row
-            // can change only if the acquirer's session expired (then `my_remaining` says so)
-            // or the acquirer released it itself. A name without a row gets a free one, and
-            // the take runs again.
+            // The take, whose reply carries a new term (see `statements::TAKEN`); when it
+            // took nothing, the lease row as committed: it is the acquirer's (the same term)
+            // or another live session's. Between the two statements the row can change only
+            // if the acquirer's session expired (then `my_remaining` says so) or the acquirer
+            // released it itself. A name without a row gets a free one, and the take runs
+            // again.
+            let new_term = |c: &Conn| {
+                taken(c.affected_rows(), c.last_insert_id()).map(|(token, remaining_us)| {
+                    AcqRow::Acquired {
+                        token,
+                        remaining_us,
+                    }
+                })
+            };
             c.exec_drop(&self.sql.acquire, (name, id))?;
+            if let Some(row) = new_term(c) {
+                return Ok(row);
+            }
             let report: Option<Row> = c.exec_first(&self.sql.acquire_report, (id, name))?;
             let mut report = acq_report(report.map(cells))?;
             if report.token.is_none() && report.my_remaining.is_some_and(|r| r > 0) {
                 c.exec_drop(&self.sql.acquire_new, (name,))?;
                 c.exec_drop(&self.sql.acquire, (name, id))?;
+                if let Some(row) = new_term(c) {
+                    return Ok(row);
+                }
                 let again: Option<Row> = c.exec_first(&self.sql.acquire_report, (id, name))?;
                 report = acq_report(again.map(cells))?;
             }

@@ -107,6 +107,22 @@ pub(super) fn renewed(rows: &[Vec<Value>]) -> DbResult<Option<Renewed>> {
     }))
 }
 
+/// The new term an acquire's `UPDATE` reported in its OK packet (see `statements::TAKEN`):
+/// `(token, remaining µs)` when it changed rows and set a value, `None` otherwise (the
+/// lease row is then read). `affected` counts the changed rows (or, with
+/// `CLIENT_FOUND_ROWS`, the matched ones: the same here, since a matched lease row always
+/// changes, its token does).
+pub(super) fn taken(affected: u64, last_insert_id: u64) -> Option<(i64, i64)> {
+    if affected == 0 || last_insert_id == 0 {
+        return None;
+    }
+    let token = i64::try_from(last_insert_id >> 31)
+        .ok()
+        .filter(|t| *t > 0)?;
+    let remaining_ms = i64::try_from(last_insert_id & 0x7fff_ffff).ok()?;
+    Some((token, remaining_ms * 1000))
+}
+
 /// The report read after an acquire's `UPDATE` (`acquire_report`): always one row, NULLs
 /// where the session or the lease row is missing.
 pub(super) fn acq_report(row: Option<Vec<Value>>) -> DbResult<AcqReport> {
@@ -228,6 +244,20 @@ mod tests {
         ] {
             assert!(renewed(&rows).is_err(), "{rows:?}");
         }
+        // The new term in an acquire's OK packet: token << 31 | remaining ms.
+        assert_eq!(taken(2, (7 << 31) | 1500), Some((7, 1_500_000)));
+        assert_eq!(
+            taken(3, (1 << 31) | 0x7fff_ffff),
+            Some((1, 0x7fff_ffff * 1000))
+        );
+        assert_eq!(taken(2, 1 << 31), Some((1, 0)));
+        assert_eq!(taken(0, (7 << 31) | 1500), None, "no row changed");
+        assert_eq!(taken(2, 0), None, "a token too large to encode");
+        assert_eq!(taken(2, 1500), None, "no token");
+        assert_eq!(
+            taken(2, u64::MAX),
+            Some(((1 << 33) - 1, 0x7fff_ffff * 1000))
+        );
         // The acquire report: one row, NULLs allowed, wrong types not.
         assert!(acq_report(Some(vec![NULL, NULL, NULL, NULL])).is_ok());
         assert!(acq_report(None).is_err());

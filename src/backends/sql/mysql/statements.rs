@@ -1,5 +1,6 @@
 //! The MySQL/MariaDB statements: [`Sql`], one or more per operation (no `RETURNING`, so a
-//! second statement reads what the first did), and the fair-lock queue's [`QueueSql`]. The
+//! second statement reads what the first did, except for the new term of an acquire, which
+//! its `UPDATE`'s reply carries: [`TAKEN`]), and the fair-lock queue's [`QueueSql`]. The
 //! comments say how each locks its rows and why its outcome is read rather than counted.
 
 use crate::backends::sql::tables::Tables;
@@ -10,6 +11,19 @@ pub(super) const NOW_US: &str =
 /// The same instant in whole ms (rounded down).
 pub(super) const NOW: &str =
     "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+/// The new token of an acquire's `UPDATE` (of lease row `l` by session row `me`), set
+/// through `LAST_INSERT_ID(expr)` so that the reply's OK packet carries the new term, with
+/// no read after it (both servers put the value of the statement's `LAST_INSERT_ID(expr)`
+/// in the OK packet of an `UPDATE`, and 0 when it called none): `t << 31 | r`, `t` the new
+/// token and `r` the acquirer's remaining ms measured by the statement, capped at
+/// 2^31 − 1 (a lower bound, about 24.8 days). A token of 2^33 or more does not fit: the
+/// statement then sets `LAST_INSERT_ID(0)`, and the lease row is read as before
+/// (`rows::taken` decodes it).
+pub(super) const TAKEN: &str = "IF(l.token < 8589934591, \
+     LAST_INSERT_ID(((l.token + 1) << 31) \
+         | LEAST((me.expires_at * 1000 - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
+                  UTC_TIMESTAMP(6))) DIV 1000, 2147483647)) >> 31, \
+     LAST_INSERT_ID(0) + l.token + 1)";
 /// The value of the lease row `l`'s current term: set only for the token it was set with.
 pub(super) const TERM_VALUE: &str =
     "COALESCE(CASE WHEN l.value_token = l.token THEN l.term_value END, '')";
@@ -99,15 +113,17 @@ impl Sql {
             // session row, then the lease row, then the holder's session row: a keep-alive of
             // the holder is serialized with it, and reads the holder's newest row. (Not in
             // session id order as on PostgreSQL: a deadlock needs a holder that releases at
-            // the instant it expires, and is retried.) Its outcome is read from the lease row
-            // afterwards, not from the affected-row count (which `CLIENT_FOUND_ROWS`
-            // changes). MySQL updates a NULL-complemented row of an outer join nowhere. A
-            // holder blocks the name until its expiry, and once expired until its expiry plus
-            // its lock-delay: while `expires_at + lock_delay` is later than now.
+            // the instant it expires, and is retried.) A new term comes back in the reply
+            // itself: the new token is set through `LAST_INSERT_ID(expr)`, whose value the
+            // OK packet carries (see `TAKEN`); when the statement changed no row, the outcome
+            // is read from the lease row afterwards (`acquire_report`). MySQL updates a
+            // NULL-complemented row of an outer join nowhere.
+            // A holder blocks the name until its expiry, and once expired until its expiry
+            // plus its lock-delay: while `expires_at + lock_delay` is later than now.
             acquire: format!(
                 "UPDATE {s} me STRAIGHT_JOIN {l} l ON l.name = ? \
                  LEFT JOIN {s} h ON h.session_id = l.session_id \
-                 SET l.token = l.token + 1, l.session_id = me.session_id, \
+                 SET l.token = {TAKEN}, l.session_id = me.session_id, \
                      me.version = me.version + 1, h.version = h.version + 1 \
                  WHERE me.session_id = ? AND me.expires_at > {NOW} \
                    AND l.session_id <> me.session_id \
