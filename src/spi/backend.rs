@@ -113,6 +113,19 @@ pub enum RwAcquire {
     },
 }
 
+/// A read-write lock as [`LeaseBackend::rw_state`] sees it: live holders and waiters only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RwState {
+    /// The live writer and its term's token, if one holds the name.
+    pub writer: Option<(SessionId, Token)>,
+    /// The live readers and their terms' tokens, in session order.
+    pub readers: Vec<(SessionId, Token)>,
+    /// The live writers waiting for the name, first in line first.
+    pub writers_waiting: Vec<SessionId>,
+    /// The newest token handed out on the name (0: none yet).
+    pub last_token: u64,
+}
+
 /// A live session as [`LeaseBackend::list`] sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -455,6 +468,17 @@ pub trait LeaseBackend: Send + Sync {
         })
     }
 
+    /// The read-write lock `name` as the backend sees it now (a read; for tools such as
+    /// `simba status`): its live writer, readers and waiting writers, and its newest token.
+    /// A name never used is the default (empty) state.
+    fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
+        let _ = name;
+        Err(Error::Unsupported {
+            operation: "read-write locks",
+            backend: self.kind(),
+        })
+    }
+
     /// The backend's cheapest round trip (e.g. `PING`, `SELECT 1`), the floor benchmarks
     /// compare against. The default reads the owner of a name nobody uses.
     fn ping(&self) -> Result<()> {
@@ -542,6 +566,10 @@ mod tests {
                 .map(drop)
                 .unwrap_err(),
             Minimal.leave_rw_queue(&s, &n).map(drop).unwrap_err(),
+            Error::Unsupported { .. }
+        ));
+        assert!(matches!(
+            Minimal.rw_state(&n).map(drop).unwrap_err(),
         ];
         for e in errors {
             assert!(

@@ -4,7 +4,7 @@
 //! instead of silently falling back to its default in one of them.
 
 use super::backend::{
-    Acquire, JobClaim, KeepAlive, LeaseBackend, Listing, Queued, RwAcquire, RwMode, SessionGrant,
+    Acquire, JobClaim, KeepAlive, LeaseBackend, Listing, Queued, RwAcquire, RwMode, RwState, SessionGrant,
 };
 use super::notify::{NotifySink, Subscription};
 use crate::error::Result;
@@ -163,6 +163,11 @@ pub enum Call<'a> {
         /// The read-write lock's name.
         name: &'a LeaseName,
     },
+    /// [`LeaseBackend::rw_state`].
+    RwState {
+        /// The read-write lock's name.
+        name: &'a LeaseName,
+    },
     /// [`LeaseBackend::ping`].
     Ping,
     /// [`LeaseBackend::list`].
@@ -196,6 +201,7 @@ impl Call<'_> {
             Call::AcquireRw { .. } => "acquiring a read-write lock",
             Call::ReleaseRw { .. } => "releasing a read-write lock",
             Call::LeaveRwQueue { .. } => "leaving a read-write lock's writer queue",
+            Call::RwState { .. } => "reading a read-write lock's state",
             Call::Ping => "pinging the backend",
             Call::List => "listing sessions, leases and groups",
             Call::Subscribe => "subscribing to notifications",
@@ -432,6 +438,9 @@ impl<D: Delegate> LeaseBackend for D {
         self.call(Call::LeaveRwQueue { session, name }, |b| {
             b.leave_rw_queue(session, name)
         })
+    }
+    fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
+        self.call(Call::RwState { name }, |b| b.rw_state(name))
     }
     fn ping(&self) -> Result<()> {
         self.call(Call::Ping, |b| b.ping())

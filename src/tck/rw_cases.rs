@@ -4,7 +4,7 @@
 
 use super::{lease_name, Harness};
 use crate::engine::{Cancel, Event, Session};
-use crate::spi::{LeaseBackend, RwAcquire, RwMode};
+use crate::spi::{LeaseBackend, RwAcquire, RwMode, RwState};
 use crate::types::{SessionId, Term};
 use crate::Error;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -32,6 +32,7 @@ fn rw_or_refused(h: &Harness, b: &Arc<dyn LeaseBackend>) -> bool {
         b.release_rw(&s, &name, RwMode::Write, token).map(drop)
     ));
     assert!(unsupported(b.leave_rw_queue(&s, &name).map(drop)));
+    assert!(unsupported(b.rw_state(&name).map(drop)));
     let a = session(h, b);
     let lock = a.rw_lock(&name).unwrap();
     assert!(unsupported(lock.try_read().map(drop)));
@@ -62,6 +63,7 @@ pub fn rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(h: &Harn
     let long = h.long_lease();
     let [r1, r2, r3, w] = [(); 4].map(|_| h.open(&*b, long));
     let name = lease_name("rw");
+    assert_eq!(b.rw_state(&name).unwrap(), RwState::default(), "a new name");
     let read = |s: &SessionId| b.acquire_rw(s, &name, RwMode::Read, long).unwrap();
     let write = |s: &SessionId, p| b.acquire_rw(s, &name, RwMode::Write, p).unwrap();
     let t1 = granted(read(&r1), "a first reader");
@@ -85,6 +87,20 @@ pub fn rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(h: &Harn
         }
         other => panic!("a writer while two read: {other:?}"),
     }
+    let mut readers = vec![(r1.clone(), t1.token), (r2.clone(), t2.token)];
+    readers.sort();
+    let mut state = b.rw_state(&name).unwrap();
+    state.readers.sort();
+    assert_eq!(
+        state,
+        RwState {
+            writer: None,
+            readers,
+            writers_waiting: vec![w.clone()],
+            last_token: t3.token.get(),
+        },
+        "the state with two readers and a waiting writer"
+    );
     assert!(
         busy(&read(&r3)),
         "a new reader waits behind a waiting writer"
@@ -103,6 +119,16 @@ pub fn rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(h: &Harn
     assert_eq!(granted(write(&w, long), "asking again").token, tw.token);
     assert!(busy(&read(&r3)), "no reader with a writer");
     assert!(busy(&write(&r1, Duration::ZERO)), "no second writer");
+    assert_eq!(
+        b.rw_state(&name).unwrap(),
+        RwState {
+            writer: Some((w.clone(), tw.token)),
+            readers: vec![],
+            writers_waiting: vec![],
+            last_token: tw.token.get(),
+        },
+        "the state with a writer"
+    );
     assert!(b.release_rw(&w, &name, RwMode::Write, tw.token).unwrap());
     assert!(!b.release_rw(&w, &name, RwMode::Write, tw.token).unwrap());
     let t4 = granted(read(&r3), "a reader after the writer");

@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
-    Notification, NotifySink, Queued, RwAcquire, RwMode, SessionGrant, SessionInfo, Subscribers,
+    Notification, NotifySink, Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscribers,
     Subscription,
 };
 use crate::types::{Clock, SystemClock};
@@ -620,6 +620,10 @@ impl LeaseBackend for MemoryBackend {
 
     fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
         self.rw_leave_queue(session, name)
+    }
+
+    fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
+        self.rw_read_state(name)
     }
 
     fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {

@@ -120,4 +120,33 @@ impl MemoryBackend {
         }
         Ok(left)
     }
+
+    pub(super) fn rw_read_state(&self, name: &LeaseName) -> Result<RwState> {
+        let now = self.clock.now();
+        let t = self.tables.lock();
+        let Some(row) = t.rw.get(name) else {
+            return Ok(RwState::default());
+        };
+        let live = |id: &SessionId| t.live(id, now).is_some();
+        let token = |id: &SessionId, token: u64| Token::new(token).map(|t| (id.clone(), t));
+        Ok(RwState {
+            writer: match &row.writer {
+                Some((id, tok)) if live(id) => Some(token(id, *tok)?),
+                _ => None,
+            },
+            readers: row
+                .readers
+                .iter()
+                .filter(|(id, _)| live(id))
+                .map(|(id, tok)| token(id, *tok))
+                .collect::<Result<_>>()?,
+            writers_waiting: row
+                .waiting
+                .iter()
+                .filter(|(id, until)| *until > now && live(id))
+                .map(|(id, _)| id.clone())
+                .collect(),
+            last_token: row.token,
+        })
+    }
 }
