@@ -7,12 +7,12 @@
 use super::cancel::Cancel;
 use super::config::Config;
 use super::core::{lease_lost, HandleId, Holder};
-use super::driver::{jobs, values, wait};
+use super::driver::{jobs, rw, values, wait};
 use super::event::Event;
 use super::session::{Inner, Shared};
 use crate::error::{Error, Result};
 use crate::spi::LeaseBackend;
-use crate::spi::{Acquire, RwMode};
+use crate::spi::{Acquire, RwAcquire, RwMode};
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use parking_lot::MutexGuard;
@@ -603,22 +603,19 @@ impl EngineHandle {
         Ok(Some((s.core.session().clone(), s.core.releases_of(name))))
     }
 
-    /// Takes a read-write lock attempt's reply (sent for `id`; `Ok(None)`: not granted)
-    /// into the engine; a reply for a replaced session is `SessionExpired`.
+    /// Takes a read-write lock attempt's reply (sent for `id`) into the engine, as the
+    /// driver's `rw::take_reply` reads it (`Ok(None)`: not granted); a reply for a replaced
+    /// session is `SessionExpired`.
     pub(crate) fn finish_rw_attempt(
         &self,
         id: &SessionId,
         h: HandleId,
         mode: RwMode,
-        reply: Result<Option<Term>>,
-    ) -> Result<Option<Term>> {
+        reply: Result<RwAcquire>,
+    ) -> Result<Option<Acquire>> {
         self.0
-            .with_session(id, |c| c.on_rw_acquire(h, mode, self.0.now(), reply))
-            .unwrap_or_else(|| {
-                Err(Error::SessionExpired {
-                    session: id.clone(),
-                })
-            })
+            .with_session(id, |c| rw::take_reply(c, h, mode, self.0.now(), reply))
+            .unwrap_or_else(|| Err(wait::replaced(id)))
     }
 
     /// Whether the read-write term `name`/`token` of session `id` is valid now.

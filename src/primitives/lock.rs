@@ -22,17 +22,10 @@ impl Session {
     /// exclude each other, like processes with different sessions do.
     pub fn lock(&self, name: impl IntoLeaseName) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        let mut last = None;
-        lock_until(
-            &self.inner,
-            name,
-            None,
-            false,
-            self.inner.config().fair_locks(),
-            None,
-            &mut last,
-        )?
-        .ok_or_else(|| timed_out("taking a lock", Duration::MAX, last))
+        let fair = self.inner.config().fair_locks();
+        waiting("taking a lock", None, None, |until, once, cancel, last| {
+            lock_until(&self.inner, name, until, once, fair, cancel, last)
+        })
     }
 
     /// Takes the lock `name` if it is free now; `Ok(None)` if someone holds it.
@@ -51,35 +44,24 @@ impl Session {
     /// ```
     pub fn try_lock(&self, name: impl IntoLeaseName) -> Result<Option<LockGuard>> {
         let name = name.into_lease_name()?;
-        lock_until(
-            &self.inner,
-            name,
-            Some(Instant::now()),
-            true,
-            self.inner.config().fair_locks(),
-            None,
-            &mut None,
-        )
+        let fair = self.inner.config().fair_locks();
+        try_once(|until, once, cancel, last| {
+            lock_until(&self.inner, name, until, once, fair, cancel, last)
+        })
     }
 
     /// Takes the lock `name`, waiting at most `timeout`; [`Error::Timeout`] after that.
     pub fn lock_timeout(&self, name: impl IntoLeaseName, timeout: Duration) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        // A timeout too large for an `Instant` means no deadline.
-        let until = Instant::now().checked_add(timeout);
-        let mut last = None;
-        match lock_until(
-            &self.inner,
-            name,
-            until,
-            false,
-            self.inner.config().fair_locks(),
+        let fair = self.inner.config().fair_locks();
+        waiting(
+            "waiting for a lock",
+            Some(timeout),
             None,
-            &mut last,
-        )? {
-            Some(g) => Ok(g),
-            None => Err(timed_out("waiting for a lock", timeout, last)),
-        }
+            |until, once, cancel, last| {
+                lock_until(&self.inner, name, until, once, fair, cancel, last)
+            },
+        )
     }
 
     /// Takes the lock `name`, waiting until `timeout` passes (`None`: no deadline) or
@@ -95,25 +77,15 @@ impl Session {
         cancel: &Cancel,
     ) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        // A timeout too large for an `Instant` means no deadline.
-        let until = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut last = None;
-        match lock_until(
-            &self.inner,
-            name,
-            until,
-            false,
-            self.inner.config().fair_locks(),
+        let fair = self.inner.config().fair_locks();
+        waiting(
+            "taking a lock",
+            timeout,
             Some(cancel),
-            &mut last,
-        )? {
-            Some(g) => Ok(g),
-            None => Err(timed_out(
-                "taking a lock",
-                timeout.unwrap_or_default(),
-                last,
-            )),
-        }
+            |until, once, cancel, last| {
+                lock_until(&self.inner, name, until, once, fair, cancel, last)
+            },
+        )
     }
 
     /// The sessions waiting for the fair lock `name`, first first (see
@@ -142,6 +114,33 @@ pub(crate) fn timed_out(operation: &'static str, after: Duration, last: Option<E
         after,
         source: last.map(|e| Box::new(e) as crate::error::BoxError),
     }
+}
+
+/// One call of a lock, a read-write lock's side or a semaphore, that waits: at most
+/// `timeout` (`None`, or one too large for an `Instant`: no deadline) and until `cancel` is
+/// cancelled (if given). `take(until, once, cancel, last)` takes the lock by `until`
+/// (`None`: no deadline; `once`: one try, no waiting), `last` getting the error of its last
+/// attempt if that failed; a wait that runs out is [`Error::Timeout`] of `operation` after
+/// `timeout`, with that error as its source. The blocking, timeout and cancellable calls of
+/// every lock are this one.
+pub(crate) fn waiting<G>(
+    operation: &'static str,
+    timeout: Option<Duration>,
+    cancel: Option<&Cancel>,
+    take: impl FnOnce(Option<Instant>, bool, Option<&Cancel>, &mut Option<Error>) -> Result<Option<G>>,
+) -> Result<G> {
+    // A timeout too large for an `Instant` means no deadline.
+    let until = timeout.and_then(|t| Instant::now().checked_add(t));
+    let mut last = None;
+    take(until, false, cancel, &mut last)?
+        .ok_or_else(|| timed_out(operation, timeout.unwrap_or(Duration::MAX), last))
+}
+
+/// One try, now, through `take` (as [`waiting`] calls it): `Ok(None)` if the lock is taken.
+pub(crate) fn try_once<G>(
+    take: impl FnOnce(Option<Instant>, bool, Option<&Cancel>, &mut Option<Error>) -> Result<Option<G>>,
+) -> Result<Option<G>> {
+    take(Some(Instant::now()), true, None, &mut None)
 }
 
 /// Takes the lock `name` by `until` (`None`: no deadline); `once`: one try, no waiting.
@@ -213,12 +212,8 @@ fn acquire_loop(
     last: &mut Option<Error>,
 ) -> Result<Option<(SessionId, Term)>> {
     const OP: &str = "taking a lock";
-    let mut wait = LockWait::new(once, inner.config().retry_interval()).until(until);
-    // A blocking caller waits for a release of this name only: other names' releases
-    // neither wake it nor reach this session. Registered once the name is found held
-    // (then tried again at once, so a release in between is not missed).
-    let mut waiting: Option<WaitingForRelease> = None;
-    loop {
+    let wait = LockWait::new(once, inner.config().retry_interval()).until(until);
+    attempts(inner, name, wait, cancel, last, || {
         // While an expired session is reopened, wait for the new one.
         let Some((id, seen)) = inner.begin_lock_attempt(name, until, once, cancel, OP)? else {
             return Ok(None);
@@ -234,6 +229,31 @@ fn acquire_loop(
             inner.backend().acquire(&id, name).map(Some)
         };
         let r = inner.finish_lock_attempt(&id, h, name, sent, reply);
+        Ok(Some((id, seen, r)))
+    })
+}
+
+/// The wait-and-retry loop of one call of a lock or a read-write lock on `name`, through
+/// the driver's `wait` ([`LockWait`]): `attempt()` makes one attempt and returns the
+/// session it was sent for, the releases of `name` seen before it and its reply as the
+/// engine took it in (`Ok(None)`: not granted now), or `None` if the call's deadline passed
+/// first. A caller that waits listens for releases of this name only: other names'
+/// releases neither wake it nor reach this session. It registers once the name is found
+/// taken (then tries again at once, so a release in between is not missed). `last` gets
+/// the last failure (the timeout's source).
+pub(super) fn attempts(
+    inner: &EngineHandle,
+    name: &LeaseName,
+    mut wait: LockWait,
+    cancel: Option<&Cancel>,
+    last: &mut Option<Error>,
+    mut attempt: impl FnMut() -> Result<Option<(SessionId, u64, Result<Option<Acquire>>)>>,
+) -> Result<Option<(SessionId, Term)>> {
+    let mut waiting: Option<WaitingForRelease> = None;
+    loop {
+        let Some((id, seen, r)) = attempt()? else {
+            return Ok(None);
+        };
         let expired = matches!(r, Err(Error::SessionExpired { .. }));
         let coming = expired && inner.will_reopen();
         let step = wait.on_reply(r, coming, inner.now(), crate::rand::jitter);

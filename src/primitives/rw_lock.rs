@@ -1,13 +1,14 @@
 //! Read-write locks: `Session::rw_lock`, its read and write calls and the guard. The
 //! contract and the token rule are on [`RwLock`].
 
-use super::lock::{timed_out, WaitingForRelease};
+use super::lock::{attempts, try_once, waiting};
 use super::IntoLeaseName;
-use crate::engine::driver::wait::{LockWait, Step};
+use crate::engine::driver::rw;
+use crate::engine::driver::wait::LockWait;
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, HandleId, Session};
 use crate::error::{Error, Result};
-use crate::spi::{Acquire, RwAcquire, RwMode};
+use crate::spi::RwMode;
 use crate::types::{LeaseName, SessionId, Term, Token};
 use crate::Event;
 use crossbeam_channel::Receiver;
@@ -84,31 +85,30 @@ macro_rules! side {
     ($mode:expr, $what:literal, $take:ident, $try_take:ident, $timeout:ident, $cancellable:ident) => {
         #[doc = concat!("Takes a ", $what, " term, waiting as long as it takes (until the session is lost).")]
         pub fn $take(&self) -> Result<RwGuard> {
-            let mut last = None;
-            self.until($mode, None, false, None, &mut last)?
-                .ok_or_else(|| timed_out(Self::op($mode), Duration::MAX, last))
+            waiting(rw::operation($mode), None, None, |until, once, cancel, last| {
+                self.until($mode, until, once, cancel, last)
+            })
         }
 
         #[doc = concat!("Takes a ", $what, " term if it can be had now; `Ok(None)` otherwise.")]
         pub fn $try_take(&self) -> Result<Option<RwGuard>> {
-            self.until($mode, Some(Instant::now()), true, None, &mut None)
+            try_once(|until, once, cancel, last| self.until($mode, until, once, cancel, last))
         }
 
         #[doc = concat!("Takes a ", $what, " term, waiting at most `timeout`; [`Error::Timeout`] after that.")]
         pub fn $timeout(&self, timeout: Duration) -> Result<RwGuard> {
-            // A timeout too large for an `Instant` means no deadline.
-            let until = Instant::now().checked_add(timeout);
-            let mut last = None;
-            self.until($mode, until, false, None, &mut last)?
-                .ok_or_else(|| timed_out(Self::op($mode), timeout, last))
+            let op = rw::operation($mode);
+            waiting(op, Some(timeout), None, |until, once, cancel, last| {
+                self.until($mode, until, once, cancel, last)
+            })
         }
 
         #[doc = concat!("Takes a ", $what, " term, waiting until `timeout` passes (`None`: no deadline) or `cancel` is cancelled ([`Error::Cancelled`]); [`Error::Timeout`] after the timeout.")]
         pub fn $cancellable(&self, timeout: Option<Duration>, cancel: &Cancel) -> Result<RwGuard> {
-            let until = timeout.and_then(|t| Instant::now().checked_add(t));
-            let mut last = None;
-            self.until($mode, until, false, Some(cancel), &mut last)?
-                .ok_or_else(|| timed_out(Self::op($mode), timeout.unwrap_or_default(), last))
+            let op = rw::operation($mode);
+            waiting(op, timeout, Some(cancel), |until, once, cancel, last| {
+                self.until($mode, until, once, cancel, last)
+            })
         }
     };
 }
@@ -135,13 +135,6 @@ impl RwLock {
         write_timeout,
         write_cancellable
     );
-
-    fn op(mode: RwMode) -> &'static str {
-        match mode {
-            RwMode::Read => "taking a read lock",
-            RwMode::Write => "taking a write lock",
-        }
-    }
 
     /// Takes a `mode` term by `until` (`None`: no deadline); `once`: one try, no waiting.
     /// `last` is the error of the last attempt if it failed (`None` if it found the name
@@ -183,9 +176,8 @@ impl RwLock {
                 done: false,
             })),
             other => {
-                // A writer that gave up no longer blocks readers (a one-time try never
-                // registered). A failure costs one lease: the registration's patience.
-                if mode == RwMode::Write && !once {
+                // A writer that gave up no longer blocks readers.
+                if rw::leaves_queue(mode, once) {
                     let id = inner.id();
                     if let Err(e) = inner.backend().leave_rw_queue(&id, &self.name) {
                         log::warn!(
@@ -202,7 +194,8 @@ impl RwLock {
         }
     }
 
-    /// One call's attempts, through the wait-and-retry loop locks and permits share.
+    /// One call's attempts, through the wait-and-retry loop locks and permits share (the
+    /// driver's `LockWait`, with the read-write lock's replies and patience of `rw`).
     fn attempts(
         &self,
         mode: RwMode,
@@ -214,52 +207,17 @@ impl RwLock {
     ) -> Result<Option<(SessionId, Term)>> {
         let inner = &self.inner;
         let name = &self.name;
-        let op = Self::op(mode);
-        let mut wait = LockWait::new(once, inner.config().retry_interval());
-        // A writer's registration lasts a lease from its last attempt; a one-time try
-        // registers nothing.
-        let patience = if once {
-            Duration::ZERO
-        } else {
-            inner.config().lease()
-        };
-        let mut waiting: Option<WaitingForRelease<'_>> = None;
-        loop {
+        let op = rw::operation(mode);
+        let wait = LockWait::new(once, inner.config().retry_interval()).until(until);
+        let patience = rw::patience(once, inner.config().lease());
+        attempts(inner, name, wait, cancel, last, || {
             let Some((id, seen)) = inner.begin_rw_attempt(name, until, once, cancel, op)? else {
                 return Ok(None);
             };
-            let reply = inner
-                .backend()
-                .acquire_rw(&id, name, mode, patience)
-                .map(|r| match r {
-                    RwAcquire::Acquired(term) => Some(term),
-                    RwAcquire::Busy { .. } => None,
-                });
+            let reply = inner.backend().acquire_rw(&id, name, mode, patience);
             let r = inner.finish_rw_attempt(&id, h, mode, reply);
-            let expired = matches!(r, Err(Error::SessionExpired { .. }));
-            let coming = expired && inner.will_reopen();
-            // Not granted reads as "queued": retried after a release, or the retry interval.
-            let r = r.map(|t| t.map(Acquire::Acquired));
-            let step = wait.on_reply(r, coming, inner.now(), crate::rand::jitter);
-            *last = wait.take_last();
-            let next = match step {
-                Step::Acquired(term) => return Ok(Some((id, term))),
-                Step::Busy => return Ok(None),
-                Step::Fail(e) => return Err(e),
-                Step::WaitForReleases => {
-                    waiting = Some(WaitingForRelease::new(inner, name));
-                    continue;
-                }
-                Step::RetryNow => continue,
-                Step::RetryAt(at) => at,
-            };
-            let next = until.map_or(next, |u| next.min(u));
-            inner.wait_for_change(next, cancel, |v| v.releases_of(name) != seen);
-            if until.is_some_and(|u| inner.now() >= u) {
-                drop(waiting);
-                return Ok(None);
-            }
-        }
+            Ok(Some((id, seen, r)))
+        })
     }
 }
 

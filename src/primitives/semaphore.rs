@@ -3,7 +3,7 @@
 //! [`Permit`] is dropped and lost with its session (a crashed holder's permits come back once
 //! its session expires: no orphaned permits), on every backend.
 
-use super::lock::{lock_until, timed_out, LockGuard, WaitingForRelease};
+use super::lock::{lock_until, try_once, waiting, LockGuard, WaitingForRelease};
 use super::IntoLeaseName;
 use crate::engine::driver::wait::{self, LockWait, PermitRound, Step};
 use crate::engine::handle::EngineHandle;
@@ -87,22 +87,25 @@ impl Semaphore {
 
     /// A permit if one is free now; `Ok(None)` if all are held.
     pub fn try_acquire(&self) -> Result<Option<Permit>> {
-        self.acquire_until(Some(Instant::now()), true, None, &mut None)
+        try_once(|until, once, cancel, last| self.acquire_until(until, once, cancel, last))
     }
 
     /// A permit, waiting as long as it takes (until the session is lost).
     pub fn acquire(&self) -> Result<Permit> {
-        let mut last = None;
-        self.acquire_until(None, false, None, &mut last)?
-            .ok_or_else(|| timed_out("taking a permit", Duration::MAX, last))
+        waiting(
+            "taking a permit",
+            None,
+            None,
+            |until, once, cancel, last| self.acquire_until(until, once, cancel, last),
+        )
     }
 
     /// A permit, waiting at most `timeout`; [`Error::Timeout`] after that.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
-        let until = Instant::now().checked_add(timeout);
-        let mut last = None;
-        self.acquire_until(until, false, None, &mut last)?
-            .ok_or_else(|| timed_out("waiting for a permit", timeout, last))
+        let op = "waiting for a permit";
+        waiting(op, Some(timeout), None, |until, once, cancel, last| {
+            self.acquire_until(until, once, cancel, last)
+        })
     }
 
     /// A permit, waiting until `timeout` passes (`None`: no deadline) or `cancel` is
@@ -112,10 +115,10 @@ impl Semaphore {
         timeout: Option<Duration>,
         cancel: &Cancel,
     ) -> Result<Permit> {
-        let until = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut last = None;
-        self.acquire_until(until, false, Some(cancel), &mut last)?
-            .ok_or_else(|| timed_out("waiting for a permit", timeout.unwrap_or_default(), last))
+        let op = "waiting for a permit";
+        waiting(op, timeout, Some(cancel), |until, once, cancel, last| {
+            self.acquire_until(until, once, cancel, last)
+        })
     }
 
     /// The live holders, by permit index (one backend read per permit).

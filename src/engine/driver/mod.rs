@@ -1,13 +1,15 @@
 //! The driver's decisions, as pure functions of what the caller gives them (time, jitter,
 //! replies): where each output of the core goes, which replies reach the engine, when to
 //! reopen and what to do after a failed open ([`reopen`]), the wait-and-retry loop of
-//! locks, fair locks and permits ([`wait`]), how long a run-once claim holds ([`jobs`]) and
+//! locks, fair locks and permits ([`wait`]), a read-write lock's attempts, replies and
+//! writers' queue ([`rw`], on the same wait), how long a run-once claim holds ([`jobs`]) and
 //! which term a candidate's value is written on ([`values`]). The threaded
 //! [`Session`](crate::Session), its primitives and the deterministic simulation all call
 //! them, so the simulation checks the driver that ships.
 
 pub(crate) mod jobs;
 pub(crate) mod reopen;
+pub(crate) mod rw;
 pub(crate) mod values;
 pub(crate) mod wait;
 
