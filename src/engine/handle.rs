@@ -585,9 +585,9 @@ impl EngineHandle {
 
     // ---- read-write locks -----------------------------------------------------------------
 
-    /// Waits until the session is live (as [`EngineHandle::wait_live`]); returns the session
-    /// a read-write lock's attempt is sent for and the releases of `name` seen so far
-    /// (`None`: `until` passed first).
+    /// Waits until the session is live (as [`EngineHandle::wait_live`]), then, under the same
+    /// lock, marks a read-write lock's attempt of `name` as in flight; returns the session it
+    /// is sent for and the releases of `name` seen so far (`None`: `until` passed first).
     pub(crate) fn begin_rw_attempt(
         &self,
         name: &LeaseName,
@@ -600,6 +600,8 @@ impl EngineHandle {
         if !self.wait_live_in(&mut s, until, once, cancel, operation)? {
             return Ok(None);
         }
+        // Nothing to dispatch: marking an attempt in flight has no outputs.
+        s.core.begin_rw_acquire(name);
         Ok(Some((s.core.session().clone(), s.core.releases_of(name))))
     }
 
@@ -610,11 +612,14 @@ impl EngineHandle {
         &self,
         id: &SessionId,
         h: HandleId,
+        name: &LeaseName,
         mode: RwMode,
         reply: Result<RwAcquire>,
     ) -> Result<Option<Acquire>> {
         self.0
-            .with_session(id, |c| rw::take_reply(c, h, mode, self.0.now(), reply))
+            .with_session(id, |c| {
+                rw::take_reply(c, h, name, mode, self.0.now(), reply)
+            })
             .unwrap_or_else(|| Err(wait::replaced(id)))
     }
 

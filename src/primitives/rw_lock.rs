@@ -215,7 +215,7 @@ impl RwLock {
                 return Ok(None);
             };
             let reply = inner.backend().acquire_rw(&id, name, mode, patience);
-            let r = inner.finish_rw_attempt(&id, h, mode, reply);
+            let r = inner.finish_rw_attempt(&id, h, name, mode, reply);
             Ok(Some((id, seen, r)))
         })
     }

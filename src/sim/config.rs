@@ -71,10 +71,13 @@ pub struct Premises {
     /// The backend answers "not held" to every third release of a term it holds (and keeps
     /// the term): an unlock then reports a loss that never happened.
     pub false_misses: bool,
+    /// The backend grants a read-write lock's write while readers hold it (readers do not
+    /// keep a writer out).
+    pub shared_writers: bool,
 }
 
 /// Every premise, as `SIMBA_SIM_PREMISE` spells it.
-const PREMISES: [&str; 7] = [
+const PREMISES: [&str; 8] = [
     "token_reset",
     "clock_step",
     "stale_values",
@@ -82,12 +85,13 @@ const PREMISES: [&str; 7] = [
     "permit_miscount",
     "lost_windows",
     "false_misses",
+    "shared_writers",
 ];
 
 impl Premises {
     /// Reads `SIMBA_SIM_PREMISE` (comma-separated: `token_reset`, `clock_step`,
-    /// `stale_values`, `unfair_queue`, `permit_miscount`, `lost_windows`, `false_misses`;
-    /// or unset).
+    /// `stale_values`, `unfair_queue`, `permit_miscount`, `lost_windows`, `false_misses`,
+    /// `shared_writers`; or unset).
     pub fn from_env() -> Self {
         Self::parse(&std::env::var("SIMBA_SIM_PREMISE").unwrap_or_default())
     }
@@ -119,6 +123,7 @@ impl Premises {
             "permit_miscount" => &mut self.permit_miscount,
             "lost_windows" => &mut self.lost_windows,
             "false_misses" => &mut self.false_misses,
+            "shared_writers" => &mut self.shared_writers,
             _ => return None,
         })
     }
@@ -152,6 +157,8 @@ pub struct SimConfig {
     pub permits: u32,
     /// Run-once job names (`j0`, …).
     pub jobs: usize,
+    /// Read-write lock names (`rw0`, …).
+    pub rw_locks: usize,
     /// A job claim's `at_most`.
     pub at_most: Duration,
     /// A finished job's `at_least`.
@@ -227,6 +234,7 @@ impl SimConfig {
             semaphores: 1,
             permits: 1 + rng.below(clients as u64 - 1) as u32,
             jobs: 1,
+            rw_locks: 1,
             at_most: Duration::from_millis(at_most),
             at_least: Duration::from_millis(at_most * 3 / 4),
             duration: Duration::from_secs(12),

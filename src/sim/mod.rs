@@ -3,7 +3,8 @@
 //!
 //! [`run`] drives several sessions' real engine cores (`Core`), each with election
 //! candidates (with term values they change), observers, locks, a fair lock, a semaphore, a
-//! run-once job and a group watch, against a [`Model`] backend, through a network that
+//! run-once job, a read-write lock (read most of the time, written now and then) and a group
+//! watch, against a [`Model`] backend, through a network that
 //! delays and loses requests and replies, on one virtual clock and one seeded [`Rng`]: the
 //! same seed gives the same history, bit for bit. No threads, no sleeps. The driver's
 //! decisions are the shipped ones (`engine::driver`): the routing of the core's outputs
@@ -11,8 +12,10 @@
 //! at a time on the work queue), which replies reach the engine (only those of the session
 //! they were sent for), when to reopen, what a failed open leads to and how long it waits,
 //! the re-join plan, the lock and permit callers' wait-and-retry loop (with deadlines), a
-//! fair acquire's reply, a semaphore's rounds over its permits, a job claim's deadline and
-//! validity, and the write of a candidate's value that changed during an attempt. Locks,
+//! fair acquire's reply, a semaphore's rounds over its permits, a read-write lock call's
+//! attempts (a writer's patience, its reply taken into the engine, the writers' queue left by
+//! a writer that gave up, on the same wait), a job claim's deadline and validity, and the
+//! write of a candidate's value that changed during an attempt. Locks, reads, writes,
 //! unlocks, resigns, jobs and values come from their callers; some processes keep expiry
 //! terminal (`reopen_on_expiry(false)`), and an unlock whose release finds its term gone
 //! must report it once. Client processes pause for longer than their lease and resume as if
@@ -28,7 +31,10 @@
 //! resign and close ending terms, observers never seeing a token go back nor a value not
 //! written for the term they see (or one of an older term), no session renewed after it
 //! ended, fair locks granted in queue order, never more permits held than a semaphore has,
-//! and no job run again within the window of a finished run.
+//! no job run again within the window of a finished run, and a read-write lock's writer
+//! believing alone (no read or write term of the name believed by another at the same
+//! instant) with tokens by the read-write rule (a write's above every token before, a
+//! read's above the last write's).
 //!
 //! ```
 //! use simba_lease::sim::{run, Premises, SimConfig};
@@ -52,7 +58,7 @@ mod world;
 
 pub use check::{Belief, Held, Kind, Violation};
 pub use config::{Faults, Premises, SimConfig, MIXES};
-pub use model::{session_id, session_no, Grant, JobEntry, Model, QueueEntry, QueueStep};
+pub use model::{session_id, session_no, Grant, JobEntry, Model, QueueEntry, QueueStep, RwGrant};
 pub use rng::Rng;
 pub use world::{run, Outcome, Stats, TraceLine};
 

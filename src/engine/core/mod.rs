@@ -65,6 +65,9 @@ pub enum Output {
     Run(Task),
     /// Release a lease on the backend.
     Release(LeaseName, Token),
+    /// Release a read-write lock's term (of a mode) on the backend: a grant of a token the
+    /// engine asked to release (see [`Core::on_rw_acquire`]).
+    ReleaseRw(LeaseName, crate::spi::RwMode, Token),
     /// The session was lost locally: close it on the backend, best effort.
     CloseBackend,
     /// Deliver an event to the session's listeners and, if given, to one handle's.
@@ -226,8 +229,12 @@ pub struct Core {
     leases: BTreeMap<LeaseName, Held>,
     /// Read-write lock terms, by name (apart from the leases: a name of their own).
     rw: BTreeMap<LeaseName, rw::RwHeld>,
-    /// Read-write terms whose release is in flight: a grant of the same token is not taken.
-    rw_releasing: BTreeMap<LeaseName, Token>,
+    /// The last release of each read-write lock's term, as for leases: a grant of its token
+    /// is never taken (found by the simulation; scenario
+    /// `a_read_write_grant_of_a_token_whose_release_timed_out_is_released_again`).
+    rw_released: BTreeMap<LeaseName, Memo>,
+    /// Read-write lock attempts in flight, by name.
+    rw_acquiring: BTreeMap<LeaseName, usize>,
     acquiring: BTreeMap<LeaseName, u32>,
     releasing: BTreeSet<LeaseName>,
     /// The last token the engine asked the backend to release, per name. A release can reach
@@ -275,7 +282,8 @@ impl Core {
             keep_alive_sent: None,
             leases: BTreeMap::new(),
             rw: BTreeMap::new(),
-            rw_releasing: BTreeMap::new(),
+            rw_released: BTreeMap::new(),
+            rw_acquiring: BTreeMap::new(),
             acquiring: BTreeMap::new(),
             releasing: BTreeSet::new(),
             released: BTreeMap::new(),

@@ -14,9 +14,39 @@ pub(super) struct RwHeld {
 }
 
 impl Core {
-    /// The reply to a read-write lock's acquire (`Ok(None)`: not granted now). A grant is
-    /// taken into the local view while the session is live; `SessionExpired` expires it.
+    /// Marks a read-write lock's attempt of `name` as in flight (sent by the caller): a
+    /// grant sent before a release landed may still come back, so the release is remembered
+    /// until the attempt's reply is in.
+    pub fn begin_rw_acquire(&mut self, name: &LeaseName) {
+        *self.rw_acquiring.entry(name.clone()).or_insert(0) += 1;
+    }
+
+    /// The reply to read-write guard `handle`'s attempt of `name` in `mode` (`Ok(None)`: not
+    /// granted now). A grant is taken into the local view while the session is live;
+    /// `SessionExpired` expires it. A grant of a token the engine asked to release is not
+    /// taken, as for a lock: that release may still land (even after its caller timed out)
+    /// and free the very term; the grant is released again ([`Output::ReleaseRw`]) and the
+    /// attempt reads as not granted, so the next grant carries a new token.
     pub fn on_rw_acquire(
+        &mut self,
+        handle: HandleId,
+        name: &LeaseName,
+        mode: RwMode,
+        now: Instant,
+        reply: Result<Option<Term>>,
+    ) -> Result<Option<Term>> {
+        if let Some(n) = self.rw_acquiring.get_mut(name) {
+            *n -= 1;
+            if *n == 0 {
+                self.rw_acquiring.remove(name);
+            }
+        }
+        let r = self.rw_reply(handle, mode, now, reply);
+        self.forget_settled_rw_release(name);
+        r
+    }
+
+    fn rw_reply(
         &mut self,
         handle: HandleId,
         mode: RwMode,
@@ -25,13 +55,27 @@ impl Core {
     ) -> Result<Option<Term>> {
         match reply {
             Ok(Some(term)) => {
+                // A term of an ended session ends with it on the backend: nothing to release.
                 self.check_live()?;
-                // The session's own release of this very term is in flight: it may land
-                // after this grant and end it. Not granted; tried again once it finished.
-                if self.rw_releasing.get(&term.name) == Some(&term.token) {
-                    return Ok(None);
-                }
                 let name = term.name.clone();
+                match self.rw_released.get(&name).copied() {
+                    Some(m) if m.token == term.token => {
+                        // In flight, it frees the term when it lands; settled, the term is
+                        // gone. Only a release that failed may not have happened: again.
+                        if m.state == MemoState::Uncertain {
+                            self.remember_rw_release(&name, term.token);
+                            self.out.push(Output::ReleaseRw(name, mode, term.token));
+                        }
+                        return Ok(None);
+                    }
+                    // A newer token: no release of the older one can touch it.
+                    Some(_) => {
+                        if let Some(m) = self.rw_released.get_mut(&name) {
+                            m.state = MemoState::Settled;
+                        }
+                    }
+                    None => {}
+                }
                 let held = RwHeld {
                     term: term.clone(),
                     mode,
@@ -78,18 +122,46 @@ impl Core {
             Some(h) if h.handle == handle && h.term.token == term.token && self.state.is_live() => {
                 let mode = h.mode;
                 self.rw.remove(&term.name);
-                self.rw_releasing.insert(term.name.clone(), term.token);
+                self.remember_rw_release(&term.name, term.token);
                 Ok((mode, term.token))
             }
             _ => Err(lease_lost(term)),
         }
     }
 
-    /// This session's release of the read-write lock `name` finished: its callers waiting
-    /// for the name see a release.
-    pub fn on_rw_released(&mut self, name: &LeaseName) {
-        self.rw_releasing.remove(name);
+    /// This session's release of the read-write lock `name` finished: `definitive` when the
+    /// backend answered (either way: the term is then gone for good, its token never granted
+    /// again), so no release of it can undo a grant any more; a failed or timed-out release
+    /// may still land. Its callers waiting for the name see a release.
+    pub fn on_rw_released(&mut self, name: &LeaseName, definitive: bool) {
+        if let Some(m) = self.rw_released.get_mut(name) {
+            m.state = if definitive {
+                MemoState::Settled
+            } else {
+                MemoState::Uncertain
+            };
+        }
+        self.forget_settled_rw_release(name);
         self.seen_release(name);
+    }
+
+    fn remember_rw_release(&mut self, name: &LeaseName, token: Token) {
+        let state = MemoState::Pending;
+        self.rw_released.insert(name.clone(), Memo { token, state });
+    }
+
+    /// Forgets the last release of `name` once no grant it could undo can arrive.
+    fn forget_settled_rw_release(&mut self, name: &LeaseName) {
+        let settled = (self.rw_released.get(name)).is_some_and(|m| m.state == MemoState::Settled);
+        if settled && !self.rw_acquiring.contains_key(name) {
+            self.rw_released.remove(name);
+        }
+    }
+
+    /// How many read-write lock names the core remembers a release for.
+    #[cfg(test)]
+    pub fn remembered_rw_releases(&self) -> usize {
+        self.rw_released.len()
     }
 
     /// Ends every read-write term with the session: each guard hears [`Event::LockLost`].

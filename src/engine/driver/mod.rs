@@ -15,6 +15,7 @@ pub(crate) mod wait;
 
 use super::core::{HandleId, Output, Task};
 use super::event::Event;
+use crate::spi::RwMode;
 use crate::types::{LeaseName, SessionId, Token};
 use std::time::Duration;
 
@@ -26,6 +27,9 @@ pub(crate) enum Work {
     Run(Task),
     /// The release of a term the engine gave up (or a stray grant).
     Release(LeaseName, Token),
+    /// The release of a read-write lock's term of a mode (a dropped guard's, or a grant the
+    /// engine did not take).
+    ReleaseRw(LeaseName, RwMode, Token),
     /// Deleting the backend session (after `close`).
     CloseBackend,
 }
@@ -47,6 +51,7 @@ pub(crate) fn route(output: Output) -> Route {
         Output::KeepAlive => Route::KeepAlive,
         Output::Run(task) => Route::Work(Work::Run(task)),
         Output::Release(name, token) => Route::Work(Work::Release(name, token)),
+        Output::ReleaseRw(name, mode, token) => Route::Work(Work::ReleaseRw(name, mode, token)),
         Output::CloseBackend => Route::Work(Work::CloseBackend),
         Output::Emit(handle, event) => Route::Emit(handle, event),
     }

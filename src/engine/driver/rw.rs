@@ -7,6 +7,7 @@
 
 use crate::engine::core::{Core, HandleId};
 use crate::spi::{Acquire, RwAcquire, RwMode};
+use crate::types::LeaseName;
 use std::time::{Duration, Instant};
 
 /// What a read or a write call's errors say it was doing.
@@ -28,13 +29,15 @@ pub(crate) fn patience(once: bool, lease: Duration) -> Duration {
     }
 }
 
-/// Takes read-write guard `h`'s attempt of `mode`, answered `reply`, into `core` at `now`
-/// (the caller checked that `core` is the session it was sent for), as the wait reads it: a
-/// term the guard now holds, or `Ok(None)` for one not granted now (also a grant of the very
-/// term whose release is still in flight, tried again once the release finished).
+/// Takes read-write guard `h`'s attempt of `name` in `mode`, answered `reply`, into `core`
+/// at `now` (the caller marked it in flight with `Core::begin_rw_acquire` and checked that
+/// `core` is the session it was sent for), as the wait reads it: a term the guard now holds,
+/// or `Ok(None)` for one not granted now (also a grant of a token the engine asked to
+/// release, which it releases again: tried again after that release, for a new token).
 pub(crate) fn take_reply(
     core: &mut Core,
     h: HandleId,
+    name: &LeaseName,
     mode: RwMode,
     now: Instant,
     reply: crate::Result<RwAcquire>,
@@ -43,7 +46,7 @@ pub(crate) fn take_reply(
         RwAcquire::Acquired(term) => Some(term),
         RwAcquire::Busy { .. } => None,
     });
-    core.on_rw_acquire(h, mode, now, reply)
+    core.on_rw_acquire(h, name, mode, now, reply)
         .map(|t| t.map(Acquire::Acquired))
 }
 
@@ -58,9 +61,10 @@ pub(crate) fn leaves_queue(mode: RwMode, once: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::core::Output;
     use crate::engine::core::Timing;
     use crate::error::Error;
-    use crate::types::{LeaseName, SessionId, Term, Token};
+    use crate::types::{SessionId, Term, Token};
 
     #[test]
     fn only_a_waiting_writer_registers_and_leaves() {
@@ -98,19 +102,22 @@ mod tests {
             readers: 1,
             writers_waiting: 0,
         };
-        let r = take_reply(&mut core, 7, RwMode::Write, t0, Ok(busy));
+        let r = take_reply(&mut core, 7, &name, RwMode::Write, t0, Ok(busy));
         assert!(matches!(r, Ok(None)));
         let granted = Ok(RwAcquire::Acquired(term.clone()));
-        let r = take_reply(&mut core, 7, RwMode::Read, t0, granted);
+        let r = take_reply(&mut core, 7, &name, RwMode::Read, t0, granted);
         assert!(matches!(r, Ok(Some(Acquire::Acquired(t))) if t == term));
         assert!(core.is_rw_valid(&name, term.token, t0));
-        // Its release in flight: the same term granted again is not taken.
+        // Its release timed out: the same term granted again is not taken, but released.
         assert!(core.rw_unlock(7, &term, t0).is_ok());
+        core.on_rw_released(&name, false);
         let again = Ok(RwAcquire::Acquired(term.clone()));
-        let r = take_reply(&mut core, 8, RwMode::Read, t0, again);
+        let r = take_reply(&mut core, 8, &name, RwMode::Read, t0, again);
         assert!(matches!(r, Ok(None)));
+        let released = Output::ReleaseRw(name.clone(), RwMode::Read, term.token);
+        assert_eq!(core.take_outputs(), vec![released]);
         let expired = Err(Error::SessionExpired { session: id });
-        let r = take_reply(&mut core, 8, RwMode::Read, t0, expired);
+        let r = take_reply(&mut core, 8, &name, RwMode::Read, t0, expired);
         assert!(matches!(r, Err(Error::SessionExpired { .. })));
         assert!(!core.state().is_live());
     }

@@ -38,8 +38,6 @@ enum Work {
     Core(SessionId, driver::Work),
     Leave(SessionId, GroupName),
     Join(SessionId, GroupName),
-    /// The release of a read-write lock term (of a dropped guard).
-    ReleaseRw(SessionId, LeaseName, crate::spi::RwMode, Token),
     Reopen,
 }
 

@@ -224,7 +224,8 @@ impl Inner {
         mode: crate::spi::RwMode,
         token: Token,
     ) {
-        self.queue(Work::ReleaseRw(id.clone(), name.clone(), mode, token));
+        let release = driver::Work::ReleaseRw(name.clone(), mode, token);
+        self.queue(Work::Core(id.clone(), release));
     }
 
     /// Releases a read-write term of session `id` on the backend from the calling thread.
@@ -236,7 +237,7 @@ impl Inner {
         token: Token,
     ) -> Result<bool> {
         let r = self.backend.release_rw(id, name, mode, token);
-        self.with_session(id, |c| c.on_rw_released(name));
+        self.with_session(id, |c| c.on_rw_released(name, r.is_ok()));
         r
     }
 

@@ -188,7 +188,7 @@ impl Inner {
                         log::warn!("releasing {name} (token {token}) failed: {}", e.report());
                     }
                 }
-                Work::ReleaseRw(id, name, mode, token) => {
+                Work::Core(id, driver::Work::ReleaseRw(name, mode, token)) => {
                     if let Err(e) = self.release_rw_now(&id, &name, mode, token) {
                         log::warn!(
                             "releasing the {} term of {name} (token {token}) failed: {}",

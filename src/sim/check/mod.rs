@@ -1,15 +1,17 @@
 //! The history checker: what every session believed, against what the backend did. This
 //! file holds the beliefs, the violations and the rules over beliefs and grants (one
-//! believer per lease, tokens rising); `fair`, `permits` and `jobs` hold the rules of
-//! fair-lock queues, semaphores and run-once windows.
+//! believer per lease, tokens rising); `fair`, `permits`, `jobs` and `rw` hold the rules of
+//! fair-lock queues, semaphores, run-once windows and read-write locks.
 
 mod fair;
 mod jobs;
 mod permits;
+mod rw;
 
 pub use fair::check_queues;
 pub use jobs::check_jobs;
 pub use permits::check_permits;
+pub use rw::check_rw;
 
 use super::model::{session_no, Grant};
 use super::world::{secs, Stats};
@@ -26,14 +28,27 @@ pub enum Held {
     Lock,
     /// A run-once job's claim, while `Job::is_valid` holds.
     Job,
+    /// A read-write lock's read term, while `RwGuard::is_valid` holds.
+    Read,
+    /// A read-write lock's write term, while `RwGuard::is_valid` holds.
+    Write,
+}
+
+impl Held {
+    /// Whether it is a read-write lock's term (judged by the read-write rule, not by the
+    /// single believer of a lease).
+    pub fn is_rw(self) -> bool {
+        matches!(self, Held::Read | Held::Write)
+    }
 }
 
 /// One term a session believed it held.
 ///
 /// A session believes it holds `name` with `token` at a local instant exactly when the engine's
 /// `Core::is_valid(name, token, now)` is true, from the `Elected` event (or a lock's acquire)
-/// until its loss event, its resign, unlock or close; a job claim while the driver's
-/// `jobs::holds` is true (what `Job::is_valid` answers), until the job returns. The simulation evaluates that oracle after
+/// until its loss event, its resign, unlock or close; a read-write lock's term likewise while
+/// `Core::is_rw_valid` is true (what `RwGuard::is_valid` answers); a job claim while the
+/// driver's `jobs::holds` is true (what `Job::is_valid` answers), until the job returns. The simulation evaluates that oracle after
 /// every step of the engine and maps the instant where it turns false from the client's clock to
 /// true (backend) time: the belief is the union of `segments`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +109,8 @@ impl fmt::Display for Belief {
                 Held::Election => "election",
                 Held::Lock => "lock",
                 Held::Job => "job",
+                Held::Read => "read",
+                Held::Write => "write",
             },
             self.name,
             self.token,
@@ -135,6 +152,9 @@ pub enum Kind {
     /// An unlock reported its term lost though the backend had not ended the term before
     /// the release.
     UnfoundedLoss,
+    /// A read-write lock's write term was believed while another session believed a read
+    /// or write term of the same name.
+    RwConflict,
 }
 
 /// One violation of the contract.
@@ -160,7 +180,8 @@ impl fmt::Display for Violation {
 
 /// Checks the history of one run after it ended: single believer per lease at every true
 /// instant, tokens strictly increasing per name (in the beliefs and in the backend's grants).
-/// The other checks run during the run, right after each engine step.
+/// Read-write lock terms are [`check_rw`]'s. The other checks run during the run, right
+/// after each engine step.
 pub fn check(
     beliefs: &mut [Belief],
     grants: &[Grant],
@@ -173,7 +194,7 @@ pub fn check(
         }
     }
     let mut by_name: BTreeMap<&LeaseName, Vec<usize>> = BTreeMap::new();
-    for (i, b) in beliefs.iter().enumerate() {
+    for (i, b) in beliefs.iter().enumerate().filter(|(_, b)| !b.held.is_rw()) {
         by_name.entry(&b.name).or_default().push(i);
     }
     for (name, idx) in &by_name {

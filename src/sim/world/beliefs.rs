@@ -269,12 +269,20 @@ impl World<'_> {
             .map(|(n, b)| (n.clone(), *b))
             .collect();
         for (name, b) in open {
-            let token = self.beliefs[b].token;
+            let (token, rw) = (self.beliefs[b].token, self.beliefs[b].held.is_rw());
             let cl = &self.clients[c];
             let Some(core) = cl.core.as_ref() else {
                 continue;
             };
-            if !core.is_valid(&name, token, local) {
+            // What `LockGuard::is_valid` / `Election::is_leader`, or `RwGuard::is_valid`, answer.
+            let valid = |at: Instant| {
+                if rw {
+                    core.is_rw_valid(&name, token, at)
+                } else {
+                    core.is_valid(&name, token, at)
+                }
+            };
+            if !valid(local) {
                 self.violation(
                     Kind::SilentLoss,
                     c,
@@ -286,9 +294,7 @@ impl World<'_> {
                 continue;
             }
             let hint = self.lapses.get(&b).copied();
-            let hi = lapse(local, core.deadline(), hint, |at| {
-                core.is_valid(&name, token, at)
-            });
+            let hi = lapse(local, core.deadline(), hint, valid);
             self.lapses.insert(b, hi);
             let until = self.true_of(c, hi).max(t);
             let bl = &mut self.beliefs[b];

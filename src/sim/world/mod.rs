@@ -4,7 +4,8 @@
 //! The parts: [`network`] (messages, delays, a request's arrival at the model backend),
 //! [`replies`] (a reply's completion at its client, through the driver), [`clock`] (local
 //! and true time), [`workload`] (setup, churn, sessions), [`locks`] (lock, fair-lock and
-//! semaphore callers), [`jobs`] (run-once callers), [`values`] (candidates' term values),
+//! semaphore callers), [`rw`] (read-write lock callers), [`jobs`] (run-once callers),
+//! [`values`] (candidates' term values),
 //! [`beliefs`] (the checker's side of events) and [`outcome`] (trace, counters, report).
 
 mod beliefs;
@@ -14,6 +15,7 @@ mod locks;
 mod network;
 mod outcome;
 mod replies;
+mod rw;
 mod values;
 mod workload;
 
@@ -38,7 +40,7 @@ use std::time::{Duration, Instant};
 const MS: u64 = 1_000_000;
 const PPM: u64 = 1_000_000;
 
-/// What a lock caller's thread is doing.
+/// What a lock (or read-write lock) caller's thread is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Thread {
     /// Between two calls (until `next`), or in a call, waiting to try again (at `next`, or
@@ -153,6 +155,8 @@ struct Client {
     /// Values this process made (each new value is unique).
     values_made: u64,
     lockers: Vec<Locker>,
+    /// Read-write lock callers, one per name it uses.
+    rw: Vec<rw::RwCaller>,
     jobbers: Vec<Jobber>,
     /// Names this process observes (an observer handle per name, per session opened).
     observes: Vec<LeaseName>,
@@ -260,6 +264,7 @@ pub fn run(seed: u64, config: &SimConfig, trace: bool) -> Outcome {
     check::check(&mut beliefs, &grants, &mut w.violations, &mut w.stats);
     check::check_queues(&w.model.queue_log, &mut w.violations);
     check::check_jobs(&w.model.job_log, &mut w.violations);
+    check::check_rw(&beliefs, &w.model.rw_log, &mut w.violations);
     let semaphores: Vec<(String, u32)> = (0..config.semaphores)
         .map(|s| (format!("s{s}"), config.permits))
         .collect();
@@ -441,6 +446,7 @@ impl World<'_> {
         let t = self.now;
         let local = self.local(c, t);
         self.lock_step(c);
+        self.rw_step(c);
         self.job_step(c);
         if let Some(core) = self.clients[c].core.as_mut() {
             core.tick(local);
@@ -477,12 +483,17 @@ impl World<'_> {
             Thread::Holding(u) => Some(u),
             _ => None,
         });
+        let rw = cl.rw.iter().filter_map(|r| match r.thread {
+            Thread::Idle => Some(r.next),
+            Thread::Holding(u) => Some(u),
+            _ => None,
+        });
         let jobbers = cl.jobbers.iter().filter_map(|j| match &j.thread {
             JobThread::Idle => Some(j.next),
             JobThread::Running(r) => Some(r.ends),
             _ => None,
         });
-        for at in lockers.chain(jobbers) {
+        for at in lockers.chain(rw).chain(jobbers) {
             next = Some(next.map_or(at, |n| n.min(at)));
         }
         if let Some(at) = next {
@@ -515,6 +526,7 @@ impl World<'_> {
                     Route::Work(driver::Work::Run(Task::Owner(h, n))) => Some(Op::Owner(h, n)),
                     Route::Work(driver::Work::Run(Task::Members(h, g))) => Some(Op::Members(h, g)),
                     Route::Work(driver::Work::Release(n, t)) => Some(Op::Release(n, t)),
+                    Route::Work(driver::Work::ReleaseRw(n, m, t)) => Some(Op::ReleaseRw(n, m, t)),
                     Route::Work(driver::Work::CloseBackend) => Some(Op::CloseBackend),
                     Route::Emit(h, e) => {
                         self.on_event(c, h, e);

@@ -8,7 +8,7 @@ use super::{World, MS};
 use crate::engine::core::HandleId;
 use crate::error::Result;
 use crate::sim::model::session_no;
-use crate::spi::{Acquire, JobClaim, KeepAlive, Notification, Queued};
+use crate::spi::{Acquire, JobClaim, KeepAlive, Notification, Queued, RwAcquire, RwMode};
 use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Token};
 use std::cmp::Ordering;
 use std::time::{Duration, Instant};
@@ -39,6 +39,12 @@ pub(super) enum Op {
     WriteBack(HandleId, LeaseName, Token, String, u64, usize),
     ClaimJob(LeaseName, Duration),
     FinishJob(LeaseName, Token, Duration),
+    /// A read-write lock's attempt of guard `h` in a mode, with the writer's patience.
+    AcquireRw(HandleId, LeaseName, RwMode, Duration),
+    /// An unlock's release of a read-write term.
+    ReleaseRw(LeaseName, RwMode, Token),
+    /// A writer that gave up leaves the writers' queue.
+    LeaveRwQueue(LeaseName),
     Close,
 }
 
@@ -56,7 +62,10 @@ impl Op {
             | Op::SetValue(n, _, _)
             | Op::WriteBack(_, n, _, _, _, _)
             | Op::ClaimJob(n, _)
-            | Op::FinishJob(n, _, _) => Some(n),
+            | Op::FinishJob(n, _, _)
+            | Op::AcquireRw(_, n, _, _)
+            | Op::ReleaseRw(n, _, _)
+            | Op::LeaveRwQueue(n) => Some(n),
             _ => None,
         }
     }
@@ -76,6 +85,8 @@ impl Op {
                 | Op::LockQueued(..)
                 | Op::Unlock(..)
                 | Op::Resign(..)
+                | Op::AcquireRw(..)
+                | Op::ReleaseRw(..)
         )
     }
 }
@@ -98,6 +109,7 @@ pub(super) enum Rep {
     Released(bool),
     Queued(Queued),
     Job(JobClaim),
+    Rw(RwAcquire),
     /// Whether a value was set, a place left, a job finished.
     Flag(bool),
     Done,
@@ -296,6 +308,27 @@ impl World<'_> {
                 *tok,
                 *at_least,
             ))),
+            Op::AcquireRw(_, n, mode, patience) => {
+                (self.model.acquire_rw(t, &sid(), n, *mode, *patience)).map(Rep::Rw)
+            }
+            Op::ReleaseRw(n, mode, tok) => {
+                let held = self.model.release_rw(t, &sid(), n, *mode, *tok);
+                if held {
+                    freed.push(n.clone());
+                } else {
+                    let ended = self.model.term_end(n, *tok, &sid());
+                    let before = ended.is_some_and(|at| at <= self.model.clock(t));
+                    self.gone_before.insert(id, before);
+                }
+                Ok(Rep::Released(held))
+            }
+            Op::LeaveRwQueue(n) => {
+                let left = self.model.leave_rw_queue(&sid(), n);
+                if left {
+                    freed.push(n.clone());
+                }
+                Ok(Rep::Flag(left))
+            }
             Op::CloseBackend | Op::Close => {
                 freed = self.model.close_session(t, &sid());
                 Ok(Rep::Done)

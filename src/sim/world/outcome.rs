@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::sim::check::{Belief, Kind, Violation};
 use crate::sim::config::SimConfig;
 use crate::sim::model::session_no;
-use crate::spi::{Acquire, JobClaim, Queued};
+use crate::spi::{Acquire, JobClaim, Queued, RwAcquire};
 use crate::types::LeaseName;
 
 /// Formats true nanoseconds as seconds.
@@ -208,6 +208,22 @@ pub(super) fn show(r: &Result<Rep>) -> String {
             format!("job Claimed token {token} ({remaining:?} left)")
         }
         Ok(Rep::Job(JobClaim::Busy { remaining })) => format!("job Busy ({remaining:?} left)"),
+        Ok(Rep::Rw(RwAcquire::Acquired(t))) => {
+            format!(
+                "rw Acquired {} token {} ({:?} left)",
+                t.name, t.token, t.remaining
+            )
+        }
+        Ok(Rep::Rw(RwAcquire::Busy {
+            writer,
+            readers,
+            writers_waiting,
+        })) => format!(
+            "rw Busy (writer {}, {readers} reader(s), {writers_waiting} writer(s) waiting)",
+            writer
+                .as_ref()
+                .map_or("none".into(), |w| format!("s{}", session_no(w)))
+        ),
         Err(Error::SessionExpired { .. }) => "ERR session expired".into(),
         Err(Error::Timeout { .. }) => "TIMEOUT".into(),
         Err(e) => format!("ERR {e}"),

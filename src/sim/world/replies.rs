@@ -7,7 +7,7 @@ use super::network::{Chan, Ev, Op, Rep};
 use super::outcome::show;
 use super::{acquire_of, Thread, World};
 use crate::engine::driver::reopen::{self, AfterOpenError};
-use crate::engine::driver::{self, wait};
+use crate::engine::driver::{self, rw, wait};
 use crate::error::Result;
 use crate::types::SessionId;
 use std::time::Duration;
@@ -42,7 +42,7 @@ impl World<'_> {
             (None, _) => false,
         };
         if stale && op.through_engine() {
-            self.stale_reply(c, &op, for_session);
+            self.stale_reply(c, &op, chan, for_session);
             if chan == Chan::Work {
                 self.clients[c].work_busy = false;
             }
@@ -145,9 +145,32 @@ impl World<'_> {
                 self.lock_reply(c, h, &n, r);
             }
             Op::Unlock(n, _) => self.unlocked(c, id, &n, reply),
+            Op::AcquireRw(h, n, mode, _) => {
+                let r = reply.map(|r| match r {
+                    Rep::Rw(a) => a,
+                    other => unreachable!("read-write lock reply {other:?}"),
+                });
+                let Some(core) = self.clients[c].core.as_mut() else {
+                    return;
+                };
+                let r = rw::take_reply(core, h, &n, mode, local, r);
+                self.rw_reply(c, h, &n, r);
+            }
+            Op::ReleaseRw(n, _, _) if chan == Chan::Work => {
+                // The engine's release of a grant it did not take.
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.on_rw_released(&n, reply.is_ok());
+                }
+            }
+            Op::ReleaseRw(n, _, _) => self.rw_unlocked(c, id, &n, reply),
             Op::ClaimJob(n, _) => self.claimed(c, &n, sent, reply, for_session),
             Op::FinishJob(n, _, _) => self.finished(c, &n),
-            Op::Join(_) | Op::CloseBackend | Op::Close | Op::LeaveQueue(_) | Op::SetValue(..) => {}
+            Op::Join(_)
+            | Op::CloseBackend
+            | Op::Close
+            | Op::LeaveQueue(_)
+            | Op::LeaveRwQueue(_)
+            | Op::SetValue(..) => {}
         }
         if chan == Chan::Work {
             self.clients[c].work_busy = false;
@@ -157,7 +180,7 @@ impl World<'_> {
 
     /// A reply for a session replaced since: the engine never sees it; a lock caller
     /// hears its session expired (as `with_session` answers it), an unlock or a resign ends.
-    fn stale_reply(&mut self, c: usize, op: &Op, for_session: Option<SessionId>) {
+    fn stale_reply(&mut self, c: usize, op: &Op, chan: Chan, for_session: Option<SessionId>) {
         match op {
             Op::Lock(h, n) | Op::LockQueued(h, n) => {
                 let sent_for = for_session.expect("stale replies have a session");
@@ -180,6 +203,7 @@ impl World<'_> {
                     cand.releasing = false;
                 }
             }
+            Op::AcquireRw(..) | Op::ReleaseRw(..) => self.rw_stale(c, op, chan, for_session),
             _ => {}
         }
     }

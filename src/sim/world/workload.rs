@@ -1,9 +1,10 @@
 //! The workload: the setup of the clients (clock rates, candidates and their values,
-//! observers, lock, fair-lock, semaphore and job callers, group membership, expiry policy)
+//! observers, lock, fair-lock, semaphore, read-write lock and job callers, group membership, expiry policy)
 //! and the premises' faults, the churn and the pauses, and each client's actions: opening
 //! sessions, the engine's reopen, resigning and running again, setting values, closing.
 
 use super::network::{Chan, Ev, Op};
+use super::rw::RwCaller;
 use super::{group, Cand, Client, JobThread, Jobber, Locker, Takes, Thread, World, MS, PPM};
 use crate::engine::core::Core;
 use crate::engine::driver::reopen;
@@ -69,6 +70,10 @@ impl World<'_> {
                 let names = (0..n).map(|i| name(format!("s{s}.permit-{i}"))).collect();
                 lockers.push(locker(names, Takes::Permit));
             }
+            let rw = (0..cfg.rw_locks)
+                .filter(|_| c < 3 || self.rng.chance(0.7))
+                .map(|r| RwCaller::new(name(format!("rw{r}"))))
+                .collect();
             let jobbers = (0..cfg.jobs)
                 .filter(|_| c < 2 || self.rng.chance(0.7))
                 .map(|j| Jobber {
@@ -96,6 +101,7 @@ impl World<'_> {
                 value_changes: 0,
                 values_made: 0,
                 lockers,
+                rw,
                 jobbers,
                 observes,
                 observed: BTreeMap::new(),
@@ -126,6 +132,7 @@ impl World<'_> {
         self.model.unfair_queue = p.unfair_queue;
         self.model.lost_windows = p.lost_windows;
         self.model.false_misses = p.false_misses;
+        self.model.shared_writers = p.shared_writers;
     }
 
     pub(super) fn exp_delay(&mut self, per_sec: f64) -> Option<u64> {
@@ -206,6 +213,9 @@ impl World<'_> {
             l.slot = None;
             l.term = None;
             l.unlocking = None;
+        }
+        for r in cl.rw.iter_mut() {
+            r.reset();
         }
         for j in cl.jobbers.iter_mut() {
             // A running job runs on (its claim no longer holds); calls in flight failed.

@@ -1,6 +1,6 @@
 //! The model backend: the contract of [`LeaseBackend`](crate::spi::LeaseBackend) on the
 //! simulation's virtual clock (sessions, fenced leases with values, fair-lock queues, run-once
-//! job records, groups), as [`MemoryBackend`](crate::backends::MemoryBackend) keeps it, with
+//! job records, read-write locks ([`rw`](self::rw)), groups), as [`MemoryBackend`](crate::backends::MemoryBackend) keeps it, with
 //! the premises that break it on request, and the logs the checker reads.
 //!
 //! It is a separate small model rather than [`MemoryBackend`](crate::backends::MemoryBackend)
@@ -8,6 +8,10 @@
 //! (the memory backend draws them from the operating system), the `token_reset` premise needs
 //! to roll the whole state back to an older snapshot (an asynchronous replica), and the checker
 //! needs the log of every grant the backend made.
+
+mod rw;
+
+pub use rw::RwGrant;
 
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, HeldLease, JobClaim, KeepAlive, Queued};
@@ -59,6 +63,8 @@ struct Tables {
     /// Fair-lock queues: places in arrival order, each with its patience's end.
     queues: BTreeMap<LeaseName, Vec<(SessionId, u64)>>,
     jobs: BTreeMap<LeaseName, JobRow>,
+    /// Read-write locks.
+    rw: BTreeMap<LeaseName, rw::RwRow>,
 }
 
 /// What happened to a fair lock's queue (for the checker's queue-order rule).
@@ -143,6 +149,8 @@ pub struct Model {
     pub queue_log: Vec<QueueEntry>,
     /// Every job claim and finish, in true-time order.
     pub job_log: Vec<JobEntry>,
+    /// Every read-write lock grant, in true-time order.
+    pub rw_log: Vec<RwGrant>,
     /// When each term ended (backend time), with its session: its release, its session's
     /// end or expiry, a failover. The checker's knowledge, which a failover does not roll back.
     term_ends: BTreeMap<(LeaseName, Token), (SessionId, u64)>,
@@ -157,6 +165,8 @@ pub struct Model {
     /// Premise `false_misses`: every third release of a held term answers "not held" (and
     /// frees nothing).
     pub false_misses: bool,
+    /// Premise `shared_writers`: a write is granted while readers hold the name.
+    pub shared_writers: bool,
 }
 
 impl Model {
@@ -172,12 +182,14 @@ impl Model {
             revivals: Vec::new(),
             queue_log: Vec::new(),
             job_log: Vec::new(),
+            rw_log: Vec::new(),
             term_ends: BTreeMap::new(),
             releases: 0,
             stale_values: false,
             unfair_queue: false,
             lost_windows: false,
             false_misses: false,
+            shared_writers: false,
         }
     }
 
@@ -203,7 +215,7 @@ impl Model {
             return Vec::new();
         };
         let now = self.clock(t);
-        let back: Vec<LeaseName> = self
+        let mut back: Vec<LeaseName> = self
             .tables
             .leases
             .iter()
@@ -217,6 +229,7 @@ impl Model {
                 self.end_term(name, token, &s, now);
             }
         }
+        back.extend(self.fail_over_rw(&old, now));
         self.tables = old;
         back
     }
@@ -272,6 +285,7 @@ impl Model {
                 self.end_term(&name, token, id, now.min(row.expires));
             }
         }
+        freed.extend(self.remove_rw(id, now.min(row.expires)));
         freed
     }
 
