@@ -4,7 +4,8 @@
 //! - `SIMBA_SIM_SEEDS=N` (default 2000) seeds, from `SIMBA_SIM_FIRST` (default 0).
 //! - Replay one seed with its trace: `SIMBA_SIM_SEED=123 cargo test --features sim --test sim replay -- --nocapture`
 //!   (add `SIMBA_SIM_PREMISE=token_reset`, `clock_step`, `stale_values`, `unfair_queue`,
-//!   `permit_miscount`, `lost_windows`, `false_misses` or `shared_writers` for a premise run).
+//!   `permit_miscount`, `lost_windows`, `false_misses`, `shared_writers` or `lost_delays`
+//!   for a premise run).
 //! - Nightly: `SIMBA_SIM_SEEDS=100000 cargo test --release --features sim --test sim seeds -- --nocapture`.
 
 use simba_lease::sim::{run, Kind, Outcome, Premises, SimConfig, MIXES};
@@ -204,6 +205,12 @@ fn shared_writers_are_detected() {
         .contains("SIMBA_SIM_PREMISE=shared_writers"));
 }
 
+#[test]
+fn lost_delays_are_detected() {
+    let o = find(Premises::parse("lost_delays"), Kind::EarlyTakeover, 50);
+    assert!(o.report().contains("EarlyTakeover"));
+}
+
 /// A token reset reaches the read-write locks too: their tokens must follow the rule.
 #[test]
 fn token_resets_of_read_write_locks_are_detected() {
@@ -323,11 +330,12 @@ fn engine_regression_seeds() {
 /// taken, rounds that find every permit taken), run-once jobs (claimed, busy, finished,
 /// outliving their claim), term values (set on the term held, written back after an
 /// attempt that raced a change) and read-write locks (read and write terms taken, refused,
-/// a one-time try, a writer that gave up leaving the writers' queue, an unlock).
+/// a one-time try, a writer that gave up leaving the writers' queue, an unlock), and a name
+/// kept by a lock-delay after its holder's expiry.
 #[test]
 fn the_simulation_takes_the_driver_paths_it_checks() {
     type Path = (&'static str, fn(&str) -> bool);
-    let paths: [Path; 22] = [
+    let paths: [Path; 23] = [
         ("unlock found its term gone", |t| {
             t.contains("Unlock") && t.contains("was held: false")
         }),
@@ -370,8 +378,11 @@ fn the_simulation_takes_the_driver_paths_it_checks() {
         ("read-write term released", |t| {
             t.contains("ReleaseRw") && t.contains("was held: true")
         }),
+        ("name kept by a lock-delay", |t| {
+            t.contains("in its lock-delay")
+        }),
     ];
-    let mut seen = [0usize; 22];
+    let mut seen = [0usize; 23];
     for seed in 0..300 {
         let o = run_seed(seed, Premises::default(), true);
         assert!(o.violations.is_empty(), "{}", o.report());

@@ -74,10 +74,12 @@ pub struct Premises {
     /// The backend grants a read-write lock's write while readers hold it (readers do not
     /// keep a writer out).
     pub shared_writers: bool,
+    /// The backend ignores lock-delays: a name is free at once after its holder's expiry.
+    pub lost_delays: bool,
 }
 
 /// Every premise, as `SIMBA_SIM_PREMISE` spells it.
-const PREMISES: [&str; 8] = [
+const PREMISES: [&str; 9] = [
     "token_reset",
     "clock_step",
     "stale_values",
@@ -86,12 +88,13 @@ const PREMISES: [&str; 8] = [
     "lost_windows",
     "false_misses",
     "shared_writers",
+    "lost_delays",
 ];
 
 impl Premises {
     /// Reads `SIMBA_SIM_PREMISE` (comma-separated: `token_reset`, `clock_step`,
     /// `stale_values`, `unfair_queue`, `permit_miscount`, `lost_windows`, `false_misses`,
-    /// `shared_writers`; or unset).
+    /// `shared_writers`, `lost_delays`; or unset).
     pub fn from_env() -> Self {
         Self::parse(&std::env::var("SIMBA_SIM_PREMISE").unwrap_or_default())
     }
@@ -124,6 +127,7 @@ impl Premises {
             "lost_windows" => &mut self.lost_windows,
             "false_misses" => &mut self.false_misses,
             "shared_writers" => &mut self.shared_writers,
+            "lost_delays" => &mut self.lost_delays,
             _ => return None,
         })
     }

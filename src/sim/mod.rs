@@ -17,8 +17,10 @@
 //! a writer that gave up, on the same wait), a job claim's deadline and validity, and the
 //! write of a candidate's value that changed during an attempt. Locks, reads, writes,
 //! unlocks, resigns, jobs and values come from their callers; some processes keep expiry
-//! terminal (`reopen_on_expiry(false)`), and an unlock whose release finds its term gone
-//! must report it once. Client processes pause for longer than their lease and resume as if
+//! terminal (`reopen_on_expiry(false)`), some give their terms a lock-delay
+//! (`Config::lock_delay`: the model keeps a name blocked that long after its holder's
+//! expiry, and the engine leaves an expired session to expire on the backend), and an unlock
+//! whose release finds its term gone must report it once. Client processes pause for longer than their lease and resume as if
 //! nothing happened, and their clocks run at a rate `1 ± d` within the drift bound. The
 //! [`Premises`] break the backend (or a process's setup) on purpose, so the tests show the
 //! checker finds what it must.
@@ -34,7 +36,8 @@
 //! no job run again within the window of a finished run, and a read-write lock's writer
 //! believing alone (no read or write term of the name believed by another at the same
 //! instant) with tokens by the read-write rule (a write's above every token before, a
-//! read's above the last write's).
+//! read's above the last write's), and no new term of a name within the lock-delay after a
+//! term of it ended with its session's expiry (backend clock).
 //!
 //! ```
 //! use simba_lease::sim::{run, Premises, SimConfig};
@@ -58,7 +61,10 @@ mod world;
 
 pub use check::{Belief, Held, Kind, Violation};
 pub use config::{Faults, Premises, SimConfig, MIXES};
-pub use model::{session_id, session_no, Grant, JobEntry, Model, QueueEntry, QueueStep, RwGrant};
+pub use model::{
+    session_id, session_no, DelayEntry, DelayStep, Grant, JobEntry, Model, QueueEntry, QueueStep,
+    RwGrant,
+};
 pub use rng::Rng;
 pub use world::{run, Outcome, Stats, TraceLine};
 

@@ -1,13 +1,15 @@
 //! The history checker: what every session believed, against what the backend did. This
 //! file holds the beliefs, the violations and the rules over beliefs and grants (one
-//! believer per lease, tokens rising); `fair`, `permits`, `jobs` and `rw` hold the rules of
-//! fair-lock queues, semaphores, run-once windows and read-write locks.
+//! believer per lease, tokens rising); `fair`, `permits`, `jobs`, `rw` and `delay` hold the
+//! rules of fair-lock queues, semaphores, run-once windows, read-write locks and lock-delays.
 
+mod delay;
 mod fair;
 mod jobs;
 mod permits;
 mod rw;
 
+pub use delay::check_delays;
 pub use fair::check_queues;
 pub use jobs::check_jobs;
 pub use permits::check_permits;
@@ -155,6 +157,9 @@ pub enum Kind {
     /// A read-write lock's write term was believed while another session believed a read
     /// or write term of the same name.
     RwConflict,
+    /// A lease was granted anew within the lock-delay of a term of the name that ended with
+    /// its session's expiry (backend clock).
+    EarlyTakeover,
 }
 
 /// One violation of the contract.

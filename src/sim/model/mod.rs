@@ -33,6 +33,8 @@ pub fn session_no(id: &SessionId) -> u64 {
 struct SessionRow {
     expires: u64,
     leases: BTreeSet<LeaseName>,
+    /// Its lock-delay (ns): a term that ends with its expiry keeps its name blocked so long.
+    lock_delay: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -41,6 +43,9 @@ struct LeaseRow {
     token: u64,
     /// The current term's value (a new term starts without one).
     value: String,
+    /// The session of a term that ended with its (removed) session's expiry and the end of
+    /// that term's lock-delay (backend time): the name stays blocked until then.
+    delayed: Option<(SessionId, u64)>,
 }
 
 /// A run-once job's record: its last claim (backend times).
@@ -116,6 +121,33 @@ pub struct JobEntry {
     pub window: u64,
 }
 
+/// One step of a lease name for the lock-delay rule (backend times).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DelayStep {
+    /// A term ended with its session's expiry at `at`; its session's lock-delay (ns).
+    Expired {
+        /// The lock-delay of the session (ns).
+        delay: u64,
+    },
+    /// A new term began at `at`.
+    Granted,
+}
+
+/// One step of a lease name for the lock-delay rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DelayEntry {
+    /// Backend time (ns): when the term ended, or began.
+    pub at: u64,
+    /// The lease.
+    pub name: LeaseName,
+    /// The session of the term.
+    pub session: SessionId,
+    /// The term's token.
+    pub token: Token,
+    /// What happened.
+    pub step: DelayStep,
+}
+
 /// One lease grant the backend made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -149,6 +181,11 @@ pub struct Model {
     pub queue_log: Vec<QueueEntry>,
     /// Every job claim and finish, in true-time order.
     pub job_log: Vec<JobEntry>,
+    /// Lease terms ended by their session's expiry and new lease terms, as the backend
+    /// learnt of them (each expiry before any later grant of its name).
+    pub delay_log: Vec<DelayEntry>,
+    /// The terms whose expiry is in `delay_log`.
+    delay_logged: BTreeSet<(LeaseName, Token)>,
     /// Every read-write lock grant, in true-time order.
     pub rw_log: Vec<RwGrant>,
     /// When each term ended (backend time), with its session: its release, its session's
@@ -167,6 +204,9 @@ pub struct Model {
     pub false_misses: bool,
     /// Premise `shared_writers`: a write is granted while readers hold the name.
     pub shared_writers: bool,
+    /// Premise `lost_delays`: a name is free at once after its holder's expiry (the
+    /// lock-delay is ignored).
+    pub lost_delays: bool,
 }
 
 impl Model {
@@ -182,6 +222,8 @@ impl Model {
             revivals: Vec::new(),
             queue_log: Vec::new(),
             job_log: Vec::new(),
+            delay_log: Vec::new(),
+            delay_logged: BTreeSet::new(),
             rw_log: Vec::new(),
             term_ends: BTreeMap::new(),
             releases: 0,
@@ -190,6 +232,7 @@ impl Model {
             lost_windows: false,
             false_misses: false,
             shared_writers: false,
+            lost_delays: false,
         }
     }
 
@@ -250,6 +293,11 @@ impl Model {
             .map(|(_, at)| *at)
     }
 
+    /// Whether `id` is live at true time `t`.
+    pub fn is_live(&self, t: u64, id: &SessionId) -> bool {
+        self.live(id, self.clock(t)).is_some()
+    }
+
     fn live(&self, id: &SessionId, now: u64) -> Option<&SessionRow> {
         self.tables.sessions.get(id).filter(|s| s.expires > now)
     }
@@ -271,10 +319,15 @@ impl Model {
         }
         let mut freed = Vec::new();
         let mut ended = Vec::new();
+        // Removed after its expiry: its terms keep their names blocked for its lock-delay.
+        let expired = row.expires <= now;
+        let delayed =
+            (expired && row.lock_delay > 0).then(|| (id.clone(), row.expires + row.lock_delay));
         for name in row.leases {
             if let Some(l) = self.tables.leases.get_mut(&name) {
                 if l.session.as_ref() == Some(id) {
                     l.session = None;
+                    l.delayed.clone_from(&delayed);
                     ended.push((name.clone(), l.token));
                     freed.push(name);
                 }
@@ -283,6 +336,9 @@ impl Model {
         for (name, token) in ended {
             if let Ok(token) = Token::new(token) {
                 self.end_term(&name, token, id, now.min(row.expires));
+                if expired {
+                    self.log_expiry(&name, token, id, row.expires, row.lock_delay);
+                }
             }
         }
         freed.extend(self.remove_rw(id, now.min(row.expires)));
@@ -291,6 +347,17 @@ impl Model {
 
     /// Opens a session for `lease` at true time `t`.
     pub fn open_session(&mut self, t: u64, lease: Duration) -> (SessionId, Duration) {
+        self.open_session_with_delay(t, lease, Duration::ZERO)
+    }
+
+    /// Opens a session for `lease` with `lock_delay` at true time `t`, as
+    /// `LeaseBackend::open_session_with_delay`.
+    pub fn open_session_with_delay(
+        &mut self,
+        t: u64,
+        lease: Duration,
+        lock_delay: Duration,
+    ) -> (SessionId, Duration) {
         let id = session_id(self.next_session);
         self.next_session += 1;
         let expires = self.clock(t) + lease.as_nanos() as u64;
@@ -299,6 +366,7 @@ impl Model {
             SessionRow {
                 expires,
                 leases: BTreeSet::new(),
+                lock_delay: lock_delay.as_nanos() as u64,
             },
         );
         (id, lease)
@@ -599,42 +667,53 @@ impl Model {
     ) -> Result<(Acquire, bool)> {
         let now = self.clock(t);
         let row = self.tables.leases.get(name).cloned();
-        if let Some(LeaseRow {
-            session: Some(holder),
-            token,
-            value: held_value,
-        }) = &row
-        {
-            if holder != id {
-                let token = Token::new(*token).expect("held leases have a token");
-                if let Some(h) = self.live(holder, now) {
-                    return Ok((
-                        Acquire::Held(Owner {
-                            session: holder.clone(),
-                            token,
-                            remaining: Duration::from_nanos(h.expires - now),
-                            value: held_value.clone(),
-                        }),
-                        false,
-                    ));
-                }
-                // The holder expired: its term ended then.
-                let expired = self.tables.sessions.get(holder).map_or(now, |r| r.expires);
-                self.end_term(name, token, &holder.clone(), expired.min(now));
+        let holder = row.as_ref().and_then(|l| l.session.clone());
+        if let (Some(l), Some(holder)) = (&row, holder.clone().filter(|h| h != id)) {
+            let token = Token::new(l.token).expect("held leases have a token");
+            let session = self.tables.sessions.get(&holder);
+            let (expires, delay) = session.map_or((now, 0), |r| (r.expires, r.lock_delay));
+            if expires <= now {
+                // The holder expired: its term ended then, and its lock-delay began.
+                self.log_expiry(name, token, &holder, expires, delay);
             }
+        }
+        if let Some((blocker, until)) = self.blocker(name, now).filter(|(b, _)| b != id) {
+            let l = &self.tables.leases[name];
+            let owner = Owner {
+                session: blocker,
+                token: Token::new(l.token).expect("held leases have a token"),
+                remaining: Duration::from_nanos(until - now),
+                value: l.value.clone(),
+            };
+            return Ok((Acquire::Held(owner), false));
+        }
+        if let (Some(l), Some(holder)) = (&row, holder.filter(|h| h != id)) {
+            let token = Token::new(l.token).expect("held leases have a token");
+            let expired = self.tables.sessions.get(&holder).map_or(now, |r| r.expires);
+            self.end_term(name, token, &holder, expired.min(now));
         }
         let lease = self.tables.leases.entry(name.clone()).or_insert(LeaseRow {
             session: None,
             token: 0,
             value: String::new(),
+            delayed: None,
         });
         let new_term = lease.session.as_ref() != Some(id);
         if new_term {
             lease.token += 1;
             lease.session = Some(id.clone());
+            lease.delayed = None;
             if !self.stale_values {
                 lease.value.clear();
             }
+            let token = Token::new(lease.token).expect("token advanced above zero");
+            self.delay_log.push(DelayEntry {
+                at: now,
+                name: name.clone(),
+                session: id.clone(),
+                token,
+                step: DelayStep::Granted,
+            });
         }
         if !value.is_empty() {
             value.clone_into(&mut lease.value);
@@ -716,18 +795,59 @@ impl Model {
         }
     }
 
-    /// The live holder of `name` at true time `t`.
+    /// The live holder of `name` at true time `t`, or the holder of a term still in its
+    /// lock-delay (as `MemoryBackend::owner`).
     pub fn owner(&self, t: u64, name: &LeaseName) -> Option<Owner> {
         let now = self.clock(t);
         let l = self.tables.leases.get(name)?;
-        let s = l.session.as_ref()?;
-        let row = self.live(s, now)?;
+        let (session, until) = self.blocker(name, now)?;
         Some(Owner {
-            session: s.clone(),
+            session,
             token: Token::new(l.token).ok()?,
-            remaining: Duration::from_nanos(row.expires - now),
+            remaining: Duration::from_nanos(until - now),
             value: l.value.clone(),
         })
+    }
+
+    /// Who keeps `name` from another session at backend time `now`, and until when: its
+    /// live holder, or the holder of a term that ended with its session's expiry, until
+    /// that expiry plus the session's lock-delay (premise `lost_delays`: not at all).
+    fn blocker(&self, name: &LeaseName, now: u64) -> Option<(SessionId, u64)> {
+        let l = self.tables.leases.get(name)?;
+        let (holder, until) = match &l.session {
+            Some(h) => {
+                let r = self.tables.sessions.get(h)?;
+                match r.expires > now {
+                    true => (h.clone(), r.expires),
+                    false if self.lost_delays => return None,
+                    false => (h.clone(), r.expires + r.lock_delay),
+                }
+            }
+            None if self.lost_delays => return None,
+            None => l.delayed.clone()?,
+        };
+        (until > now).then_some((holder, until))
+    }
+
+    /// Notes (once) that `session`'s term `name`/`token` ended with its expiry at backend
+    /// time `at`, its lock-delay `delay` (ns) then beginning.
+    fn log_expiry(
+        &mut self,
+        name: &LeaseName,
+        token: Token,
+        session: &SessionId,
+        at: u64,
+        delay: u64,
+    ) {
+        if self.delay_logged.insert((name.clone(), token)) {
+            self.delay_log.push(DelayEntry {
+                at,
+                name: name.clone(),
+                session: session.clone(),
+                token,
+                step: DelayStep::Expired { delay },
+            });
+        }
     }
 }
 

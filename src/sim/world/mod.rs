@@ -139,6 +139,8 @@ struct Client {
     reopening: bool,
     /// `Config::reopen_on_expiry` of this process's sessions.
     reopen_on_expiry: bool,
+    /// `Config::lock_delay` of this process's sessions (zero: none).
+    lock_delay: Duration,
     /// A reopen failed for good: expiry is terminal (the process opens a new session).
     reopen_failed: bool,
     /// Terms whose unlock found them gone, each with whether the backend had ended it
@@ -265,6 +267,7 @@ pub fn run(seed: u64, config: &SimConfig, trace: bool) -> Outcome {
     check::check_queues(&w.model.queue_log, &mut w.violations);
     check::check_jobs(&w.model.job_log, &mut w.violations);
     check::check_rw(&beliefs, &w.model.rw_log, &mut w.violations);
+    check::check_delays(&w.model.delay_log, &mut w.violations);
     let semaphores: Vec<(String, u32)> = (0..config.semaphores)
         .map(|s| (format!("s{s}"), config.permits))
         .collect();

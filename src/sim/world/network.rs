@@ -238,7 +238,8 @@ impl World<'_> {
         let mut acquired = Vec::new();
         let reply: Result<Rep> = match &op {
             Op::Open => {
-                let (id, rem) = self.model.open_session(t, lease);
+                let delay = self.clients[client].lock_delay;
+                let (id, rem) = self.model.open_session_with_delay(t, lease, delay);
                 Ok(Rep::Open(id, rem))
             }
             Op::KeepAlive => {
@@ -335,6 +336,17 @@ impl World<'_> {
             }
         };
         let name = op.name().cloned();
+        let delayed = match &reply {
+            Ok(Rep::Acquire(Acquire::Held(o))) => Some(o),
+            Ok(Rep::Queued(Queued::Waiting { owner: Some(o), .. })) => Some(o),
+            _ => None,
+        };
+        if let Some(o) = delayed.filter(|o| !self.model.is_live(t, &o.session)) {
+            let (s, left) = (session_no(&o.session), o.remaining);
+            self.tr_at(Some(client), name.as_ref(), false, || {
+                format!("backend: held by s{s}'s term in its lock-delay ({left:?} left)")
+            });
+        }
         self.tr_at(Some(client), name.as_ref(), false, || {
             let who = session
                 .as_ref()

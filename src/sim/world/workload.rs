@@ -56,6 +56,12 @@ impl World<'_> {
             // Most processes let the engine reopen an expired session; the others open a
             // new one themselves (expiry terminal: `reopen_on_expiry(false)`).
             let reopen_on_expiry = c < 2 || self.rng.chance(0.75);
+            // Half the processes give their terms a lock-delay of a quarter to one lease.
+            let lease = cfg.lease.as_nanos() as u64;
+            let lock_delay = match self.rng.chance(0.5) {
+                true => Duration::from_nanos(self.rng.range(lease / 4, lease)),
+                false => Duration::ZERO,
+            };
             let mut lockers = Vec::new();
             let plain = (0..cfg.locks).map(|l| (vec![name(format!("l{l}"))], Takes::Plain));
             let fair = (0..cfg.fair_locks).map(|f| (vec![name(format!("f{f}"))], Takes::Fair));
@@ -90,6 +96,7 @@ impl World<'_> {
                 reopen_due: false,
                 reopening: false,
                 reopen_on_expiry,
+                lock_delay,
                 reopen_failed: false,
                 lost_on_unlock: Vec::new(),
                 ended: false,
@@ -133,6 +140,7 @@ impl World<'_> {
         self.model.lost_windows = p.lost_windows;
         self.model.false_misses = p.false_misses;
         self.model.shared_writers = p.shared_writers;
+        self.model.lost_delays = p.lost_delays;
     }
 
     pub(super) fn exp_delay(&mut self, per_sec: f64) -> Option<u64> {
@@ -157,6 +165,15 @@ impl World<'_> {
             if from + d < self.end {
                 self.push(from + d, Ev::Pause(c));
             }
+        }
+    }
+
+    /// The engine's timing of client `c`'s sessions (with its lock-delay).
+    fn timing_of(&self, c: usize) -> crate::engine::core::Timing {
+        let lock_delay = self.clients[c].lock_delay;
+        crate::engine::core::Timing {
+            lock_delay,
+            ..self.timing
         }
     }
 
@@ -193,7 +210,7 @@ impl World<'_> {
     pub(super) fn start_session(&mut self, c: usize, id: SessionId, sent: Instant, rem: Duration) {
         let seed = self.rng.next_u64();
         let local = self.local(c, self.now);
-        let mut core = Core::new(self.timing, id.clone(), sent, rem, seed);
+        let mut core = Core::new(self.timing_of(c), id.clone(), sent, rem, seed);
         let cl = &mut self.clients[c];
         for cand in cl.cands.iter_mut() {
             cand.releasing = false;
@@ -236,7 +253,10 @@ impl World<'_> {
         let member = cl.member;
         cl.core = Some(core);
         let sno = session_no(&id);
-        self.tr(Some(c), None, || format!("session s{sno} opened"));
+        let delay = self.clients[c].lock_delay;
+        self.tr(Some(c), None, || {
+            format!("session s{sno} opened (lock-delay {delay:?})")
+        });
         if member {
             self.send(c, Op::Join(group()), Chan::Caller);
         }
@@ -247,6 +267,7 @@ impl World<'_> {
     pub(super) fn reopened(&mut self, c: usize, id: SessionId, sent: Instant, rem: Duration) {
         let seed = self.rng.next_u64();
         let local = self.local(c, self.now);
+        let timing = self.timing_of(c);
         let cl = &mut self.clients[c];
         cl.reopening = false;
         let Some(old) = cl.core.as_mut() else {
@@ -254,7 +275,7 @@ impl World<'_> {
         };
         let old_id = old.session().clone();
         let handover = old.handover();
-        let mut core = Core::new(self.timing, id.clone(), sent, rem, seed);
+        let mut core = Core::new(timing, id.clone(), sent, rem, seed);
         core.take_over(handover, old_id.clone(), local);
         cl.core = Some(core);
         cl.ended = false;
