@@ -156,6 +156,7 @@ impl Core {
                         self.out.push(Output::Release(l.name.clone(), l.token));
                     }
                 }
+                self.retry_rw_releases();
                 if now >= self.deadline {
                     self.expire(now, true);
                 }

@@ -235,6 +235,10 @@ pub struct Core {
     rw_released: BTreeMap<LeaseName, Memo>,
     /// Read-write lock attempts in flight, by name.
     rw_acquiring: BTreeMap<LeaseName, usize>,
+    /// Read-write releases that failed (the term may still be held on the backend, where
+    /// nothing else ends it while the session lives): sent again after the next keep-alive
+    /// that succeeds.
+    rw_retry: BTreeMap<LeaseName, (crate::spi::RwMode, Token)>,
     acquiring: BTreeMap<LeaseName, u32>,
     releasing: BTreeSet<LeaseName>,
     /// The last token the engine asked the backend to release, per name. A release can reach
@@ -284,6 +288,7 @@ impl Core {
             rw: BTreeMap::new(),
             rw_released: BTreeMap::new(),
             rw_acquiring: BTreeMap::new(),
+            rw_retry: BTreeMap::new(),
             acquiring: BTreeMap::new(),
             releasing: BTreeSet::new(),
             released: BTreeMap::new(),

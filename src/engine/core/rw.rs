@@ -63,16 +63,18 @@ impl Core {
                         // In flight, it frees the term when it lands; settled, the term is
                         // gone. Only a release that failed may not have happened: again.
                         if m.state == MemoState::Uncertain {
+                            self.rw_retry.remove(&name);
                             self.remember_rw_release(&name, term.token);
                             self.out.push(Output::ReleaseRw(name, mode, term.token));
                         }
                         return Ok(None);
                     }
-                    // A newer token: no release of the older one can touch it.
+                    // A newer token: no release of the older one can touch it, nor is one due.
                     Some(_) => {
                         if let Some(m) = self.rw_released.get_mut(&name) {
                             m.state = MemoState::Settled;
                         }
+                        self.rw_retry.remove(&name);
                     }
                     None => {}
                 }
@@ -129,20 +131,42 @@ impl Core {
         }
     }
 
-    /// This session's release of the read-write lock `name` finished: `definitive` when the
-    /// backend answered (either way: the term is then gone for good, its token never granted
-    /// again), so no release of it can undo a grant any more; a failed or timed-out release
-    /// may still land. Its callers waiting for the name see a release.
-    pub fn on_rw_released(&mut self, name: &LeaseName, definitive: bool) {
-        if let Some(m) = self.rw_released.get_mut(name) {
-            m.state = if definitive {
-                MemoState::Settled
+    /// This session's release of its `mode` term `name`/`token` finished: `definitive` when
+    /// the backend answered (either way: the term is then gone for good, its token never
+    /// granted again), so no release of it can undo a grant any more; a failed or timed-out
+    /// release may still land, or may not have happened: then it is sent again after the
+    /// next keep-alive that succeeds (nothing else would end the term while the session
+    /// lives; found by the simulation, scenario
+    /// `a_failed_read_write_release_is_sent_again_after_the_next_keep_alive`). Its callers
+    /// waiting for the name see a release.
+    pub fn on_rw_released(
+        &mut self,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+        definitive: bool,
+    ) {
+        if let Some(m) = self.rw_released.get_mut(name).filter(|m| m.token == token) {
+            if definitive {
+                m.state = MemoState::Settled;
+                self.rw_retry.remove(name);
             } else {
-                MemoState::Uncertain
-            };
+                m.state = MemoState::Uncertain;
+                if self.state.is_live() {
+                    self.rw_retry.insert(name.clone(), (mode, token));
+                }
+            }
         }
         self.forget_settled_rw_release(name);
         self.seen_release(name);
+    }
+
+    /// A keep-alive succeeded: the read-write releases that failed are sent again.
+    pub(super) fn retry_rw_releases(&mut self) {
+        for (name, (mode, token)) in std::mem::take(&mut self.rw_retry) {
+            self.remember_rw_release(&name, token);
+            self.out.push(Output::ReleaseRw(name, mode, token));
+        }
     }
 
     fn remember_rw_release(&mut self, name: &LeaseName, token: Token) {

@@ -995,7 +995,7 @@ fn a_read_write_grant_of_a_term_whose_release_is_in_flight_is_not_taken() {
     let again = c.on_rw_acquire(2, n, RwMode::Write, t0, Ok(Some(t.clone())));
     assert_eq!(again.unwrap(), None);
     assert!(c.take_outputs().is_empty());
-    c.on_rw_released(n, true);
+    c.on_rw_released(n, RwMode::Write, t.token, true);
     assert_eq!(c.remembered_rw_releases(), 0);
     let newer = Term {
         token: Token::new(5).unwrap(),
@@ -1023,7 +1023,7 @@ fn a_read_write_grant_of_a_token_whose_release_timed_out_is_released_again() {
         .unwrap();
     c.rw_unlock(1, &t, t0).unwrap();
     // The release timed out: it may still land.
-    c.on_rw_released(n, false);
+    c.on_rw_released(n, RwMode::Read, t.token, false);
     c.begin_rw_acquire(n);
     let again = c.on_rw_acquire(2, n, RwMode::Read, t0, Ok(Some(t.clone())));
     assert_eq!(again.unwrap(), None);
@@ -1034,10 +1034,53 @@ fn a_read_write_grant_of_a_token_whose_release_timed_out_is_released_again() {
     );
     // Still remembered while a grant sent before that release answered may come back.
     c.begin_rw_acquire(n);
-    c.on_rw_released(n, true);
+    c.on_rw_released(n, RwMode::Read, t.token, true);
     assert_eq!(c.remembered_rw_releases(), 1);
     let late = c.on_rw_acquire(2, n, RwMode::Read, t0, Ok(Some(t.clone())));
     assert_eq!(late.unwrap(), None);
     assert!(c.take_outputs().is_empty());
+    assert_eq!(c.remembered_rw_releases(), 0);
+}
+
+/// Found by the simulation (seed 186, mix `lossy`, once it measured how long write calls
+/// wait): an unlock's release of a write term was lost; the backend kept the term, bound to
+/// the session, which lived on, so no reader and no other writer got the name for 6.5 s (the
+/// session's own read was refused too: a writer holds it). A release that failed is sent
+/// again after the next keep-alive that succeeds, until the backend answers it.
+#[test]
+fn a_failed_read_write_release_is_sent_again_after_the_next_keep_alive() {
+    use crate::spi::RwMode;
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    let t = term("rw", 1);
+    let n = &t.name;
+    c.on_rw_acquire(1, n, RwMode::Write, t0, Ok(Some(t.clone())))
+        .unwrap();
+    c.rw_unlock(1, &t, t0).unwrap();
+    c.on_rw_released(n, RwMode::Write, t.token, false);
+    assert!(c.take_outputs().is_empty());
+    // A failed keep-alive sends nothing; the next one that succeeds sends the release again.
+    c.tick(t0 + 300 * MS);
+    c.take_outputs();
+    let down = Err(Error::backend("keep-alive", std::io::Error::other("down")));
+    c.on_keep_alive(t0 + 300 * MS, t0 + 310 * MS, down);
+    assert!(!c
+        .take_outputs()
+        .iter()
+        .any(|o| matches!(o, Output::ReleaseRw(..))));
+    c.tick(t0 + 400 * MS);
+    c.take_outputs();
+    c.on_keep_alive(t0 + 400 * MS, t0 + 410 * MS, Ok(ka(&[])));
+    let out = c.take_outputs();
+    assert!(out.contains(&Output::ReleaseRw(n.clone(), RwMode::Write, t.token)));
+    // Answered: nothing more is sent, nothing remembered.
+    c.on_rw_released(n, RwMode::Write, t.token, true);
+    c.tick(t0 + 700 * MS);
+    c.take_outputs();
+    c.on_keep_alive(t0 + 700 * MS, t0 + 710 * MS, Ok(ka(&[])));
+    assert!(!c
+        .take_outputs()
+        .iter()
+        .any(|o| matches!(o, Output::ReleaseRw(..))));
     assert_eq!(c.remembered_rw_releases(), 0);
 }

@@ -237,7 +237,7 @@ impl Inner {
         token: Token,
     ) -> Result<bool> {
         let r = self.backend.release_rw(id, name, mode, token);
-        self.with_session(id, |c| c.on_rw_released(name, r.is_ok()));
+        self.with_session(id, |c| c.on_rw_released(name, mode, token, r.is_ok()));
         r
     }
 

@@ -47,6 +47,14 @@ pub struct Stats {
     pub pauses: u64,
     /// Messages lost.
     pub lost: u64,
+    /// Read-write lock terms taken: reads, writes.
+    pub rw_terms: (u64, u64),
+    /// Read-write lock write calls that gave up (their deadline passed, or they failed),
+    /// one-time tries not counted.
+    pub writes_given_up: u64,
+    /// The longest a write call waited for its term (true ns): writer preference's liveness
+    /// figure (a writer that waits keeps new readers out, so it does not starve).
+    pub longest_write_wait: u64,
 }
 
 /// The result of one simulated run.

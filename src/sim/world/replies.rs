@@ -156,13 +156,13 @@ impl World<'_> {
                 let r = rw::take_reply(core, h, &n, mode, local, r);
                 self.rw_reply(c, h, &n, r);
             }
-            Op::ReleaseRw(n, _, _) if chan == Chan::Work => {
-                // The engine's release of a grant it did not take.
+            Op::ReleaseRw(n, mode, token) if chan == Chan::Work => {
+                // The engine's release of a grant it did not take, or of a failed release.
                 if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_rw_released(&n, reply.is_ok());
+                    core.on_rw_released(&n, mode, token, reply.is_ok());
                 }
             }
-            Op::ReleaseRw(n, _, _) => self.rw_unlocked(c, id, &n, reply),
+            Op::ReleaseRw(n, mode, token) => self.rw_unlocked(c, id, &n, mode, token, reply),
             Op::ClaimJob(n, _) => self.claimed(c, &n, sent, reply, for_session),
             Op::FinishJob(n, _, _) => self.finished(c, &n),
             Op::Join(_)

@@ -14,7 +14,7 @@ use crate::engine::driver::{reopen, rw};
 use crate::error::Result;
 use crate::sim::check::{Held, Kind};
 use crate::spi::{Acquire, RwMode};
-use crate::types::{LeaseName, SessionId, Term};
+use crate::types::{LeaseName, SessionId, Term, Token};
 use std::time::Duration;
 
 /// A caller thread of one read-write lock, reading most of the time and writing now and
@@ -30,6 +30,8 @@ pub(super) struct RwCaller {
     pub(super) next: u64,
     /// The guard's handle (one per call).
     handle: HandleId,
+    /// When the call in progress began (true time).
+    called: u64,
     /// The releases of the name seen when the call last tried.
     seen: Option<u64>,
     /// The call in progress (the driver's wait-and-retry policy), if any.
@@ -50,6 +52,7 @@ impl RwCaller {
             thread: Thread::Idle,
             next: 0,
             handle: 0,
+            called: 0,
             seen: None,
             wait: None,
             term: None,
@@ -122,6 +125,7 @@ impl World<'_> {
         cl.next_handle += 1;
         r.mode = mode;
         r.once = once;
+        r.called = self.now;
         r.wait = Some(LockWait::new(once, retry).until(until));
         let name = r.name.clone();
         let timeout = until.map(|u| u.saturating_duration_since(local));
@@ -194,7 +198,15 @@ impl World<'_> {
     fn rw_acquired(&mut self, c: usize, i: usize, term: Term) {
         let t = self.now;
         let n = term.name.clone();
-        let mode = self.clients[c].rw[i].mode;
+        let (mode, called) = (self.clients[c].rw[i].mode, self.clients[c].rw[i].called);
+        match mode {
+            RwMode::Read => self.stats.rw_terms.0 += 1,
+            RwMode::Write => {
+                self.stats.rw_terms.1 += 1;
+                let waited = t - called;
+                self.stats.longest_write_wait = self.stats.longest_write_wait.max(waited);
+            }
+        }
         self.tr(Some(c), Some(&n), || {
             format!("RwAcquired {} {n} token {}", mode.as_str(), term.token)
         });
@@ -229,6 +241,9 @@ impl World<'_> {
         self.rw_stop_call(c, i);
         let r = &self.clients[c].rw[i];
         let (name, leaves) = (r.name.clone(), rw::leaves_queue(r.mode, r.once));
+        if leaves {
+            self.stats.writes_given_up += 1;
+        }
         self.tr(Some(c), Some(&name), || format!("gives up {name}: {why}"));
         if leaves {
             self.send(c, Op::LeaveRwQueue(name), Chan::Caller);
@@ -285,11 +300,19 @@ impl World<'_> {
     /// Request `id`, an unlock's release of `name`, was answered (for the current session):
     /// the engine hears the release finished (`on_rw_released`); one that found the term
     /// gone is reported (`LockLost{Missing}`, once), as `RwGuard::unlock` does.
-    pub(super) fn rw_unlocked(&mut self, c: usize, id: u64, name: &LeaseName, reply: Result<Rep>) {
+    pub(super) fn rw_unlocked(
+        &mut self,
+        c: usize,
+        id: u64,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+        reply: Result<Rep>,
+    ) {
         let t = self.now;
         let held = matches!(reply, Ok(Rep::Released(true)));
         if let Some(core) = self.clients[c].core.as_mut() {
-            core.on_rw_released(name, reply.is_ok());
+            core.on_rw_released(name, mode, token, reply.is_ok());
         }
         let lease = self.cfg.lease.as_nanos() as u64;
         let pause = self.rng.range(10 * MS, lease / 2);
