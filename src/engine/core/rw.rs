@@ -5,6 +5,11 @@
 use super::*;
 use crate::spi::RwMode;
 
+/// How many reads of a read-write lock's state (one per successful keep-alive, so about a
+/// lease) must find no unknown term of the session after an unanswered attempt: the attempt
+/// may still land after the first read.
+const RW_STATE_READS: u8 = 3;
+
 /// A read-write lock term a guard of this session holds.
 #[derive(Clone, Debug)]
 pub(super) struct RwHeld {
@@ -41,9 +46,67 @@ impl Core {
                 self.rw_acquiring.remove(name);
             }
         }
+        match &reply {
+            // Unanswered (a timeout, a failure): the backend may have granted it.
+            Err(e) if !matches!(e, Error::SessionExpired { .. } | Error::Unsupported { .. }) => {
+                self.rw_unsure.insert(name.clone(), RW_STATE_READS);
+            }
+            _ => {}
+        }
         let r = self.rw_reply(handle, mode, now, reply);
         self.forget_settled_rw_release(name);
         r
+    }
+
+    /// The state of the read-write lock `name` as the backend reported it (a read the core
+    /// asked for after an unanswered attempt, [`Task::RwState`]): a term it shows for this
+    /// session that no guard holds (a grant whose reply was lost) is released, since nothing
+    /// else would end it while the session lives, and the session's own next write would
+    /// wait behind it (found by the simulation; scenario
+    /// `a_read_write_term_no_guard_knows_is_found_and_released`). Judged only while no
+    /// attempt of the name is in flight (one may be that very grant); read again later
+    /// otherwise, or after a failure, and a few times after a read that found none (the
+    /// unanswered attempt may land later still). A backend without `rw_state` ends the
+    /// search.
+    pub fn on_rw_state(&mut self, name: &LeaseName, reply: Result<crate::spi::RwState>) {
+        if !self.state.is_live() {
+            return;
+        }
+        let state = match reply {
+            Ok(state) if !self.rw_acquiring.contains_key(name) => state,
+            Err(Error::Unsupported { .. }) => {
+                self.rw_unsure.remove(name);
+                return;
+            }
+            _ => return,
+        };
+        let me = &self.session;
+        let writer = (state.writer.iter()).map(|(s, t)| (s, RwMode::Write, *t));
+        let readers = (state.readers.iter()).map(|(s, t)| (s, RwMode::Read, *t));
+        let mine: Vec<(RwMode, Token)> = writer
+            .chain(readers)
+            .filter(|(s, _, _)| *s == me)
+            .map(|(_, m, t)| (m, t))
+            .collect();
+        match self.rw_unsure.get_mut(name) {
+            Some(n) if *n > 1 && mine.is_empty() => *n -= 1,
+            _ => {
+                self.rw_unsure.remove(name);
+            }
+        }
+        for (mode, token) in mine {
+            let held = self.rw.get(name).is_some_and(|h| h.term.token == token);
+            let releasing = (self.rw_released.get(name))
+                .is_some_and(|m| m.token == token && m.state == MemoState::Pending);
+            if !held && !releasing {
+                log::debug!(
+                    "releasing the {} term of {name} (token {token}): held but unknown",
+                    mode.as_str()
+                );
+                self.remember_rw_release(name, token);
+                self.out.push(Output::ReleaseRw(name.clone(), mode, token));
+            }
+        }
     }
 
     fn rw_reply(
@@ -161,11 +224,15 @@ impl Core {
         self.seen_release(name);
     }
 
-    /// A keep-alive succeeded: the read-write releases that failed are sent again.
+    /// A keep-alive succeeded: the read-write releases that failed are sent again, and the
+    /// names whose attempt went unanswered are read.
     pub(super) fn retry_rw_releases(&mut self) {
         for (name, (mode, token)) in std::mem::take(&mut self.rw_retry) {
             self.remember_rw_release(&name, token);
             self.out.push(Output::ReleaseRw(name, mode, token));
+        }
+        for name in self.rw_unsure.keys() {
+            self.out.push(Output::Run(Task::RwState(name.clone())));
         }
     }
 

@@ -1084,3 +1084,79 @@ fn a_failed_read_write_release_is_sent_again_after_the_next_keep_alive() {
         .any(|o| matches!(o, Output::ReleaseRw(..))));
     assert_eq!(c.remembered_rw_releases(), 0);
 }
+
+/// Found by the simulation (seed 332, mix `slow`): a one-time read's grant came back after
+/// its caller gave up; the session held a read term no guard knew, bound to the session;
+/// its next write waited behind that read, and every writer and reader behind it, for 6.1 s.
+/// An attempt that went unanswered makes the engine read the lock's state after the next
+/// keep-alive that succeeds, and release a term of this session no guard holds.
+#[test]
+fn a_read_write_term_no_guard_knows_is_found_and_released() {
+    use crate::spi::{RwMode, RwState};
+    let t0 = Instant::now();
+    let mut c = core(t0);
+    let n = name("rw");
+    let timeout = || {
+        Err(Error::Timeout {
+            operation: "acquiring",
+            after: 300 * MS,
+            source: None,
+        })
+    };
+    c.begin_rw_acquire(&n);
+    assert!(c.on_rw_acquire(1, &n, RwMode::Read, t0, timeout()).is_err());
+    c.tick(t0 + 300 * MS);
+    c.take_outputs();
+    c.on_keep_alive(t0 + 300 * MS, t0 + 310 * MS, Ok(ka(&[])));
+    assert!(c
+        .take_outputs()
+        .contains(&Output::Run(Task::RwState(n.clone()))));
+    let me = c.session().clone();
+    let tok = Token::new(3).unwrap();
+    let state = || RwState {
+        readers: vec![
+            (me.clone(), tok),
+            (SessionId::random(), Token::new(4).unwrap()),
+        ],
+        last_token: 4,
+        ..RwState::default()
+    };
+    // While an attempt of the name is in flight (it may be that grant) nothing is judged.
+    c.begin_rw_acquire(&n);
+    c.on_rw_state(&n, Ok(state()));
+    assert!(c.take_outputs().is_empty());
+    let busy = c.on_rw_acquire(2, &n, RwMode::Write, t0, Ok(None));
+    assert!(matches!(busy, Ok(None)));
+    c.tick(t0 + 600 * MS);
+    c.take_outputs();
+    c.on_keep_alive(t0 + 600 * MS, t0 + 610 * MS, Ok(ka(&[])));
+    assert!(c
+        .take_outputs()
+        .contains(&Output::Run(Task::RwState(n.clone()))));
+    c.on_rw_state(&n, Ok(state()));
+    assert_eq!(
+        c.take_outputs(),
+        vec![Output::ReleaseRw(n.clone(), RwMode::Read, tok)]
+    );
+    // A grant of that token coming back now is not taken.
+    let late = Term {
+        name: n.clone(),
+        token: tok,
+        remaining: 1000 * MS,
+    };
+    c.begin_rw_acquire(&n);
+    let r = c.on_rw_acquire(3, &n, RwMode::Read, t0 + 700 * MS, Ok(Some(late)));
+    assert!(matches!(r, Ok(None)));
+    // A term a guard holds is not released.
+    let held = term("rw2", 7);
+    c.on_rw_acquire(4, &held.name, RwMode::Write, t0, Ok(Some(held.clone())))
+        .unwrap();
+    let mine = RwState {
+        writer: Some((me.clone(), held.token)),
+        last_token: 7,
+        ..RwState::default()
+    };
+    c.take_outputs();
+    c.on_rw_state(&held.name, Ok(mine));
+    assert!(c.take_outputs().is_empty());
+}

@@ -5,7 +5,7 @@
 
 use super::{Model, Tables};
 use crate::error::Result;
-use crate::spi::{RwAcquire, RwMode};
+use crate::spi::{RwAcquire, RwMode, RwState};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -160,6 +160,31 @@ impl Model {
         }
         self.end_term(name, token, id, now);
         true
+    }
+
+    /// The read-write lock `name` at true time `t`, as `MemoryBackend::rw_state`: its live
+    /// writer, readers and waiting writers, and its newest token.
+    pub fn rw_state(&self, t: u64, name: &LeaseName) -> RwState {
+        let now = self.clock(t);
+        let Some(row) = self.tables.rw.get(name) else {
+            return RwState::default();
+        };
+        let live = |id: &SessionId| self.live(id, now).is_some();
+        let token = |t: u64| Token::new(t).expect("tokens start at 1");
+        RwState {
+            writer: (row.writer.as_ref())
+                .filter(|(id, _)| live(id))
+                .map(|(id, t)| (id.clone(), token(*t))),
+            readers: (row.readers.iter())
+                .filter(|(id, _)| live(id))
+                .map(|(id, t)| (id.clone(), token(*t)))
+                .collect(),
+            writers_waiting: (row.waiting.iter())
+                .filter(|(id, until)| *until > now && live(id))
+                .map(|(id, _)| id.clone())
+                .collect(),
+            last_token: row.token,
+        }
     }
 
     /// Removes `id`'s registration as a writer waiting for `name`; whether it had one (then

@@ -222,6 +222,18 @@ pub(super) fn show(r: &Result<Rep>) -> String {
                 t.name, t.token, t.remaining
             )
         }
+        Ok(Rep::RwState(s)) => {
+            let who = |(id, t): &(crate::types::SessionId, crate::types::Token)| {
+                format!("s{}:{t}", session_no(id))
+            };
+            let readers: Vec<String> = s.readers.iter().map(who).collect();
+            format!(
+                "rw state: writer {}, readers [{}], {} writer(s) waiting",
+                s.writer.as_ref().map_or("none".into(), who),
+                readers.join(" "),
+                s.writers_waiting.len()
+            )
+        }
         Ok(Rep::Rw(RwAcquire::Busy {
             writer,
             readers,

@@ -156,6 +156,27 @@ impl World<'_> {
                 let r = rw::take_reply(core, h, &n, mode, local, r);
                 self.rw_reply(c, h, &n, r);
             }
+            Op::RwState(n) => {
+                let r = reply.map(|r| match r {
+                    Rep::RwState(s) => s,
+                    other => unreachable!("read-write state reply {other:?}"),
+                });
+                if let (Some(core), Ok(s)) = (self.clients[c].core.as_ref(), &r) {
+                    let me = core.session();
+                    let terms = s.writer.iter().chain(&s.readers);
+                    let unknown = terms
+                        .filter(|(id, _)| id == me)
+                        .any(|(_, t)| !core.is_rw_valid(&n, *t, local));
+                    if unknown {
+                        self.tr(Some(c), Some(&n), || {
+                            format!("{n}: the backend shows a term no guard knows")
+                        });
+                    }
+                }
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.on_rw_state(&n, r);
+                }
+            }
             Op::ReleaseRw(n, mode, token) if chan == Chan::Work => {
                 // The engine's release of a grant it did not take, or of a failed release.
                 if let Some(core) = self.clients[c].core.as_mut() {
