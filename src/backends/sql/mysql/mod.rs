@@ -25,8 +25,11 @@
 //!   leases in one multi-table `UPDATE` (both servers; the session table appears under two
 //!   aliases, allowed as no key column is set), with `STRAIGHT_JOIN` fixing the order the
 //!   rows are locked in. A name never acquired first gets a free row with token 0.
-//! * The keep-alive's read (a primary-key lookup with the sample's two) says whether the
-//!   leases changed; only then a third statement lists them.
+//! * The keep-alive's `UPDATE` hands the session's version and remaining time back in its
+//!   OK packet the same way: a session that holds nothing, at the version it knows, is
+//!   renewed in that one statement. Otherwise a read follows (a primary-key lookup with the
+//!   sample's two), which says whether the leases changed; only then a third statement lists
+//!   them.
 //! * Bounds on each statement: MariaDB's `max_statement_time` (seconds, fractional) bounds
 //!   every statement, reads and writes. MySQL's `max_execution_time` (ms) bounds read-only
 //!   `SELECT`s only, so on MySQL an `INSERT`/`UPDATE`/`DELETE` is bounded by the lock waits
@@ -47,8 +50,8 @@ mod server;
 mod statements;
 
 use self::rows::{
-    acq_report, bad, cells, holder, live, member, opened, opt_int, renewed, req_int, req_text,
-    taken,
+    acq_report, bad, cells, holder, live, member, opened, opt_int, renewal, renewed, req_int,
+    req_text, taken,
 };
 use self::server::{detect, limits};
 use self::statements::{QueueSql, Sql, NOW, NOW_US, TERM_VALUE};
@@ -373,12 +376,26 @@ impl Driver for MyDriver {
             Value::from(id),
         ];
         self.run(|c| {
-            // Two autocommit statements (three after a change): the renewal, then one read
+            // One autocommit statement while the session holds nothing and its version is the
+            // known one (the renewal's OK packet carries both). Otherwise two (three after a
+            // change): the renewal, then one read
             // after it committed, so a take-over that committed while the UPDATE waited for
             // the holder's session row is seen, with the version it bumped. (No rows changed
             // can also mean a renewal to the same value within one millisecond: the read
             // decides.)
-            c.exec_drop(&self.sql.ka_update, (lease_ms, id))?;
+            c.exec_drop(&self.sql.ka_update, (lease_ms, lease_ms, id))?;
+            // Holding nothing, at the known version: the OK packet says all (one statement).
+            if let (Some(known), Some((version, remaining_us))) =
+                (version, renewal(c.affected_rows(), c.last_insert_id()))
+            {
+                if sample.is_empty() && version == known {
+                    return Ok(Some(Renewed {
+                        remaining_us,
+                        version,
+                        leases: None,
+                    }));
+                }
+            }
             let head: Option<Row> = c.exec_first(&self.sql.ka_read, params.clone())?;
             let Some(head) = head.map(cells) else {
                 return renewed(&[]);
