@@ -231,6 +231,7 @@ macro_rules! tck_suite {
             lock_guard_drop_releases,
             lock_excludes_threads_of_one_session,
             lock_waiter_takes_over_after_release,
+            a_release_wakes_a_waiter_of_this_process_before_its_retry,
             locks_exclude_across_sessions_with_increasing_tokens,
             session_expiry_is_reported_in_order,
             expired_session_reopens_and_reenters_elections_and_groups,

@@ -237,6 +237,9 @@ impl Inner {
     ) -> Result<bool> {
         let r = self.backend.release_rw(id, name, mode, token);
         self.with_session(id, |c| c.on_rw_released(name));
+        if matches!(r, Ok(true)) {
+            self.router.released_here(name);
+        }
         r
     }
 
@@ -259,6 +262,9 @@ impl Inner {
     ) -> Result<bool> {
         let r = self.backend.release(id, name, token);
         self.with_session(id, |c| c.on_released(name, r.is_ok()));
+        if matches!(r, Ok(true)) {
+            self.router.released_here(name);
+        }
         r
     }
 }
