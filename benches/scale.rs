@@ -80,7 +80,11 @@ fn main() {
     // Two renew intervals, so every session renews twice in the window (a shorter window
     // may see none of some sessions' keep-alives).
     let renew = config.renew_interval();
-    let idle_window = if short { Duration::from_secs(1) } else { renew * 2 };
+    let idle_window = if short {
+        Duration::from_secs(1)
+    } else {
+        renew * 2
+    };
     let c0 = cpu_ticks();
     std::thread::sleep(idle_window);
     let idle_secs = (cpu_ticks() - c0) as f64 / 100.0;
@@ -108,7 +112,9 @@ fn main() {
     println!("| open all sessions | {opened:.2?} |");
     println!("| threads per session | {per_session:.2} |");
     println!("| idle CPU over {idle_window:.0?}, % of one core | {idle_cpu:.1} |");
-    println!("| CPU per keep-alive (one every {renew:?} per session), µs | {per_keep_alive_us:.0} |");
+    println!(
+        "| CPU per keep-alive (one every {renew:?} per session), µs | {per_keep_alive_us:.0} |"
+    );
     println!("| unlock() every guard, until all free | {unlocked:.2?} |");
     println!("| drop every guard, until all free | {dropped:.2?} |");
     println!("| close every session | {closed:.2?} |");
