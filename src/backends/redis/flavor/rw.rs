@@ -1,0 +1,473 @@
+//! Read-write locks on both flavors (see "Read-write locks" in the module documentation): one
+//! script an operation on the lock's slot.
+//!
+//! One node: the script reads the session hash, binds a new entry to it and keeps the
+//! session's rw index (for close). Routed: the script cannot read the session hash (another
+//! slot), so an entry ends at its own expiry, set from what this backend knows the session has
+//! left ([`RwKnown`]: the deadline of its last open or keep-alive, an `Instant` no later than
+//! the server's), and each keep-alive moves it on in the scripts it sends to each node anyway.
+
+use super::super::backend::{lease_ms, Base};
+use super::super::reply::{array_of, bad_reply, expired, gone, int_at, millis, session_in, token};
+use super::super::scripting::{Reply, Role};
+use super::super::scripts::scripts;
+use super::routed::Routed;
+use super::Flavor;
+use crate::error::{Error, Result};
+use crate::spi::{RwAcquire, RwMode};
+use crate::types::{LeaseName, SessionId, Term, Token};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const OP: &str = "acquiring a read-write lock";
+
+/// What `rw_acquire.lua` answered.
+enum RwReply {
+    /// The session's own session hash is gone (one node).
+    Expired,
+    /// The session holds a term of the mode asked; `new` for a new term.
+    Granted {
+        token: Token,
+        remaining: Duration,
+        new: bool,
+    },
+    /// Not granted now; `has`: the session still holds or waits for the name.
+    Busy { busy: RwAcquire, has: bool },
+}
+
+fn count(r: &Reply, x: &Reply) -> Result<usize> {
+    x.as_int()
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(|| bad_reply(OP, r))
+}
+
+fn bit(op: &'static str, r: &Reply, x: &Reply) -> Result<bool> {
+    match x.as_int() {
+        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        _ => Err(bad_reply(op, r)),
+    }
+}
+
+/// Decodes `{-1}`, `{1, token, remaining, new}` or `{0, writer, readers, waiting, has}`.
+fn rw_reply(r: &Reply, sid: &SessionId) -> Result<RwReply> {
+    if gone(r) {
+        return Ok(RwReply::Expired);
+    }
+    match r.as_array() {
+        Some([tag, t, left, new]) if tag.as_int() == Some(1) => Ok(RwReply::Granted {
+            token: token(OP, t.as_int().ok_or_else(|| bad_reply(OP, r))?)?,
+            remaining: millis(OP, r, left.as_int().ok_or_else(|| bad_reply(OP, r))?)?,
+            new: bit(OP, r, new)?,
+        }),
+        Some([tag, writer, readers, waiting, has]) if tag.as_int() == Some(0) => {
+            let writer = match writer.as_str().ok_or_else(|| bad_reply(OP, r))? {
+                "" => None,
+                w => Some(session_in(OP, r, w)?),
+            };
+            if writer.as_ref() == Some(sid) {
+                return Err(bad_reply(OP, r));
+            }
+            Ok(RwReply::Busy {
+                busy: RwAcquire::Busy {
+                    writer,
+                    readers: count(r, readers)?,
+                    writers_waiting: count(r, waiting)?,
+                },
+                has: bit(OP, r, has)?,
+            })
+        }
+        _ => Err(bad_reply(OP, r)),
+    }
+}
+
+/// Decodes `{done (0|1), has (0|1)}` of a release or a leave.
+fn done_has(op: &'static str, r: &Reply) -> Result<(bool, bool)> {
+    let a = array_of(op, r, 2)?;
+    Ok((bit(op, r, &a[0])?, bit(op, r, &a[1])?))
+}
+
+/// Routed: what this backend knows of each session for its read-write locks: a deadline no
+/// later than the session's on the server (from its open and keep-alives), and the names it
+/// holds or waits for, each with the stamp of the call that last found it so (a keep-alive or
+/// release that finds a name gone drops it only if no call found it since).
+#[derive(Default)]
+pub(in super::super) struct RwKnown {
+    sessions: Mutex<HashMap<SessionId, KnownSession>>,
+    stamps: AtomicU64,
+    /// The size past which sessions whose deadline passed are dropped.
+    cap: AtomicU64,
+}
+
+#[derive(Default)]
+struct KnownSession {
+    deadline: Option<Instant>,
+    names: HashMap<LeaseName, u64>,
+}
+
+/// The fewest sessions [`RwKnown`] keeps before it drops those whose deadline passed.
+const KNOWN_CAP: u64 = 1024;
+
+impl RwKnown {
+    /// What `sid` has left at `now` by the deadline known, if it is ahead.
+    fn left(&self, sid: &SessionId, now: Instant) -> Option<Duration> {
+        let d = self.sessions.lock().get(sid)?.deadline?;
+        Some(d.saturating_duration_since(now)).filter(|l| l.as_millis() > 0)
+    }
+
+    /// `sid` lives at least until `deadline` (kept if a later one is known).
+    pub(super) fn renewed(&self, sid: &SessionId, deadline: Instant) {
+        let mut m = self.sessions.lock();
+        let s = m.entry(sid.clone()).or_default();
+        if s.deadline.is_none_or(|d| d < deadline) {
+            s.deadline = Some(deadline);
+        }
+        let cap = self.cap.load(Ordering::Relaxed).max(KNOWN_CAP);
+        if m.len() as u64 > cap {
+            // Sessions this backend opened but never closed nor saw expire (their process
+            // dropped them): their entries ended on the servers by their own expiry.
+            let now = Instant::now();
+            m.retain(|_, s| s.deadline.is_some_and(|d| d > now));
+            self.cap
+                .store((m.len() as u64 * 2).max(KNOWN_CAP), Ordering::Relaxed);
+        }
+    }
+
+    /// `sid` holds or waits for `name` now: a new stamp.
+    fn note(&self, sid: &SessionId, name: &LeaseName) {
+        let stamp = self.stamps.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut m = self.sessions.lock();
+        m.entry(sid.clone())
+            .or_default()
+            .names
+            .insert(name.clone(), stamp);
+    }
+
+    /// The stamp of `name` of `sid`, if indexed.
+    pub(super) fn stamp(&self, sid: &SessionId, name: &LeaseName) -> Option<u64> {
+        self.sessions.lock().get(sid)?.names.get(name).copied()
+    }
+
+    /// Drops `name` of `sid`, found neither held nor waited for, unless a call found it so
+    /// since `stamp` was read.
+    pub(super) fn drop_if(&self, sid: &SessionId, name: &LeaseName, stamp: Option<u64>) {
+        let mut m = self.sessions.lock();
+        if let Some(s) = m.get_mut(sid) {
+            if s.names.get(name).copied() == stamp {
+                s.names.remove(name);
+            }
+        }
+    }
+
+    /// The names `sid` holds or waits for, with their stamps.
+    pub(super) fn names(&self, sid: &SessionId) -> Vec<(LeaseName, u64)> {
+        match self.sessions.lock().get(sid) {
+            Some(s) => s.names.iter().map(|(n, t)| (n.clone(), *t)).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Forgets `sid` (closed or expired); the names it held or waited for.
+    pub(super) fn forget(&self, sid: &SessionId) -> Vec<LeaseName> {
+        self.sessions
+            .lock()
+            .remove(sid)
+            .map(|s| s.names.into_keys().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The term of a grant.
+fn term(name: &LeaseName, token: Token, remaining: Duration) -> RwAcquire {
+    RwAcquire::Acquired(Term {
+        name: name.clone(),
+        token,
+        remaining,
+    })
+}
+
+impl Flavor {
+    /// A session was opened: it lives at least until `deadline` (routed: its read-write
+    /// entries are set to end by it).
+    pub(in super::super) fn session_opened(&self, sid: &SessionId, deadline: Instant) {
+        if let Flavor::Routed(f) = self {
+            f.rw.renewed(sid, deadline);
+        }
+    }
+
+    /// One attempt at the read-write lock `name` (one script; routed, one more call first,
+    /// a `PTTL` of the session, when this backend knows no deadline of it ahead).
+    pub(in super::super) fn acquire_rw(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        patience: Duration,
+    ) -> Result<RwAcquire> {
+        let mut args = vec![
+            sid.to_string(),
+            mode.as_str().to_owned(),
+            patience_ms(patience).to_string(),
+            b.keys.session_prefix(),
+        ];
+        let rw = b.keys.rw(name.as_str());
+        match self {
+            Flavor::OneNode(_) => {
+                let keys = [rw, b.keys.session(sid), b.keys.rw_index(sid)];
+                match rw_call(b, sid, name, &keys, &args)? {
+                    RwReply::Expired => Err(expired(sid)),
+                    RwReply::Granted {
+                        token, remaining, ..
+                    } => Ok(term(name, token, remaining)),
+                    RwReply::Busy { busy, .. } => Ok(busy),
+                }
+            }
+            Flavor::Routed(f) => {
+                let sent = Instant::now();
+                let left = match f.rw.left(sid, sent) {
+                    Some(left) => left,
+                    None => f.session_left(b, sid, sent)?,
+                };
+                args.push(lease_ms(left).to_string());
+                match rw_call(b, sid, name, &[rw], &args)? {
+                    // The lock's node answers about the lock only.
+                    RwReply::Expired => Err(bad_reply(OP, &Reply::Nil)),
+                    RwReply::Granted { token, new, .. } if sent.elapsed() > left => {
+                        // The entry may outlast its session: undone, as a late lease grant.
+                        if new {
+                            if let Err(e) = f.release_rw_term(b, sid, name, mode, token) {
+                                log::warn!(
+                                    "releasing the late {} term {token} of {name:?} failed: {}",
+                                    mode.as_str(),
+                                    e.report()
+                                );
+                            }
+                        }
+                        Err(Error::Timeout {
+                            operation: "acquiring a read-write lock (the lock call answered after the session's time)",
+                            after: left,
+                            source: None,
+                        })
+                    }
+                    RwReply::Granted {
+                        token, remaining, ..
+                    } => {
+                        f.rw.note(sid, name);
+                        Ok(term(name, token, remaining.min(left)))
+                    }
+                    RwReply::Busy { busy, has } => {
+                        if has {
+                            f.rw.note(sid, name);
+                        }
+                        Ok(busy)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends `sid`'s `mode` term of `name` with `token` (one script; routed, a `PTTL` of the
+    /// session first when this backend knows no deadline of it ahead).
+    pub(in super::super) fn release_rw(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        match self {
+            Flavor::OneNode(_) => {
+                let keys = [
+                    b.keys.rw(name.as_str()),
+                    b.keys.session(sid),
+                    b.keys.rw_index(sid),
+                ];
+                let r = b.eval(
+                    Role::Other,
+                    &scripts().rw_release,
+                    &keys,
+                    &release_args(b, sid, mode, token),
+                )?;
+                Ok(done_has("releasing a read-write lock", &r)?.0)
+            }
+            Flavor::Routed(f) => {
+                let now = Instant::now();
+                if f.rw.left(sid, now).is_none() {
+                    match f.session_left(b, sid, now) {
+                        Err(Error::SessionExpired { .. }) => return Ok(false),
+                        other => drop(other?),
+                    }
+                }
+                f.release_rw_term(b, sid, name, mode, token)
+            }
+        }
+    }
+
+    /// Removes `sid`'s place among the writers waiting for `name` (one script).
+    pub(in super::super) fn leave_rw(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+    ) -> Result<bool> {
+        const OP: &str = "leaving a read-write lock's queue";
+        let mut keys = vec![b.keys.rw(name.as_str())];
+        let args = [sid.to_string(), b.keys.session_prefix()];
+        match self {
+            Flavor::OneNode(_) => {
+                keys.push(b.keys.rw_index(sid));
+                let r = b.eval(Role::Other, &scripts().rw_leave, &keys, &args)?;
+                Ok(done_has(OP, &r)?.0)
+            }
+            Flavor::Routed(f) => {
+                let stamp = f.rw.stamp(sid, name);
+                let r = b.eval(Role::Other, &scripts().rw_leave, &keys, &args)?;
+                let (left, has) = done_has(OP, &r)?;
+                if !has {
+                    f.rw.drop_if(sid, name, stamp);
+                }
+                Ok(left)
+            }
+        }
+    }
+}
+
+/// Patience in whole ms (zero stays zero: a one-time try).
+fn patience_ms(d: Duration) -> u64 {
+    if d.is_zero() {
+        0
+    } else {
+        lease_ms(d)
+    }
+}
+
+fn release_args(b: &Base, sid: &SessionId, mode: RwMode, token: Token) -> [String; 4] {
+    [
+        sid.to_string(),
+        mode.as_str().to_owned(),
+        token.get().to_string(),
+        b.keys.session_prefix(),
+    ]
+}
+
+/// `rw_acquire.lua` on `keys`, with `WAIT` after a new term when `wait_replicas` asks for it
+/// (a term fewer replicas acknowledged is released and the call fails).
+fn rw_call(
+    b: &Base,
+    sid: &SessionId,
+    name: &LeaseName,
+    keys: &[String],
+    args: &[String],
+) -> Result<RwReply> {
+    let s = &scripts().rw_acquire;
+    let n = b.cfg.wait_replicas;
+    if n == 0 {
+        return rw_reply(&b.eval(Role::Other, s, keys, args)?, sid);
+    }
+    let new_term = |r: &Reply| matches!(rw_reply(r, sid), Ok(RwReply::Granted { new: true, .. }));
+    let (r, acked) = b
+        .scripting
+        .eval_then_wait(s, keys, args, &new_term, n, b.wait_timeout())?;
+    let r = rw_reply(&r, sid)?;
+    match (acked, &r) {
+        (Some(acked), RwReply::Granted { token: t, .. }) if acked < n => {
+            let mode = if args.get(1).map(String::as_str) == Some("write") {
+                RwMode::Write
+            } else {
+                RwMode::Read
+            };
+            let released = b
+                .eval(
+                    Role::Other,
+                    &scripts().rw_release,
+                    keys,
+                    &release_args(b, sid, mode, *t),
+                )
+                .and_then(|r| Ok(done_has("releasing a read-write lock", &r)?.0));
+            Err(b.unacknowledged(name, *t, acked, released))
+        }
+        _ => Ok(r),
+    }
+}
+
+impl Routed {
+    /// What `sid` has left by a `PTTL` of its session hash (the deadline from `sent` is kept);
+    /// `SessionExpired` (and the session forgotten) when it is gone.
+    fn session_left(&self, b: &Base, sid: &SessionId, sent: Instant) -> Result<Duration> {
+        match self.pttl(b, sid)? {
+            Some(ms) => {
+                let left = Duration::from_millis(ms);
+                self.rw.renewed(sid, sent + left);
+                Ok(left)
+            }
+            None => {
+                self.forget(sid);
+                Err(expired(sid))
+            }
+        }
+    }
+
+    /// The release on the lock's node, without a session check (also the undo of a late
+    /// grant).
+    fn release_rw_term(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        let stamp = self.rw.stamp(sid, name);
+        let r = b.eval(
+            Role::Other,
+            &scripts().rw_release,
+            &[b.keys.rw(name.as_str())],
+            &release_args(b, sid, mode, token),
+        )?;
+        let (freed, has) = done_has("releasing a read-write lock", &r)?;
+        if !has {
+            self.rw.drop_if(sid, name, stamp);
+        }
+        Ok(freed)
+    }
+}
+
+/// Decodes `rw_state.lua`'s reply: `{token, writer, its token, {reader, token…}, {waiting…}}`.
+pub(in super::super) fn rw_state_reply(r: &Reply) -> Result<crate::spi::RwState> {
+    const OP: &str = "reading a read-write lock";
+    let a = array_of(OP, r, 5)?;
+    let last = u64::try_from(int_at(OP, r, 0)?).map_err(|_| bad_reply(OP, r))?;
+    let writer = match a[1].as_str().ok_or_else(|| bad_reply(OP, r))? {
+        "" => None,
+        w => Some((session_in(OP, r, w)?, token(OP, int_at(OP, r, 2)?)?)),
+    };
+    let flat = a[3].as_array().ok_or_else(|| bad_reply(OP, r))?;
+    if flat.len() % 2 != 0 {
+        return Err(bad_reply(OP, r));
+    }
+    let mut readers = flat
+        .chunks_exact(2)
+        .map(|c| {
+            let sid = c[0].as_str().ok_or_else(|| bad_reply(OP, r))?;
+            let t = c[1].as_int().ok_or_else(|| bad_reply(OP, r))?;
+            Ok((session_in(OP, r, sid)?, token(OP, t)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    readers.sort();
+    let writers_waiting = a[4]
+        .as_array()
+        .ok_or_else(|| bad_reply(OP, r))?
+        .iter()
+        .map(|x| session_in(OP, r, x.as_str().ok_or_else(|| bad_reply(OP, r))?))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(crate::spi::RwState {
+        writer,
+        readers,
+        writers_waiting,
+        last_token: last,
+    })
+}
