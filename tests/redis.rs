@@ -26,7 +26,7 @@ use simba_lease::backends::redis::{
     Reply, Role, StandaloneScripting,
 };
 use simba_lease::spi::Delegate;
-use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, Notification};
+use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, Notification, RwAcquire, RwMode};
 use simba_lease::{Config, Error, GroupName, LeaseName, Metadata, Session, SessionId};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -3288,4 +3288,191 @@ fn cluster_calls_survive_idle_connections_the_nodes_closed() {
         }
     }
     b.close_session(&s).unwrap();
+}
+
+// Read-write locks: the TCK's rw cases run on every layout above; these check what is Redis's
+// own (notifications, the keep-alive's renewal on a cluster, close).
+
+fn rw_key(b: &Isolated, name: &LeaseName) -> String {
+    format!("{}:rw:{{{name}}}", b.prefix)
+}
+
+fn rw_granted(r: RwAcquire, what: &str) -> simba_lease::Term {
+    match r {
+        RwAcquire::Acquired(t) => t,
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// A release, a writer leaving the queue and a close each publish a release of the name (the
+/// path that wakes waiters).
+fn rw_releases_leaves_and_closes_are_notified(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let _sub = b
+        .subscribe(Arc::new(move |n: &Notification| {
+            let _ = tx.send(n.clone());
+        }))
+        .unwrap()
+        .expect("redis has notifications");
+    let long = Duration::from_secs(30);
+    let (r, w) = (open(&*b, long), open(&*b, long));
+    let name = LeaseName::new(format!("rw-notify-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let released = |n: &Notification| *n == Notification::Released(name.clone());
+    let t = rw_granted(
+        b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(),
+        "a reader",
+    );
+    assert!(matches!(
+        b.acquire_rw(&w, &name, RwMode::Write, long).unwrap(),
+        RwAcquire::Busy { .. }
+    ));
+    assert!(b.leave_rw_queue(&w, &name).unwrap());
+    wait_for(&rx, "the writer left the queue", released);
+    assert!(b.release_rw(&r, &name, RwMode::Read, t.token).unwrap());
+    wait_for(&rx, "the reader released", released);
+    rw_granted(
+        b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(),
+        "a reader again",
+    );
+    b.close_session(&r).unwrap();
+    wait_for(&rx, "the reader's session closed", released);
+    let state = b.rw_state(&name).unwrap();
+    assert!(state.readers.is_empty(), "{state:?}");
+    assert!(
+        b.command(&["HEXISTS", &rw_key(&b, &name), &format!("r:{r}")])
+            .as_int()
+            == Some(0),
+        "close deleted the reader's entry"
+    );
+    b.close_session(&w).unwrap();
+}
+
+#[test]
+fn rw_releases_leaves_and_closes_are_notified_standalone() {
+    rw_releases_leaves_and_closes_are_notified(standalone);
+}
+
+#[test]
+fn rw_releases_leaves_and_closes_are_notified_cluster() {
+    rw_releases_leaves_and_closes_are_notified(cluster);
+}
+
+/// A session kept alive holds its write term for several leases (on a cluster, its
+/// keep-alives move the entry's expiry on): another writer stays out all along.
+fn rw_terms_last_while_the_session_is_kept_alive(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let lease = Duration::from_secs(2);
+    let config = Config::builder()
+        .lease(lease)
+        .renew_interval(lease / 4)
+        .build()
+        .unwrap();
+    let a = Session::open(b.clone(), config).unwrap();
+    let other = open(&*b, Duration::from_secs(60));
+    let name = LeaseName::new(format!("rw-kept-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let g = a.rw_lock(&name).unwrap().write().unwrap();
+    let started = Instant::now();
+    until("four leases passed", || {
+        assert!(
+            matches!(
+                b.acquire_rw(&other, &name, RwMode::Write, Duration::ZERO)
+                    .unwrap(),
+                RwAcquire::Busy { .. }
+            ),
+            "another writer while the holder is kept alive"
+        );
+        assert!(g.is_valid());
+        started.elapsed() > lease * 4
+    });
+    let token = g.token();
+    g.unlock().unwrap();
+    until("the other writer gets in", || {
+        matches!(
+            b.acquire_rw(&other, &name, RwMode::Write, Duration::ZERO).unwrap(),
+            RwAcquire::Acquired(t) if t.token > token
+        )
+    });
+    a.close().unwrap();
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+fn rw_terms_last_while_the_session_is_kept_alive_standalone() {
+    rw_terms_last_while_the_session_is_kept_alive(standalone);
+}
+
+#[test]
+fn rw_terms_last_while_the_session_is_kept_alive_cluster() {
+    rw_terms_last_while_the_session_is_kept_alive(cluster);
+}
+
+/// A cluster keep-alive renews the session's read-write terms and places on every master in
+/// the one script per node it sends anyway: their expiries move by most of the new lease.
+#[test]
+fn cluster_keep_alive_renews_rw_terms_and_places_on_every_master() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let short = Duration::from_secs(10);
+    let (s, w) = (open(&*b, short), open(&*b, short));
+    let names: Vec<LeaseName> = (0..30)
+        .map(|i| LeaseName::new(format!("rw-many-{i}")).unwrap())
+        .collect();
+    let nodes: std::collections::BTreeSet<i64> = names
+        .iter()
+        .map(|n| master_of(&owners, key_slot(&rw_key(&b, n))))
+        .collect();
+    assert_eq!(nodes.len(), 3, "the locks span the three masters");
+    for n in &names {
+        rw_granted(
+            b.acquire_rw(&s, n, RwMode::Read, short).unwrap(),
+            "a reader",
+        );
+        assert!(matches!(
+            b.acquire_rw(&w, n, RwMode::Write, Duration::from_secs(60))
+                .unwrap(),
+            RwAcquire::Busy { .. }
+        ));
+    }
+    // The last word of an entry is its expiry (ms).
+    let expires = |n: &LeaseName, field: &str| {
+        b.command(&["HGET", &rw_key(&b, n), field])
+            .as_str()
+            .and_then(|v| v.rsplit(' ').next()?.parse::<i64>().ok())
+            .unwrap_or_else(|| panic!("{n}: no entry {field}"))
+    };
+    let (rf, qf) = (format!("r:{s}"), format!("q:{w}"));
+    let before: Vec<(i64, i64)> = names
+        .iter()
+        .map(|n| (expires(n, &rf), expires(n, &qf)))
+        .collect();
+    let by_node = b.inner.keep_alives_by_node();
+    b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+    b.keep_alive(&w, Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        b.inner.keep_alives_by_node(),
+        by_node + 2,
+        "one script per node, not slot by slot"
+    );
+    for (n, (r, q)) in names.iter().zip(before) {
+        let (r2, q2) = (expires(n, &rf), expires(n, &qf));
+        assert!(r2 - r >= 40_000, "{n}: reader's expiry {r} -> {r2}");
+        assert!(q2 - q >= 40_000, "{n}: waiting writer's expiry {q} -> {q2}");
+    }
+    b.close_session(&s).unwrap();
+    b.close_session(&w).unwrap();
+    for n in &names {
+        let state = b.rw_state(n).unwrap();
+        assert!(
+            state.readers.is_empty() && state.writers_waiting.is_empty(),
+            "{n}: {state:?}"
+        );
+        for f in [&rf, &qf] {
+            assert_eq!(
+                b.command(&["HEXISTS", &rw_key(&b, n), f]).as_int(),
+                Some(0),
+                "{n}: close deleted {f}"
+            );
+        }
+    }
 }
