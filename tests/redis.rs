@@ -3476,3 +3476,45 @@ fn cluster_keep_alive_renews_rw_terms_and_places_on_every_master() {
         }
     }
 }
+
+/// Routed, a backend that knows no deadline of a session (opened through another backend
+/// instance) reads the session hash first: it grants to the live session, and once that
+/// session was closed elsewhere, it answers `SessionExpired` and its release changes nothing.
+#[test]
+fn cluster_rw_reads_a_session_it_knows_no_deadline_of() {
+    let b = cluster();
+    let other = RedisBackend::connect(&with_options(
+        &cluster_url(),
+        &format!("prefix={}", b.prefix),
+    ))
+    .unwrap();
+    let long = Duration::from_secs(30);
+    let s = open(&*b, long);
+    let name = LeaseName::new(format!("rw-other-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let t = rw_granted(
+        other.acquire_rw(&s, &name, RwMode::Write, long).unwrap(),
+        "a writer through another backend",
+    );
+    assert_eq!(
+        b.rw_state(&name).unwrap().writer,
+        Some((s.clone(), t.token))
+    );
+    assert!(other.release_rw(&s, &name, RwMode::Write, t.token).unwrap());
+    let t = rw_granted(
+        other.acquire_rw(&s, &name, RwMode::Read, long).unwrap(),
+        "a reader through another backend",
+    );
+    b.close_session(&s).unwrap();
+    // `other` still counts on the deadline it read (the reader's entry ends by its own
+    // expiry); a backend that never saw the session reads it first.
+    let third = RedisBackend::connect(&with_options(
+        &cluster_url(),
+        &format!("prefix={}", b.prefix),
+    ))
+    .unwrap();
+    assert!(matches!(
+        third.acquire_rw(&s, &name, RwMode::Read, long),
+        Err(Error::SessionExpired { .. })
+    ));
+    assert!(!third.release_rw(&s, &name, RwMode::Read, t.token).unwrap());
+}
