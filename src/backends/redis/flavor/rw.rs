@@ -471,3 +471,128 @@ pub(in super::super) fn rw_state_reply(r: &Reply) -> Result<crate::spi::RwState>
         last_token: last,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(s: &str) -> Reply {
+        Reply::Data(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn acquire_replies_are_checked_whole() {
+        let me = SessionId::random();
+        let other = SessionId::random();
+        let int = Reply::Int;
+        let r = Reply::Array(vec![int(1), int(7), int(900), int(1)]);
+        assert!(matches!(
+            rw_reply(&r, &me).unwrap(),
+            RwReply::Granted { token, remaining, new: true }
+                if token.get() == 7 && remaining == Duration::from_millis(900)
+        ));
+        let r = Reply::Array(vec![int(0), data(other.as_str()), int(2), int(1), int(1)]);
+        match rw_reply(&r, &me).unwrap() {
+            RwReply::Busy {
+                busy:
+                    RwAcquire::Busy {
+                        writer,
+                        readers,
+                        writers_waiting,
+                    },
+                has,
+            } => {
+                assert_eq!(writer, Some(other.clone()));
+                assert_eq!((readers, writers_waiting, has), (2, 1, true));
+            }
+            _ => panic!("a busy reply"),
+        }
+        assert!(matches!(
+            rw_reply(&Reply::Array(vec![int(-1)]), &me).unwrap(),
+            RwReply::Expired
+        ));
+        for bad in [
+            // The caller named as the writer that keeps it out.
+            Reply::Array(vec![int(0), data(me.as_str()), int(0), int(0), int(0)]),
+            Reply::Array(vec![int(0), data(""), int(-1), int(0), int(0)]),
+            Reply::Array(vec![int(0), data(""), int(0), int(0), int(2)]),
+            Reply::Array(vec![int(1), int(0), int(900), int(1)]),
+            Reply::Array(vec![int(1), int(3), int(-5), int(1)]),
+            Reply::Array(vec![int(1), int(3), int(5)]),
+            Reply::Nil,
+        ] {
+            assert!(rw_reply(&bad, &me).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn state_replies_sort_readers_and_keep_the_queue_order() {
+        let (a, b, w) = (
+            SessionId::random(),
+            SessionId::random(),
+            SessionId::random(),
+        );
+        let (first, second) = if a < b { (a, b) } else { (b, a) };
+        let int = Reply::Int;
+        let r = Reply::Array(vec![
+            int(9),
+            data(""),
+            int(0),
+            Reply::Array(vec![
+                data(second.as_str()),
+                int(8),
+                data(first.as_str()),
+                int(9),
+            ]),
+            Reply::Array(vec![data(w.as_str())]),
+        ]);
+        let st = rw_state_reply(&r).unwrap();
+        assert_eq!(st.writer, None);
+        assert_eq!(st.last_token, 9);
+        let tok = |t| Token::new(t).unwrap();
+        assert_eq!(st.readers, vec![(first, tok(9)), (second, tok(8))]);
+        assert_eq!(st.writers_waiting, vec![w.clone()]);
+        let r = Reply::Array(vec![
+            int(3),
+            data(w.as_str()),
+            int(3),
+            Reply::Array(vec![]),
+            Reply::Array(vec![]),
+        ]);
+        assert_eq!(rw_state_reply(&r).unwrap().writer, Some((w, tok(3))));
+        let odd = Reply::Array(vec![
+            int(3),
+            data(""),
+            int(0),
+            Reply::Array(vec![data("x")]),
+            Reply::Array(vec![]),
+        ]);
+        assert!(rw_state_reply(&odd).is_err());
+    }
+
+    #[test]
+    fn known_names_are_dropped_only_if_not_noted_since() {
+        let k = RwKnown::default();
+        let s = SessionId::random();
+        let n = LeaseName::new("n").unwrap();
+        let now = Instant::now();
+        assert_eq!(k.left(&s, now), None, "an unknown session");
+        k.renewed(&s, now + Duration::from_secs(5));
+        k.renewed(&s, now + Duration::from_secs(1));
+        assert!(
+            k.left(&s, now).unwrap() > Duration::from_secs(4),
+            "kept the later"
+        );
+        assert_eq!(k.left(&s, now + Duration::from_secs(6)), None, "passed");
+        k.note(&s, &n);
+        let seen = k.stamp(&s, &n);
+        k.note(&s, &n); // an acquire found it held since
+        k.drop_if(&s, &n, seen);
+        assert_eq!(k.names(&s).len(), 1, "noted since: kept");
+        k.drop_if(&s, &n, k.stamp(&s, &n));
+        assert!(k.names(&s).is_empty());
+        k.note(&s, &n);
+        assert_eq!(k.forget(&s), vec![n]);
+        assert!(k.names(&s).is_empty() && k.left(&s, now).is_none());
+    }
+}
