@@ -1,9 +1,10 @@
 -- rw_acquire: KEYS rw lock [, session, the session's rw index (one node)]; ARGV sid, mode
--- ('read' | 'write'), patience ms, session key prefix, (routed) the ms the session has left by
--- the caller's count. One node: {-1} when the session is gone; a new entry is bound to the
+-- ('read' | 'write'), patience ms, session key prefix, (routed) the ms a new entry lasts (the
+-- session's lease). One node: {-1} when the session is gone; a new entry is bound to the
 -- session (it lives exactly as long) and the lock's key is indexed for close. Routed: a new
 -- entry ends that many ms ahead on this node's clock, and the session's keep-alive moves it
--- on. A grant is {1, token, remaining ms, 1 if new else 0}, anything else rw_busy's reply.
+-- on. A grant is {1, token, remaining ms (one node: the session's; routed: that many ms), 1 if
+-- new else 0}, anything else rw_busy's reply.
 local sid, mode, patience, sprefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local now, up = clock()
 local left, expires

@@ -406,7 +406,8 @@ impl LeaseBackend for RedisBackend {
             .filter(|v| (1..=lease_ms(lease)).contains(v))
             .ok_or_else(|| bad_reply("opening a session", &r))?;
         let remaining = Duration::from_millis(left);
-        self.flavor.session_opened(&id, sent + remaining);
+        self.flavor
+            .session_opened(&id, sent + remaining, Some(lease));
         Ok(SessionGrant { id, remaining })
     }
 

@@ -127,7 +127,7 @@ impl Routed {
         let a = array_of(OP, &r, 6)?;
         let remaining = renewed(OP, &r, lease_ms)?;
         // New read-write entries end by this deadline (no later than the server's).
-        self.rw.renewed(session, sent + remaining);
+        self.rw.renewed(session, sent + remaining, Some(lease));
         let delay_ms = a[5]
             .as_int()
             .and_then(|d| u64::try_from(d).ok())

@@ -104,6 +104,8 @@ pub(in super::super) struct RwKnown {
 #[derive(Default)]
 struct KnownSession {
     deadline: Option<Instant>,
+    /// The lease its last open or keep-alive asked for.
+    lease: Option<Duration>,
     names: HashMap<LeaseName, u64>,
 }
 
@@ -111,18 +113,25 @@ struct KnownSession {
 const KNOWN_CAP: u64 = 1024;
 
 impl RwKnown {
-    /// What `sid` has left at `now` by the deadline known, if it is ahead.
-    fn left(&self, sid: &SessionId, now: Instant) -> Option<Duration> {
-        let d = self.sessions.lock().get(sid)?.deadline?;
-        Some(d.saturating_duration_since(now)).filter(|l| l.as_millis() > 0)
+    /// What `sid` has left at `now` by the deadline known, if it is ahead, and the lease
+    /// it asked for last (if known).
+    fn left(&self, sid: &SessionId, now: Instant) -> Option<(Duration, Option<Duration>)> {
+        let m = self.sessions.lock();
+        let s = m.get(sid)?;
+        let left = s.deadline?.saturating_duration_since(now);
+        (left.as_millis() > 0).then_some((left, s.lease))
     }
 
-    /// `sid` lives at least until `deadline` (kept if a later one is known).
-    pub(super) fn renewed(&self, sid: &SessionId, deadline: Instant) {
+    /// `sid` lives at least until `deadline` (kept if a later one is known); `lease`, when
+    /// given, is what its open or keep-alive asked for.
+    pub(super) fn renewed(&self, sid: &SessionId, deadline: Instant, lease: Option<Duration>) {
         let mut m = self.sessions.lock();
         let s = m.entry(sid.clone()).or_default();
         if s.deadline.is_none_or(|d| d < deadline) {
             s.deadline = Some(deadline);
+        }
+        if lease.is_some() {
+            s.lease = lease;
         }
         let cap = self.cap.load(Ordering::Relaxed).max(KNOWN_CAP);
         if m.len() as u64 > cap {
@@ -135,14 +144,16 @@ impl RwKnown {
         }
     }
 
-    /// `sid` holds or waits for `name` now: a new stamp.
-    fn note(&self, sid: &SessionId, name: &LeaseName) {
+    /// `sid` holds or waits for `name` now (or may: an acquire is under way): a new stamp,
+    /// returned.
+    fn note(&self, sid: &SessionId, name: &LeaseName) -> u64 {
         let stamp = self.stamps.fetch_add(1, Ordering::Relaxed) + 1;
         let mut m = self.sessions.lock();
         m.entry(sid.clone())
             .or_default()
             .names
             .insert(name.clone(), stamp);
+        stamp
     }
 
     /// The stamp of `name` of `sid`, if indexed.
@@ -189,11 +200,16 @@ fn term(name: &LeaseName, token: Token, remaining: Duration) -> RwAcquire {
 }
 
 impl Flavor {
-    /// A session was opened: it lives at least until `deadline` (routed: its read-write
-    /// entries are set to end by it).
-    pub(in super::super) fn session_opened(&self, sid: &SessionId, deadline: Instant) {
+    /// A session was opened for `lease`: it lives at least until `deadline` (routed: the
+    /// read-write acquires count on that).
+    pub(in super::super) fn session_opened(
+        &self,
+        sid: &SessionId,
+        deadline: Instant,
+        lease: Option<Duration>,
+    ) {
         if let Flavor::Routed(f) = self {
-            f.rw.renewed(sid, deadline);
+            f.rw.renewed(sid, deadline, lease);
         }
     }
 
@@ -227,11 +243,16 @@ impl Flavor {
             }
             Flavor::Routed(f) => {
                 let sent = Instant::now();
-                let left = match f.rw.left(sid, sent) {
-                    Some(left) => left,
-                    None => f.session_left(b, sid, sent)?,
+                let (left, lease) = match f.rw.left(sid, sent) {
+                    Some(known) => known,
+                    None => (f.session_left(b, sid, sent)?, None),
                 };
-                args.push(lease_ms(left).to_string());
+                // A new entry gets a full lease on the lock's node (what the session has left
+                // when its lease is not known): it then outlasts the deadline of every
+                // keep-alive sent before the script ran, even one whose renewal missed it.
+                args.push(lease_ms(lease.unwrap_or(left).max(left)).to_string());
+                // Noted before the call: a keep-alive running meanwhile renews it.
+                let pre = f.rw.note(sid, name);
                 match rw_call(b, sid, name, &[rw], &args)? {
                     // The lock's node answers about the lock only.
                     RwReply::Expired => Err(bad_reply(OP, &Reply::Nil)),
@@ -252,15 +273,17 @@ impl Flavor {
                             source: None,
                         })
                     }
-                    RwReply::Granted {
-                        token, remaining, ..
-                    } => {
+                    RwReply::Granted { token, .. } => {
+                        // Noted again: a keep-alive whose renewal ran before the script (and
+                        // found nothing) may have dropped the first note.
                         f.rw.note(sid, name);
-                        Ok(term(name, token, remaining.min(left)))
+                        Ok(term(name, token, left))
                     }
                     RwReply::Busy { busy, has } => {
                         if has {
                             f.rw.note(sid, name);
+                        } else {
+                            f.rw.drop_if(sid, name, Some(pre));
                         }
                         Ok(busy)
                     }
@@ -401,7 +424,7 @@ impl Routed {
         match self.pttl(b, sid)? {
             Some(ms) => {
                 let left = Duration::from_millis(ms);
-                self.rw.renewed(sid, sent + left);
+                self.rw.renewed(sid, sent + left, None);
                 Ok(left)
             }
             None => {
@@ -577,16 +600,19 @@ mod tests {
         let n = LeaseName::new("n").unwrap();
         let now = Instant::now();
         assert_eq!(k.left(&s, now), None, "an unknown session");
-        k.renewed(&s, now + Duration::from_secs(5));
-        k.renewed(&s, now + Duration::from_secs(1));
-        assert!(
-            k.left(&s, now).unwrap() > Duration::from_secs(4),
-            "kept the later"
+        k.renewed(
+            &s,
+            now + Duration::from_secs(5),
+            Some(Duration::from_secs(9)),
         );
+        k.renewed(&s, now + Duration::from_secs(1), None);
+        let (left, lease) = k.left(&s, now).unwrap();
+        assert!(left > Duration::from_secs(4), "kept the later");
+        assert_eq!(lease, Some(Duration::from_secs(9)));
         assert_eq!(k.left(&s, now + Duration::from_secs(6)), None, "passed");
         k.note(&s, &n);
         let seen = k.stamp(&s, &n);
-        k.note(&s, &n); // an acquire found it held since
+        assert!(k.note(&s, &n) > seen.unwrap()); // an acquire found it held since
         k.drop_if(&s, &n, seen);
         assert_eq!(k.names(&s).len(), 1, "noted since: kept");
         k.drop_if(&s, &n, k.stamp(&s, &n));
