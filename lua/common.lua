@@ -439,7 +439,7 @@ end
 -- holds a term of that mode, else rw_busy. Readers get in while no live writer holds or waits
 -- (writer preference); a writer while nobody holds the name and no writer queued before it
 -- waits, else it is queued (once; each attempt keeps its place `patience` longer; a zero
--- patience queues nothing). Every new term takes the counter + 1.
+-- patience queues nothing, and ends a place it had). Every new term takes the counter + 1.
 local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix)
   local st = rw_load(key, now, sprefix, true)
   local longer = function(e) if e < BOUND and expires > e then return expires end return e end
@@ -469,8 +469,11 @@ local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix)
   end
   if w or st.nreaders > 0 or ahead > 0 then
     if place then
+      -- A one-time try of a queued writer ends its place (it counts in this reply still).
+      local ends = up + patience
+      if patience == 0 then ends = now end
       redis.call('HSET', key, 'q:' .. sid,
-        fmt(place.seq) .. ' ' .. fmt(up + patience) .. ' ' .. fmt(longer(place.expires)))
+        fmt(place.seq) .. ' ' .. fmt(ends) .. ' ' .. fmt(longer(place.expires)))
     elseif patience > 0 then
       local seq = redis.call('HINCRBY', key, 'seq', 1)
       redis.call('HSET', key, 'q:' .. sid, fmt(seq) .. ' ' .. fmt(up + patience) .. ' ' .. fmt(expires))
@@ -485,9 +488,10 @@ local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix)
 end
 
 -- Ends sid's `mode` term of `key` with token `token` (a string); publishes the release.
--- {1 if it held that term else 0, 1 if sid still holds or waits for the name else 0}.
+-- {1 if it held that term else 0, 1 if sid still holds or waits for the name else 0}. Dead
+-- entries are left to the next acquire (as the memory backend does).
 local function rw_release(key, sid, mode, token, now, sprefix)
-  local st = rw_load(key, now, sprefix, true)
+  local st = rw_load(key, now, sprefix, false)
   local freed = 0
   if mode == 'read' then
     local r = st.readers[sid]
@@ -505,19 +509,13 @@ local function rw_release(key, sid, mode, token, now, sprefix)
   return {freed, rw_has(st, sid)}
 end
 
--- Removes sid's live place among the writers waiting for `key`; publishes it (readers, or the
--- next writer, may wait for it to go). {1 if it had one else 0, rw_has after}.
+-- Removes sid's place among the writers waiting for `key` (one that ran out and no acquire
+-- removed yet counts, as on the memory backend); publishes it (readers, or the next writer,
+-- may wait for it to go). {1 if it had one else 0, rw_has after}.
 local function rw_leave(key, sid, now, sprefix)
-  local st = rw_load(key, now, sprefix, true)
-  for i, q in ipairs(st.waiting) do
-    if q.sid == sid then
-      redis.call('HDEL', key, 'q:' .. sid)
-      table.remove(st.waiting, i)
-      redis.call('PUBLISH', key, 'released')
-      return {1, rw_has(st, sid)}
-    end
-  end
-  return {0, rw_has(st, sid)}
+  local left = redis.call('HDEL', key, 'q:' .. sid)
+  if left == 1 then redis.call('PUBLISH', key, 'released') end
+  return {left, rw_has(rw_load(key, now, sprefix, false), sid)}
 end
 
 -- Ends whatever sid holds or waits for in `key` (its session closed); publishes that.

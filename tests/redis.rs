@@ -3518,3 +3518,105 @@ fn cluster_rw_reads_a_session_it_knows_no_deadline_of() {
     ));
     assert!(!third.release_rw(&s, &name, RwMode::Read, t.token).unwrap());
 }
+
+/// The same sequence of read-write calls by three sessions answers as on the memory backend
+/// (the reference): grants with the same tokens, the same refusals with the same counts, the
+/// same releases and leaves, the same state after each call.
+fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
+    use simba_lease::backends::MemoryBackend;
+    let b = make();
+    let m = MemoryBackend::new();
+    let long = Duration::from_secs(60);
+    let on_redis: Vec<SessionId> = (0..3).map(|_| open(&*b, long)).collect();
+    let on_memory: Vec<SessionId> = (0..3).map(|_| open(&m, long)).collect();
+    let name = LeaseName::new(format!("rw-ref-{}", &SessionId::random().as_str()[..8])).unwrap();
+    // Replies with sessions as their index and remaining times left out.
+    let index = |ids: &[SessionId], s: &SessionId| ids.iter().position(|x| x == s).unwrap();
+    let acquire = |bk: &dyn LeaseBackend, ids: &[SessionId], i: usize, mode, p| match bk
+        .acquire_rw(&ids[i], &name, mode, p)
+        .unwrap()
+    {
+        RwAcquire::Acquired(t) => format!("granted {}", t.token),
+        RwAcquire::Busy {
+            writer,
+            readers,
+            writers_waiting,
+        } => format!(
+            "busy {:?} {readers} {writers_waiting}",
+            writer.map(|w| index(ids, &w))
+        ),
+    };
+    let state = |bk: &dyn LeaseBackend, ids: &[SessionId]| {
+        let st = bk.rw_state(&name).unwrap();
+        let mut readers: Vec<(usize, u64)> = st
+            .readers
+            .iter()
+            .map(|(s, t)| (index(ids, s), t.get()))
+            .collect();
+        readers.sort();
+        let waiting: Vec<usize> = st.writers_waiting.iter().map(|s| index(ids, s)).collect();
+        let writer = st.writer.map(|(s, t)| (index(ids, &s), t.get()));
+        format!("{writer:?} {readers:?} {waiting:?} {}", st.last_token)
+    };
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut tokens: Vec<u64> = vec![1];
+    for step in 0..1000 {
+        let i = next(3) as usize;
+        let mode = if next(2) == 0 {
+            RwMode::Read
+        } else {
+            RwMode::Write
+        };
+        let (r, mm) = match next(4) {
+            0 | 1 => {
+                let p = if next(3) == 0 { Duration::ZERO } else { long };
+                (
+                    acquire(&*b, &on_redis, i, mode, p),
+                    acquire(&m, &on_memory, i, mode, p),
+                )
+            }
+            2 => {
+                // A release with a token handed out before (right or wrong).
+                let t =
+                    simba_lease::Token::new(tokens[next(tokens.len() as u64) as usize]).unwrap();
+                (
+                    format!("{}", b.release_rw(&on_redis[i], &name, mode, t).unwrap()),
+                    format!("{}", m.release_rw(&on_memory[i], &name, mode, t).unwrap()),
+                )
+            }
+            _ => (
+                format!("{}", b.leave_rw_queue(&on_redis[i], &name).unwrap()),
+                format!("{}", m.leave_rw_queue(&on_memory[i], &name).unwrap()),
+            ),
+        };
+        assert_eq!(r, mm, "step {step}: session {i} {mode:?}");
+        if let Some(t) = r.strip_prefix("granted ") {
+            tokens.push(t.parse().unwrap());
+        }
+        assert_eq!(
+            state(&*b, &on_redis),
+            state(&m, &on_memory),
+            "step {step}: the state"
+        );
+    }
+    assert!(tokens.len() > 20, "the sequence granted terms");
+    for s in &on_redis {
+        b.close_session(s).unwrap();
+    }
+}
+
+#[test]
+fn rw_calls_answer_as_the_memory_backend_standalone() {
+    rw_calls_answer_as_the_memory_backend(standalone);
+}
+
+#[test]
+fn rw_calls_answer_as_the_memory_backend_cluster() {
+    rw_calls_answer_as_the_memory_backend(cluster);
+}

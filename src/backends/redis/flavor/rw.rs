@@ -51,8 +51,9 @@ fn bit(op: &'static str, r: &Reply, x: &Reply) -> Result<bool> {
     }
 }
 
-/// Decodes `{-1}`, `{1, token, remaining, new}` or `{0, writer, readers, waiting, has}`.
-fn rw_reply(r: &Reply, sid: &SessionId) -> Result<RwReply> {
+/// Decodes `{-1}`, `{1, token, remaining, new}` or `{0, writer, readers, waiting, has}` (the
+/// writer may be the caller: a session holding the write term that asks to read).
+fn rw_reply(r: &Reply) -> Result<RwReply> {
     if gone(r) {
         return Ok(RwReply::Expired);
     }
@@ -67,9 +68,6 @@ fn rw_reply(r: &Reply, sid: &SessionId) -> Result<RwReply> {
                 "" => None,
                 w => Some(session_in(OP, r, w)?),
             };
-            if writer.as_ref() == Some(sid) {
-                return Err(bad_reply(OP, r));
-            }
             Ok(RwReply::Busy {
                 busy: RwAcquire::Busy {
                     writer,
@@ -389,13 +387,13 @@ fn rw_call(
     let s = &scripts().rw_acquire;
     let n = b.cfg.wait_replicas;
     if n == 0 {
-        return rw_reply(&b.eval(Role::Other, s, keys, args)?, sid);
+        return rw_reply(&b.eval(Role::Other, s, keys, args)?);
     }
-    let new_term = |r: &Reply| matches!(rw_reply(r, sid), Ok(RwReply::Granted { new: true, .. }));
+    let new_term = |r: &Reply| matches!(rw_reply(r), Ok(RwReply::Granted { new: true, .. }));
     let (r, acked) = b
         .scripting
         .eval_then_wait(s, keys, args, &new_term, n, b.wait_timeout())?;
-    let r = rw_reply(&r, sid)?;
+    let r = rw_reply(&r)?;
     match (acked, &r) {
         (Some(acked), RwReply::Granted { token: t, .. }) if acked < n => {
             let mode = if args.get(1).map(String::as_str) == Some("write") {
@@ -510,12 +508,12 @@ mod tests {
         let int = Reply::Int;
         let r = Reply::Array(vec![int(1), int(7), int(900), int(1)]);
         assert!(matches!(
-            rw_reply(&r, &me).unwrap(),
+            rw_reply(&r).unwrap(),
             RwReply::Granted { token, remaining, new: true }
                 if token.get() == 7 && remaining == Duration::from_millis(900)
         ));
         let r = Reply::Array(vec![int(0), data(other.as_str()), int(2), int(1), int(1)]);
-        match rw_reply(&r, &me).unwrap() {
+        match rw_reply(&r).unwrap() {
             RwReply::Busy {
                 busy:
                     RwAcquire::Busy {
@@ -531,12 +529,17 @@ mod tests {
             _ => panic!("a busy reply"),
         }
         assert!(matches!(
-            rw_reply(&Reply::Array(vec![int(-1)]), &me).unwrap(),
+            rw_reply(&Reply::Array(vec![int(-1)])).unwrap(),
             RwReply::Expired
         ));
+        // A session holding the write term that asks to read is kept out by itself.
+        let r = Reply::Array(vec![int(0), data(me.as_str()), int(0), int(0), int(1)]);
+        assert!(matches!(
+            rw_reply(&r).unwrap(),
+            RwReply::Busy { busy: RwAcquire::Busy { writer: Some(w), .. }, has: true } if w == me
+        ));
         for bad in [
-            // The caller named as the writer that keeps it out.
-            Reply::Array(vec![int(0), data(me.as_str()), int(0), int(0), int(0)]),
+            Reply::Array(vec![int(0), data("not a session"), int(0), int(0), int(0)]),
             Reply::Array(vec![int(0), data(""), int(-1), int(0), int(0)]),
             Reply::Array(vec![int(0), data(""), int(0), int(0), int(2)]),
             Reply::Array(vec![int(1), int(0), int(900), int(1)]),
@@ -544,7 +547,7 @@ mod tests {
             Reply::Array(vec![int(1), int(3), int(5)]),
             Reply::Nil,
         ] {
-            assert!(rw_reply(&bad, &me).is_err(), "{bad:?}");
+            assert!(rw_reply(&bad).is_err(), "{bad:?}");
         }
     }
 
