@@ -3620,3 +3620,167 @@ fn rw_calls_answer_as_the_memory_backend_standalone() {
 fn rw_calls_answer_as_the_memory_backend_cluster() {
     rw_calls_answer_as_the_memory_backend(cluster);
 }
+
+/// A scripting port that counts round trips: each call, and each batch (pipelined to every
+/// node at once) as one.
+struct Counting {
+    inner: Arc<dyn RedisScripting>,
+    trips: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn trip(&self) {
+        self.trips.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl RedisScripting for Counting {
+    fn clustered(&self) -> bool {
+        self.inner.clustered()
+    }
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> simba_lease::Result<Reply> {
+        self.trip();
+        self.inner.eval(role, script, keys, args)
+    }
+    fn eval_then_wait(
+        &self,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        wait_if: &dyn Fn(&Reply) -> bool,
+        replicas: u32,
+        timeout: Duration,
+    ) -> simba_lease::Result<(Reply, Option<u32>)> {
+        self.trip();
+        self.inner
+            .eval_then_wait(script, keys, args, wait_if, replicas, timeout)
+    }
+    fn eval_many(
+        &self,
+        role: Role,
+        calls: &[simba_lease::backends::redis::ScriptCall<'_>],
+    ) -> simba_lease::Result<Vec<Reply>> {
+        self.trip();
+        self.inner.eval_many(role, calls)
+    }
+    fn command(&self, role: Role, args: &[&str]) -> simba_lease::Result<Reply> {
+        self.trip();
+        self.inner.command(role, args)
+    }
+    fn scan(&self, pattern: &str, limit: usize) -> simba_lease::Result<Vec<String>> {
+        self.inner.scan(pattern, limit)
+    }
+    fn listen(
+        &self,
+        name: &str,
+        patterns: &[String],
+        idle: Duration,
+        on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
+    ) -> simba_lease::Result<()> {
+        self.inner.listen(name, patterns, idle, on_event)
+    }
+}
+
+/// Read-write acquire, release and leave take one round trip each on one server and on a
+/// cluster; on a cluster a keep-alive of a session holding only read-write locks takes the
+/// session call and one batch, as with leases.
+fn rw_calls_take_one_round_trip(cluster: bool) {
+    let inner: Arc<dyn RedisScripting> = if cluster {
+        let seeds: Vec<String> = cluster_url()
+            .trim_start_matches("redis+cluster://")
+            .split(',')
+            .map(|h| format!("redis://{h}"))
+            .collect();
+        Arc::new(
+            simba_lease::backends::redis::ClusterScripting::new(&seeds, ConnectOptions::default())
+                .unwrap(),
+        )
+    } else {
+        Arc::new(StandaloneScripting::new(&standalone_url(), ConnectOptions::default()).unwrap())
+    };
+    let counting = Arc::new(Counting {
+        inner,
+        trips: Default::default(),
+    });
+    let prefix = random_prefix();
+    let cfg = RedisConfig {
+        prefix: prefix.clone(),
+        route_by_slot: cluster,
+        ..RedisConfig::default()
+    };
+    let b = Arc::new(Isolated {
+        inner: RedisBackend::new(counting.clone(), cfg).unwrap(),
+        prefix,
+    });
+    let trips = |what: &str, expected: usize, f: &mut dyn FnMut()| {
+        let before = counting.trips.load(std::sync::atomic::Ordering::SeqCst);
+        f();
+        let took = counting.trips.load(std::sync::atomic::Ordering::SeqCst) - before;
+        assert_eq!(took, expected, "{what}: {took} round trips");
+        eprintln!(
+            "{} {what}: {took}",
+            if cluster { "cluster" } else { "one server" }
+        );
+    };
+    let long = Duration::from_secs(30);
+    let (r, w) = (open(&*b, long), open(&*b, long));
+    let name = LeaseName::new("rw-trips").unwrap();
+    let mut t = None;
+    trips("read acquire", 1, &mut || {
+        t = Some(rw_granted(
+            b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(),
+            "read",
+        ));
+    });
+    let t = t.unwrap();
+    trips("asking again", 1, &mut || {
+        rw_granted(
+            b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(),
+            "again",
+        );
+    });
+    trips("a writer queued", 1, &mut || {
+        assert!(matches!(
+            b.acquire_rw(&w, &name, RwMode::Write, long).unwrap(),
+            RwAcquire::Busy { .. }
+        ));
+    });
+    // The first keep-alive of a cluster backend reads the slot map (then every 30 s).
+    b.keep_alive(&w, long).unwrap();
+    trips("keep-alive", if cluster { 2 } else { 1 }, &mut || {
+        b.keep_alive(&w, long).unwrap();
+    });
+    trips("leave", 1, &mut || {
+        assert!(b.leave_rw_queue(&w, &name).unwrap())
+    });
+    trips("release", 1, &mut || {
+        assert!(b.release_rw(&r, &name, RwMode::Read, t.token).unwrap())
+    });
+    trips("state", 1, &mut || {
+        b.rw_state(&name).unwrap();
+    });
+    rw_granted(b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(), "read");
+    // Close as without read-write locks: one script (cluster: the session's, a batch, the
+    // index's `DEL`).
+    trips("close", if cluster { 3 } else { 1 }, &mut || {
+        b.close_session(&r).unwrap()
+    });
+    assert!(b.rw_state(&name).unwrap().readers.is_empty());
+    b.close_session(&w).unwrap();
+}
+
+#[test]
+fn rw_calls_take_one_round_trip_standalone() {
+    rw_calls_take_one_round_trip(false);
+}
+
+#[test]
+fn rw_calls_take_one_round_trip_cluster() {
+    rw_calls_take_one_round_trip(true);
+}
