@@ -62,7 +62,17 @@ impl ZooKeeperBackend {
         self.inner.fail_place_deletes(n);
     }
 
-    /// The ACLs of the root and of its `leases` and `groups` nodes, as `(path, entries)`
+    /// Makes the replies of the next `n` read-write lock grants get lost after the server ran
+    /// them, as a timeout would (for tests of the stray terms left behind).
+    #[doc(hidden)]
+    pub fn lose_rw_grant_replies(&self, n: u32) {
+        self.inner
+            .rw_reply_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The ACLs of the root and of its `leases`, `groups`, `delays` and `rw` nodes, as
+    /// `(path, entries)`
     /// (read by the backend's reader with its auth infos); a node that does not exist (see
     /// [`ZooKeeperBuilder::create_root`](super::ZooKeeperBuilder::create_root)) is left out.
     /// Used by `simba doctor`.
@@ -71,7 +81,8 @@ impl ZooKeeperBackend {
         let inner = &self.inner;
         let client = inner.reader.client()?;
         let mut out = Vec::new();
-        for path in [&inner.cfg.root, &inner.cfg.leases, &inner.cfg.groups] {
+        let cfg = &inner.cfg;
+        for path in [&cfg.root, &cfg.leases, &cfg.groups, &cfg.delays, &cfg.rw] {
             let (acl, _) = match call(OP, inner.cfg.request_timeout, client.get_acl(path))? {
                 Ok(found) => found,
                 Err(zk::Error::NoNode) => continue,

@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::spi::{RwAcquire, RwMode, RwState};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
@@ -137,6 +138,13 @@ fn both<A: Future, B: Future>(limit: Duration, a: A, b: B) -> Result<(A::Output,
     })
 }
 
+/// Takes one fault of `faults`, if any is left.
+fn lose(faults: &AtomicU32) -> bool {
+    faults
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
 /// What an attempt does after its read.
 enum Next {
     Busy,
@@ -156,7 +164,7 @@ enum Outcome {
 
 impl Sessions {
     fn rw_path(&self, name: &LeaseName) -> String {
-        format!("{}/rw/{}", self.cfg.root, name.as_str())
+        format!("{}/{}", self.cfg.rw, name.as_str())
     }
 
     /// Reads `dir` and its children (after a sync, when `sync`), then, when writers wait,
@@ -211,13 +219,13 @@ impl Sessions {
             match parse_child(c) {
                 Some((Some(RwMode::Read), id, token)) => view.readers.push((id, token)),
                 // At most one (grants are decided on a consistent read); the newest wins.
-                Some((Some(RwMode::Write), id, token)) => {
-                    if view.writer.as_ref().is_none_or(|w| w.1 < token) {
-                        view.writer = Some((id, token));
-                    }
+                Some((Some(RwMode::Write), id, token))
+                    if view.writer.as_ref().is_none_or(|w| w.1 < token) =>
+                {
+                    view.writer = Some((id, token));
                 }
                 Some((None, id, _)) => queued.push((id, format!("{dir}/{c}"))),
-                None => {}
+                _ => {}
             }
         }
         view.readers.sort();
@@ -290,7 +298,8 @@ impl Sessions {
     }
 
     /// Commits a multi built on `view`; a conflict (or a missing `{root}/rw`, created here)
-    /// is [`Outcome::Again`]. `unknown` runs when the outcome cannot be known (no reply).
+    /// is [`Outcome::Again`]. `grant`: the term node a grant creates, left to the next
+    /// keep-alive to delete when the outcome cannot be known (no reply): see `take_up`.
     fn rw_commit(
         &self,
         s: &ZkSession,
@@ -298,8 +307,13 @@ impl Sessions {
         limit: Duration,
         mut w: zk::MultiWriter<'_>,
         view: &View,
-        unknown: impl FnOnce(),
+        grant: Option<&str>,
     ) -> Result<Outcome> {
+        let unknown = || {
+            if let Some(node) = grant {
+                s.orphans.lock().push((node.to_owned(), 0));
+            }
+        };
         let sent = w.commit();
         let r = match call(OP, limit, sent) {
             Ok(r) => r,
@@ -308,12 +322,19 @@ impl Sessions {
                 return Err(e);
             }
         };
+        if r.is_ok() && grant.is_some() && lose(&self.rw_reply_faults) {
+            unknown();
+            return Err(Error::Timeout {
+                operation: OP,
+                after: limit,
+                source: None,
+            });
+        }
         match r {
             Ok(_) => Ok(Outcome::Done),
             Err(zk::MultiWriteError::OperationFailed { index, source }) => match source {
                 zk::Error::NoNode if index == 0 && view.node.is_none() => {
-                    let parent = format!("{}/rw", self.cfg.root);
-                    self.cfg.mkdirs(client, &parent, limit)?;
+                    self.cfg.mkdirs(client, &self.cfg.rw, limit)?;
                     Ok(Outcome::Again)
                 }
                 zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
@@ -413,7 +434,7 @@ impl Sessions {
                     let qopts = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&qacl));
                     w.add_create(&own_path, patience_ms.as_bytes(), &qopts)
                         .map_err(|e| zk_err(OP, e))?;
-                    match self.rw_commit(&s, &client, limit, w, &view, || {})? {
+                    match self.rw_commit(&s, &client, limit, w, &view, None)? {
                         Outcome::Done => return Ok(view.busy(1)),
                         Outcome::Again => continue,
                     }
@@ -438,10 +459,7 @@ impl Sessions {
             let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&eacl));
             w.add_create(&node, &[], &ephemeral)
                 .map_err(|e| zk_err(OP, e))?;
-            // No reply: the term may exist; the next keep-alive deletes it unless an attempt
-            // takes it up first.
-            let orphan = || s.orphans.lock().push((node.clone(), 0));
-            match self.rw_commit(&s, &client, limit, w, &view, orphan)? {
+            match self.rw_commit(&s, &client, limit, w, &view, Some(&node))? {
                 Outcome::Done => return term(token),
                 Outcome::Again => continue,
             }

@@ -41,7 +41,7 @@ pub(super) fn watch_loop(
     let leases = format!("{}/", cfg.leases);
     let groups = format!("{}/", cfg.groups);
     let queues = format!("{}/queues/", cfg.root);
-    let rw = format!("{}/rw/", cfg.root);
+    let rw = format!("{}/", cfg.rw);
     let mut disconnected = false;
     loop {
         let ev = futures_lite::future::block_on(watcher.changed());
