@@ -5,7 +5,10 @@
 //! * `r-{sessionId}-{token}`: a reader's term; `w-{sessionId}-{token}`: the writer's term;
 //! * `q-{sessionId}`: a waiting writer, its data its patience in ms; the write that made or
 //!   renewed it is its last attempt (`mtime`, the server's clock). Waiting writers are in
-//!   line by `czxid` (a renewal keeps the place).
+//!   line by `czxid` (a renewal keeps the place). Every write attempt of a registered writer
+//!   renews it as it reads the line; the read (before the renewal) says whether it had run
+//!   out, and one that had queues again at the back (until then others see it at its old
+//!   place: they wait a little longer, and its delete wakes them).
 //!
 //! Every change of the set of terms or of the line (a grant, a registration) is one multi
 //! that sets the counter node at the version its read saw, so concurrent decisions conflict
@@ -22,10 +25,12 @@
 //! the reader's watch.
 //!
 //! Round trips: an attempt reads the counter node and its children in one multi read; when
-//! writers wait, one more for the clock write and the multi read of their nodes (sent
-//! together); then the grant, registration or renewal (one multi or write) unless the reply
-//! is already known. A release or a leave is one delete; the state one sync with a multi read,
-//! plus the clock and the waiting writers' reads when there are any.
+//! writers wait, one more for the multi read of their nodes sent together with a write that
+//! gives the server's clock (a writer's own registration rewritten after the read, which is
+//! its renewal, or else a write to `{root}/clock` before it); then the grant or registration
+//! (one multi) unless the reply is known by then. A release or a leave is one delete; the
+//! state one sync with a multi read, plus the clock and the waiting writers' reads when there
+//! are any.
 
 use super::facade::{backend as zk_err, block_on_for, call};
 use super::session::{Sessions, ZkSession};
@@ -52,11 +57,23 @@ struct Waiter {
     live: bool,
 }
 
+/// How [`Sessions::rw_view`] reads.
+#[derive(Clone, Copy)]
+struct How<'a> {
+    op: &'static str,
+    /// Sync first (the shared reader).
+    sync: bool,
+    /// The session whose registration to renew, if it has one, with its data.
+    renew: Option<(&'a SessionId, &'a [u8])>,
+}
+
 /// A name's node and children as one attempt read them.
 #[derive(Debug, Default)]
 struct View {
-    /// The counter node's data version and counter (`None`: no node yet).
-    node: Option<(i32, u64)>,
+    /// The own registration was renewed by the read (see [`How::renew`]).
+    renewed: bool,
+    /// The counter node's data version, counter and `mzxid` (`None`: no node yet).
+    node: Option<(i32, u64, i64)>,
     writer: Option<(SessionId, u64)>,
     readers: Vec<(SessionId, u64)>,
     /// In line, first first.
@@ -121,18 +138,23 @@ fn parse_child(c: &str) -> Option<(Option<RwMode>, SessionId, u64)> {
     }
 }
 
-fn bad_node(path: &str) -> Error {
+fn bad_node(op: &'static str, path: &str) -> Error {
     super::failure::error(
-        OP,
+        op,
         format!("{path} holds no read-write lock counter (written outside simba-lease?)"),
     )
 }
 
 /// Waits for two requests already sent (one after the other, so the server ran them in that
 /// order): one round trip.
-fn both<A: Future, B: Future>(limit: Duration, a: A, b: B) -> Result<(A::Output, B::Output)> {
+fn both<A: Future, B: Future>(
+    operation: &'static str,
+    limit: Duration,
+    a: A,
+    b: B,
+) -> Result<(A::Output, B::Output)> {
     block_on_for(async move { (a.await, b.await) }, limit).ok_or(Error::Timeout {
-        operation: OP,
+        operation,
         after: limit,
         source: None,
     })
@@ -167,20 +189,23 @@ impl Sessions {
         format!("{}/{}", self.cfg.rw, name.as_str())
     }
 
-    /// Reads `dir` and its children (after a sync, when `sync`), then, when writers wait,
-    /// the server's clock (a write to `{root}/clock`) and their nodes, sent together.
+    /// Reads `dir` and its children (after a sync, when `how.sync`), then, when writers wait,
+    /// their nodes with the server's clock, sent together: a write to `{root}/clock` before
+    /// the read, or, when `how.renew` names a session waiting in line, the rewrite of its
+    /// registration after it (its data: the new patience).
     fn rw_view(
         &self,
         client: &zk::Client,
         limit: Duration,
         dir: &str,
-        sync: bool,
+        how: How<'_>,
         fail: &dyn Fn(zk::Error) -> Error,
     ) -> Result<View> {
-        let synced = sync.then(|| client.sync(dir));
+        let op = how.op;
+        let synced = how.sync.then(|| client.sync(dir));
         let mut r = client.new_multi_reader();
-        r.add_get_data(dir).map_err(|e| zk_err(OP, e))?;
-        r.add_get_children(dir).map_err(|e| zk_err(OP, e))?;
+        r.add_get_data(dir).map_err(|e| zk_err(op, e))?;
+        r.add_get_children(dir).map_err(|e| zk_err(op, e))?;
         let read = r.commit();
         let synced = async move {
             match synced {
@@ -188,7 +213,7 @@ impl Sessions {
                 None => Ok(()),
             }
         };
-        let (synced, read) = both(limit, synced, read)?;
+        let (synced, read) = both(op, limit, synced, read)?;
         match synced {
             Ok(()) | Err(zk::Error::NoNode) => {}
             Err(e) => return Err(fail(e)),
@@ -197,14 +222,14 @@ impl Sessions {
         let mut view = View::default();
         match results.next() {
             Some(zk::MultiReadResult::Data { data, stat }) => {
-                let counter = parse_counter(&data).ok_or_else(|| bad_node(dir))?;
-                view.node = Some((stat.version, counter));
+                let counter = parse_counter(&data).ok_or_else(|| bad_node(op, dir))?;
+                view.node = Some((stat.version, counter, stat.mzxid));
             }
             Some(zk::MultiReadResult::Error {
                 err: zk::Error::NoNode,
             }) => return Ok(view),
             Some(zk::MultiReadResult::Error { err }) => return Err(fail(err)),
-            _ => return Err(bad_node(dir)),
+            _ => return Err(bad_node(op, dir)),
         }
         let children = match results.next() {
             Some(zk::MultiReadResult::Children { children }) => children,
@@ -212,7 +237,7 @@ impl Sessions {
                 err: zk::Error::NoNode,
             }) => Vec::new(),
             Some(zk::MultiReadResult::Error { err }) => return Err(fail(err)),
-            _ => return Err(bad_node(dir)),
+            _ => return Err(bad_node(op, dir)),
         };
         let mut queued = Vec::new();
         for c in &children {
@@ -233,21 +258,43 @@ impl Sessions {
             return Ok(view);
         }
         let clock = format!("{}/clock", self.cfg.root);
-        for _ in 0..2 {
-            let now = client.set_data(&clock, &[], None);
+        // The own registration, renewed after the read of the line: that write's `mtime` is
+        // the clock then (no clock write).
+        let mut renew = how
+            .renew
+            .filter(|(me, _)| queued.iter().any(|(id, _)| id == *me));
+        for _ in 0..3 {
             let mut r = client.new_multi_reader();
             for (_, path) in &queued {
-                r.add_get_data(path).map_err(|e| zk_err(OP, e))?;
+                r.add_get_data(path).map_err(|e| zk_err(op, e))?;
             }
-            let read = r.commit();
-            let (now, read) = both(limit, now, read)?;
-            let now = match now {
-                Ok(stat) => stat.mtime,
-                Err(zk::Error::NoNode) => {
-                    self.cfg.mkdirs(client, &clock, limit)?;
-                    continue;
+            let (now, renewed, read) = match renew {
+                Some((me, data)) => {
+                    let read = r.commit();
+                    let own = client.set_data(&format!("{dir}/q-{me}"), data, None);
+                    let (read, own) = both(op, limit, read, own)?;
+                    match own {
+                        Ok(stat) => (stat.mtime, Some((me, stat.version)), read),
+                        Err(zk::Error::NoNode) => {
+                            renew = None; // left meanwhile: time the line by the clock
+                            continue;
+                        }
+                        Err(e) => return Err(fail(e)),
+                    }
                 }
-                Err(e) => return Err(fail(e)),
+                None => {
+                    let now = client.set_data(&clock, &[], None);
+                    let read = r.commit();
+                    let (now, read) = both(op, limit, now, read)?;
+                    match now {
+                        Ok(stat) => (stat.mtime, None, read),
+                        Err(zk::Error::NoNode) => {
+                            self.cfg.mkdirs(client, &clock, limit)?;
+                            continue;
+                        }
+                        Err(e) => return Err(fail(e)),
+                    }
+                }
             };
             for ((id, _), r) in queued.into_iter().zip(read.map_err(fail)?) {
                 let zk::MultiReadResult::Data { data, stat } = r else {
@@ -261,10 +308,18 @@ impl Sessions {
                     .ok()
                     .and_then(|d| d.parse::<i64>().ok())
                     .unwrap_or(0);
+                // The own one: live if it was before this renewal, at the renewal's version.
+                let version = match renewed {
+                    Some((me, version)) if *me == id => {
+                        view.renewed = true;
+                        version
+                    }
+                    _ => stat.version,
+                };
                 view.waiting.push(Waiter {
                     id,
                     czxid: stat.czxid,
-                    version: stat.version,
+                    version,
                     live: stat.mtime.saturating_add(patience) > now,
                 });
             }
@@ -272,8 +327,8 @@ impl Sessions {
             return Ok(view);
         }
         Err(super::failure::error(
-            OP,
-            format!("{clock} could not be written"),
+            op,
+            format!("the line of {dir} could not be timed"),
         ))
     }
 
@@ -286,13 +341,17 @@ impl Sessions {
         add: u64,
     ) -> Result<()> {
         let data = counter_data(view.counter() + add);
+        let acl = self.cfg.acl.for_path(dir);
+        let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
         let r = match view.node {
-            Some((version, _)) => w.add_set_data(dir, &data, Some(version)),
-            None => {
-                let acl = self.cfg.acl.for_path(dir);
-                let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
-                w.add_create(dir, &data, &opts)
-            }
+            // A version ZooKeeper let wrap to -1 (2^32 - 1 writes) compares as any version:
+            // a child named with the write read stands in, which two decisions on the same
+            // read cannot both create (the one node it leaves every 2^32 writes stays).
+            Some((-1, _, mzxid)) => w
+                .add_set_data(dir, &data, None)
+                .and_then(|()| w.add_create(&format!("{dir}/wrap-{mzxid}"), &[], &opts)),
+            Some((version, _, _)) => w.add_set_data(dir, &data, Some(version)),
+            None => w.add_create(dir, &data, &opts),
         };
         r.map_err(|e| zk_err(OP, e))
     }
@@ -366,11 +425,19 @@ impl Sessions {
         let limit = s.limit(&self.cfg);
         let dir = self.rw_path(name);
         let fail = |e| self.fail(&s, OP, e);
+        // Its registration ran out: it queues at the back, even if a conflict made it read
+        // again after the read's renewal revived it.
+        let mut lapsed = false;
         for _ in 0..TRIES {
             s.check_connected(OP)?;
             let client = s.client()?;
             let sent = Instant::now();
-            let view = self.rw_view(&client, limit, &dir, false, &fail)?;
+            let how = How {
+                op: OP,
+                sync: false,
+                renew: (mode == RwMode::Write).then_some((session, patience_ms.as_bytes())),
+            };
+            let view = self.rw_view(&client, limit, &dir, how, &fail)?;
             let term = |token: u64| -> Result<RwAcquire> {
                 Ok(RwAcquire::Acquired(Term {
                     name: name.clone(),
@@ -390,19 +457,20 @@ impl Sessions {
                 continue;
             }
             let own = view.waiting.iter().find(|w| &w.id == session);
+            let own_live = own.is_some_and(|o| o.live) && !lapsed;
             let own_path = format!("{dir}/q-{session}");
             let next = match mode {
                 RwMode::Read if view.writer.is_some() || view.live_waiting() > 0 => Next::Busy,
                 RwMode::Read => Next::Grant,
                 RwMode::Write => {
-                    let mine = own.filter(|o| o.live).map_or(i64::MAX, |o| o.czxid);
+                    let mine = own.filter(|_| own_live).map_or(i64::MAX, |o| o.czxid);
                     let ahead = view
                         .waiting
                         .iter()
                         .any(|q| q.live && &q.id != session && q.czxid < mine);
                     if view.writer.is_none() && view.readers.is_empty() && !ahead {
                         Next::Grant
-                    } else if own.is_some_and(|o| o.live) {
+                    } else if own_live {
                         Next::Renew
                     } else if patience.is_zero() {
                         Next::Busy
@@ -414,6 +482,8 @@ impl Sessions {
             let mut w = client.new_multi_writer();
             match next {
                 Next::Busy => return Ok(view.busy(0)),
+                // Renewed by the read.
+                Next::Renew if view.renewed => return Ok(view.busy(0)),
                 Next::Renew => {
                     // In place: the line and the terms are unchanged.
                     let renewed = client.set_data(&own_path, patience_ms.as_bytes(), None);
@@ -425,6 +495,7 @@ impl Sessions {
                 }
                 Next::Register => {
                     // At the back: a registration that ran out is made anew.
+                    lapsed |= own.is_some();
                     self.add_counter(&mut w, &dir, &view, 0)?;
                     if let Some(o) = own {
                         w.add_delete(&own_path, Some(o.version))
@@ -546,10 +617,16 @@ impl Sessions {
     /// Through the shared reader, after a sync (a term or registration that just returned on
     /// another server is then seen).
     pub(super) fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
+        const OP: &str = "reading a read-write lock";
         let client = self.reader.client()?;
         let dir = self.rw_path(name);
         let fail = |e| zk_err(OP, e);
-        let view = self.rw_view(&client, self.cfg.request_timeout, &dir, true, &fail)?;
+        let how = How {
+            op: OP,
+            sync: true,
+            renew: None,
+        };
+        let view = self.rw_view(&client, self.cfg.request_timeout, &dir, how, &fail)?;
         let with_token = |(id, t): (SessionId, u64)| Token::new(t).map(|t| (id, t));
         Ok(RwState {
             last_token: view.counter(),
