@@ -453,8 +453,30 @@ mod ensemble {
         }
     }
 
+    /// The tests of this module one at a time (the failover test stops nodes).
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Read-write locks with sessions on followers (whose reads may lag the leader: the
+    /// compare-and-set of every grant catches a decision made on a stale read).
+    #[test]
+    fn rw_locks_exclude_and_follow_the_token_rule_on_the_ensemble() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let nodes = nodes();
+        let h = tck::Harness::new(|| {
+            Arc::new(zk::Isolated::new(&zk::ensemble_hosts(), None, |b| b)) as Arc<dyn LeaseBackend>
+        })
+        .with_lease(Duration::from_secs(2));
+        h.until("all ensemble nodes serve", || {
+            nodes.iter().all(|n| mode(n).is_some())
+        });
+        tck::rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(&h);
+        tck::rw_locks_exclude_under_contention(&h);
+        tck::rw_a_waiting_writer_blocks_new_readers(&h);
+    }
+
     #[test]
     fn failover_keeps_sessions_and_tokens_increase_across_leader_change() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let nodes = nodes();
         let mut h = tck::Harness::new(|| unreachable!());
         h.patience = Duration::from_secs(60);
