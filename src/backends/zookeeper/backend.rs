@@ -72,10 +72,9 @@ impl ZooKeeperBackend {
     }
 
     /// The ACLs of the root and of its `leases`, `groups`, `delays` and `rw` nodes, as
-    /// `(path, entries)`
-    /// (read by the backend's reader with its auth infos); a node that does not exist (see
-    /// [`ZooKeeperBuilder::create_root`](super::ZooKeeperBuilder::create_root)) is left out.
-    /// Used by `simba doctor`.
+    /// `(path, entries)` (read by the backend's reader with its auth infos); a node that does
+    /// not exist (see [`ZooKeeperBuilder::create_root`](super::ZooKeeperBuilder::create_root))
+    /// is left out. Used by `simba doctor`.
     pub fn acls(&self) -> Result<Vec<(String, Vec<Acl>)>> {
         const OP: &str = "reading ACLs";
         let inner = &self.inner;
