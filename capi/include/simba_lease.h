@@ -253,8 +253,9 @@ typedef struct simba_cancel simba_cancel;
 typedef struct simba_election simba_election;
 
 // A fence: a resource that applies a write only if its fencing token is not below the
-// newest token recorded for the key (from [`simba_fence_file`] or [`simba_fence_redis`]);
-// thread-safe; free with [`simba_fence_free`].
+// newest token recorded for the key (from [`simba_fence_file`], [`simba_fence_redis`],
+// [`simba_fence_postgres`] or [`simba_fence_mysql`]); thread-safe; free with
+// [`simba_fence_free`].
 typedef struct simba_fence simba_fence;
 
 // A view of a group; thread-safe; free with [`simba_group_free`].
@@ -1118,8 +1119,9 @@ enum simba_status simba_permit_free(struct simba_permit *permit);
 // and network file systems). No I/O until the first call. `*out_fence` is the new handle.
 enum simba_status simba_fence_file(const char *dir, struct simba_fence **out_fence);
 
-// A fence on a Redis server (`url`: a plain `redis://` or `rediss://` URL as the `redis`
-// crate reads it, e.g. `redis://127.0.0.1:6379/0`; NUL-terminated UTF-8): per key a token
+// A fence on one Redis server (`url`: a plain `redis://` URL as the `redis` crate reads it,
+// e.g. `redis://127.0.0.1:6379/0`, without the library's own options such as `prefix`;
+// NUL-terminated UTF-8; no TLS, no Cluster): per key a token
 // key `<prefix>{<key>}:token` and a data key `<prefix>{<key>}` (readers may `GET` it),
 // written together by one script that compares the tokens (the library's
 // `simba_lease::fence::RedisFence`). `prefix` (NUL-terminated UTF-8, may be empty) must not
@@ -1129,6 +1131,35 @@ enum simba_status simba_fence_file(const char *dir, struct simba_fence **out_fen
 enum simba_status simba_fence_redis(const char *url,
                                     const char *prefix,
                                     struct simba_fence **out_fence);
+
+// A fence on the PostgreSQL table `table` (an unquoted identifier, optionally
+// `schema.table`; else `SIMBA_INVALID_ARGUMENT`): one row per key with its newest token and
+// value, each write one statement that raises the row's token and returns the newest (the
+// library's `simba_lease::fence::PostgresFence`). `url` is a connection URL or string as
+// the `postgres` crate reads it (`postgres://user:password@host:5432/db`, without the
+// library's own options such as `table_prefix`), connected now without TLS (one
+// connection, used by one call at a time, each write committed on its own). Create the
+// table with [`simba_fence_install`] (or the library's `PostgresFence::create_table_sql`).
+// Built without the feature `postgres`: `SIMBA_FEATURE_DISABLED`. `*out_fence` is the new
+// handle.
+enum simba_status simba_fence_postgres(const char *url,
+                                       const char *table,
+                                       struct simba_fence **out_fence);
+
+// A fence on the MySQL 8 or MariaDB table `table` (an unquoted identifier, optionally
+// `db.table`; else `SIMBA_INVALID_ARGUMENT`), as [`simba_fence_postgres`] on PostgreSQL
+// (the library's `simba_lease::fence::MysqlFence`). `url` is a URL as the `mysql` crate
+// reads it (`mysql://user:password@host:3306/db`, without the library's own options),
+// connected now without TLS. Create the table with [`simba_fence_install`]. Built without
+// the feature `mysql`: `SIMBA_FEATURE_DISABLED`. `*out_fence` is the new handle.
+enum simba_status simba_fence_mysql(const char *url,
+                                    const char *table,
+                                    struct simba_fence **out_fence);
+
+// Creates the table of an SQL fence ([`simba_fence_postgres`], [`simba_fence_mysql`]) if
+// it does not exist (one statement, `create table if not exists`); nothing for a file or
+// Redis fence.
+enum simba_status simba_fence_install(const struct simba_fence *fence);
 
 // Writes `value_len` bytes at `value` (any bytes; NULL allowed when `value_len` is 0) under
 // `key` (NUL-terminated; the naming rule of lease names, else `SIMBA_INVALID_ARGUMENT`) if

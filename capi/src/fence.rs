@@ -1,8 +1,9 @@
 //! Fenced writes: a resource that checks the fencing token where its data lives
-//! (`simba_fence`), over a directory (always) or a Redis server (feature `redis`).
+//! (`simba_fence`), over a directory (always), a Redis server (feature `redis`), a
+//! PostgreSQL table (feature `postgres`) or a MySQL/MariaDB table (feature `mysql`).
 
 use crate::args::{check_value_buf, out, put, put_opt, put_value, text};
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 use crate::handles::locked;
 use crate::handles::{free, get, register, Kind};
 use crate::status::{ffi, Fail, R};
@@ -11,7 +12,7 @@ use crate::types::{simba_fence, simba_status};
 use lease::fence::{Fenced, FileFence};
 use lease::Token;
 use std::ffi::{c_char, c_void};
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 use std::sync::Mutex;
 // Named only by the documentation's links.
 #[cfg(doc)]
@@ -26,6 +27,16 @@ enum FenceObj {
         fence: lease::fence::RedisFence,
         con: Mutex<redis::Connection>,
     },
+    #[cfg(feature = "postgres")]
+    Postgres {
+        fence: lease::fence::PostgresFence,
+        client: Mutex<postgres::Client>,
+    },
+    #[cfg(feature = "mysql")]
+    Mysql {
+        fence: lease::fence::MysqlFence,
+        conn: Mutex<mysql::Conn>,
+    },
 }
 
 impl Kind for FenceObj {
@@ -38,6 +49,12 @@ impl FenceObj {
             FenceObj::File(f) => f.put(key, token, value),
             #[cfg(feature = "redis")]
             FenceObj::Redis { fence, con } => fence.put(&mut *locked(con), key, token, value),
+            #[cfg(feature = "postgres")]
+            FenceObj::Postgres { fence, client } => {
+                fence.put(&mut *locked(client), key, token, value)
+            }
+            #[cfg(feature = "mysql")]
+            FenceObj::Mysql { fence, conn } => fence.put(&mut *locked(conn), key, token, value),
         }
     }
 
@@ -46,6 +63,23 @@ impl FenceObj {
             FenceObj::File(f) => f.get(key),
             #[cfg(feature = "redis")]
             FenceObj::Redis { fence, con } => fence.get(&mut *locked(con), key),
+            #[cfg(feature = "postgres")]
+            FenceObj::Postgres { fence, client } => fence.get(&mut *locked(client), key),
+            #[cfg(feature = "mysql")]
+            FenceObj::Mysql { fence, conn } => fence.get(&mut *locked(conn), key),
+        }
+    }
+
+    /// Creates an SQL fence's table if it does not exist; nothing for the others.
+    fn install(&self) -> lease::Result<()> {
+        match self {
+            FenceObj::File(_) => Ok(()),
+            #[cfg(feature = "redis")]
+            FenceObj::Redis { .. } => Ok(()),
+            #[cfg(feature = "postgres")]
+            FenceObj::Postgres { fence, client } => fence.install(&mut *locked(client)),
+            #[cfg(feature = "mysql")]
+            FenceObj::Mysql { fence, conn } => fence.install(&mut *locked(conn)),
         }
     }
 }
@@ -75,8 +109,9 @@ pub unsafe extern "C" fn simba_fence_file(
     })
 }
 
-/// A fence on a Redis server (`url`: a plain `redis://` or `rediss://` URL as the `redis`
-/// crate reads it, e.g. `redis://127.0.0.1:6379/0`; NUL-terminated UTF-8): per key a token
+/// A fence on one Redis server (`url`: a plain `redis://` URL as the `redis` crate reads it,
+/// e.g. `redis://127.0.0.1:6379/0`, without the library's own options such as `prefix`;
+/// NUL-terminated UTF-8; no TLS, no Cluster): per key a token
 /// key `<prefix>{<key>}:token` and a data key `<prefix>{<key>}` (readers may `GET` it),
 /// written together by one script that compares the tokens (the library's
 /// `simba_lease::fence::RedisFence`). `prefix` (NUL-terminated UTF-8, may be empty) must not
@@ -118,6 +153,104 @@ fn redis_fence(_url: &str, _prefix: &str) -> R<FenceObj> {
         SIMBA_FEATURE_DISABLED,
         "this library was built without the feature `redis`: no Redis fence",
     ))
+}
+
+/// A fence on the PostgreSQL table `table` (an unquoted identifier, optionally
+/// `schema.table`; else `SIMBA_INVALID_ARGUMENT`): one row per key with its newest token and
+/// value, each write one statement that raises the row's token and returns the newest (the
+/// library's `simba_lease::fence::PostgresFence`). `url` is a connection URL or string as
+/// the `postgres` crate reads it (`postgres://user:password@host:5432/db`, without the
+/// library's own options such as `table_prefix`), connected now without TLS (one
+/// connection, used by one call at a time, each write committed on its own). Create the
+/// table with [`simba_fence_install`] (or the library's `PostgresFence::create_table_sql`).
+/// Built without the feature `postgres`: `SIMBA_FEATURE_DISABLED`. `*out_fence` is the new
+/// handle.
+#[no_mangle]
+pub unsafe extern "C" fn simba_fence_postgres(
+    url: *const c_char,
+    table: *const c_char,
+    out_fence: *mut *mut simba_fence,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_fence, "out_fence")?;
+        put(o, std::ptr::null_mut());
+        let url = text(url, "url")?;
+        let table = text(table, "table")?;
+        put(o, register(postgres_fence(url, table)?)?);
+        Ok(())
+    })
+}
+
+#[cfg(feature = "postgres")]
+fn postgres_fence(url: &str, table: &str) -> R<FenceObj> {
+    let fence = lease::fence::PostgresFence::new(table)?;
+    let client = postgres::Client::connect(url, postgres::NoTls).map_err(|e| {
+        // The driver's message, never the URL (it may hold a password).
+        Fail::from(lease::Error::backend("connecting a PostgreSQL fence", e))
+    })?;
+    Ok(FenceObj::Postgres {
+        fence,
+        client: Mutex::new(client),
+    })
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres_fence(_url: &str, _table: &str) -> R<FenceObj> {
+    Err(Fail::new(
+        SIMBA_FEATURE_DISABLED,
+        "this library was built without the feature `postgres`: no PostgreSQL fence",
+    ))
+}
+
+/// A fence on the MySQL 8 or MariaDB table `table` (an unquoted identifier, optionally
+/// `db.table`; else `SIMBA_INVALID_ARGUMENT`), as [`simba_fence_postgres`] on PostgreSQL
+/// (the library's `simba_lease::fence::MysqlFence`). `url` is a URL as the `mysql` crate
+/// reads it (`mysql://user:password@host:3306/db`, without the library's own options),
+/// connected now without TLS. Create the table with [`simba_fence_install`]. Built without
+/// the feature `mysql`: `SIMBA_FEATURE_DISABLED`. `*out_fence` is the new handle.
+#[no_mangle]
+pub unsafe extern "C" fn simba_fence_mysql(
+    url: *const c_char,
+    table: *const c_char,
+    out_fence: *mut *mut simba_fence,
+) -> simba_status {
+    ffi(|| {
+        let o = out(out_fence, "out_fence")?;
+        put(o, std::ptr::null_mut());
+        let url = text(url, "url")?;
+        let table = text(table, "table")?;
+        put(o, register(mysql_fence(url, table)?)?);
+        Ok(())
+    })
+}
+
+#[cfg(feature = "mysql")]
+fn mysql_fence(url: &str, table: &str) -> R<FenceObj> {
+    let fence = lease::fence::MysqlFence::new(table)?;
+    // The driver's message, never the URL (it may hold a password).
+    let fail = |e: mysql::Error| Fail::from(lease::Error::backend("connecting a MySQL fence", e));
+    let opts = mysql::Opts::from_url(url).map_err(|e| fail(e.into()))?;
+    let conn = mysql::Conn::new(opts).map_err(fail)?;
+    Ok(FenceObj::Mysql {
+        fence,
+        conn: Mutex::new(conn),
+    })
+}
+
+#[cfg(not(feature = "mysql"))]
+fn mysql_fence(_url: &str, _table: &str) -> R<FenceObj> {
+    Err(Fail::new(
+        SIMBA_FEATURE_DISABLED,
+        "this library was built without the feature `mysql`: no MySQL fence",
+    ))
+}
+
+/// Creates the table of an SQL fence ([`simba_fence_postgres`], [`simba_fence_mysql`]) if
+/// it does not exist (one statement, `create table if not exists`); nothing for a file or
+/// Redis fence.
+#[no_mangle]
+pub unsafe extern "C" fn simba_fence_install(fence: *const simba_fence) -> simba_status {
+    ffi(|| Ok(get::<FenceObj, _>(fence)?.install()?))
 }
 
 /// A fenced value's bytes: `len` bytes at `p` (NULL allowed when `len` is 0).

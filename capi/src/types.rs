@@ -8,7 +8,10 @@ use std::ffi::{c_char, c_void};
 use crate::{
     cancel::{simba_cancel_free, simba_cancel_new},
     election::simba_election_free,
-    fence::{simba_fence_file, simba_fence_free, simba_fence_redis},
+    fence::{
+        simba_fence_file, simba_fence_free, simba_fence_mysql, simba_fence_postgres,
+        simba_fence_redis,
+    },
     group::{simba_group_free, simba_membership_free},
     lock::{simba_lock_free, simba_lock_unlock, simba_session_lock_queue},
     observer::{simba_observer_free, simba_observer_leader},
@@ -454,8 +457,9 @@ pub struct simba_rw_guard {
 }
 
 /// A fence: a resource that applies a write only if its fencing token is not below the
-/// newest token recorded for the key (from [`simba_fence_file`] or [`simba_fence_redis`]);
-/// thread-safe; free with [`simba_fence_free`].
+/// newest token recorded for the key (from [`simba_fence_file`], [`simba_fence_redis`],
+/// [`simba_fence_postgres`] or [`simba_fence_mysql`]); thread-safe; free with
+/// [`simba_fence_free`].
 pub struct simba_fence {
     _private: [u8; 0],
 }

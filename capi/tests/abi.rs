@@ -2526,3 +2526,107 @@ fn the_redis_fence_refuses_a_stale_token() {
     fence_refuses_a_stale_token(fence);
     delete_keys(&url, &addr, &prefix);
 }
+
+/// A table name no other run uses.
+fn fresh_table() -> String {
+    fresh_prefix().replace('-', "_")
+}
+
+#[cfg(feature = "postgres")]
+fn drop_pg_table(url: &str, table: &str) {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    c.batch_execute(&format!("drop table if exists {table}"))
+        .unwrap();
+}
+
+#[cfg(feature = "mysql")]
+fn drop_mysql_table(url: &str, table: &str) {
+    use mysql::prelude::Queryable;
+    let mut c = mysql::Conn::new(mysql::Opts::from_url(url).unwrap()).unwrap();
+    c.query_drop(format!("drop table if exists {table}"))
+        .unwrap();
+}
+
+/// An SQL server to fence on: its name, whether the feature is on, its URL, the fence's
+/// constructor and how to drop a table there.
+type Server = (&'static str, bool, String, Make, fn(&str, &str));
+type Make =
+    unsafe extern "C" fn(*const c_char, *const c_char, *mut *mut simba_fence) -> simba_status;
+
+/// The PostgreSQL and MySQL fences (features `postgres`, `mysql`) on the servers of
+/// `SIMBA_POSTGRES_URL` and `SIMBA_MYSQL_URL`, each in a fresh table dropped afterwards;
+/// without the feature, `SIMBA_FEATURE_DISABLED`.
+#[test]
+fn the_sql_fences_refuse_a_stale_token() {
+    let env = |var: &str, default: &str| std::env::var(var).unwrap_or_else(|_| default.into());
+    let servers: [Server; 2] = [
+        (
+            "postgres",
+            cfg!(feature = "postgres"),
+            env(
+                "SIMBA_POSTGRES_URL",
+                "postgres://postgres@127.0.0.1:5432/test",
+            ),
+            simba_fence_postgres,
+            |_url, _table| {
+                #[cfg(feature = "postgres")]
+                drop_pg_table(_url, _table)
+            },
+        ),
+        (
+            "mysql",
+            cfg!(feature = "mysql"),
+            env("SIMBA_MYSQL_URL", "mysql://simba:simba@127.0.0.1:3306/test"),
+            simba_fence_mysql,
+            |_url, _table| {
+                #[cfg(feature = "mysql")]
+                drop_mysql_table(_url, _table)
+            },
+        ),
+    ];
+    for (what, built, url, make, drop_table) in servers {
+        let table = fresh_table();
+        let (c_url, c_table) = (
+            CString::new(url.as_str()).unwrap(),
+            CString::new(table.as_str()).unwrap(),
+        );
+        let mut fence = null_mut();
+        let st = unsafe { make(c_url.as_ptr(), c_table.as_ptr(), &mut fence) };
+        if !built {
+            assert_eq!(st, SIMBA_FEATURE_DISABLED, "{what}: {}", last_error());
+            assert!(fence.is_null());
+            continue;
+        }
+        assert_eq!(st, SIMBA_OK, "{what}: {}", last_error());
+        let mut bad = null_mut();
+        assert_eq!(
+            unsafe { make(c_url.as_ptr(), c"no; drop".as_ptr(), &mut bad) },
+            SIMBA_INVALID_ARGUMENT,
+            "{what}"
+        );
+        // Before the table exists a write fails as a backend error, not a stale token.
+        let st = unsafe { simba_fence_put(fence, c"report".as_ptr(), 1, std::ptr::null(), 0) };
+        assert!(st != SIMBA_OK && st != SIMBA_STALE_TOKEN, "{what}: {st:?}");
+        assert_eq!(
+            unsafe { simba_fence_install(fence) },
+            SIMBA_OK,
+            "{what}: {}",
+            last_error()
+        );
+        assert_eq!(
+            unsafe { simba_fence_install(fence) },
+            SIMBA_OK,
+            "idempotent"
+        );
+        fence_refuses_a_stale_token(fence);
+        drop_table(&url, &table);
+    }
+    // A file fence has nothing to install.
+    let dir = ScratchDir::new();
+    let mut fence = null_mut();
+    unsafe {
+        assert_eq!(simba_fence_file(dir.c().as_ptr(), &mut fence), SIMBA_OK);
+        assert_eq!(simba_fence_install(fence), SIMBA_OK);
+        assert_eq!(simba_fence_free(fence), SIMBA_OK);
+    }
+}
