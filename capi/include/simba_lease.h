@@ -113,7 +113,8 @@
 typedef enum simba_status {
   // Success.
   SIMBA_OK = 0,
-  // `try_lock`: someone else holds the lock (the out handle is NULL).
+  // `try_lock`: someone else holds the lock (the out handle is NULL); likewise a
+  // semaphore's `try_acquire` and a read-write lock's `try_read` / `try_write`.
   SIMBA_BUSY = 1,
   // The time limit ran out (also: no event within the timeout).
   SIMBA_TIMEOUT = 2,
@@ -140,7 +141,9 @@ typedef enum simba_status {
   // this session, as a lock or as a candidate it entered (locks are not reentrant; the
   // session's other threads wait for the name instead, and `simba_session_try_lock` gives
   // `SIMBA_BUSY`), or a second candidate (`simba_session_election*`,
-  // `simba_election_campaign`) for a name this session already uses, from any thread.
+  // `simba_election_campaign`) for a name this session already uses, from any thread; a
+  // read or write of a read-write lock by the thread that already holds or is taking a
+  // term of that name through this session.
   SIMBA_ALREADY_HELD = 12,
   // The session (or the handle, or an event queue) was closed.
   SIMBA_CLOSED = 13,
