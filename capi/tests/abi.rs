@@ -2630,3 +2630,53 @@ fn the_sql_fences_refuse_a_stale_token() {
         assert_eq!(simba_fence_free(fence), SIMBA_OK);
     }
 }
+
+/// An unbounded read or write wait on a read-write lock.
+type RwWait = unsafe extern "C" fn(*const simba_rw_lock, *mut *mut simba_rw_guard) -> simba_status;
+/// A read or write wait with a timeout.
+type RwTimed =
+    unsafe extern "C" fn(*const simba_rw_lock, u64, *mut *mut simba_rw_guard) -> simba_status;
+
+/// `simba_rw_lock_read` and `simba_rw_lock_write` wait without a limit: another thread's
+/// close of the session ends them with `SIMBA_CLOSED`, nothing taken (a close that comes
+/// before the wait starts ends it the same way).
+#[test]
+fn an_unbounded_rw_wait_ends_when_another_thread_closes_the_session() {
+    unsafe {
+        let mut backend = null_mut();
+        assert_eq!(simba_connect(c"memory://".as_ptr(), &mut backend), SIMBA_OK);
+        let holder = session_on(backend);
+        let held = rw_lock(holder, c"catalog");
+        let mut guard = null_mut();
+        assert_eq!(simba_rw_lock_try_write(held, &mut guard), SIMBA_OK);
+        let waits: [(RwWait, RwTimed); 2] = [
+            (simba_rw_lock_read, simba_rw_lock_read_timeout),
+            (simba_rw_lock_write, simba_rw_lock_write_timeout),
+        ];
+        for (wait, timed) in waits {
+            let s = session_on(backend);
+            let l = rw_lock(s, c"catalog") as usize;
+            let waiting = spawn_waiter(
+                move || timed(l as _, 20, &mut null_mut()),
+                move || {
+                    let mut g = null_mut();
+                    let st = wait(l as _, &mut g);
+                    (st, g as usize, last_error())
+                },
+            );
+            assert_eq!(simba_session_close(s), SIMBA_OK);
+            let (st, g, message) = waiting.join().unwrap();
+            assert_eq!((st, g), (SIMBA_CLOSED, 0), "{message}");
+            assert_eq!(simba_rw_lock_free(l as _), SIMBA_OK);
+            assert_eq!(simba_session_free(s), SIMBA_OK);
+        }
+        // The holder's term was never disturbed.
+        let mut valid = false;
+        assert_eq!(simba_rw_guard_is_valid(guard, &mut valid), SIMBA_OK);
+        assert!(valid);
+        assert_eq!(simba_rw_guard_free(guard), SIMBA_OK);
+        assert_eq!(simba_rw_lock_free(held), SIMBA_OK);
+        assert_eq!(simba_session_free(holder), SIMBA_OK);
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+    }
+}
