@@ -571,9 +571,9 @@ fn status_rw_on_memory_shows_free_locks_and_checks_names() {
     assert!(stderr(&o).contains("a b"), "{}", stderr(&o));
 }
 
-/// `simba status URL --rw NAME` on Redis: the holders and waiting writers with their tokens
-/// once Redis has read-write locks; until then the Unsupported error, exit 2 (as JSON with
-/// `--json`), never a panic.
+/// `simba status URL --rw NAME` on Redis: a reader and a waiting writer of another process
+/// with their tokens; on a backend without read-write locks (this test's Redis branch before
+/// they existed) the Unsupported error, exit 2 (as JSON with `--json`), never a panic.
 #[test]
 fn status_rw_on_redis_shows_the_holders_or_says_unsupported() {
     let url = redis_url();

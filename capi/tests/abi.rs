@@ -2027,8 +2027,8 @@ fn rw_mode(g: *const simba_rw_guard) -> simba_rw_mode {
 
 /// Readers share a read-write lock, a writer holds it alone with a token above every read
 /// term's, a waiting writer makes new readers wait, and the guard's calls follow a lock's
-/// (check, term, unlock once, `LOCK_LOST` after a sever). On a backend without read-write
-/// locks (Redis until it has them) every read and write gives `SIMBA_UNSUPPORTED`.
+/// (check, term, unlock once, `LOCK_LOST` after a sever), on `memory://` and Redis. On a
+/// backend without read-write locks every read and write gives `SIMBA_UNSUPPORTED`.
 #[test]
 fn rw_locks_share_reads_exclude_writes_and_prefer_writers() {
     on_each_backend(|| unsafe {
