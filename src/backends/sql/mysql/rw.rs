@@ -140,9 +140,9 @@ impl RwSql {
 /// fails reports the connection broken, so the pool drops it).
 fn in_transaction<T>(c: &mut Conn, f: impl FnOnce(&mut Conn) -> DbResult<T>) -> DbResult<T> {
     c.query_drop("START TRANSACTION")?;
-    f(c).or_else(|e| match c.query_drop("ROLLBACK") {
-        Ok(()) => Err(e),
-        Err(r) => Err(DbError::new(Kind::Connection, r)),
+    f(c).map_err(|e| match c.query_drop("ROLLBACK") {
+        Ok(()) => e,
+        Err(r) => DbError::new(Kind::Connection, r),
     })
 }
 
