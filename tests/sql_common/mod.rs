@@ -934,6 +934,95 @@ pub fn install_schema_migrates_older_tables<D: Db>() {
     assert_eq!(b.owner(&before).unwrap(), None);
 }
 
+/// Read-write rows end with their session: a close deletes the terms and places of the
+/// session it closes, the purge those of a session that crashed (opened through another
+/// backend, so no close of this one knows it); the name's counter stays.
+pub fn rw_rows_end_with_their_session<D: Db>() {
+    use simba_lease::spi::{RwAcquire, RwMode};
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    let other = sibling(&D::url(), &b.0);
+    let (rw, holders, waiters) = (
+        format!("{p}simba_rw"),
+        format!("{p}simba_rw_holder"),
+        format!("{p}simba_rw_waiter"),
+    );
+    let long = Duration::from_secs(60);
+    let name = LeaseName::new("rw-rows").unwrap();
+    let open =
+        |b: &dyn LeaseBackend, lease| b.open_session(lease, &Metadata::default()).unwrap().id;
+    let (r, w) = (open(&*b, long), open(&*b, long));
+    let crashed = open(&other, Duration::from_millis(300));
+    let read = |b: &dyn LeaseBackend, s: &SessionId| {
+        matches!(
+            b.acquire_rw(s, &name, RwMode::Read, long).unwrap(),
+            RwAcquire::Acquired(_)
+        )
+    };
+    assert!(read(&*b, &r) && read(&other, &crashed));
+    assert!(matches!(
+        b.acquire_rw(&w, &name, RwMode::Write, long).unwrap(),
+        RwAcquire::Busy {
+            readers: 2,
+            writers_waiting: 1,
+            ..
+        }
+    ));
+    assert_eq!((D::count(&holders), D::count(&waiters)), (2, 1));
+    b.close_session(&r).unwrap();
+    assert_eq!(D::count(&holders), 1, "the close deletes the reader's term");
+    b.close_session(&w).unwrap();
+    assert_eq!(
+        D::count(&waiters),
+        0,
+        "the close deletes the writer's place"
+    );
+    until(
+        Duration::from_secs(20),
+        "the crashed reader's session expired",
+        || b.rw_state(&name).unwrap().readers.is_empty(),
+    );
+    b.purge_expired().unwrap();
+    assert_eq!(
+        D::count(&holders),
+        0,
+        "the purge deletes the crashed reader's term"
+    );
+    assert_eq!(D::count(&rw), 1, "the counter stays");
+    assert_eq!(b.rw_state(&name).unwrap().last_token, 2);
+}
+
+/// Tables from before read-write locks: everything else works (a close and a purge too),
+/// read-write locks fail with `MissingSchema` until `install_schema` adds their tables.
+pub fn tables_without_rw_serve_the_rest<D: Db>() {
+    use simba_lease::spi::RwMode;
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    for t in ["simba_rw_waiter", "simba_rw_holder", "simba_rw"] {
+        D::exec(&format!("DROP TABLE {p}{t}"));
+    }
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let name = LeaseName::new("old").unwrap();
+    let t = acquired(&*b, &s, &name);
+    let e = b.acquire_rw(&s, &name, RwMode::Read, lease).unwrap_err();
+    assert!(matches!(e, Error::MissingSchema { .. }), "{e:?}");
+    assert!(matches!(
+        b.rw_state(&name).unwrap_err(),
+        Error::MissingSchema { .. }
+    ));
+    b.purge_expired().unwrap();
+    assert!(b.release(&s, &name, t.token).unwrap());
+    b.close_session(&s).unwrap();
+    b.0.install_schema().unwrap();
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    assert!(matches!(
+        b.acquire_rw(&s, &name, RwMode::Write, lease).unwrap(),
+        simba_lease::spi::RwAcquire::Acquired(_)
+    ));
+    b.close_session(&s).unwrap();
+}
+
 /// What differs between the dialects in the shared SQL tests: a plain connection of the
 /// dialect's own crate does each of these.
 pub trait Db: 'static {
@@ -1063,6 +1152,16 @@ macro_rules! sql_suite {
         #[test]
         fn keep_alive_lists_leases_only_when_they_changed() {
             sql_common::keep_alive_lists_leases_only_when_they_changed::<$db>();
+        }
+
+        #[test]
+        fn rw_rows_end_with_their_session() {
+            sql_common::rw_rows_end_with_their_session::<$db>();
+        }
+
+        #[test]
+        fn tables_without_rw_serve_the_rest() {
+            sql_common::tables_without_rw_serve_the_rest::<$db>();
         }
 
         #[test]
