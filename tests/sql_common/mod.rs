@@ -992,6 +992,73 @@ pub fn rw_rows_end_with_their_session<D: Db>() {
     assert_eq!(b.rw_state(&name).unwrap().last_token, 2);
 }
 
+/// Writers and readers of several sessions on two backends (two pools) hammer one name with
+/// single attempts on the backend (one writer keeps a place, the others do not): never two writers,
+/// or a writer with a reader; every write token is above every token seen before it, every
+/// read token above the last write's; every session gets its turns.
+pub fn rw_exclusion_under_direct_contention<D: Db>() {
+    use simba_lease::spi::{RwAcquire, RwMode};
+    use std::sync::atomic::{AtomicI64, AtomicU64};
+    let b = isolated(&D::url());
+    let other = sibling(&D::url(), &b.0);
+    let backends: [&dyn LeaseBackend; 2] = [&*b, &other];
+    let name = LeaseName::new("rw-direct").unwrap();
+    let lease = Duration::from_secs(60);
+    let (readers, writers) = (AtomicI64::new(0), AtomicI64::new(0));
+    let (max_seen, last_write) = (AtomicU64::new(0), AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    std::thread::scope(|scope| {
+        for i in 0..6 {
+            let b = backends[i % 2];
+            let mode = if i < 3 { RwMode::Write } else { RwMode::Read };
+            let (name, readers, writers, max_seen, last_write) =
+                (&name, &readers, &writers, &max_seen, &last_write);
+            scope.spawn(move || {
+                let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+                // One writer keeps a place between its attempts; the others race for a
+                // free name with single tries, as readers do.
+                let patience = if i == 0 { lease } else { Duration::ZERO };
+                let mut turns = 0;
+                while turns < 15 {
+                    assert!(Instant::now() < deadline, "{mode:?} {i} starved");
+                    let t = match b.acquire_rw(&s, name, mode, patience).unwrap() {
+                        RwAcquire::Acquired(t) => t.token.get(),
+                        RwAcquire::Busy { .. } => {
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        }
+                    };
+                    match mode {
+                        RwMode::Write => {
+                            assert_eq!(writers.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                            assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer with a reader");
+                            assert!(t > max_seen.fetch_max(t, Ordering::SeqCst), "write token");
+                            last_write.store(t, Ordering::SeqCst);
+                            writers.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        RwMode::Read => {
+                            readers.fetch_add(1, Ordering::SeqCst);
+                            assert_eq!(writers.load(Ordering::SeqCst), 0, "a reader with a writer");
+                            assert!(t > last_write.load(Ordering::SeqCst), "read token");
+                            max_seen.fetch_max(t, Ordering::SeqCst);
+                            readers.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    }
+                    let token = simba_lease::Token::new(t).unwrap();
+                    assert!(b.release_rw(&s, name, mode, token).unwrap());
+                    turns += 1;
+                }
+                b.close_session(&s).unwrap();
+            });
+        }
+    });
+    assert_eq!(
+        b.rw_state(&name).unwrap().last_token,
+        90,
+        "one token per term"
+    );
+}
+
 /// Tables from before read-write locks: everything else works (a close and a purge too),
 /// read-write locks fail with `MissingSchema` until `install_schema` adds their tables.
 pub fn tables_without_rw_serve_the_rest<D: Db>() {
@@ -1157,6 +1224,11 @@ macro_rules! sql_suite {
         #[test]
         fn rw_rows_end_with_their_session() {
             sql_common::rw_rows_end_with_their_session::<$db>();
+        }
+
+        #[test]
+        fn rw_exclusion_under_direct_contention() {
+            sql_common::rw_exclusion_under_direct_contention::<$db>();
         }
 
         #[test]
