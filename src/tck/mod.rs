@@ -1,9 +1,10 @@
 //! The conformance kit: the contract as named test cases, written once against
 //! [`LeaseBackend`] and the engine, run by every backend's test file in one line.
 //!
-//! ```ignore
-//! // tests/my_backend.rs
-//! simba_lease::tck_suite!(|| std::sync::Arc::new(MyBackend::connect_isolated()));
+//! ```
+//! // tests/my_backend.rs (here with the in-memory backend, isolated by being new)
+//! simba_lease::tck_suite!(|| std::sync::Arc::new(simba_lease::backends::MemoryBackend::new()));
+//! # fn main() {}
 //! ```
 //!
 //! The factory is called once per case and must return a backend isolated from every other
