@@ -77,10 +77,20 @@ fn main() {
     };
     let guards = take(&all);
     let per_session = (threads() - base) as f64 / sessions as f64;
-    let idle_window = Duration::from_secs(if short { 1 } else { 3 });
+    // Two renew intervals, so every session renews twice in the window (a shorter window
+    // may see none of some sessions' keep-alives).
+    let renew = config.renew_interval();
+    let idle_window = if short {
+        Duration::from_secs(1)
+    } else {
+        renew * 2
+    };
     let c0 = cpu_ticks();
     std::thread::sleep(idle_window);
-    let idle_cpu = (cpu_ticks() - c0) as f64 / 100.0 / idle_window.as_secs_f64() * 100.0;
+    let idle_secs = (cpu_ticks() - c0) as f64 / 100.0;
+    let idle_cpu = idle_secs / idle_window.as_secs_f64() * 100.0;
+    let keep_alives = sessions as f64 * idle_window.as_secs_f64() / renew.as_secs_f64();
+    let per_keep_alive_us = idle_secs * 1e6 / keep_alives;
     let t = Instant::now();
     for g in guards {
         g.unlock().unwrap();
@@ -101,7 +111,10 @@ fn main() {
     println!("| figure | value |\n|---|---|");
     println!("| open all sessions | {opened:.2?} |");
     println!("| threads per session | {per_session:.2} |");
-    println!("| idle CPU, % of one core | {idle_cpu:.1} |");
+    println!("| idle CPU over {idle_window:.0?}, % of one core | {idle_cpu:.1} |");
+    println!(
+        "| CPU per keep-alive (one every {renew:?} per session), µs | {per_keep_alive_us:.0} |"
+    );
     println!("| unlock() every guard, until all free | {unlocked:.2?} |");
     println!("| drop every guard, until all free | {dropped:.2?} |");
     println!("| close every session | {closed:.2?} |");

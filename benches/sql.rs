@@ -139,8 +139,9 @@ fn bench(url: &str, iters: usize) {
     let mut floor = Floor::connect(url, &table);
     let lease = Duration::from_secs(60);
     let open = || b.open_session(lease, &Metadata::default()).unwrap().id;
-    // `s` acquires and releases `bench`; `one` holds one lease and `big` 1000, unchanged.
-    let (s, one, big) = (open(), open(), open());
+    // `s` acquires and releases `bench`; `one` holds one lease and `big` 1000, unchanged;
+    // `idle` holds nothing.
+    let (s, one, big, idle) = (open(), open(), open(), open());
     let name = LeaseName::new("bench").unwrap();
     b.acquire(&one, &LeaseName::new("bench-held").unwrap())
         .unwrap();
@@ -152,6 +153,7 @@ fn bench(url: &str, iters: usize) {
     for _ in 0..3 {
         b.keep_alive(&one, lease).unwrap();
         b.keep_alive(&big, lease).unwrap();
+        b.keep_alive(&idle, lease).unwrap();
     }
     let mut rows: Vec<(&'static str, Vec<Duration>)> = [
         UPSERT,
@@ -161,14 +163,15 @@ fn bench(url: &str, iters: usize) {
         "keep-alive, 1 lease",
         "keep-alive, 1000 leases",
         "keep-alive after a change (lists)",
+        "keep-alive, nothing held",
     ]
     .into_iter()
     .map(|n| (n, Vec::new()))
     .collect();
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     for i in 0..iters + iters / 10 {
-        let mut it: [Vec<Duration>; 7] = Default::default();
-        for unit in common::shuffled(6, &mut rng) {
+        let mut it: [Vec<Duration>; 8] = Default::default();
+        for unit in common::shuffled(7, &mut rng) {
             match unit {
                 0 => time(&mut it[0], || floor.upsert()),
                 1 => time(&mut it[1], || b.ping().unwrap()),
@@ -187,6 +190,10 @@ fn bench(url: &str, iters: usize) {
                     let k = time(&mut it[5], || b.keep_alive(&big, lease).unwrap());
                     assert_eq!(k.leases.len(), 1000);
                 }
+                6 => {
+                    let k = time(&mut it[7], || b.keep_alive(&idle, lease).unwrap());
+                    assert!(k.leases.is_empty());
+                }
                 _ => {
                     // `s`'s leases changed (acquired, released) since its last keep-alive.
                     let k = time(&mut it[6], || b.keep_alive(&s, lease).unwrap());
@@ -200,7 +207,7 @@ fn bench(url: &str, iters: usize) {
             }
         }
     }
-    for id in [&s, &one, &big] {
+    for id in [&s, &one, &big, &idle] {
         b.close_session(id).unwrap();
     }
     let (takeover, unlock, tfloor) = take_over(b.clone(), &mut floor, iters);

@@ -1,6 +1,7 @@
--- close (one node): KEYS session, leases index, groups index, the session's delay record;
--- ARGV sid, lease key prefix, group key prefix. Deletes the session first, frees its leases
--- (and its lock-delay record) if it was live, its memberships, then drops its indexes. An
+-- close (one node): KEYS session, leases index, groups index, the session's delay record
+-- [, its rw index]; ARGV sid, lease key prefix, group key prefix. Deletes the session first,
+-- frees its leases (and its lock-delay record) if it was live, its memberships and its
+-- read-write terms and places (published, so waiters try again), then drops its indexes. An
 -- expired session's terms ended already: they keep their lock-delay.
 local sid = ARGV[1]
 local live = session_left(KEYS[1])
@@ -13,6 +14,10 @@ if live then
 end
 for _, group in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   member_remove(ARGV[3] .. '{' .. group .. '}', sid)
+end
+if KEYS[5] then
+  for _, key in ipairs(redis.call('SMEMBERS', KEYS[5])) do rw_forget(key, sid) end
+  redis.call('DEL', KEYS[5])
 end
 redis.call('DEL', KEYS[2], KEYS[3])
 return 1

@@ -351,3 +351,211 @@ local function queue_waiting(key, ahead, now, up, sprefix)
   end
   return {2, ahead}
 end
+
+-- Read-write locks: one hash per name (`{prefix}:rw:{name}`, never expiring: its `token` field
+-- is the one counter of the name, never reset), with `seq` (the arrival counter of waiting
+-- writers), `writer` = 'sid token expires', one `r:<sid>` = 'token expires' per reader and one
+-- `q:<sid>` = 'seq until expires' per waiting writer (`until`: the end of its patience).
+-- `expires` is BOUND (one node: the entry lives exactly while its session hash does) or an
+-- instant in ms (routed: the session's keep-alive moves it on). Releases and leaves publish
+-- 'released' on the hash's channel.
+
+-- The words of an entry.
+local function rw_words(s)
+  local out = {}
+  for w in string.gmatch(s, '%S+') do out[#out + 1] = w end
+  return out
+end
+
+-- Whether an entry of session sid with `expires` lives: bound, while the session hash
+-- `sprefix{sid}` lives ('' : cannot be judged here, kept); else while `expires` is ahead.
+local function rw_holds(sid, expires, now, sprefix)
+  if expires >= BOUND then
+    if sprefix == '' then return true end
+    return session_left(sprefix .. '{' .. sid .. '}') ~= nil
+  end
+  return expires > now
+end
+
+-- The lock `key` with its live entries: {token, seq, writer = {sid, token, expires} or nil,
+-- readers = {sid = {token, expires}}, nreaders, waiting = {{sid, seq, until, expires}} first
+-- in line first}. With `prune`, the dead entries are deleted.
+local function rw_load(key, now, sprefix, prune)
+  local st = {token = 0, seq = 0, readers = {}, nreaders = 0, waiting = {}}
+  local flat = redis.call('HGETALL', key)
+  for i = 1, #flat, 2 do
+    local f, v = flat[i], flat[i + 1]
+    local kind, sid, live, w = string.sub(f, 1, 2), string.sub(f, 3), false, nil
+    if f == 'token' then
+      st.token, live = tonumber(v), true
+    elseif f == 'seq' then
+      st.seq, live = tonumber(v), true
+    elseif f == 'writer' then
+      w = rw_words(v)
+      if #w == 3 and rw_holds(w[1], tonumber(w[3]), now, sprefix) then
+        st.writer, live = {sid = w[1], token = tonumber(w[2]), expires = tonumber(w[3])}, true
+      end
+    elseif kind == 'r:' then
+      w = rw_words(v)
+      if #w == 2 and rw_holds(sid, tonumber(w[2]), now, sprefix) then
+        st.readers[sid] = {token = tonumber(w[1]), expires = tonumber(w[2])}
+        st.nreaders, live = st.nreaders + 1, true
+      end
+    elseif kind == 'q:' then
+      w = rw_words(v)
+      if #w == 3 and tonumber(w[2]) > now and rw_holds(sid, tonumber(w[3]), now, sprefix) then
+        st.waiting[#st.waiting + 1] =
+          {sid = sid, seq = tonumber(w[1]), ['until'] = tonumber(w[2]), expires = tonumber(w[3])}
+        live = true
+      end
+    else
+      live = true
+    end
+    if prune and not live then redis.call('HDEL', key, f) end
+  end
+  table.sort(st.waiting, function(a, b) return a.seq < b.seq end)
+  return st
+end
+
+-- Whether sid holds or waits for the lock `st` (rw_load).
+local function rw_has(st, sid)
+  if st.readers[sid] or (st.writer and st.writer.sid == sid) then return 1 end
+  for _, q in ipairs(st.waiting) do
+    if q.sid == sid then return 1 end
+  end
+  return 0
+end
+
+-- The reply of an attempt not granted: {0, writer ('' for none), readers, waiting writers,
+-- 1 if sid holds or waits for the name else 0}.
+local function rw_busy(st, sid)
+  local w = ''
+  if st.writer then w = st.writer.sid end
+  return {0, w, st.nreaders, #st.waiting, rw_has(st, sid)}
+end
+
+-- One attempt of sid at the lock `key` in `mode` ('read' | 'write') with `patience` ms, a new
+-- entry ending at `expires` (BOUND or an instant). {1, token, 1 if a new term else 0} when sid
+-- holds a term of that mode, else rw_busy. Readers get in while no live writer holds or waits
+-- (writer preference); a writer while nobody holds the name and no writer queued before it
+-- waits, else it is queued (once; each attempt keeps its place `patience` longer; a zero
+-- patience queues nothing, and ends a place it had). Every new term takes the counter + 1.
+local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix)
+  local st = rw_load(key, now, sprefix, true)
+  local longer = function(e) if e < BOUND and expires > e then return expires end return e end
+  if mode == 'read' then
+    local r = st.readers[sid]
+    if r then
+      redis.call('HSET', key, 'r:' .. sid, fmt(r.token) .. ' ' .. fmt(longer(r.expires)))
+      return {1, r.token, 0}
+    end
+    if st.writer or #st.waiting > 0 then return rw_busy(st, sid) end
+    local t = redis.call('HINCRBY', key, 'token', 1)
+    redis.call('HSET', key, 'r:' .. sid, fmt(t) .. ' ' .. fmt(expires))
+    return {1, t, 1}
+  end
+  local w = st.writer
+  if w and w.sid == sid then
+    redis.call('HSET', key, 'writer', sid .. ' ' .. fmt(w.token) .. ' ' .. fmt(longer(w.expires)))
+    return {1, w.token, 0}
+  end
+  local place, ahead = nil, 0
+  for _, q in ipairs(st.waiting) do
+    if q.sid == sid then
+      place = q
+      break
+    end
+    ahead = ahead + 1
+  end
+  if w or st.nreaders > 0 or ahead > 0 then
+    if place then
+      -- A one-time try of a queued writer ends its place (it counts in this reply still).
+      local ends = up + patience
+      if patience == 0 then ends = now end
+      redis.call('HSET', key, 'q:' .. sid,
+        fmt(place.seq) .. ' ' .. fmt(ends) .. ' ' .. fmt(longer(place.expires)))
+    elseif patience > 0 then
+      local seq = redis.call('HINCRBY', key, 'seq', 1)
+      redis.call('HSET', key, 'q:' .. sid, fmt(seq) .. ' ' .. fmt(up + patience) .. ' ' .. fmt(expires))
+      st.waiting[#st.waiting + 1] = {sid = sid, seq = seq, ['until'] = up + patience, expires = expires}
+    end
+    return rw_busy(st, sid)
+  end
+  if place then redis.call('HDEL', key, 'q:' .. sid) end
+  local t = redis.call('HINCRBY', key, 'token', 1)
+  redis.call('HSET', key, 'writer', sid .. ' ' .. fmt(t) .. ' ' .. fmt(expires))
+  return {1, t, 1}
+end
+
+-- Ends sid's `mode` term of `key` with token `token` (a string); publishes the release.
+-- {1 if it held that term else 0, 1 if sid still holds or waits for the name else 0}. Dead
+-- entries are left to the next acquire (as the memory backend does).
+local function rw_release(key, sid, mode, token, now, sprefix)
+  local st = rw_load(key, now, sprefix, false)
+  local freed = 0
+  if mode == 'read' then
+    local r = st.readers[sid]
+    if r and fmt(r.token) == token then
+      redis.call('HDEL', key, 'r:' .. sid)
+      st.readers[sid] = nil
+      freed = 1
+    end
+  elseif st.writer and st.writer.sid == sid and fmt(st.writer.token) == token then
+    redis.call('HDEL', key, 'writer')
+    st.writer = nil
+    freed = 1
+  end
+  if freed == 1 then redis.call('PUBLISH', key, 'released') end
+  return {freed, rw_has(st, sid)}
+end
+
+-- Removes sid's place among the writers waiting for `key` (one that ran out and no acquire
+-- removed yet counts, as on the memory backend); publishes it (readers, or the next writer,
+-- may wait for it to go). {1 if it had one else 0, rw_has after}.
+local function rw_leave(key, sid, now, sprefix)
+  local left = redis.call('HDEL', key, 'q:' .. sid)
+  if left == 1 then redis.call('PUBLISH', key, 'released') end
+  return {left, rw_has(rw_load(key, now, sprefix, false), sid)}
+end
+
+-- Ends whatever sid holds or waits for in `key` (its session closed); publishes that.
+local function rw_forget(key, sid)
+  local removed = redis.call('HDEL', key, 'r:' .. sid, 'q:' .. sid)
+  local w = redis.call('HGET', key, 'writer')
+  if w and rw_words(w)[1] == sid then removed = removed + redis.call('HDEL', key, 'writer') end
+  if removed > 0 then redis.call('PUBLISH', key, 'released') end
+  return removed
+end
+
+-- Moves the end of sid's live entries in `key` to at least up + ms (routed keep-alive: bound
+-- entries need none) and deletes its dead ones; 1 if sid still holds or waits for the name.
+local function rw_extend(key, sid, ms, now, up)
+  local h = redis.call('HMGET', key, 'writer', 'r:' .. sid, 'q:' .. sid)
+  local ends, kept = up + ms, 0
+  -- The field, its words, and the index of `expires` among them; the other words stay.
+  local function move(field, w, at, live)
+    local e = tonumber(w[at] or '0')
+    if not (live and rw_holds(sid, e, now, '')) then
+      redis.call('HDEL', key, field)
+      return
+    end
+    kept = 1
+    if e < BOUND and ends > e then
+      w[at] = fmt(ends)
+      redis.call('HSET', key, field, table.concat(w, ' '))
+    end
+  end
+  if h[1] then
+    local w = rw_words(h[1])
+    if w[1] == sid then move('writer', w, 3, #w == 3) end
+  end
+  if h[2] then
+    local w = rw_words(h[2])
+    move('r:' .. sid, w, 2, #w == 2)
+  end
+  if h[3] then
+    local w = rw_words(h[3])
+    move('q:' .. sid, w, 3, #w == 3 and tonumber(w[2]) > now)
+  end
+  return kept
+end

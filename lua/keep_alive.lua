@@ -1,4 +1,5 @@
--- keep_alive (one node): KEYS session, leases index, groups index, the session's delay record;
+-- keep_alive (one node): KEYS session, leases index, groups index, the session's delay record
+-- [, its rw index (read-write terms are bound to the session: the index is only kept)];
 -- ARGV sid, lease ms, lease key prefix, group key prefix, session key prefix, the version of
 -- the session's leases the caller knows ('' for none).
 -- Returns {-1} once the session is gone; {ms, version, 0} when the session holds the leases
@@ -10,12 +11,14 @@ local sid, ms = ARGV[1], tonumber(ARGV[2])
 -- call found expired is never renewed by another.
 if not session_left(KEYS[1]) then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  if KEYS[5] then redis.call('DEL', KEYS[5]) end
   return {-1}
 end
 redis.call('PEXPIRE', KEYS[1], ms)
 redis.call('HSET', KEYS[1], 'lease', ARGV[2])
 index_ttl(KEYS[2], ms)
 index_ttl(KEYS[3], ms)
+if KEYS[5] then index_ttl(KEYS[5], ms) end
 local sv = redis.call('HMGET', KEYS[1], 'v', 'delay')
 local v = tonumber(sv[1] or '0')
 -- The lock-delay record expires the delay after the session (an expired session's stays).

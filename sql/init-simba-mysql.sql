@@ -60,3 +60,34 @@ create table if not exists simba_job
     until_at   bigint                                             not null default 0 comment 'database time, epoch ms',
     running    tinyint                                            not null default 0
 ) engine = InnoDB;
+
+-- Read-write locks: one row per name with its token counter (never reset, never deleted),
+-- the terms held (read or write) and the waiting writers (ordered by seq, live while their
+-- session is and until expires_at, renewed by every attempt of their waiter). A term and a
+-- place are live only while their session is.
+create table if not exists simba_rw
+(
+    name  varchar(128) character set ascii collate ascii_bin not null primary key,
+    token bigint                                        not null comment 'the newest token handed out'
+) engine = InnoDB;
+
+create table if not exists simba_rw_holder
+(
+    name       varchar(128) character set ascii collate ascii_bin not null,
+    session_id char(32) character set ascii collate ascii_bin     not null,
+    writer     tinyint                                            not null comment '1 the write term, 0 a read term',
+    token      bigint                                             not null,
+    primary key (name, session_id),
+    index idx_rw_holder_session (session_id)
+) engine = InnoDB;
+
+create table if not exists simba_rw_waiter
+(
+    name       varchar(128) character set ascii collate ascii_bin not null,
+    session_id char(32) character set ascii collate ascii_bin     not null,
+    seq        bigint                                             not null auto_increment,
+    expires_at bigint                                             not null comment 'database time, epoch ms',
+    primary key (name, session_id),
+    unique index idx_rw_waiter_seq (seq),
+    index idx_rw_waiter_session (session_id)
+) engine = InnoDB;

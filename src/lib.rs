@@ -93,6 +93,7 @@
 //! * [`guide::fencing`]: checking the token in an SQL table, a Redis script, a file or an
 //!   object store, with the helpers of [`fence`].
 //! * [`guide::primitives`]: fair locks, semaphores, run-once jobs, leader values.
+//! * [`guide::rw_locks`]: read-write locks, their token rule, crashes and costs.
 //! * [`guide::choosing`] and [`guide::operating`]: choosing and running a backend.
 //! * [`guide::tls`]: TLS and authentication.
 //! * [`guide::threads`] and [`guide::async_code`]: threads, scale, and calling from async
@@ -115,6 +116,7 @@ pub mod fence;
 /// | [`losses`](crate::guide::losses) | when a term is valid, how its loss is reported, events, what each handle does on drop |
 /// | [`fencing`](crate::guide::fencing) | checking the fencing token in the protected resource ([`fence`]): SQL, Redis, files and object stores |
 /// | [`primitives`](crate::guide::primitives) | fair locks, semaphores, run-once jobs, leader values, and where each primitive is documented |
+/// | [`rw_locks`](crate::guide::rw_locks) | read-write locks: the token rule a resource checks, writer preference, crashes, round trips, lock-delay |
 /// | [`choosing`](crate::guide::choosing) | choosing a backend: durability of tokens, whose clock, failover time, notifications |
 /// | [`operating`](crate::guide::operating) | operating notes per backend, `memory://` included |
 /// | [`tls`](crate::guide::tls) | TLS and authentication on every backend |
@@ -127,6 +129,8 @@ pub mod guide {
     pub mod fencing {}
     #[doc = include_str!("guide/primitives.md")]
     pub mod primitives {}
+    #[doc = include_str!("guide/rw_locks.md")]
+    pub mod rw_locks {}
     #[doc = include_str!("guide/choosing.md")]
     pub mod choosing {}
     #[doc = include_str!("guide/operating.md")]

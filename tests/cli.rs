@@ -1,8 +1,8 @@
 //! The `simba` command-line tool against `memory://` and the real servers of
 //! `.ci/servers.sh`: `bench` (table and JSON), `doctor` (a deliberately misconfigured Redis,
 //! a missing SQL schema, a transaction-mode PgBouncer, a lease above ZooKeeper's
-//! maxSessionTimeout, an open ZooKeeper ACL, the server clocks), `status` (named leases and
-//! the whole listing on every backend) and `watch`.
+//! maxSessionTimeout, an open ZooKeeper ACL, the server clocks), `status` (named leases,
+//! read-write locks and the whole listing on every backend) and `watch`.
 #![cfg(feature = "cli")]
 
 mod zk;
@@ -528,6 +528,125 @@ fn status_lists_everything_on_memory_as_empty() {
     for part in ["sessions", "leases", "groups"] {
         assert_eq!(v[part].as_array().unwrap().len(), 0, "{v}");
     }
+}
+
+/// `simba status URL --rw NAME`: on `memory://` (a backend of the simba process alone) every
+/// read-write lock is free with no token yet, in text and JSON, beside the other parts; a bad
+/// name exits 2 before any read.
+#[test]
+fn status_rw_on_memory_shows_free_locks_and_checks_names() {
+    let o = simba(&[
+        "status",
+        "memory://",
+        "--rw",
+        "catalog",
+        "--rw",
+        "index",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["backend"], "memory");
+    let rw = v["rw_locks"].as_array().unwrap();
+    assert_eq!(rw.len(), 2, "{v}");
+    for (lock, name) in rw.iter().zip(["catalog", "index"]) {
+        assert_eq!(
+            *lock,
+            serde_json::json!({"name": name, "writer": null, "readers": [],
+                               "writers_waiting": [], "last_token": 0}),
+            "{v}"
+        );
+    }
+    assert_eq!(v["leases"].as_array().unwrap().len(), 0, "{v}");
+    let o = simba(&["status", "memory://", "job", "--rw", "catalog"]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(
+        text.contains("rw lock catalog (last token 0)\n  (free)\n"),
+        "{text}"
+    );
+    assert!(text.contains("(free)") && text.contains("job"), "{text}");
+    let o = simba(&["status", "memory://", "--rw", "a b"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("a b"), "{}", stderr(&o));
+}
+
+/// `simba status URL --rw NAME` on Redis: a reader and a waiting writer of another process
+/// with their tokens; on a backend without read-write locks (this test's Redis branch before
+/// they existed) the Unsupported error, exit 2 (as JSON with `--json`), never a panic.
+#[test]
+fn status_rw_on_redis_shows_the_holders_or_says_unsupported() {
+    let url = redis_url();
+    let backend = connect(&url).unwrap();
+    let name = format!("catalog-{}", tag());
+    if !backend.supports_rw_locks() {
+        let o = simba(&["status", &url, "--rw", &name]);
+        assert_eq!(o.status.code(), Some(2), "{o:?}");
+        assert!(
+            stderr(&o).contains("the redis backend does not support read-write locks"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+        let o = simba(&["status", &url, "--rw", &name, "--json"]);
+        assert_eq!(o.status.code(), Some(2), "{o:?}");
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("does not support read-write locks"),
+            "{v}"
+        );
+        return;
+    }
+    use simba_lease::spi::{RwAcquire, RwMode};
+    let lease = Duration::from_secs(60);
+    let open = || {
+        backend
+            .open_session(lease, &Metadata::default())
+            .unwrap()
+            .id
+    };
+    let (reader, writer) = (open(), open());
+    let n = LeaseName::new(name.as_str()).unwrap();
+    let RwAcquire::Acquired(read) = backend
+        .acquire_rw(&reader, &n, RwMode::Read, lease)
+        .unwrap()
+    else {
+        panic!("a fresh name is free");
+    };
+    assert!(matches!(
+        backend
+            .acquire_rw(&writer, &n, RwMode::Write, lease)
+            .unwrap(),
+        RwAcquire::Busy { .. }
+    ));
+    let o = simba(&["status", &url, "--rw", &name, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let lock = &v["rw_locks"][0];
+    assert_eq!(lock["name"], name.as_str(), "{v}");
+    assert!(lock["writer"].is_null(), "{v}");
+    assert_eq!(
+        lock["readers"],
+        serde_json::json!([{"session": reader.as_str(), "token": read.token.get()}]),
+        "{v}"
+    );
+    assert_eq!(
+        lock["writers_waiting"],
+        serde_json::json!([writer.as_str()])
+    );
+    assert_eq!(lock["last_token"], read.token.get(), "{v}");
+    let text = stdout(&simba(&["status", &url, "--rw", &name]));
+    assert!(
+        text.contains(reader.as_str()) && text.contains(writer.as_str()),
+        "{text}"
+    );
+    for s in [reader, writer] {
+        backend.close_session(&s).unwrap();
+    }
+    cleanup_redis(&url);
 }
 
 #[test]

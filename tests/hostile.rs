@@ -230,8 +230,9 @@ mod redis {
                         if w.write_all(&out).is_err() {
                             return subscribed > 0;
                         }
-                        // The second pattern completes the backend's subscription.
-                        if subscribed == 2 {
+                        // The third pattern (leases, groups, read-write locks) completes the
+                        // backend's subscription.
+                        if subscribed == 3 {
                             let n = subs.fetch_add(1, Ordering::SeqCst);
                             let (bytes, close) = pubsub(n);
                             if w.write_all(&bytes).is_err() || close {

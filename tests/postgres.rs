@@ -292,6 +292,59 @@ fn changes_are_notified_once_committed() {
     b.close_session(&s1).unwrap();
 }
 
+/// A read-write release, a writer leaving its place and a close ending a term are notified
+/// as releases of the name (waiters try at once); a grant, a wrong release and a waiting
+/// writer's registration are not.
+#[test]
+fn rw_releases_are_notified() {
+    use simba_lease::spi::{RwAcquire, RwMode};
+    let b = isolated(&Postgres::url());
+    let inbox = Inbox::subscribe(&*b);
+    let lease = Duration::from_secs(60);
+    let open = || b.open_session(lease, &Metadata::default()).unwrap().id;
+    let (r, w, m) = (open(), open(), open());
+    let rw = name("rw");
+    let mut markers = 0;
+    let mut marker = || {
+        markers += 1;
+        let g = group(&format!("marker-{markers}"));
+        b.join(&m, &g).unwrap();
+        Notification::GroupChanged(g)
+    };
+    let RwAcquire::Acquired(t) = b.acquire_rw(&r, &rw, RwMode::Read, lease).unwrap() else {
+        panic!("a reader");
+    };
+    assert!(!b.release_rw(&r, &rw, RwMode::Write, t.token).unwrap());
+    assert!(matches!(
+        b.acquire_rw(&w, &rw, RwMode::Write, lease).unwrap(),
+        RwAcquire::Busy { .. }
+    ));
+    let k = marker();
+    assert_eq!(
+        inbox.until(&k),
+        vec![k],
+        "a grant, a wrong release, a registration"
+    );
+    assert!(b.release_rw(&r, &rw, RwMode::Read, t.token).unwrap());
+    let k = marker();
+    assert_eq!(inbox.until(&k), vec![Notification::Released(rw.clone()), k]);
+    assert!(b.leave_rw_queue(&w, &rw).unwrap());
+    let k = marker();
+    assert_eq!(inbox.until(&k), vec![Notification::Released(rw.clone()), k]);
+    let RwAcquire::Acquired(_) = b
+        .acquire_rw(&r, &rw, RwMode::Write, Duration::ZERO)
+        .unwrap()
+    else {
+        panic!("a writer once the waiting one left");
+    };
+    b.close_session(&r).unwrap();
+    let k = marker();
+    assert_eq!(inbox.until(&k), vec![Notification::Released(rw.clone()), k]);
+    for s in [w, m] {
+        b.close_session(&s).unwrap();
+    }
+}
+
 /// A purge of an expired session notifies its groups and the leases it still pointed at.
 #[test]
 fn purge_notifies_groups_and_leases_of_expired_sessions() {

@@ -26,7 +26,7 @@ use simba_lease::backends::redis::{
     Reply, Role, StandaloneScripting,
 };
 use simba_lease::spi::Delegate;
-use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, Notification};
+use simba_lease::spi::{Acquire, KeepAlive, LeaseBackend, Notification, RwAcquire, RwMode};
 use simba_lease::{Config, Error, GroupName, LeaseName, Metadata, Session, SessionId};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -3288,4 +3288,499 @@ fn cluster_calls_survive_idle_connections_the_nodes_closed() {
         }
     }
     b.close_session(&s).unwrap();
+}
+
+// Read-write locks: the TCK's rw cases run on every layout above; these check what is Redis's
+// own (notifications, the keep-alive's renewal on a cluster, close).
+
+fn rw_key(b: &Isolated, name: &LeaseName) -> String {
+    format!("{}:rw:{{{name}}}", b.prefix)
+}
+
+fn rw_granted(r: RwAcquire, what: &str) -> simba_lease::Term {
+    match r {
+        RwAcquire::Acquired(t) => t,
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// A release, a writer leaving the queue and a close each publish a release of the name (the
+/// path that wakes waiters).
+fn rw_releases_leaves_and_closes_are_notified(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let _sub = b
+        .subscribe(Arc::new(move |n: &Notification| {
+            let _ = tx.send(n.clone());
+        }))
+        .unwrap()
+        .expect("redis has notifications");
+    let long = Duration::from_secs(30);
+    let (r, w) = (open(&*b, long), open(&*b, long));
+    let name = LeaseName::new(format!("rw-notify-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let released = |n: &Notification| *n == Notification::Released(name.clone());
+    let t = rw_granted(
+        b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(),
+        "a reader",
+    );
+    assert!(matches!(
+        b.acquire_rw(&w, &name, RwMode::Write, long).unwrap(),
+        RwAcquire::Busy { .. }
+    ));
+    assert!(b.leave_rw_queue(&w, &name).unwrap());
+    wait_for(&rx, "the writer left the queue", released);
+    assert!(b.release_rw(&r, &name, RwMode::Read, t.token).unwrap());
+    wait_for(&rx, "the reader released", released);
+    rw_granted(
+        b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(),
+        "a reader again",
+    );
+    b.close_session(&r).unwrap();
+    wait_for(&rx, "the reader's session closed", released);
+    let state = b.rw_state(&name).unwrap();
+    assert!(state.readers.is_empty(), "{state:?}");
+    assert!(
+        b.command(&["HEXISTS", &rw_key(&b, &name), &format!("r:{r}")])
+            .as_int()
+            == Some(0),
+        "close deleted the reader's entry"
+    );
+    b.close_session(&w).unwrap();
+}
+
+#[test]
+fn rw_releases_leaves_and_closes_are_notified_standalone() {
+    rw_releases_leaves_and_closes_are_notified(standalone);
+}
+
+#[test]
+fn rw_releases_leaves_and_closes_are_notified_cluster() {
+    rw_releases_leaves_and_closes_are_notified(cluster);
+}
+
+/// A session kept alive holds its write term for several leases (on a cluster, its
+/// keep-alives move the entry's expiry on): another writer stays out all along.
+fn rw_terms_last_while_the_session_is_kept_alive(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let lease = Duration::from_secs(2);
+    let config = Config::builder()
+        .lease(lease)
+        .renew_interval(lease / 4)
+        .build()
+        .unwrap();
+    let a = Session::open(b.clone(), config).unwrap();
+    let other = open(&*b, Duration::from_secs(60));
+    let name = LeaseName::new(format!("rw-kept-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let g = a.rw_lock(&name).unwrap().write().unwrap();
+    let started = Instant::now();
+    until("four leases passed", || {
+        assert!(
+            matches!(
+                b.acquire_rw(&other, &name, RwMode::Write, Duration::ZERO)
+                    .unwrap(),
+                RwAcquire::Busy { .. }
+            ),
+            "another writer while the holder is kept alive"
+        );
+        assert!(g.is_valid());
+        started.elapsed() > lease * 4
+    });
+    let token = g.token();
+    g.unlock().unwrap();
+    until("the other writer gets in", || {
+        matches!(
+            b.acquire_rw(&other, &name, RwMode::Write, Duration::ZERO).unwrap(),
+            RwAcquire::Acquired(t) if t.token > token
+        )
+    });
+    a.close().unwrap();
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+fn rw_terms_last_while_the_session_is_kept_alive_standalone() {
+    rw_terms_last_while_the_session_is_kept_alive(standalone);
+}
+
+#[test]
+fn rw_terms_last_while_the_session_is_kept_alive_cluster() {
+    rw_terms_last_while_the_session_is_kept_alive(cluster);
+}
+
+/// A cluster keep-alive renews the session's read-write terms and places on every master in
+/// the one script per node it sends anyway: their expiries move by most of the new lease.
+#[test]
+fn cluster_keep_alive_renews_rw_terms_and_places_on_every_master() {
+    let b = cluster();
+    let owners = slot_owners(&b);
+    let short = Duration::from_secs(10);
+    let (s, w) = (open(&*b, short), open(&*b, short));
+    let names: Vec<LeaseName> = (0..30)
+        .map(|i| LeaseName::new(format!("rw-many-{i}")).unwrap())
+        .collect();
+    let nodes: std::collections::BTreeSet<i64> = names
+        .iter()
+        .map(|n| master_of(&owners, key_slot(&rw_key(&b, n))))
+        .collect();
+    assert_eq!(nodes.len(), 3, "the locks span the three masters");
+    for n in &names {
+        rw_granted(
+            b.acquire_rw(&s, n, RwMode::Read, short).unwrap(),
+            "a reader",
+        );
+        assert!(matches!(
+            b.acquire_rw(&w, n, RwMode::Write, Duration::from_secs(60))
+                .unwrap(),
+            RwAcquire::Busy { .. }
+        ));
+    }
+    // The last word of an entry is its expiry (ms).
+    let expires = |n: &LeaseName, field: &str| {
+        b.command(&["HGET", &rw_key(&b, n), field])
+            .as_str()
+            .and_then(|v| v.rsplit(' ').next()?.parse::<i64>().ok())
+            .unwrap_or_else(|| panic!("{n}: no entry {field}"))
+    };
+    let (rf, qf) = (format!("r:{s}"), format!("q:{w}"));
+    let before: Vec<(i64, i64)> = names
+        .iter()
+        .map(|n| (expires(n, &rf), expires(n, &qf)))
+        .collect();
+    let by_node = b.inner.keep_alives_by_node();
+    b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+    b.keep_alive(&w, Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        b.inner.keep_alives_by_node(),
+        by_node + 2,
+        "one script per node, not slot by slot"
+    );
+    for (n, (r, q)) in names.iter().zip(before) {
+        let (r2, q2) = (expires(n, &rf), expires(n, &qf));
+        assert!(r2 - r >= 40_000, "{n}: reader's expiry {r} -> {r2}");
+        assert!(q2 - q >= 40_000, "{n}: waiting writer's expiry {q} -> {q2}");
+    }
+    b.close_session(&s).unwrap();
+    b.close_session(&w).unwrap();
+    for n in &names {
+        let state = b.rw_state(n).unwrap();
+        assert!(
+            state.readers.is_empty() && state.writers_waiting.is_empty(),
+            "{n}: {state:?}"
+        );
+        for f in [&rf, &qf] {
+            assert_eq!(
+                b.command(&["HEXISTS", &rw_key(&b, n), f]).as_int(),
+                Some(0),
+                "{n}: close deleted {f}"
+            );
+        }
+    }
+}
+
+/// Routed, a backend that knows no deadline of a session (opened through another backend
+/// instance) reads the session hash first: it grants to the live session, and once that
+/// session was closed elsewhere, it answers `SessionExpired` and its release changes nothing.
+#[test]
+fn cluster_rw_reads_a_session_it_knows_no_deadline_of() {
+    let b = cluster();
+    let other = RedisBackend::connect(&with_options(
+        &cluster_url(),
+        &format!("prefix={}", b.prefix),
+    ))
+    .unwrap();
+    let long = Duration::from_secs(30);
+    let s = open(&*b, long);
+    let name = LeaseName::new(format!("rw-other-{}", &SessionId::random().as_str()[..8])).unwrap();
+    let t = rw_granted(
+        other.acquire_rw(&s, &name, RwMode::Write, long).unwrap(),
+        "a writer through another backend",
+    );
+    assert_eq!(
+        b.rw_state(&name).unwrap().writer,
+        Some((s.clone(), t.token))
+    );
+    assert!(other.release_rw(&s, &name, RwMode::Write, t.token).unwrap());
+    let t = rw_granted(
+        other.acquire_rw(&s, &name, RwMode::Read, long).unwrap(),
+        "a reader through another backend",
+    );
+    b.close_session(&s).unwrap();
+    // `other` still counts on the deadline it read (the reader's entry ends by its own
+    // expiry); a backend that never saw the session reads it first.
+    let third = RedisBackend::connect(&with_options(
+        &cluster_url(),
+        &format!("prefix={}", b.prefix),
+    ))
+    .unwrap();
+    assert!(matches!(
+        third.acquire_rw(&s, &name, RwMode::Read, long),
+        Err(Error::SessionExpired { .. })
+    ));
+    assert!(!third.release_rw(&s, &name, RwMode::Read, t.token).unwrap());
+}
+
+/// The same sequence of read-write calls by three sessions answers as on the memory backend
+/// (the reference): grants with the same tokens, the same refusals with the same counts, the
+/// same releases and leaves, the same state after each call.
+fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
+    use simba_lease::backends::MemoryBackend;
+    let b = make();
+    let m = MemoryBackend::new();
+    let long = Duration::from_secs(60);
+    let on_redis: Vec<SessionId> = (0..3).map(|_| open(&*b, long)).collect();
+    let on_memory: Vec<SessionId> = (0..3).map(|_| open(&m, long)).collect();
+    let name = LeaseName::new(format!("rw-ref-{}", &SessionId::random().as_str()[..8])).unwrap();
+    // Replies with sessions as their index and remaining times left out.
+    let index = |ids: &[SessionId], s: &SessionId| ids.iter().position(|x| x == s).unwrap();
+    let acquire = |bk: &dyn LeaseBackend, ids: &[SessionId], i: usize, mode, p| match bk
+        .acquire_rw(&ids[i], &name, mode, p)
+        .unwrap()
+    {
+        RwAcquire::Acquired(t) => format!("granted {}", t.token),
+        RwAcquire::Busy {
+            writer,
+            readers,
+            writers_waiting,
+        } => format!(
+            "busy {:?} {readers} {writers_waiting}",
+            writer.map(|w| index(ids, &w))
+        ),
+    };
+    let state = |bk: &dyn LeaseBackend, ids: &[SessionId]| {
+        let st = bk.rw_state(&name).unwrap();
+        let mut readers: Vec<(usize, u64)> = st
+            .readers
+            .iter()
+            .map(|(s, t)| (index(ids, s), t.get()))
+            .collect();
+        readers.sort();
+        let waiting: Vec<usize> = st.writers_waiting.iter().map(|s| index(ids, s)).collect();
+        let writer = st.writer.map(|(s, t)| (index(ids, &s), t.get()));
+        format!("{writer:?} {readers:?} {waiting:?} {}", st.last_token)
+    };
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut tokens: Vec<u64> = vec![1];
+    for step in 0..1000 {
+        let i = next(3) as usize;
+        let mode = if next(2) == 0 {
+            RwMode::Read
+        } else {
+            RwMode::Write
+        };
+        let (r, mm) = match next(4) {
+            0 | 1 => {
+                let p = if next(3) == 0 { Duration::ZERO } else { long };
+                (
+                    acquire(&*b, &on_redis, i, mode, p),
+                    acquire(&m, &on_memory, i, mode, p),
+                )
+            }
+            2 => {
+                // A release with a token handed out before (right or wrong).
+                let t =
+                    simba_lease::Token::new(tokens[next(tokens.len() as u64) as usize]).unwrap();
+                (
+                    format!("{}", b.release_rw(&on_redis[i], &name, mode, t).unwrap()),
+                    format!("{}", m.release_rw(&on_memory[i], &name, mode, t).unwrap()),
+                )
+            }
+            _ => (
+                format!("{}", b.leave_rw_queue(&on_redis[i], &name).unwrap()),
+                format!("{}", m.leave_rw_queue(&on_memory[i], &name).unwrap()),
+            ),
+        };
+        assert_eq!(r, mm, "step {step}: session {i} {mode:?}");
+        if let Some(t) = r.strip_prefix("granted ") {
+            tokens.push(t.parse().unwrap());
+        }
+        assert_eq!(
+            state(&*b, &on_redis),
+            state(&m, &on_memory),
+            "step {step}: the state"
+        );
+    }
+    assert!(tokens.len() > 20, "the sequence granted terms");
+    for s in &on_redis {
+        b.close_session(s).unwrap();
+    }
+}
+
+#[test]
+fn rw_calls_answer_as_the_memory_backend_standalone() {
+    rw_calls_answer_as_the_memory_backend(standalone);
+}
+
+#[test]
+fn rw_calls_answer_as_the_memory_backend_cluster() {
+    rw_calls_answer_as_the_memory_backend(cluster);
+}
+
+/// A scripting port that counts round trips: each call, and each batch (pipelined to every
+/// node at once) as one.
+struct Counting {
+    inner: Arc<dyn RedisScripting>,
+    trips: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn trip(&self) {
+        self.trips.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl RedisScripting for Counting {
+    fn clustered(&self) -> bool {
+        self.inner.clustered()
+    }
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> simba_lease::Result<Reply> {
+        self.trip();
+        self.inner.eval(role, script, keys, args)
+    }
+    fn eval_then_wait(
+        &self,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        wait_if: &dyn Fn(&Reply) -> bool,
+        replicas: u32,
+        timeout: Duration,
+    ) -> simba_lease::Result<(Reply, Option<u32>)> {
+        self.trip();
+        self.inner
+            .eval_then_wait(script, keys, args, wait_if, replicas, timeout)
+    }
+    fn eval_many(
+        &self,
+        role: Role,
+        calls: &[simba_lease::backends::redis::ScriptCall<'_>],
+    ) -> simba_lease::Result<Vec<Reply>> {
+        self.trip();
+        self.inner.eval_many(role, calls)
+    }
+    fn command(&self, role: Role, args: &[&str]) -> simba_lease::Result<Reply> {
+        self.trip();
+        self.inner.command(role, args)
+    }
+    fn scan(&self, pattern: &str, limit: usize) -> simba_lease::Result<Vec<String>> {
+        self.inner.scan(pattern, limit)
+    }
+    fn listen(
+        &self,
+        name: &str,
+        patterns: &[String],
+        idle: Duration,
+        on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
+    ) -> simba_lease::Result<()> {
+        self.inner.listen(name, patterns, idle, on_event)
+    }
+}
+
+/// Read-write acquire, release and leave take one round trip each on one server and on a
+/// cluster; on a cluster a keep-alive of a session holding only read-write locks takes the
+/// session call and one batch, as with leases.
+fn rw_calls_take_one_round_trip(cluster: bool) {
+    let inner: Arc<dyn RedisScripting> = if cluster {
+        let seeds: Vec<String> = cluster_url()
+            .trim_start_matches("redis+cluster://")
+            .split(',')
+            .map(|h| format!("redis://{h}"))
+            .collect();
+        Arc::new(
+            simba_lease::backends::redis::ClusterScripting::new(&seeds, ConnectOptions::default())
+                .unwrap(),
+        )
+    } else {
+        Arc::new(StandaloneScripting::new(&standalone_url(), ConnectOptions::default()).unwrap())
+    };
+    let counting = Arc::new(Counting {
+        inner,
+        trips: Default::default(),
+    });
+    let prefix = random_prefix();
+    let cfg = RedisConfig {
+        prefix: prefix.clone(),
+        route_by_slot: cluster,
+        ..RedisConfig::default()
+    };
+    let b = Arc::new(Isolated {
+        inner: RedisBackend::new(counting.clone(), cfg).unwrap(),
+        prefix,
+    });
+    let trips = |what: &str, expected: usize, f: &mut dyn FnMut()| {
+        let before = counting.trips.load(std::sync::atomic::Ordering::SeqCst);
+        f();
+        let took = counting.trips.load(std::sync::atomic::Ordering::SeqCst) - before;
+        assert_eq!(took, expected, "{what}: {took} round trips");
+        eprintln!(
+            "{} {what}: {took}",
+            if cluster { "cluster" } else { "one server" }
+        );
+    };
+    let long = Duration::from_secs(30);
+    let (r, w) = (open(&*b, long), open(&*b, long));
+    let name = LeaseName::new("rw-trips").unwrap();
+    let mut t = None;
+    trips("read acquire", 1, &mut || {
+        t = Some(rw_granted(
+            b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(),
+            "read",
+        ));
+    });
+    let t = t.unwrap();
+    trips("asking again", 1, &mut || {
+        rw_granted(
+            b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(),
+            "again",
+        );
+    });
+    trips("a writer queued", 1, &mut || {
+        assert!(matches!(
+            b.acquire_rw(&w, &name, RwMode::Write, long).unwrap(),
+            RwAcquire::Busy { .. }
+        ));
+    });
+    // The first keep-alive of a cluster backend reads the slot map (then every 30 s).
+    b.keep_alive(&w, long).unwrap();
+    trips("keep-alive", if cluster { 2 } else { 1 }, &mut || {
+        b.keep_alive(&w, long).unwrap();
+    });
+    trips("leave", 1, &mut || {
+        assert!(b.leave_rw_queue(&w, &name).unwrap())
+    });
+    trips("release", 1, &mut || {
+        assert!(b.release_rw(&r, &name, RwMode::Read, t.token).unwrap())
+    });
+    trips("state", 1, &mut || {
+        b.rw_state(&name).unwrap();
+    });
+    rw_granted(b.acquire_rw(&r, &name, RwMode::Read, long).unwrap(), "read");
+    // Close as without read-write locks: one script (cluster: the session's, a batch, the
+    // index's `DEL`).
+    trips("close", if cluster { 3 } else { 1 }, &mut || {
+        b.close_session(&r).unwrap()
+    });
+    assert!(b.rw_state(&name).unwrap().readers.is_empty());
+    b.close_session(&w).unwrap();
+}
+
+#[test]
+fn rw_calls_take_one_round_trip_standalone() {
+    rw_calls_take_one_round_trip(false);
+}
+
+#[test]
+fn rw_calls_take_one_round_trip_cluster() {
+    rw_calls_take_one_round_trip(true);
 }

@@ -453,8 +453,30 @@ mod ensemble {
         }
     }
 
+    /// The tests of this module one at a time (the failover test stops nodes).
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Read-write locks with sessions on followers (whose reads may lag the leader: the
+    /// compare-and-set of every grant catches a decision made on a stale read).
+    #[test]
+    fn rw_locks_exclude_and_follow_the_token_rule_on_the_ensemble() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let nodes = nodes();
+        let h = tck::Harness::new(|| {
+            Arc::new(zk::Isolated::new(&zk::ensemble_hosts(), None, |b| b)) as Arc<dyn LeaseBackend>
+        })
+        .with_lease(Duration::from_secs(2));
+        h.until("all ensemble nodes serve", || {
+            nodes.iter().all(|n| mode(n).is_some())
+        });
+        tck::rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(&h);
+        tck::rw_locks_exclude_under_contention(&h);
+        tck::rw_a_waiting_writer_blocks_new_readers(&h);
+    }
+
     #[test]
     fn failover_keeps_sessions_and_tokens_increase_across_leader_change() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let nodes = nodes();
         let mut h = tck::Harness::new(|| unreachable!());
         h.patience = Duration::from_secs(60);
@@ -1579,5 +1601,149 @@ mod lock_delay {
             got => panic!("taken in its delay: {got:?}"),
         }
         other.close_session(&o).unwrap();
+    }
+}
+
+/// Read-write locks beyond the TCK: a waiting writer whose session lives but that stopped
+/// asking, releases and leaves as notifications, and grants whose reply was lost.
+mod rw {
+    use super::zk::{self, raw::Raw};
+    use simba_lease::spi::{LeaseBackend, Notification, RwAcquire, RwMode};
+    use simba_lease::{tck, Error, Metadata, SessionId, Term};
+    use std::time::Duration;
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    fn open(b: &zk::Isolated) -> SessionId {
+        b.open_session(LONG, &Metadata::default()).unwrap().id
+    }
+
+    fn granted(r: RwAcquire) -> Term {
+        match r {
+            RwAcquire::Acquired(t) => t,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_writer_that_stopped_asking_frees_readers_after_its_patience_and_queues_again_at_the_back()
+    {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let [r1, r2, w1, w2] = [(); 4].map(|_| open(&b));
+        let name = tck::lease_name("rw-lapse");
+        let read = |s: &SessionId| b.acquire_rw(s, &name, RwMode::Read, LONG).unwrap();
+        let t1 = granted(read(&r1));
+        let short = Duration::from_secs(1);
+        assert!(matches!(
+            b.acquire_rw(&w1, &name, RwMode::Write, short).unwrap(),
+            RwAcquire::Busy {
+                writers_waiting: 1,
+                ..
+            }
+        ));
+        assert!(
+            matches!(read(&r2), RwAcquire::Busy { .. }),
+            "the writer waits"
+        );
+        assert_eq!(b.rw_state(&name).unwrap().writers_waiting, vec![w1.clone()]);
+        // Its session lives, but it asks no more: a patience later readers get in.
+        let mut t2 = None;
+        tck::until(Duration::from_secs(20), "a reader after the lapse", || {
+            t2 = match read(&r2) {
+                RwAcquire::Acquired(t) => Some(t),
+                _ => None,
+            };
+            t2.is_some()
+        });
+        let t2 = t2.unwrap();
+        let state = b.rw_state(&name).unwrap();
+        assert!(state.writers_waiting.is_empty(), "{state:?}");
+        assert_eq!(state.readers.len(), 2, "{state:?}");
+        // Its node is still there (only ignored); its next attempt queues it at the back.
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        assert!(raw.children(&dir).contains(&format!("q-{w1}")));
+        let write = |s: &SessionId| b.acquire_rw(s, &name, RwMode::Write, LONG).unwrap();
+        assert!(matches!(write(&w2), RwAcquire::Busy { .. }));
+        assert!(matches!(write(&w1), RwAcquire::Busy { .. }));
+        assert_eq!(
+            b.rw_state(&name).unwrap().writers_waiting,
+            vec![w2.clone(), w1.clone()],
+            "the lapsed writer is behind the one that asked since"
+        );
+        assert!(b.release_rw(&r1, &name, RwMode::Read, t1.token).unwrap());
+        assert!(b.release_rw(&r2, &name, RwMode::Read, t2.token).unwrap());
+        assert!(matches!(write(&w1), RwAcquire::Busy { .. }), "w2 is ahead");
+        let tw = granted(write(&w2));
+        assert!(tw.token > t2.token);
+        assert_eq!(b.rw_state(&name).unwrap().writers_waiting, vec![w1.clone()]);
+        for s in [r1, r2, w1, w2] {
+            b.close_session(&s).unwrap();
+        }
+    }
+
+    #[test]
+    fn releases_and_leaves_are_notified_as_released() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let (rx, _sub) = zk::notifications(&b);
+        let (r, w) = (open(&b), open(&b));
+        let name = tck::lease_name("rw-note");
+        let released = |what: &str| {
+            zk::wait_for(&rx, Duration::from_secs(20), what, |n| {
+                *n == Notification::Released(name.clone())
+            })
+        };
+        let t = granted(b.acquire_rw(&r, &name, RwMode::Read, LONG).unwrap());
+        assert!(b.release_rw(&r, &name, RwMode::Read, t.token).unwrap());
+        released("a read term released");
+        let t = granted(b.acquire_rw(&r, &name, RwMode::Read, LONG).unwrap());
+        assert!(matches!(
+            b.acquire_rw(&w, &name, RwMode::Write, LONG).unwrap(),
+            RwAcquire::Busy { .. }
+        ));
+        assert!(b.leave_rw_queue(&w, &name).unwrap());
+        released("a waiting writer left");
+        assert!(b.release_rw(&r, &name, RwMode::Read, t.token).unwrap());
+        let tw = granted(b.acquire_rw(&w, &name, RwMode::Write, LONG).unwrap());
+        assert!(tw.token > t.token);
+        b.close_session(&w).unwrap();
+        released("a writer's session closed");
+        b.close_session(&r).unwrap();
+    }
+
+    #[test]
+    fn a_grant_whose_reply_was_lost_goes_with_the_next_keep_alive_unless_taken_up() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let (s, w) = (open(&b), open(&b));
+        let name = tck::lease_name("rw-lost");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        b.b().lose_rw_grant_replies(1);
+        let r = b.acquire_rw(&s, &name, RwMode::Read, LONG);
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+        let stray = raw.children(&dir);
+        assert_eq!(stray.len(), 1, "the grant ran: {stray:?}");
+        assert!(matches!(
+            b.acquire_rw(&w, &name, RwMode::Write, Duration::ZERO)
+                .unwrap(),
+            RwAcquire::Busy { readers: 1, .. }
+        ));
+        b.keep_alive(&s, LONG).unwrap();
+        assert!(raw.children(&dir).is_empty(), "deleted by the keep-alive");
+        let tw = granted(b.acquire_rw(&w, &name, RwMode::Write, LONG).unwrap());
+        assert!(b.release_rw(&w, &name, RwMode::Write, tw.token).unwrap());
+
+        // Taken up by the next attempt before a keep-alive: kept, with its token.
+        b.b().lose_rw_grant_replies(1);
+        assert!(b.acquire_rw(&s, &name, RwMode::Read, LONG).is_err());
+        let t = granted(b.acquire_rw(&s, &name, RwMode::Read, LONG).unwrap());
+        assert!(t.token > tw.token);
+        b.keep_alive(&s, LONG).unwrap();
+        assert_eq!(raw.children(&dir), vec![format!("r-{s}-{}", t.token)]);
+        assert!(b.release_rw(&s, &name, RwMode::Read, t.token).unwrap());
+        assert!(raw.children(&dir).is_empty());
+        for s in [s, w] {
+            b.close_session(&s).unwrap();
+        }
     }
 }

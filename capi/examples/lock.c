@@ -10,14 +10,21 @@
  * library's back (simba_session_sever: what an operator, a failover or a long partition
  * does); the library reports the loss (a callback on its event thread, and the lock's own
  * event queue); the old token is refused; after the session is reopened the lock is taken
- * again with a higher token; a permit of a semaphore comes with its own token. Exits
+ * again with a higher token, and a file fence (simba_fence_file) refuses the old token's
+ * late write with SIMBA_STALE_TOKEN; a permit of a semaphore comes with its own token; a
+ * read-write lock gives a read term, then a write term with a higher token (on a backend
+ * without read-write locks, SIMBA_UNSUPPORTED is reported and that step skipped). Exits
  * non-zero on any unexpected result.
  */
+/* mkdtemp, getpid, unlink, rmdir: POSIX. */
+#define _POSIX_C_SOURCE 200809L
 #include <simba_lease.h>
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #define CHECK(call)                                                                        \
   do {                                                                                     \
@@ -84,6 +91,8 @@ int main(int argc, char **argv) {
   config.reopen_on_expiry = 1; /* 0 or 1 (a uint8_t); the default, set here to show it */
   config.metadata = "lock.c";
   config.fair_locks = 0; /* 0 (the default) or 1: locks in arrival order */
+  /* 0 (the default): after a crash the name is free one lease later; N: N ms later still. */
+  config.lock_delay_ms = 0;
 
   simba_session *session = NULL;
   CHECK(simba_session_connect(url, &config, &session));
@@ -132,6 +141,32 @@ int main(int argc, char **argv) {
   EXPECT(token2 > token);
   EXPECT(fenced_write(token2, "after taking the lock again"));
   EXPECT(!fenced_write(token, "a late write with the lost token"));
+
+  /* The same rule where the data lives: a file fence refuses the lost token's write. */
+  char dir[] = "/tmp/simba-lock-c-XXXXXX";
+  EXPECT(mkdtemp(dir) != NULL);
+  simba_fence *fence = NULL;
+  CHECK(simba_fence_file(dir, &fence));
+  const char totals[] = "totals of the new holder";
+  CHECK(simba_fence_put(fence, "ledger", token2, totals, strlen(totals)));
+  const char late[] = "late totals of the old holder";
+  st = simba_fence_put(fence, "ledger", token, late, strlen(late));
+  printf("file fence, the lost token's write: %s (%s)\n", simba_status_name((int)st),
+         simba_last_error());
+  EXPECT(st == SIMBA_STALE_TOKEN);
+  char value[64];
+  size_t value_len = 0;
+  uint64_t fenced_token = 0;
+  CHECK(simba_fence_get(fence, "ledger", &fenced_token, value, sizeof value, &value_len));
+  EXPECT(fenced_token == token2 && value_len == strlen(totals) && strcmp(value, totals) == 0);
+  CHECK(simba_fence_free(fence));
+  /* The fence keeps one file per key: <dir>/<key>/<token, 20 digits>. */
+  char path[128];
+  snprintf(path, sizeof path, "%s/ledger/%020llu", dir, (unsigned long long)token2);
+  EXPECT(unlink(path) == 0);
+  snprintf(path, sizeof path, "%s/ledger", dir);
+  EXPECT(rmdir(path) == 0 && rmdir(dir) == 0);
+
   CHECK(simba_lock_unlock(lock));
   CHECK(simba_lock_free(lock));
 
@@ -148,6 +183,32 @@ int main(int argc, char **argv) {
   CHECK(simba_permit_release(permit));
   CHECK(simba_permit_free(permit));
   CHECK(simba_semaphore_free(pool));
+
+  /* A read-write lock: readers share it, a writer holds it alone with a higher token. */
+  simba_rw_lock *catalog = NULL;
+  simba_rw_guard *guard = NULL;
+  CHECK(simba_session_rw_lock(session, "catalog", &catalog));
+  st = simba_rw_lock_read_timeout(catalog, 10000, &guard);
+  if (st == SIMBA_UNSUPPORTED) {
+    printf("read-write locks: %s\n", simba_last_error());
+  } else {
+    CHECK(st);
+    uint64_t read_token = 0, write_token = 0;
+    simba_rw_mode mode = SIMBA_RW_WRITE;
+    CHECK(simba_rw_guard_check(guard, &read_token));
+    CHECK(simba_rw_guard_mode(guard, &mode));
+    EXPECT(mode == SIMBA_RW_READ);
+    printf("read term of catalog, token %llu\n", (unsigned long long)read_token);
+    CHECK(simba_rw_guard_unlock(guard));
+    CHECK(simba_rw_guard_free(guard));
+    CHECK(simba_rw_lock_write_timeout(catalog, 10000, &guard));
+    CHECK(simba_rw_guard_check(guard, &write_token));
+    printf("write term of catalog, token %llu\n", (unsigned long long)write_token);
+    EXPECT(write_token > read_token);
+    CHECK(simba_rw_guard_unlock(guard));
+    CHECK(simba_rw_guard_free(guard));
+  }
+  CHECK(simba_rw_lock_free(catalog));
 
   /* Close waits for the final events: no callback runs after it returns. */
   CHECK(simba_session_close(session));

@@ -29,11 +29,12 @@
  * leaves buf untouched and, as snprintf does, writes the length the value needs without
  * its NUL to *out_value_len when that is not NULL) with a NUL after them and their length
  * without the NUL (out_value_len); buf NULL with buf_len 0 copies nothing (a length
- * query).
+ * query). A fenced value (simba_fence_put, simba_fence_get) is any bytes of any length,
+ * copied out under the same buffer rules.
  *
  * Handles (simba_backend, simba_session, simba_lock, simba_election, simba_observer,
- * simba_group, simba_membership, simba_cancel, simba_semaphore, simba_permit) are opaque
- * keys, never dereferenced, looked up in a table
+ * simba_group, simba_membership, simba_cancel, simba_semaphore, simba_permit,
+ * simba_rw_lock, simba_rw_guard, simba_fence) are opaque keys, never dereferenced, looked up in a table
  * of live handles on every call. Misuse is detected where cheaply possible: a double free,
  * a use after free, a handle of the wrong kind or a pointer never returned by this library
  * gives SIMBA_INVALID_HANDLE (a wild pointer that happens to equal a live key is taken for
@@ -58,17 +59,18 @@
  * finishes on the object, which is dropped when it returns. Blocking calls block only the
  * calling thread. simba_session_lock waits until the lock is free: it ends early only when
  * another thread closes or frees the session (SIMBA_CLOSED); use simba_session_lock_timeout
- * for a bound. The *_cancellable waits take a simba_cancel: firing it from any thread
- * (simba_cancel_fire) ends them with SIMBA_CANCELLED within about 10 ms plus at most one
- * backend call in flight, at once if it was fired before the call. Their cancel argument
- * is required (NULL: SIMBA_NULL_ARGUMENT).
+ * for a bound (simba_rw_lock_read and simba_rw_lock_write likewise). The *_cancellable
+ * waits take a simba_cancel: firing it from any thread (simba_cancel_fire) ends them with
+ * SIMBA_CANCELLED within about 10 ms plus at most one backend call in flight, at once if
+ * it was fired before the call. Their cancel argument is required (NULL:
+ * SIMBA_NULL_ARGUMENT).
  *
  * Events come both ways: the blocking *_next_event(handle, timeout_ms, &event) queues and
  * callbacks (simba_session_on_event). A session's queue starts at its first
  * simba_session_next_event, a group's at its first simba_group_next_event; a lock's, an
- * election's and an observer's exist from the handle's creation. Queues are unbounded:
- * events nobody reads accumulate until the handle is freed (a lock's holds at most its one
- * LOCK_LOST). Once the session is closed, each queue gives its remaining events, then
+ * election's, an observer's and a read-write guard's exist from the handle's creation.
+ * Queues are unbounded: events nobody reads accumulate until the handle is freed (a
+ * lock's or a guard's holds at most its one LOCK_LOST). Once the session is closed, each queue gives its remaining events, then
  * SIMBA_CLOSED.
  * Callbacks run on the library's event threads, never on the caller's; they must return
  * normally: no C++ exception and no longjmp may leave a callback (undefined behaviour
@@ -111,7 +113,8 @@
 typedef enum simba_status {
   // Success.
   SIMBA_OK = 0,
-  // `try_lock`: someone else holds the lock (the out handle is NULL).
+  // `try_lock`: someone else holds the lock (the out handle is NULL); likewise a
+  // semaphore's `try_acquire` and a read-write lock's `try_read` / `try_write`.
   SIMBA_BUSY = 1,
   // The time limit ran out (also: no event within the timeout).
   SIMBA_TIMEOUT = 2,
@@ -138,7 +141,9 @@ typedef enum simba_status {
   // this session, as a lock or as a candidate it entered (locks are not reentrant; the
   // session's other threads wait for the name instead, and `simba_session_try_lock` gives
   // `SIMBA_BUSY`), or a second candidate (`simba_session_election*`,
-  // `simba_election_campaign`) for a name this session already uses, from any thread.
+  // `simba_election_campaign`) for a name this session already uses, from any thread; a
+  // read or write of a read-write lock by the thread that already holds or is taking a
+  // term of that name through this session.
   SIMBA_ALREADY_HELD = 12,
   // The session (or the handle, or an event queue) was closed.
   SIMBA_CLOSED = 13,
@@ -231,6 +236,14 @@ typedef enum simba_state {
   SIMBA_STATE_CLOSED = 3,
 } simba_state;
 
+// Which side of a read-write lock a term is on.
+typedef enum simba_rw_mode {
+  // Shared: any number of readers together, never with a writer.
+  SIMBA_RW_READ = 0,
+  // Exclusive: one writer, with no reader.
+  SIMBA_RW_WRITE = 1,
+} simba_rw_mode;
+
 // A backend connection (from [`simba_connect`]); thread-safe; free with
 // [`simba_backend_free`] (sessions opened on it keep it alive).
 typedef struct simba_backend simba_backend;
@@ -241,6 +254,12 @@ typedef struct simba_cancel simba_cancel;
 
 // A candidate in an election; thread-safe; free with [`simba_election_free`] (resigns).
 typedef struct simba_election simba_election;
+
+// A fence: a resource that applies a write only if its fencing token is not below the
+// newest token recorded for the key (from [`simba_fence_file`], [`simba_fence_redis`],
+// [`simba_fence_postgres`] or [`simba_fence_mysql`]); thread-safe; free with
+// [`simba_fence_free`].
+typedef struct simba_fence simba_fence;
 
 // A view of a group; thread-safe; free with [`simba_group_free`].
 typedef struct simba_group simba_group;
@@ -259,6 +278,15 @@ typedef struct simba_observer simba_observer;
 // A held permit of a semaphore; thread-safe; release with [`simba_permit_release`], free
 // with [`simba_permit_free`] (which releases it in the background if still held).
 typedef struct simba_permit simba_permit;
+
+// A held read or write term of a read-write lock; thread-safe; release with
+// [`simba_rw_guard_unlock`], free with [`simba_rw_guard_free`] (which releases it in the
+// background if still held).
+typedef struct simba_rw_guard simba_rw_guard;
+
+// A read-write lock of one session (from [`simba_session_rw_lock`]); thread-safe; free
+// with [`simba_rw_lock_free`] (terms taken stay held until their own free).
+typedef struct simba_rw_lock simba_rw_lock;
 
 // A counting semaphore of leased permits (from [`simba_session_semaphore`]); thread-safe;
 // free with [`simba_semaphore_free`] (permits taken stay held until their own free).
@@ -349,6 +377,17 @@ typedef struct simba_config {
   // fair locks for the order to hold. Opening the session gives `SIMBA_UNSUPPORTED` on a
   // backend without queues. Semaphores and elections do not queue.
   uint8_t fair_locks;
+  // Since the third version. Keep a name blocked for this many ms after a term of this
+  // session ended because the session expired (default 0: no delay; at most one week,
+  // 604800000, else `SIMBA_INVALID_ARGUMENT`), as Chubby's and Consul's lock-delay.
+  // Measured by the backend's clock from the end of the term; meanwhile no new term of
+  // the name begins (an observer sees the expired session's last term as the holder). A
+  // clean end (unlock, free, resign, closing the live session) frees the name at once.
+  // For a resource that cannot check fencing tokens: a former holder that was paused or
+  // cut off cannot overlap the next one by up to the delay beyond its lease; the failover
+  // after a crash takes up to lease + delay. Opening the session gives
+  // `SIMBA_UNSUPPORTED` on a backend without lock-delay.
+  uint64_t lock_delay_ms;
 } simba_config;
 
 // Lease health of a session now.
@@ -463,11 +502,12 @@ enum simba_status simba_connect(const char *url, struct simba_backend **out_back
 enum simba_status simba_backend_free(struct simba_backend *backend);
 
 // Fills `*config` with the defaults (lease 15000 ms, renew 5000 ms, drift 0.01, reopen on
-// expiry, no metadata, no fair locks) and sets `config->struct_size` to `struct_size`,
+// expiry, no metadata, no fair locks, no lock-delay) and sets `config->struct_size` to `struct_size`,
 // which must be `sizeof *config` as the caller's header has it: only the fields that lie
 // wholly within it are written. A `struct_size` outside the sizes this library knows (see
 // [`simba_config`]) gives `SIMBA_INVALID_ARGUMENT` and writes nothing.
-enum simba_status simba_config_default(struct simba_config *config, size_t struct_size);
+enum simba_status simba_config_default(struct simba_config *config,
+                                       size_t struct_size);
 
 // Opens a session on `backend` (one backend call) with `config` (NULL: the defaults).
 // `*out_session` is the new handle.
@@ -684,6 +724,129 @@ enum simba_status simba_session_lock_queue(const struct simba_session *session,
 // gives `SIMBA_INVALID_HANDLE` unless its memory was reused by a newer list. Reading the
 // list after this is undefined behaviour.
 enum simba_status simba_waiter_list_free(struct simba_waiter_list *list);
+
+// The read-write lock `name` (NUL-terminated UTF-8) of this session: no backend call until
+// a read or write. Any number of readers (each on a session of its own) hold a name
+// together, a writer holds it alone; a waiting writer makes new readers wait (writer
+// preference), and a crashed holder's or waiting writer's claim ends with its session.
+// A read-write lock's name is its own: a plain lock of the same name does not conflict.
+// Every term carries a fencing token from one counter per name: a write term's token is
+// greater than every token handed out before on the name, a read term's is greater than
+// the last write term's, so a resource that keeps the newest write token it saw refuses
+// a term older than that write. Reads and writes give `SIMBA_UNSUPPORTED` on a backend
+// without read-write locks. `*out_rw_lock` is the new handle, freed by
+// [`simba_rw_lock_free`].
+enum simba_status simba_session_rw_lock(const struct simba_session *session,
+                                        const char *name,
+                                        struct simba_rw_lock **out_rw_lock);
+
+// Takes a read term, waiting as long as it takes (while a writer holds the name or waits
+// for it). There is no time limit: the call ends early only when another thread closes or
+// frees the session (`SIMBA_CLOSED`); use [`simba_rw_lock_read_timeout`] for a bound,
+// [`simba_rw_lock_read_cancellable`] to end it from another thread. `*out_guard` is the
+// held term. A session holds at most one term of a name: asking again from the thread
+// that holds or is taking it gives `SIMBA_ALREADY_HELD`.
+enum simba_status simba_rw_lock_read(const struct simba_rw_lock *rw_lock,
+                                     struct simba_rw_guard **out_guard);
+
+// Takes a read term if one can be had now (one backend call); `SIMBA_BUSY` (and
+// `*out_guard` NULL) while a writer holds the name or waits for it.
+enum simba_status simba_rw_lock_try_read(const struct simba_rw_lock *rw_lock,
+                                         struct simba_rw_guard **out_guard);
+
+// Takes a read term, waiting at most `timeout_ms` (`SIMBA_TIMEOUT` after that).
+enum simba_status simba_rw_lock_read_timeout(const struct simba_rw_lock *rw_lock,
+                                             uint64_t timeout_ms,
+                                             struct simba_rw_guard **out_guard);
+
+// Takes a read term, waiting at most `timeout_ms` (`SIMBA_TIMEOUT` after that;
+// `SIMBA_FOREVER`: no limit) or until `cancel` is fired by any thread (`SIMBA_CANCELLED`, at
+// once if it was fired before the call), or the session is closed or freed
+// (`SIMBA_CLOSED`). `*out_guard` is NULL on any failure (nothing is held then). `cancel`
+// NULL gives `SIMBA_NULL_ARGUMENT`.
+enum simba_status simba_rw_lock_read_cancellable(const struct simba_rw_lock *rw_lock,
+                                                 uint64_t timeout_ms,
+                                                 const struct simba_cancel *cancel,
+                                                 struct simba_rw_guard **out_guard);
+
+// Takes the write term, waiting as long as it takes (while readers or another writer hold
+// the name, or writers that came first wait); meanwhile this writer makes new readers wait.
+// There is no time limit: the call ends early only when another thread closes or frees the
+// session (`SIMBA_CLOSED`); use [`simba_rw_lock_write_timeout`] for a bound,
+// [`simba_rw_lock_write_cancellable`] to end it from another thread. `*out_guard` is the
+// held term.
+enum simba_status simba_rw_lock_write(const struct simba_rw_lock *rw_lock,
+                                      struct simba_rw_guard **out_guard);
+
+// Takes the write term if it can be had now (one backend call; a try does not register as
+// a waiting writer); `SIMBA_BUSY` (and `*out_guard` NULL) otherwise.
+enum simba_status simba_rw_lock_try_write(const struct simba_rw_lock *rw_lock,
+                                          struct simba_rw_guard **out_guard);
+
+// Takes the write term, waiting at most `timeout_ms` (`SIMBA_TIMEOUT` after that; the
+// writer then no longer makes readers wait).
+enum simba_status simba_rw_lock_write_timeout(const struct simba_rw_lock *rw_lock,
+                                              uint64_t timeout_ms,
+                                              struct simba_rw_guard **out_guard);
+
+// [`simba_rw_lock_write_timeout`] that also ends when `cancel` is fired by any thread
+// (`SIMBA_CANCELLED`, at once if it was fired before the call; nothing is taken then), or
+// the session is closed or freed (`SIMBA_CLOSED`); `SIMBA_FOREVER`: no time limit.
+// `cancel` NULL gives `SIMBA_NULL_ARGUMENT`.
+enum simba_status simba_rw_lock_write_cancellable(const struct simba_rw_lock *rw_lock,
+                                                  uint64_t timeout_ms,
+                                                  const struct simba_cancel *cancel,
+                                                  struct simba_rw_guard **out_guard);
+
+// Frees the read-write lock handle; terms taken through it stay held until their own
+// [`simba_rw_guard_unlock`] or [`simba_rw_guard_free`].
+enum simba_status simba_rw_lock_free(struct simba_rw_lock *rw_lock);
+
+// Whether the held term is a read or a write term (also after it was lost or unlocked).
+enum simba_status simba_rw_guard_mode(const struct simba_rw_guard *guard,
+                                      enum simba_rw_mode *out_mode);
+
+// The term's fencing token (also after it was lost or unlocked): pass it to the protected
+// resource, which refuses a term older than the newest write term it saw (see
+// [`simba_session_rw_lock`]).
+enum simba_status simba_rw_guard_token(const struct simba_rw_guard *guard, uint64_t *out_token);
+
+// Writes the lock's name (NUL-terminated) into `buf` of `buf_len` bytes (at least
+// `SIMBA_NAME_LEN` always suffices).
+enum simba_status simba_rw_guard_name(const struct simba_rw_guard *guard,
+                                      char *buf,
+                                      size_t buf_len);
+
+// Whether the term is still held (session live, its local deadline ahead); false once
+// lost or unlocked.
+enum simba_status simba_rw_guard_is_valid(const struct simba_rw_guard *guard, bool *out_valid);
+
+// The fencing token if the term is still held, else `SIMBA_LEASE_LOST`: call it before
+// every protected read or write.
+enum simba_status simba_rw_guard_check(const struct simba_rw_guard *guard, uint64_t *out_token);
+
+// The term if it is still held: `*out_token` its fencing token and `*out_valid_ms` how long
+// it stays valid from now if no keep-alive succeeds meanwhile (as for
+// [`simba_lock_term`]). `SIMBA_LEASE_LOST` if it was lost or unlocked. Either out-pointer
+// may be NULL.
+enum simba_status simba_rw_guard_term(const struct simba_rw_guard *guard,
+                                      uint64_t *out_token,
+                                      uint64_t *out_valid_ms);
+
+// Releases the term now (one backend call), reporting a failure; `SIMBA_LEASE_LOST` if it
+// was already lost. A second unlock gives `SIMBA_CLOSED`. The handle stays allocated: free
+// it with [`simba_rw_guard_free`].
+enum simba_status simba_rw_guard_unlock(const struct simba_rw_guard *guard);
+
+// Waits up to `timeout_ms` for this term's loss event (`LOCK_LOST`); see
+// [`simba_session_next_event`] for the results.
+enum simba_status simba_rw_guard_next_event(const struct simba_rw_guard *guard,
+                                            uint64_t timeout_ms,
+                                            struct simba_event **out_event);
+
+// Frees the guard handle; a term still held is released at once locally and on the
+// backend from the session's work thread (no network call on this thread).
+enum simba_status simba_rw_guard_free(struct simba_rw_guard *guard);
 
 // Enters the election `name` (NUL-terminated UTF-8) as a candidate; it campaigns until it
 // resigns or is freed. `*out_election` is the new handle.
@@ -951,6 +1114,84 @@ enum simba_status simba_permit_next_event(const struct simba_permit *permit,
 // Frees the permit handle; a permit still held is released at once locally and on the
 // backend from the session's work thread (no network call on this thread).
 enum simba_status simba_permit_free(struct simba_permit *permit);
+
+// A fence on the directory `dir` (NUL-terminated UTF-8; created by the first write): per
+// key a directory `<dir>/<key>/` with one file per token, written to a temporary file and
+// renamed into place, the highest version being the value (the library's
+// `simba_lease::fence::FileFence`, whose documentation states what it guarantees on local
+// and network file systems). No I/O until the first call. `*out_fence` is the new handle.
+enum simba_status simba_fence_file(const char *dir, struct simba_fence **out_fence);
+
+// A fence on one Redis server (`url`: a plain `redis://` URL as the `redis` crate reads it,
+// e.g. `redis://127.0.0.1:6379/0`, without the library's own options such as `prefix`;
+// NUL-terminated UTF-8; no TLS, no Cluster): per key a token
+// key `<prefix>{<key>}:token` and a data key `<prefix>{<key>}` (readers may `GET` it),
+// written together by one script that compares the tokens (the library's
+// `simba_lease::fence::RedisFence`). `prefix` (NUL-terminated UTF-8, may be empty) must not
+// contain `{` or `}` (`SIMBA_INVALID_ARGUMENT`). Connects now (one connection, used by one
+// call at a time); the keys never expire, so the server must not evict them. Built
+// without the feature `redis`: `SIMBA_FEATURE_DISABLED`. `*out_fence` is the new handle.
+enum simba_status simba_fence_redis(const char *url,
+                                    const char *prefix,
+                                    struct simba_fence **out_fence);
+
+// A fence on the PostgreSQL table `table` (an unquoted identifier, optionally
+// `schema.table`; else `SIMBA_INVALID_ARGUMENT`): one row per key with its newest token and
+// value, each write one statement that raises the row's token and returns the newest (the
+// library's `simba_lease::fence::PostgresFence`). `url` is a connection URL or string as
+// the `postgres` crate reads it (`postgres://user:password@host:5432/db`, without the
+// library's own options such as `table_prefix`), connected now without TLS (one
+// connection, used by one call at a time, each write committed on its own). Create the
+// table with [`simba_fence_install`] (or the library's `PostgresFence::create_table_sql`).
+// Built without the feature `postgres`: `SIMBA_FEATURE_DISABLED`. `*out_fence` is the new
+// handle.
+enum simba_status simba_fence_postgres(const char *url,
+                                       const char *table,
+                                       struct simba_fence **out_fence);
+
+// A fence on the MySQL 8 or MariaDB table `table` (an unquoted identifier, optionally
+// `db.table`; else `SIMBA_INVALID_ARGUMENT`), as [`simba_fence_postgres`] on PostgreSQL
+// (the library's `simba_lease::fence::MysqlFence`). `url` is a URL as the `mysql` crate
+// reads it (`mysql://user:password@host:3306/db`, without the library's own options),
+// connected now without TLS. Create the table with [`simba_fence_install`]. Built without
+// the feature `mysql`: `SIMBA_FEATURE_DISABLED`. `*out_fence` is the new handle.
+enum simba_status simba_fence_mysql(const char *url,
+                                    const char *table,
+                                    struct simba_fence **out_fence);
+
+// Creates the table of an SQL fence ([`simba_fence_postgres`], [`simba_fence_mysql`]) if
+// it does not exist (one statement, `create table if not exists`); nothing for a file or
+// Redis fence.
+enum simba_status simba_fence_install(const struct simba_fence *fence);
+
+// Writes `value_len` bytes at `value` (any bytes; NULL allowed when `value_len` is 0) under
+// `key` (NUL-terminated; the naming rule of lease names, else `SIMBA_INVALID_ARGUMENT`) if
+// `token` (a term's fencing token, e.g. [`simba_lock_token`]; 0 is refused) is not below
+// the newest token recorded for the key, and records `token`: `SIMBA_OK` when applied,
+// `SIMBA_STALE_TOKEN` when refused because a newer term wrote (nothing changed: stop
+// writing with that token, and take the lock again for a new one), `SIMBA_BACKEND` when
+// the resource could not be reached. Equal tokens pass (the holder's own re-writes).
+enum simba_status simba_fence_put(const struct simba_fence *fence,
+                                  const char *key,
+                                  uint64_t token,
+                                  const void *value,
+                                  size_t value_len);
+
+// Reads the newest value of `key`: `*out_token` its token (0 and an empty value when nothing
+// was written; `out_token` may be NULL), the bytes copied into `buf` of `buf_len` with a NUL
+// after them and their length (without the NUL) in `*out_value_len` (may be NULL). A
+// buffer too small gives `SIMBA_INVALID_ARGUMENT`, leaves `buf` untouched and writes the
+// length needed (without the NUL) to `*out_value_len`; `buf` NULL with `buf_len` 0 copies
+// nothing (a length query). The value may contain NUL bytes: use the length.
+enum simba_status simba_fence_get(const struct simba_fence *fence,
+                                  const char *key,
+                                  uint64_t *out_token,
+                                  char *buf,
+                                  size_t buf_len,
+                                  size_t *out_value_len);
+
+// Frees the fence handle (and its connection, if it has one).
+enum simba_status simba_fence_free(struct simba_fence *fence);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -76,12 +76,12 @@ pub(crate) fn value_arg(p: *const c_char, len: usize) -> R<String> {
     Ok(s.to_owned())
 }
 
-/// Checks that a term value fits a caller's buffer (the rules of the `buf, buf_len,
-/// out_value_len` arguments: NULL `buf` with `buf_len` 0 copies nothing). A buffer too
+/// Checks that a term value (or a fenced value's bytes) fits a caller's buffer (the rules of
+/// the `buf, buf_len, out_value_len` arguments: NULL `buf` with `buf_len` 0 copies nothing). A buffer too
 /// small gives `SIMBA_INVALID_ARGUMENT` with the value's length (without the NUL) in
 /// `*out_value_len` unless that is NULL, as `snprintf` tells the length it needed.
 pub(crate) fn check_value_buf(
-    value: &str,
+    value: &(impl AsRef<[u8]> + ?Sized),
     buf: *mut c_char,
     buf_len: usize,
     out_value_len: *mut usize,
@@ -95,13 +95,14 @@ pub(crate) fn check_value_buf(
         }
         return Ok(());
     }
+    let value = value.as_ref();
     if buf_len <= value.len() {
         put_opt(out_value_len, value.len());
         return Err(Fail::new(
             SIMBA_INVALID_ARGUMENT,
             format!(
                 "buf_len {buf_len} is too small for the value's {} bytes and the NUL \
-                 (SIMBA_VALUE_LEN always suffices)",
+                 (SIMBA_VALUE_LEN always suffices for a term value)",
                 value.len()
             ),
         ));
@@ -132,8 +133,12 @@ pub(crate) fn put_text(text: &str, buf: *mut c_char, buf_len: usize) -> R {
 
 /// Copies a term value checked by [`check_value_buf`] out: into `buf` (with a NUL) unless
 /// it is NULL, its length into `*out_value_len` unless that is NULL.
-pub(crate) fn put_value(value: &str, buf: *mut c_char, out_value_len: *mut usize) {
-    let bytes = value.as_bytes();
+pub(crate) fn put_value(
+    value: &(impl AsRef<[u8]> + ?Sized),
+    buf: *mut c_char,
+    out_value_len: *mut usize,
+) {
+    let bytes = value.as_ref();
     if !buf.is_null() {
         // SAFETY: `buf` holds more than bytes.len() bytes (checked) by the C contract.
         unsafe {

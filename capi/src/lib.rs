@@ -46,7 +46,8 @@
 //!
 //! A handle (`simba_backend*`, `simba_session*`, `simba_lock*`, `simba_election*`,
 //! `simba_observer*`, `simba_group*`, `simba_membership*`, `simba_cancel*`,
-//! `simba_semaphore*`, `simba_permit*`) is an opaque pointer that is never
+//! `simba_semaphore*`, `simba_permit*`, `simba_rw_lock*`, `simba_rw_guard*`,
+//! `simba_fence*`) is an opaque pointer that is never
 //! dereferenced: it is a key, never reused in the process, into a table of live handles that
 //! also records each handle's kind. Every call looks its handle up, so misuse is detected
 //! where cheaply possible:
@@ -77,7 +78,7 @@
 //!
 //! Every handle may be used from any thread, and from several threads at once: all of them
 //! are thread-safe (`Send + Sync` objects behind the table). Blocking calls (lock, wait
-//! elected, acquire a permit, next event) block only the calling thread; [`simba_session_lock`] ends early
+//! elected, acquire a permit, read or write a read-write lock, next event) block only the calling thread; [`simba_session_lock`] ends early
 //! only when another thread closes or frees the session (`SIMBA_CLOSED`). The
 //! `*_cancellable` waits also end when another thread fires their [`simba_cancel`]
 //! (`SIMBA_CANCELLED`, within about 10 ms plus at most one backend call in flight); their
@@ -90,9 +91,10 @@
 //! ## Event queues
 //!
 //! A session's queue starts at its first [`simba_session_next_event`], a group's at its
-//! first [`simba_group_next_event`]; a lock's, an election's and an observer's exist from
-//! the handle's creation. Queues are unbounded: events nobody reads accumulate until the
-//! handle is freed (a lock's holds at most its one `LOCK_LOST`). Once the session is closed,
+//! first [`simba_group_next_event`]; a lock's, an election's, an observer's and a read-write
+//! guard's exist from the handle's creation. Queues are unbounded: events nobody reads
+//! accumulate until the handle is freed (a lock's or a guard's holds at most its one
+//! `LOCK_LOST`). Once the session is closed,
 //! each queue gives its remaining events, then `SIMBA_CLOSED`.
 #![allow(non_camel_case_types)]
 // Every pointer argument's contract is the one stated in the crate documentation above (and
@@ -119,6 +121,8 @@ mod session;
 mod cancel;
 // Locks.
 mod lock;
+// Read-write locks.
+mod rw_lock;
 // Elections.
 mod election;
 // Observers.
@@ -127,13 +131,17 @@ mod observer;
 mod group;
 // Semaphores and permits.
 mod semaphore;
+// Fenced writes.
+mod fence;
 
 pub use cancel::*;
 pub use election::*;
+pub use fence::*;
 pub use group::*;
 pub use lock::*;
 pub use observer::*;
 pub use results::*;
+pub use rw_lock::*;
 pub use semaphore::*;
 pub use session::*;
 pub use status::*;

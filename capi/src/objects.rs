@@ -1,5 +1,5 @@
-//! The objects behind the handles, and the `simba_lock_*`/`simba_permit_*` bodies that
-//! locks and permits share (`Held`).
+//! The objects behind the handles, and the `simba_lock_*`/`simba_permit_*`/`simba_rw_guard_*`
+//! bodies that locks, permits and read-write terms share (`Held`).
 
 use crate::args::{millis, out, put, put_opt};
 use crate::handles::{get, locked, lookup, Kind};
@@ -11,7 +11,7 @@ use crossbeam_channel::Receiver;
 use lease::spi::LeaseBackend;
 use lease::{
     Cancel, Election, Error, Event, Group, LeaseName, LockGuard, Membership, Observer, Permit,
-    Semaphore, Session, Token,
+    RwGuard, RwLock, Semaphore, Session, Token,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,15 +30,16 @@ impl Kind for SessionObj {
     const NAME: &'static str = "simba_session";
 }
 
-/// A held term of a lock or a permit: what the `simba_lock_*` and `simba_permit_*`
-/// functions share.
+/// A held term of a lock, a permit or a read-write lock: what the `simba_lock_*`,
+/// `simba_permit_*` and `simba_rw_guard_*` functions share.
 pub(crate) trait Held: Send + Sync + 'static {
-    /// What it is, in messages ("lock", "permit").
+    /// What it is, in messages ("lock", "permit", "read-write lock").
     const WHAT: &'static str;
     /// What ending it is called, in messages ("unlocked", "released").
     const ENDED: &'static str;
     fn name(&self) -> &LeaseName;
     fn token(&self) -> Token;
+    /// A permit's index; a read-write term's mode (`simba_rw_mode`); 0 for a lock.
     fn index(&self) -> u32;
     fn is_valid(&self) -> bool;
     fn valid_for(&self) -> Option<Duration>;
@@ -86,8 +87,16 @@ macro_rules! impl_held {
 
 impl_held!(LockGuard, "lock", "unlocked", name, |_lock| 0, unlock);
 impl_held!(Permit, "permit", "released", lease, |p| p.index(), release);
+impl_held!(
+    RwGuard,
+    "read-write lock",
+    "unlocked",
+    name,
+    |g| crate::rw_lock::mode_of(g.mode()) as u32,
+    unlock
+);
 
-/// The object behind a `simba_lock` or `simba_permit` handle.
+/// The object behind a `simba_lock`, `simba_permit` or `simba_rw_guard` handle.
 pub(crate) struct HeldObj<G> {
     /// The guard until it is unlocked, released or freed. Its mutex is held only to read or
     /// swap it, never across a backend call: a backend call on it (`simba_lock_set_value`)
@@ -96,6 +105,7 @@ pub(crate) struct HeldObj<G> {
     // Read after the guard is gone.
     pub(crate) token: u64,
     pub(crate) name: String,
+    /// [`Held::index`].
     pub(crate) index: u32,
     lost: Receiver<Event>,
 }
@@ -108,6 +118,16 @@ impl Kind for LockObj {
 pub(crate) type PermitObj = HeldObj<Permit>;
 impl Kind for PermitObj {
     const NAME: &'static str = "simba_permit";
+}
+
+pub(crate) type RwGuardObj = HeldObj<RwGuard>;
+impl Kind for RwGuardObj {
+    const NAME: &'static str = "simba_rw_guard";
+}
+
+pub(crate) struct RwLockObj(pub(crate) RwLock);
+impl Kind for RwLockObj {
+    const NAME: &'static str = "simba_rw_lock";
 }
 
 impl<G: Held> HeldObj<G> {
@@ -183,7 +203,7 @@ impl<G: Held> HeldObj<G> {
     }
 }
 
-/// `simba_lock_is_valid` and `simba_permit_is_valid`.
+/// `simba_lock_is_valid`, `simba_permit_is_valid` and `simba_rw_guard_is_valid`.
 pub(crate) fn held_is_valid<G: Held, H>(handle: *const H, out_valid: *mut bool) -> simba_status
 where
     HeldObj<G>: Kind,
@@ -195,7 +215,7 @@ where
     })
 }
 
-/// `simba_lock_check` and `simba_permit_check`.
+/// `simba_lock_check`, `simba_permit_check` and `simba_rw_guard_check`.
 pub(crate) fn held_check<G: Held, H>(handle: *const H, out_token: *mut u64) -> simba_status
 where
     HeldObj<G>: Kind,
@@ -208,7 +228,7 @@ where
     })
 }
 
-/// `simba_lock_token` and `simba_permit_token`.
+/// `simba_lock_token`, `simba_permit_token` and `simba_rw_guard_token`.
 pub(crate) fn held_token<G: Held, H>(handle: *const H, out_token: *mut u64) -> simba_status
 where
     HeldObj<G>: Kind,
@@ -220,7 +240,7 @@ where
     })
 }
 
-/// `simba_lock_term` and `simba_permit_term`.
+/// `simba_lock_term`, `simba_permit_term` and `simba_rw_guard_term`.
 pub(crate) fn held_term<G: Held, H>(
     handle: *const H,
     out_token: *mut u64,
@@ -237,7 +257,7 @@ where
     })
 }
 
-/// `simba_lock_unlock` and `simba_permit_release`.
+/// `simba_lock_unlock`, `simba_permit_release` and `simba_rw_guard_unlock`.
 pub(crate) fn held_end<G: Held, H>(handle: *const H) -> simba_status
 where
     HeldObj<G>: Kind,
@@ -245,7 +265,7 @@ where
     ffi(|| get::<HeldObj<G>, _>(handle)?.end())
 }
 
-/// `simba_lock_next_event` and `simba_permit_next_event`.
+/// `simba_lock_next_event`, `simba_permit_next_event` and `simba_rw_guard_next_event`.
 pub(crate) fn held_next_event<G: Held, H>(
     handle: *const H,
     timeout_ms: u64,
@@ -259,7 +279,7 @@ where
     })
 }
 
-/// `simba_lock_free` and `simba_permit_free`.
+/// `simba_lock_free`, `simba_permit_free` and `simba_rw_guard_free`.
 pub(crate) fn held_free<G: Held, H>(handle: *mut H) -> simba_status
 where
     HeldObj<G>: Kind,

@@ -46,7 +46,7 @@ pub unsafe extern "C" fn simba_backend_free(backend: *mut simba_backend) -> simb
 }
 
 /// Fills `*config` with the defaults (lease 15000 ms, renew 5000 ms, drift 0.01, reopen on
-/// expiry, no metadata, no fair locks) and sets `config->struct_size` to `struct_size`,
+/// expiry, no metadata, no fair locks, no lock-delay) and sets `config->struct_size` to `struct_size`,
 /// which must be `sizeof *config` as the caller's header has it: only the fields that lie
 /// wholly within it are written. A `struct_size` outside the sizes this library knows (see
 /// [`simba_config`]) gives `SIMBA_INVALID_ARGUMENT` and writes nothing.
@@ -74,6 +74,12 @@ pub unsafe extern "C" fn simba_config_default(
                     .add(FAIR_LOCKS_AT)
                     .write(u8::from(d.fair_locks()));
             }
+            if struct_size >= LOCK_DELAY_END {
+                o.cast::<u8>()
+                    .add(LOCK_DELAY_AT)
+                    .cast::<u64>()
+                    .write_unaligned(millis(d.lock_delay()));
+            }
         }
         Ok(())
     })
@@ -83,6 +89,9 @@ pub unsafe extern "C" fn simba_config_default(
 /// read or written only when `struct_size` covers it wholly.
 const FAIR_LOCKS_AT: usize = std::mem::offset_of!(simba_config, fair_locks);
 const FAIR_LOCKS_END: usize = FAIR_LOCKS_AT + std::mem::size_of::<u8>();
+/// Where `lock_delay_ms` (the third version's field) starts and ends.
+const LOCK_DELAY_AT: usize = std::mem::offset_of!(simba_config, lock_delay_ms);
+const LOCK_DELAY_END: usize = LOCK_DELAY_AT + std::mem::size_of::<u64>();
 
 fn check_config_size(struct_size: usize) -> R {
     if (CONFIG_V1_SIZE..=CONFIG_SIZE).contains(&struct_size) {
@@ -122,12 +131,25 @@ fn build_config(config: *const simba_config) -> R<Config> {
     } else {
         u8::from(Config::default().fair_locks())
     };
+    let lock_delay = if struct_size >= LOCK_DELAY_END {
+        let ms = unsafe {
+            config
+                .cast::<u8>()
+                .add(LOCK_DELAY_AT)
+                .cast::<u64>()
+                .read_unaligned()
+        };
+        Duration::from_millis(ms)
+    } else {
+        Config::default().lock_delay()
+    };
     let mut b = Config::builder()
         .lease(Duration::from_millis(c.lease_ms))
         .renew_interval(Duration::from_millis(c.renew_interval_ms))
         .drift(c.drift)
         .reopen_on_expiry(flag(c.reopen_on_expiry, "reopen_on_expiry")?)
-        .fair_locks(flag(fair_locks, "fair_locks")?);
+        .fair_locks(flag(fair_locks, "fair_locks")?)
+        .lock_delay(lock_delay);
     if !c.metadata.is_null() {
         b = b.metadata(text(c.metadata, "config.metadata")?);
     }

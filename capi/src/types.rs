@@ -8,10 +8,17 @@ use std::ffi::{c_char, c_void};
 use crate::{
     cancel::{simba_cancel_free, simba_cancel_new},
     election::simba_election_free,
+    fence::{
+        simba_fence_file, simba_fence_free, simba_fence_mysql, simba_fence_postgres,
+        simba_fence_redis,
+    },
     group::{simba_group_free, simba_membership_free},
     lock::{simba_lock_free, simba_lock_unlock, simba_session_lock_queue},
     observer::{simba_observer_free, simba_observer_leader},
     results::simba_event_value,
+    rw_lock::{
+        simba_rw_guard_free, simba_rw_guard_unlock, simba_rw_lock_free, simba_session_rw_lock,
+    },
     semaphore::{
         simba_permit_free, simba_permit_release, simba_semaphore_free, simba_semaphore_holders,
         simba_session_semaphore,
@@ -43,7 +50,8 @@ const _: () = assert!(SIMBA_MAX_VALUE_LEN == lease::MAX_VALUE_LEN);
 pub enum simba_status {
     /// Success.
     SIMBA_OK = 0,
-    /// `try_lock`: someone else holds the lock (the out handle is NULL).
+    /// `try_lock`: someone else holds the lock (the out handle is NULL); likewise a
+    /// semaphore's `try_acquire` and a read-write lock's `try_read` / `try_write`.
     SIMBA_BUSY = 1,
     /// The time limit ran out (also: no event within the timeout).
     SIMBA_TIMEOUT = 2,
@@ -70,7 +78,9 @@ pub enum simba_status {
     /// this session, as a lock or as a candidate it entered (locks are not reentrant; the
     /// session's other threads wait for the name instead, and `simba_session_try_lock` gives
     /// `SIMBA_BUSY`), or a second candidate (`simba_session_election*`,
-    /// `simba_election_campaign`) for a name this session already uses, from any thread.
+    /// `simba_election_campaign`) for a name this session already uses, from any thread; a
+    /// read or write of a read-write lock by the thread that already holds or is taking a
+    /// term of that name through this session.
     SIMBA_ALREADY_HELD = 12,
     /// The session (or the handle, or an event queue) was closed.
     SIMBA_CLOSED = 13,
@@ -169,6 +179,16 @@ pub enum simba_loss_reason {
     SIMBA_LOSS_OTHER = 6,
 }
 
+/// Which side of a read-write lock a term is on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum simba_rw_mode {
+    /// Shared: any number of readers together, never with a writer.
+    SIMBA_RW_READ = 0,
+    /// Exclusive: one writer, with no reader.
+    SIMBA_RW_WRITE = 1,
+}
+
 /// Session settings for [`simba_session_open`] and [`simba_session_connect`].
 ///
 /// The struct grows at its end in later versions; `struct_size` says how much of it the
@@ -207,6 +227,17 @@ pub struct simba_config {
     /// fair locks for the order to hold. Opening the session gives `SIMBA_UNSUPPORTED` on a
     /// backend without queues. Semaphores and elections do not queue.
     pub fair_locks: u8,
+    /// Since the third version. Keep a name blocked for this many ms after a term of this
+    /// session ended because the session expired (default 0: no delay; at most one week,
+    /// 604800000, else `SIMBA_INVALID_ARGUMENT`), as Chubby's and Consul's lock-delay.
+    /// Measured by the backend's clock from the end of the term; meanwhile no new term of
+    /// the name begins (an observer sees the expired session's last term as the holder). A
+    /// clean end (unlock, free, resign, closing the live session) frees the name at once.
+    /// For a resource that cannot check fencing tokens: a former holder that was paused or
+    /// cut off cannot overlap the next one by up to the delay beyond its lease; the failover
+    /// after a crash takes up to lease + delay. Opening the session gives
+    /// `SIMBA_UNSUPPORTED` on a backend without lock-delay.
+    pub lock_delay_ms: u64,
 }
 
 /// The first version of [`simba_config`]: the smallest `struct_size` accepted.
@@ -412,5 +443,26 @@ pub struct simba_permit {
 /// A cancellation token for the `*_cancellable` waits (from [`simba_cancel_new`]);
 /// thread-safe: fire it from any thread; free with [`simba_cancel_free`].
 pub struct simba_cancel {
+    _private: [u8; 0],
+}
+
+/// A read-write lock of one session (from [`simba_session_rw_lock`]); thread-safe; free
+/// with [`simba_rw_lock_free`] (terms taken stay held until their own free).
+pub struct simba_rw_lock {
+    _private: [u8; 0],
+}
+
+/// A held read or write term of a read-write lock; thread-safe; release with
+/// [`simba_rw_guard_unlock`], free with [`simba_rw_guard_free`] (which releases it in the
+/// background if still held).
+pub struct simba_rw_guard {
+    _private: [u8; 0],
+}
+
+/// A fence: a resource that applies a write only if its fencing token is not below the
+/// newest token recorded for the key (from [`simba_fence_file`], [`simba_fence_redis`],
+/// [`simba_fence_postgres`] or [`simba_fence_mysql`]); thread-safe; free with
+/// [`simba_fence_free`].
+pub struct simba_fence {
     _private: [u8; 0],
 }

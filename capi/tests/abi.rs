@@ -1933,7 +1933,7 @@ fn wait_for_queue(s: usize, name: &str, want: &[String]) {
 fn next_event_sets_the_out_event_to_null_on_a_bad_handle() {
     unsafe {
         type NextEvent = unsafe fn(*const c_void, u64, *mut *mut simba_event) -> simba_status;
-        let all: [(&str, NextEvent); 6] = [
+        let all: [(&str, NextEvent); 7] = [
             ("session", |h, t, e| {
                 simba_session_next_event(h.cast(), t, e)
             }),
@@ -1946,6 +1946,9 @@ fn next_event_sets_the_out_event_to_null_on_a_bad_handle() {
             }),
             ("group", |h, t, e| simba_group_next_event(h.cast(), t, e)),
             ("permit", |h, t, e| simba_permit_next_event(h.cast(), t, e)),
+            ("rw_guard", |h, t, e| {
+                simba_rw_guard_next_event(h.cast(), t, e)
+            }),
         ];
         let s = session();
         let mut lock = null_mut();
@@ -1999,5 +2002,681 @@ fn next_event_sets_the_out_event_to_null_on_a_bad_handle() {
         assert!(event.is_null());
         assert_eq!(simba_cancel_free(cancel), SIMBA_OK);
         assert_eq!(simba_session_free(s), SIMBA_OK);
+    }
+}
+
+/// A read-write lock handle of `s` on `name`.
+fn rw_lock(s: *const simba_session, name: &CStr) -> *mut simba_rw_lock {
+    let mut l = null_mut();
+    let st = unsafe { simba_session_rw_lock(s, name.as_ptr(), &mut l) };
+    assert_eq!(st, SIMBA_OK, "{}", last_error());
+    l
+}
+
+fn rw_token(g: *const simba_rw_guard) -> u64 {
+    let mut t = 0;
+    assert_eq!(unsafe { simba_rw_guard_token(g, &mut t) }, SIMBA_OK);
+    t
+}
+
+fn rw_mode(g: *const simba_rw_guard) -> simba_rw_mode {
+    let mut m = simba_rw_mode::SIMBA_RW_WRITE;
+    assert_eq!(unsafe { simba_rw_guard_mode(g, &mut m) }, SIMBA_OK);
+    m
+}
+
+/// Readers share a read-write lock, a writer holds it alone with a token above every read
+/// term's, a waiting writer makes new readers wait, and the guard's calls follow a lock's
+/// (check, term, unlock once, `LOCK_LOST` after a sever), on `memory://` and Redis. On a
+/// backend without read-write locks every read and write gives `SIMBA_UNSUPPORTED`.
+#[test]
+fn rw_locks_share_reads_exclude_writes_and_prefer_writers() {
+    on_each_backend(|| unsafe {
+        let mut backend = null_mut();
+        let u = url();
+        assert_eq!(simba_connect(u.as_ptr(), &mut backend), SIMBA_OK);
+        let (a, b, c) = (
+            session_on(backend),
+            session_on(backend),
+            session_on(backend),
+        );
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (ra, rb) = (rw_lock(a, c"catalog"), rw_lock(b, c"catalog"));
+        let mut ga = null_mut();
+        let st = simba_rw_lock_try_read(ra, &mut ga);
+        if st == SIMBA_UNSUPPORTED && url().as_bytes() != b"memory://" {
+            assert!(
+                last_error().contains("does not support read-write locks"),
+                "{}",
+                last_error()
+            );
+            assert!(ga.is_null());
+            let mut gw = null_mut();
+            assert_eq!(
+                simba_rw_lock_write_timeout(rb, 10, &mut gw),
+                SIMBA_UNSUPPORTED
+            );
+            for h in [ra, rb] {
+                assert_eq!(simba_rw_lock_free(h), SIMBA_OK);
+            }
+            for s in [a, b, c] {
+                assert_eq!(simba_session_free(s), SIMBA_OK);
+            }
+            return;
+        }
+        assert_eq!(st, SIMBA_OK, "{}", last_error());
+        // Two readers together.
+        let mut gb = null_mut();
+        assert_eq!(
+            simba_rw_lock_read_timeout(rb, PATIENCE_MS, &mut gb),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(rw_mode(ga), simba_rw_mode::SIMBA_RW_READ);
+        let mut name = [0 as c_char; SIMBA_NAME_LEN];
+        assert_eq!(
+            simba_rw_guard_name(gb, name.as_mut_ptr(), name.len()),
+            SIMBA_OK
+        );
+        assert_eq!(text(&name), "catalog");
+        let (ta, tb) = (rw_token(ga), rw_token(gb));
+        assert!(ta >= 1 && tb >= 1 && ta != tb, "{ta} {tb}");
+        let mut checked = 0;
+        let mut valid_ms = 0;
+        assert_eq!(simba_rw_guard_check(ga, &mut checked), SIMBA_OK);
+        assert_eq!(checked, ta);
+        assert_eq!(
+            simba_rw_guard_term(ga, &mut checked, &mut valid_ms),
+            SIMBA_OK
+        );
+        assert!(checked == ta && valid_ms > 0);
+        // A session holds one term of a name: asking again from this thread cannot wait.
+        let mut again = null_mut();
+        assert_eq!(
+            simba_rw_lock_write_timeout(ra, 10, &mut again),
+            SIMBA_ALREADY_HELD,
+            "{}",
+            last_error()
+        );
+        // A writer waits for the readers; a try does not register it.
+        let rc = rw_lock(c, c"catalog");
+        let mut gc = null_mut();
+        assert_eq!(simba_rw_lock_try_write(rc, &mut gc), SIMBA_BUSY);
+        assert!(gc.is_null());
+        assert_eq!(simba_rw_lock_write_timeout(rc, 20, &mut gc), SIMBA_TIMEOUT);
+        // Writer preference: while c waits, new readers wait too. b reads again once
+        // unlocked, until its try finds the waiting writer.
+        assert_eq!(simba_rw_guard_unlock(gb), SIMBA_OK);
+        assert_eq!(
+            simba_rw_guard_unlock(gb),
+            SIMBA_CLOSED,
+            "unlocked once only"
+        );
+        let mut valid = true;
+        assert_eq!(simba_rw_guard_is_valid(gb, &mut valid), SIMBA_OK);
+        assert!(!valid);
+        assert_eq!(simba_rw_guard_check(gb, &mut checked), SIMBA_LEASE_LOST);
+        assert_eq!(rw_token(gb), tb, "the token stays readable");
+        assert_eq!(simba_rw_guard_free(gb), SIMBA_OK);
+        let rcs = rc as usize;
+        let writer = std::thread::spawn(move || {
+            let mut g = null_mut();
+            let st = simba_rw_lock_write_timeout(rcs as _, PATIENCE_MS, &mut g);
+            (st, g as usize, last_error())
+        });
+        let deadline = std::time::Instant::now() + Duration::from_millis(PATIENCE_MS);
+        loop {
+            let mut g = null_mut();
+            match simba_rw_lock_try_read(rb, &mut g) {
+                SIMBA_BUSY => break,
+                SIMBA_OK => {
+                    assert_eq!(simba_rw_guard_unlock(g), SIMBA_OK);
+                    assert_eq!(simba_rw_guard_free(g), SIMBA_OK);
+                }
+                st => panic!("{st:?}: {}", last_error()),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the waiting writer never blocked a reader"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The last reader leaves: the writer gets the name, with a token above every read.
+        assert_eq!(simba_rw_guard_free(ga), SIMBA_OK);
+        let (st, gw, message) = writer.join().unwrap();
+        assert_eq!(st, SIMBA_OK, "{message}");
+        let gw = gw as *mut simba_rw_guard;
+        assert_eq!(rw_mode(gw), simba_rw_mode::SIMBA_RW_WRITE);
+        let tw = rw_token(gw);
+        assert!(tw > ta && tw > tb, "{tw} > {ta}, {tb}");
+        let mut gr = null_mut();
+        assert_eq!(simba_rw_lock_read_timeout(ra, 20, &mut gr), SIMBA_TIMEOUT);
+        // Cancellable waits end when their token fires (at once when fired before).
+        let mut cancel = null_mut();
+        assert_eq!(simba_cancel_new(&mut cancel), SIMBA_OK);
+        assert_eq!(simba_cancel_fire(cancel), SIMBA_OK);
+        assert_eq!(
+            simba_rw_lock_read_cancellable(ra, SIMBA_FOREVER, cancel, &mut gr),
+            SIMBA_CANCELLED
+        );
+        assert_eq!(
+            simba_rw_lock_write_cancellable(rb, SIMBA_FOREVER, cancel, &mut gr),
+            SIMBA_CANCELLED
+        );
+        assert!(gr.is_null());
+        assert_eq!(
+            simba_rw_lock_read_cancellable(ra, 0, std::ptr::null(), &mut gr),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_cancel_free(cancel), SIMBA_OK);
+        // After the write, a read term's token is above the write's: a resource that keeps
+        // the newest write token refuses nothing of the new reader.
+        assert_eq!(simba_rw_guard_unlock(gw), SIMBA_OK);
+        assert_eq!(simba_rw_guard_free(gw), SIMBA_OK);
+        let mut fresh = null_mut();
+        assert_eq!(simba_cancel_new(&mut fresh), SIMBA_OK);
+        assert_eq!(
+            simba_rw_lock_read_cancellable(ra, PATIENCE_MS, fresh, &mut gr),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert!(rw_token(gr) > tw);
+        assert_eq!(simba_cancel_free(fresh), SIMBA_OK);
+        // A severed session loses its term: LOCK_LOST on the guard's queue.
+        assert_eq!(simba_session_sever(a), SIMBA_OK);
+        let mut event = null_mut();
+        assert_eq!(
+            simba_rw_guard_next_event(gr, PATIENCE_MS, &mut event),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!((*event).kind, SIMBA_EVENT_LOCK_LOST);
+        assert_eq!((*event).token, rw_token(gr));
+        assert_eq!(text(&(*event).name), "catalog");
+        assert_eq!(simba_event_free(event), SIMBA_OK);
+        assert_eq!(simba_rw_guard_unlock(gr), SIMBA_LEASE_LOST);
+        assert_eq!(simba_rw_guard_free(gr), SIMBA_OK);
+        // Handles are checked: a double free, and a handle of another kind.
+        assert_eq!(simba_rw_guard_free(gr), SIMBA_INVALID_HANDLE);
+        assert_eq!(
+            simba_rw_lock_try_read(a.cast(), &mut gr),
+            SIMBA_INVALID_HANDLE
+        );
+        assert!(
+            last_error().contains("is a simba_session, not a simba_rw_lock"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            simba_rw_guard_token(ra.cast(), &mut checked),
+            SIMBA_INVALID_HANDLE
+        );
+        let mut bad = std::ptr::dangling_mut::<simba_rw_lock>();
+        assert_eq!(
+            simba_session_rw_lock(a, c"no/such name".as_ptr(), &mut bad),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(bad.is_null());
+        for h in [ra, rb, rc] {
+            assert_eq!(simba_rw_lock_free(h), SIMBA_OK);
+        }
+        assert_eq!(simba_rw_lock_free(ra), SIMBA_INVALID_HANDLE);
+        for s in [a, b, c] {
+            assert_eq!(simba_session_free(s), SIMBA_OK);
+        }
+    })
+}
+
+/// `lock_delay_ms` (the config's third version) is read when `struct_size` covers it: a
+/// value over the one-week maximum is refused naming the setting, a valid one opens the
+/// session, and a caller of the second version (`struct_size` up to `fair_locks`) gets no
+/// delay whatever lies beyond its struct.
+#[test]
+fn the_lock_delay_is_read_within_struct_size_and_validated() {
+    let v2 = std::mem::offset_of!(simba_config, lock_delay_ms);
+    assert!(v2 > size_of::<ConfigV1>() && v2 < size_of::<simba_config>());
+    unsafe {
+        let mut c = config();
+        assert_eq!(c.lock_delay_ms, 0, "the default");
+        let mut s = null_mut();
+        c.lock_delay_ms = 7 * 24 * 3600 * 1000 + 1;
+        assert_eq!(
+            simba_session_connect(c"memory://".as_ptr(), &c, &mut s),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(
+            last_error().contains("lock_delay") && s.is_null(),
+            "{}",
+            last_error()
+        );
+        c.lock_delay_ms = 2000;
+        assert_eq!(
+            simba_session_connect(c"memory://".as_ptr(), &c, &mut s),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        // A lock-delay does not follow a clean end: an unlock frees the name at once.
+        let mut backend = null_mut();
+        assert_eq!(simba_connect(c"memory://".as_ptr(), &mut backend), SIMBA_OK);
+        let (mut d, mut e) = (null_mut(), null_mut());
+        assert_eq!(simba_session_open(backend, &c, &mut d), SIMBA_OK);
+        assert_eq!(simba_session_open(backend, &c, &mut e), SIMBA_OK);
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
+        let (mut ld, mut le) = (null_mut(), null_mut());
+        assert_eq!(
+            simba_session_try_lock(d, c"delayed".as_ptr(), &mut ld),
+            SIMBA_OK
+        );
+        assert_eq!(simba_lock_unlock(ld), SIMBA_OK);
+        assert_eq!(
+            simba_session_try_lock(e, c"delayed".as_ptr(), &mut le),
+            SIMBA_OK
+        );
+        for l in [ld, le] {
+            assert_eq!(simba_lock_free(l), SIMBA_OK);
+        }
+        for x in [s, d, e] {
+            assert_eq!(simba_session_free(x), SIMBA_OK);
+        }
+        // The second version's caller: the bytes after its struct are not read (an invalid
+        // delay there would be refused).
+        let mut buf = std::mem::MaybeUninit::<simba_config>::uninit();
+        std::ptr::write_bytes(
+            buf.as_mut_ptr().cast::<u8>(),
+            0xaa,
+            size_of::<simba_config>(),
+        );
+        assert_eq!(simba_config_default(buf.as_mut_ptr(), v2), SIMBA_OK);
+        let bytes =
+            std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), size_of::<simba_config>());
+        assert!(
+            bytes[v2..].iter().all(|&b| b == 0xaa),
+            "nothing written past struct_size"
+        );
+        assert_eq!(buf.assume_init_ref().fair_locks, 0);
+        assert_eq!(
+            simba_session_connect(c"memory://".as_ptr(), buf.as_ptr(), &mut s),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(simba_session_free(s), SIMBA_OK);
+    }
+}
+
+/// A unique scratch directory, removed on drop.
+struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    fn new() -> Self {
+        ScratchDir(std::env::temp_dir().join(fresh_prefix()))
+    }
+    fn c(&self) -> CString {
+        CString::new(self.0.to_str().unwrap()).unwrap()
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The newest value of `key` in `fence`: its token and bytes.
+fn fenced(fence: *const simba_fence, key: &CStr) -> (u64, Vec<u8>) {
+    let mut token = u64::MAX;
+    let mut len = 0;
+    let mut buf = vec![0 as c_char; 64];
+    let st = unsafe {
+        simba_fence_get(
+            fence,
+            key.as_ptr(),
+            &mut token,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut len,
+        )
+    };
+    assert_eq!(st, SIMBA_OK, "{}", last_error());
+    assert_eq!(buf[len], 0, "a NUL after the value");
+    (token, buf[..len].iter().map(|&b| b as u8).collect())
+}
+
+/// The fence rule through a `simba_fence`: a write with a lock's token is applied, a later
+/// term's too, and the earlier term's late write is refused with `SIMBA_STALE_TOKEN`,
+/// nothing changed; the value comes back with its token under the buffer rules.
+fn fence_refuses_a_stale_token(fence: *mut simba_fence) {
+    unsafe {
+        let (a, b) = two_sessions();
+        let (mut old, mut new) = (null_mut(), null_mut());
+        assert_eq!(
+            simba_session_lock(a, c"report".as_ptr(), &mut old),
+            SIMBA_OK
+        );
+        let mut stale = 0;
+        assert_eq!(simba_lock_token(old, &mut stale), SIMBA_OK);
+        assert_eq!(fenced(fence, c"report"), (0, Vec::new()), "nothing yet");
+        let first = b"first\0with a NUL";
+        assert_eq!(
+            simba_fence_put(
+                fence,
+                c"report".as_ptr(),
+                stale,
+                first.as_ptr().cast(),
+                first.len()
+            ),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(fenced(fence, c"report"), (stale, first.to_vec()));
+        // The holder's own re-write passes.
+        assert_eq!(
+            simba_fence_put(
+                fence,
+                c"report".as_ptr(),
+                stale,
+                c"again".as_ptr().cast(),
+                5
+            ),
+            SIMBA_OK
+        );
+        assert_eq!(simba_lock_free(old), SIMBA_OK);
+        assert_eq!(
+            simba_session_lock_timeout(b, c"report".as_ptr(), PATIENCE_MS, &mut new),
+            SIMBA_OK
+        );
+        let mut token = 0;
+        assert_eq!(simba_lock_token(new, &mut token), SIMBA_OK);
+        assert!(token > stale);
+        assert_eq!(
+            simba_fence_put(
+                fence,
+                c"report".as_ptr(),
+                token,
+                c"second".as_ptr().cast(),
+                6
+            ),
+            SIMBA_OK
+        );
+        let late = b"late write of the old holder";
+        assert_eq!(
+            simba_fence_put(
+                fence,
+                c"report".as_ptr(),
+                stale,
+                late.as_ptr().cast(),
+                late.len()
+            ),
+            SIMBA_STALE_TOKEN
+        );
+        let m = last_error();
+        assert!(
+            m.contains("stale fencing token")
+                && m.contains(&format!("token {stale}"))
+                && m.contains(&format!("token {token}")),
+            "{m}"
+        );
+        assert_eq!(fenced(fence, c"report"), (token, b"second".to_vec()));
+        let name = CStr::from_ptr(simba_status_name(SIMBA_STALE_TOKEN as i32));
+        assert_eq!(name.to_str().unwrap(), "SIMBA_STALE_TOKEN");
+        assert_eq!(SIMBA_STALE_TOKEN as i32, 23);
+        // Buffers: a length query, then one too small (untouched, the length needed).
+        let mut len = 0;
+        let mut t = 0;
+        assert_eq!(
+            simba_fence_get(fence, c"report".as_ptr(), &mut t, null_mut(), 0, &mut len),
+            SIMBA_OK
+        );
+        assert_eq!((t, len), (token, 6));
+        let mut small = [7 as c_char; 6];
+        len = 0;
+        assert_eq!(
+            simba_fence_get(
+                fence,
+                c"report".as_ptr(),
+                &mut t,
+                small.as_mut_ptr(),
+                6,
+                &mut len
+            ),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(small.iter().all(|&c| c == 7) && len == 6);
+        // Bad arguments fail before any I/O.
+        assert_eq!(
+            simba_fence_put(fence, c"a b".as_ptr(), token, std::ptr::null(), 0),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            simba_fence_put(fence, c"report".as_ptr(), 0, std::ptr::null(), 0),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            simba_fence_put(fence, c"report".as_ptr(), token, std::ptr::null(), 3),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_lock_free(new), SIMBA_OK);
+        assert_eq!(simba_session_free(a), SIMBA_OK);
+        assert_eq!(simba_session_free(b), SIMBA_OK);
+        assert_eq!(simba_fence_free(fence), SIMBA_OK);
+        assert_eq!(simba_fence_free(fence), SIMBA_INVALID_HANDLE);
+    }
+}
+
+#[test]
+fn the_file_fence_refuses_a_stale_token() {
+    let dir = ScratchDir::new();
+    let mut fence = null_mut();
+    unsafe {
+        assert_eq!(
+            simba_fence_file(c"".as_ptr(), &mut fence),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            simba_fence_file(std::ptr::null(), &mut fence),
+            SIMBA_NULL_ARGUMENT
+        );
+        assert_eq!(simba_fence_file(dir.c().as_ptr(), &mut fence), SIMBA_OK);
+    }
+    fence_refuses_a_stale_token(fence);
+    // One immutable version file per token under the key's directory: the newest is left.
+    let names: Vec<_> = std::fs::read_dir(dir.0.join("report"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+#[test]
+fn the_redis_fence_refuses_a_stale_token() {
+    let mut fence = null_mut();
+    let Some((url, addr)) = redis() else {
+        let st = unsafe {
+            simba_fence_redis(c"redis://127.0.0.1:6379".as_ptr(), c"".as_ptr(), &mut fence)
+        };
+        if cfg!(feature = "redis") {
+            eprintln!("no Redis answers: skipped");
+        } else {
+            assert_eq!(st, SIMBA_FEATURE_DISABLED, "{}", last_error());
+            assert!(fence.is_null());
+        }
+        return;
+    };
+    let prefix = fresh_prefix();
+    let c_url = CString::new(url.split('?').next().unwrap()).unwrap();
+    unsafe {
+        assert_eq!(
+            simba_fence_redis(c_url.as_ptr(), c"a{b".as_ptr(), &mut fence),
+            SIMBA_INVALID_ARGUMENT
+        );
+        assert!(fence.is_null());
+        let p = CString::new(format!("{prefix}:")).unwrap();
+        assert_eq!(
+            simba_fence_redis(c_url.as_ptr(), p.as_ptr(), &mut fence),
+            SIMBA_OK,
+            "{}",
+            last_error()
+        );
+    }
+    fence_refuses_a_stale_token(fence);
+    delete_keys(&url, &addr, &prefix);
+}
+
+/// A table name no other run uses.
+fn fresh_table() -> String {
+    fresh_prefix().replace('-', "_")
+}
+
+#[cfg(feature = "postgres")]
+fn drop_pg_table(url: &str, table: &str) {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    c.batch_execute(&format!("drop table if exists {table}"))
+        .unwrap();
+}
+
+#[cfg(feature = "mysql")]
+fn drop_mysql_table(url: &str, table: &str) {
+    use mysql::prelude::Queryable;
+    let mut c = mysql::Conn::new(mysql::Opts::from_url(url).unwrap()).unwrap();
+    c.query_drop(format!("drop table if exists {table}"))
+        .unwrap();
+}
+
+/// An SQL server to fence on: its name, whether the feature is on, its URL, the fence's
+/// constructor and how to drop a table there.
+type Server = (&'static str, bool, String, Make, fn(&str, &str));
+type Make =
+    unsafe extern "C" fn(*const c_char, *const c_char, *mut *mut simba_fence) -> simba_status;
+
+/// The PostgreSQL and MySQL fences (features `postgres`, `mysql`) on the servers of
+/// `SIMBA_POSTGRES_URL` and `SIMBA_MYSQL_URL`, each in a fresh table dropped afterwards;
+/// without the feature, `SIMBA_FEATURE_DISABLED`.
+#[test]
+fn the_sql_fences_refuse_a_stale_token() {
+    let env = |var: &str, default: &str| std::env::var(var).unwrap_or_else(|_| default.into());
+    let servers: [Server; 2] = [
+        (
+            "postgres",
+            cfg!(feature = "postgres"),
+            env(
+                "SIMBA_POSTGRES_URL",
+                "postgres://postgres@127.0.0.1:5432/test",
+            ),
+            simba_fence_postgres,
+            |_url, _table| {
+                #[cfg(feature = "postgres")]
+                drop_pg_table(_url, _table)
+            },
+        ),
+        (
+            "mysql",
+            cfg!(feature = "mysql"),
+            env("SIMBA_MYSQL_URL", "mysql://simba:simba@127.0.0.1:3306/test"),
+            simba_fence_mysql,
+            |_url, _table| {
+                #[cfg(feature = "mysql")]
+                drop_mysql_table(_url, _table)
+            },
+        ),
+    ];
+    for (what, built, url, make, drop_table) in servers {
+        let table = fresh_table();
+        let (c_url, c_table) = (
+            CString::new(url.as_str()).unwrap(),
+            CString::new(table.as_str()).unwrap(),
+        );
+        let mut fence = null_mut();
+        let st = unsafe { make(c_url.as_ptr(), c_table.as_ptr(), &mut fence) };
+        if !built {
+            assert_eq!(st, SIMBA_FEATURE_DISABLED, "{what}: {}", last_error());
+            assert!(fence.is_null());
+            continue;
+        }
+        assert_eq!(st, SIMBA_OK, "{what}: {}", last_error());
+        let mut bad = null_mut();
+        assert_eq!(
+            unsafe { make(c_url.as_ptr(), c"no; drop".as_ptr(), &mut bad) },
+            SIMBA_INVALID_ARGUMENT,
+            "{what}"
+        );
+        // Before the table exists a write fails as a backend error, not a stale token.
+        let st = unsafe { simba_fence_put(fence, c"report".as_ptr(), 1, std::ptr::null(), 0) };
+        assert!(st != SIMBA_OK && st != SIMBA_STALE_TOKEN, "{what}: {st:?}");
+        assert_eq!(
+            unsafe { simba_fence_install(fence) },
+            SIMBA_OK,
+            "{what}: {}",
+            last_error()
+        );
+        assert_eq!(
+            unsafe { simba_fence_install(fence) },
+            SIMBA_OK,
+            "idempotent"
+        );
+        fence_refuses_a_stale_token(fence);
+        drop_table(&url, &table);
+    }
+    // A file fence has nothing to install.
+    let dir = ScratchDir::new();
+    let mut fence = null_mut();
+    unsafe {
+        assert_eq!(simba_fence_file(dir.c().as_ptr(), &mut fence), SIMBA_OK);
+        assert_eq!(simba_fence_install(fence), SIMBA_OK);
+        assert_eq!(simba_fence_free(fence), SIMBA_OK);
+    }
+}
+
+/// An unbounded read or write wait on a read-write lock.
+type RwWait = unsafe extern "C" fn(*const simba_rw_lock, *mut *mut simba_rw_guard) -> simba_status;
+/// A read or write wait with a timeout.
+type RwTimed =
+    unsafe extern "C" fn(*const simba_rw_lock, u64, *mut *mut simba_rw_guard) -> simba_status;
+
+/// `simba_rw_lock_read` and `simba_rw_lock_write` wait without a limit: another thread's
+/// close of the session ends them with `SIMBA_CLOSED`, nothing taken (a close that comes
+/// before the wait starts ends it the same way).
+#[test]
+fn an_unbounded_rw_wait_ends_when_another_thread_closes_the_session() {
+    unsafe {
+        let mut backend = null_mut();
+        assert_eq!(simba_connect(c"memory://".as_ptr(), &mut backend), SIMBA_OK);
+        let holder = session_on(backend);
+        let held = rw_lock(holder, c"catalog");
+        let mut guard = null_mut();
+        assert_eq!(simba_rw_lock_try_write(held, &mut guard), SIMBA_OK);
+        let waits: [(RwWait, RwTimed); 2] = [
+            (simba_rw_lock_read, simba_rw_lock_read_timeout),
+            (simba_rw_lock_write, simba_rw_lock_write_timeout),
+        ];
+        for (wait, timed) in waits {
+            let s = session_on(backend);
+            let l = rw_lock(s, c"catalog") as usize;
+            let waiting = spawn_waiter(
+                move || timed(l as _, 20, &mut null_mut()),
+                move || {
+                    let mut g = null_mut();
+                    let st = wait(l as _, &mut g);
+                    (st, g as usize, last_error())
+                },
+            );
+            assert_eq!(simba_session_close(s), SIMBA_OK);
+            let (st, g, message) = waiting.join().unwrap();
+            assert_eq!((st, g), (SIMBA_CLOSED, 0), "{message}");
+            assert_eq!(simba_rw_lock_free(l as _), SIMBA_OK);
+            assert_eq!(simba_session_free(s), SIMBA_OK);
+        }
+        // The holder's term was never disturbed.
+        let mut valid = false;
+        assert_eq!(simba_rw_guard_is_valid(guard, &mut valid), SIMBA_OK);
+        assert!(valid);
+        assert_eq!(simba_rw_guard_free(guard), SIMBA_OK);
+        assert_eq!(simba_rw_lock_free(held), SIMBA_OK);
+        assert_eq!(simba_session_free(holder), SIMBA_OK);
+        assert_eq!(simba_backend_free(backend), SIMBA_OK);
     }
 }

@@ -121,6 +121,13 @@ impl Router {
         }
     }
 
+    /// A session of this process released `name` on this backend: the others waiting for
+    /// it hear it at once, without waiting for the backend's push (a round trip through its
+    /// notification channel) or, on a backend without one, for their next retry.
+    pub(crate) fn released_here(&self, name: &LeaseName) {
+        self.route(&Notification::Released(name.clone()));
+    }
+
     /// Hands `n` to the sessions interested in it (outside the routes' lock).
     fn route(&self, n: &Notification) {
         let targets: Vec<Arc<Inner>> = {

@@ -409,8 +409,10 @@ pub trait LeaseBackend: Send + Sync {
         false
     }
 
-    /// One attempt to take the read-write lock `name` for `session` in `mode`, in one round
-    /// trip; a name of its own, apart from the lease, queue and job of the same name.
+    /// One attempt to take the read-write lock `name` for `session` in `mode`, in the fewest
+    /// round trips the backend allows (one on PostgreSQL and Redis, a short transaction on
+    /// MySQL, one to three on ZooKeeper: see each backend's design notes); a name of its own,
+    /// apart from the lease, queue and job of the same name.
     ///
     /// A record per name keeps one token counter (never reset), the live writer, the live
     /// readers and the waiting writers, each bound to its session (a session that ended holds

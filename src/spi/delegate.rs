@@ -4,7 +4,8 @@
 //! instead of silently falling back to its default in one of them.
 
 use super::backend::{
-    Acquire, JobClaim, KeepAlive, LeaseBackend, Listing, Queued, RwAcquire, RwMode, RwState, SessionGrant,
+    Acquire, JobClaim, KeepAlive, LeaseBackend, Listing, Queued, RwAcquire, RwMode, RwState,
+    SessionGrant,
 };
 use super::notify::{NotifySink, Subscription};
 use crate::error::Result;

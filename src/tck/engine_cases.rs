@@ -225,18 +225,54 @@ pub fn locks_exclude_across_sessions_with_increasing_tokens(h: &Harness) {
 
 /// A blocked `lock` takes over as soon as the holder releases.
 pub fn lock_waiter_takes_over_after_release(h: &Harness) {
-    let b = h.backend();
+    let gate = Arc::new(GatedOpens::new(h.backend(), h.patience));
+    let b: Arc<dyn LeaseBackend> = gate.clone();
     let (a, c) = (session(h, &b), session(h, &b));
     let name = lease_name("handover");
     let g = a.lock(&name).unwrap();
     let t1 = g.token();
-    let (patience, name2) = (h.patience, name.clone());
-    let c = &c;
+    let before = gate.acquires.left();
+    let patience = h.patience;
     std::thread::scope(|scope| {
-        let waiter = scope.spawn(move || c.lock_timeout(&name2, patience).map(|g| g.token()));
-        std::thread::sleep(Duration::from_millis(20));
+        let waiter = scope.spawn(|| c.lock_timeout(&name, patience).map(|g| g.token()));
+        h.until("the waiter found the name held", || {
+            gate.acquires.left() > before
+        });
         drop(g);
         let t2 = waiter.join().unwrap().expect("waiter gets the lock");
+        assert!(t2 > t1);
+    });
+}
+
+/// A release wakes a waiter of another session of this process at once, on every backend
+/// (whether or not it pushes releases): the waiter takes over before its next retry is due.
+pub fn a_release_wakes_a_waiter_of_this_process_before_its_retry(h: &Harness) {
+    let gate = Arc::new(GatedOpens::new(h.backend(), h.patience));
+    let b: Arc<dyn LeaseBackend> = gate.clone();
+    let lease = h.long_lease();
+    let config = Config::builder()
+        .lease(lease)
+        .renew_interval(lease / 3)
+        .build()
+        .unwrap();
+    // Shorter than the first retry (the retry interval plus jitter): only a wake-up gets in.
+    let patience = config.retry_interval() * 4 / 5;
+    let a = Session::open(b.clone(), config.clone()).unwrap();
+    let c = Session::open(b, config).unwrap();
+    let name = lease_name("woken");
+    let g = a.lock(&name).unwrap();
+    let t1 = g.token();
+    let before = gate.acquires.left();
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| c.lock_timeout(&name, patience).map(|g| g.token()));
+        h.until("the waiter found the name held", || {
+            gate.acquires.left() > before
+        });
+        g.unlock().unwrap();
+        let t2 = waiter
+            .join()
+            .unwrap()
+            .expect("the release wakes the waiter before its retry");
         assert!(t2 > t1);
     });
 }

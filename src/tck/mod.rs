@@ -1,9 +1,10 @@
 //! The conformance kit: the contract as named test cases, written once against
 //! [`LeaseBackend`] and the engine, run by every backend's test file in one line.
 //!
-//! ```ignore
-//! // tests/my_backend.rs
-//! simba_lease::tck_suite!(|| std::sync::Arc::new(MyBackend::connect_isolated()));
+//! ```
+//! // tests/my_backend.rs (here with the in-memory backend, isolated by being new)
+//! simba_lease::tck_suite!(|| std::sync::Arc::new(simba_lease::backends::MemoryBackend::new()));
+//! # fn main() {}
 //! ```
 //!
 //! The factory is called once per case and must return a backend isolated from every other
@@ -231,6 +232,7 @@ macro_rules! tck_suite {
             lock_guard_drop_releases,
             lock_excludes_threads_of_one_session,
             lock_waiter_takes_over_after_release,
+            a_release_wakes_a_waiter_of_this_process_before_its_retry,
             locks_exclude_across_sessions_with_increasing_tokens,
             session_expiry_is_reported_in_order,
             expired_session_reopens_and_reenters_elections_and_groups,

@@ -934,6 +934,162 @@ pub fn install_schema_migrates_older_tables<D: Db>() {
     assert_eq!(b.owner(&before).unwrap(), None);
 }
 
+/// Read-write rows end with their session: a close deletes the terms and places of the
+/// session it closes, the purge those of a session that crashed (opened through another
+/// backend, so no close of this one knows it); the name's counter stays.
+pub fn rw_rows_end_with_their_session<D: Db>() {
+    use simba_lease::spi::{RwAcquire, RwMode};
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    let other = sibling(&D::url(), &b.0);
+    let (rw, holders, waiters) = (
+        format!("{p}simba_rw"),
+        format!("{p}simba_rw_holder"),
+        format!("{p}simba_rw_waiter"),
+    );
+    let long = Duration::from_secs(60);
+    let name = LeaseName::new("rw-rows").unwrap();
+    let open =
+        |b: &dyn LeaseBackend, lease| b.open_session(lease, &Metadata::default()).unwrap().id;
+    let (r, w) = (open(&*b, long), open(&*b, long));
+    let crashed = open(&other, Duration::from_millis(300));
+    let read = |b: &dyn LeaseBackend, s: &SessionId| {
+        matches!(
+            b.acquire_rw(s, &name, RwMode::Read, long).unwrap(),
+            RwAcquire::Acquired(_)
+        )
+    };
+    assert!(read(&*b, &r) && read(&other, &crashed));
+    assert!(matches!(
+        b.acquire_rw(&w, &name, RwMode::Write, long).unwrap(),
+        RwAcquire::Busy {
+            readers: 2,
+            writers_waiting: 1,
+            ..
+        }
+    ));
+    assert_eq!((D::count(&holders), D::count(&waiters)), (2, 1));
+    b.close_session(&r).unwrap();
+    assert_eq!(D::count(&holders), 1, "the close deletes the reader's term");
+    b.close_session(&w).unwrap();
+    assert_eq!(
+        D::count(&waiters),
+        0,
+        "the close deletes the writer's place"
+    );
+    until(
+        Duration::from_secs(20),
+        "the crashed reader's session expired",
+        || b.rw_state(&name).unwrap().readers.is_empty(),
+    );
+    b.purge_expired().unwrap();
+    assert_eq!(
+        D::count(&holders),
+        0,
+        "the purge deletes the crashed reader's term"
+    );
+    assert_eq!(D::count(&rw), 1, "the counter stays");
+    assert_eq!(b.rw_state(&name).unwrap().last_token, 2);
+}
+
+/// Writers and readers of several sessions on two backends (two pools) hammer one name with
+/// single attempts on the backend (one writer keeps a place, the others do not): never two writers,
+/// or a writer with a reader; every write token is above every token seen before it, every
+/// read token above the last write's; every session gets its turns.
+pub fn rw_exclusion_under_direct_contention<D: Db>() {
+    use simba_lease::spi::{RwAcquire, RwMode};
+    use std::sync::atomic::{AtomicI64, AtomicU64};
+    let b = isolated(&D::url());
+    let other = sibling(&D::url(), &b.0);
+    let backends: [&dyn LeaseBackend; 2] = [&*b, &other];
+    let name = LeaseName::new("rw-direct").unwrap();
+    let lease = Duration::from_secs(60);
+    let (readers, writers) = (AtomicI64::new(0), AtomicI64::new(0));
+    let (max_seen, last_write) = (AtomicU64::new(0), AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    std::thread::scope(|scope| {
+        for i in 0..6 {
+            let b = backends[i % 2];
+            let mode = if i < 3 { RwMode::Write } else { RwMode::Read };
+            let (name, readers, writers, max_seen, last_write) =
+                (&name, &readers, &writers, &max_seen, &last_write);
+            scope.spawn(move || {
+                let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+                // One writer keeps a place between its attempts; the others race for a
+                // free name with single tries, as readers do.
+                let patience = if i == 0 { lease } else { Duration::ZERO };
+                let mut turns = 0;
+                while turns < 15 {
+                    assert!(Instant::now() < deadline, "{mode:?} {i} starved");
+                    let t = match b.acquire_rw(&s, name, mode, patience).unwrap() {
+                        RwAcquire::Acquired(t) => t.token.get(),
+                        RwAcquire::Busy { .. } => {
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        }
+                    };
+                    match mode {
+                        RwMode::Write => {
+                            assert_eq!(writers.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                            assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer with a reader");
+                            assert!(t > max_seen.fetch_max(t, Ordering::SeqCst), "write token");
+                            last_write.store(t, Ordering::SeqCst);
+                            writers.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        RwMode::Read => {
+                            readers.fetch_add(1, Ordering::SeqCst);
+                            assert_eq!(writers.load(Ordering::SeqCst), 0, "a reader with a writer");
+                            assert!(t > last_write.load(Ordering::SeqCst), "read token");
+                            max_seen.fetch_max(t, Ordering::SeqCst);
+                            readers.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    }
+                    let token = simba_lease::Token::new(t).unwrap();
+                    assert!(b.release_rw(&s, name, mode, token).unwrap());
+                    turns += 1;
+                }
+                b.close_session(&s).unwrap();
+            });
+        }
+    });
+    assert_eq!(
+        b.rw_state(&name).unwrap().last_token,
+        90,
+        "one token per term"
+    );
+}
+
+/// Tables from before read-write locks: everything else works (a close and a purge too),
+/// read-write locks fail with `MissingSchema` until `install_schema` adds their tables.
+pub fn tables_without_rw_serve_the_rest<D: Db>() {
+    use simba_lease::spi::RwMode;
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    for t in ["simba_rw_waiter", "simba_rw_holder", "simba_rw"] {
+        D::exec(&format!("DROP TABLE {p}{t}"));
+    }
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let name = LeaseName::new("old").unwrap();
+    let t = acquired(&*b, &s, &name);
+    let e = b.acquire_rw(&s, &name, RwMode::Read, lease).unwrap_err();
+    assert!(matches!(e, Error::MissingSchema { .. }), "{e:?}");
+    assert!(matches!(
+        b.rw_state(&name).unwrap_err(),
+        Error::MissingSchema { .. }
+    ));
+    b.purge_expired().unwrap();
+    assert!(b.release(&s, &name, t.token).unwrap());
+    b.close_session(&s).unwrap();
+    b.0.install_schema().unwrap();
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    assert!(matches!(
+        b.acquire_rw(&s, &name, RwMode::Write, lease).unwrap(),
+        simba_lease::spi::RwAcquire::Acquired(_)
+    ));
+    b.close_session(&s).unwrap();
+}
+
 /// What differs between the dialects in the shared SQL tests: a plain connection of the
 /// dialect's own crate does each of these.
 pub trait Db: 'static {
@@ -1063,6 +1219,21 @@ macro_rules! sql_suite {
         #[test]
         fn keep_alive_lists_leases_only_when_they_changed() {
             sql_common::keep_alive_lists_leases_only_when_they_changed::<$db>();
+        }
+
+        #[test]
+        fn rw_rows_end_with_their_session() {
+            sql_common::rw_rows_end_with_their_session::<$db>();
+        }
+
+        #[test]
+        fn rw_exclusion_under_direct_contention() {
+            sql_common::rw_exclusion_under_direct_contention::<$db>();
+        }
+
+        #[test]
+        fn tables_without_rw_serve_the_rest() {
+            sql_common::tables_without_rw_serve_the_rest::<$db>();
         }
 
         #[test]

@@ -3,8 +3,8 @@
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
-    Notification, NotifySink, Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscribers,
-    Subscription,
+    Notification, NotifySink, Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo,
+    Subscribers, Subscription,
 };
 use crate::types::{Clock, SystemClock};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};

@@ -18,8 +18,8 @@ use super::scripts::scripts;
 use crate::error::{Error, Result};
 use crate::spi::url::BackendUrl;
 use crate::spi::{
-    Acquire, GroupInfo, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued,
-    SessionGrant, SessionInfo, Subscribers, Subscription,
+    Acquire, GroupInfo, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued, RwAcquire,
+    RwMode, RwState, SessionGrant, SessionInfo, Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use std::collections::HashSet;
@@ -385,6 +385,7 @@ impl LeaseBackend for RedisBackend {
         crate::backends::options::check_lease(lease)?;
         crate::types::limits::check_lock_delay(lock_delay)?;
         let id = SessionId::random();
+        let sent = std::time::Instant::now();
         let r = self.base.eval(
             Role::Other,
             &scripts().open,
@@ -404,10 +405,10 @@ impl LeaseBackend for RedisBackend {
             .and_then(|v| u64::try_from(v).ok())
             .filter(|v| (1..=lease_ms(lease)).contains(v))
             .ok_or_else(|| bad_reply("opening a session", &r))?;
-        Ok(SessionGrant {
-            id,
-            remaining: Duration::from_millis(left),
-        })
+        let remaining = Duration::from_millis(left);
+        self.flavor
+            .session_opened(&id, sent + remaining, Some(lease));
+        Ok(SessionGrant { id, remaining })
     }
 
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
@@ -464,6 +465,52 @@ impl LeaseBackend for RedisBackend {
 
     fn supports_queues(&self) -> bool {
         true
+    }
+
+    fn supports_rw_locks(&self) -> bool {
+        true
+    }
+
+    /// One script on the lock's slot (`rw_acquire.lua`; see "Read-write locks" in the module
+    /// documentation).
+    fn acquire_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        patience: Duration,
+    ) -> Result<RwAcquire> {
+        if !patience.is_zero() {
+            crate::backends::options::check_lease(patience)?;
+        }
+        self.flavor
+            .acquire_rw(&self.base, session, name, mode, patience)
+    }
+
+    fn release_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        self.flavor
+            .release_rw(&self.base, session, name, mode, token)
+    }
+
+    fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.flavor.leave_rw(&self.base, session, name)
+    }
+
+    /// `rw_state.lua`, a read of the lock's hash.
+    fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
+        let r = self.base.eval(
+            Role::Other,
+            &scripts().rw_state,
+            &[self.base.keys.rw(name.as_str())],
+            &[self.base.keys.session_prefix()],
+        )?;
+        super::flavor::rw_state_reply(&r)
     }
 
     fn acquire_queued(

@@ -60,6 +60,18 @@ impl Keys {
     pub(super) fn queue(&self, name: &str) -> String {
         format!("{}:queue:{{{name}}}", self.prefix)
     }
+    /// The read-write lock of a name (same slot as the lease of that name).
+    pub(super) fn rw(&self, name: &str) -> String {
+        format!("{}:rw:{{{name}}}", self.prefix)
+    }
+    pub(super) fn rw_prefix(&self) -> String {
+        format!("{}:rw:", self.prefix)
+    }
+    /// One node: the read-write lock keys a session holds or waits for (same slot as the
+    /// session), for its close.
+    pub(super) fn rw_index(&self, sid: &SessionId) -> String {
+        format!("{}:rw", self.session(sid))
+    }
     /// The deadlines of the places in a lease's queue (same slot as the lease).
     pub(super) fn queue_deadlines(&self, name: &str) -> String {
         format!("{}:deadlines", self.queue(name))
@@ -93,8 +105,9 @@ impl Keys {
     }
 
     /// The notification a message `payload` on `channel` means, if any.
-    /// A lease channel carries `acquired` (a new term) or `released`; a group channel
-    /// `joined` or `left`.
+    /// A lease channel carries `acquired` (a new term) or `released`; a read-write lock's
+    /// channel `released` (a term ended or a waiting writer left: a release of the name, as
+    /// the memory backend tells it); a group channel `joined` or `left`.
     pub(super) fn notification(&self, channel: &str, payload: &[u8]) -> Option<Notification> {
         let inner = |p: String| {
             channel
@@ -109,6 +122,9 @@ impl Keys {
                 b"acquired" => Notification::Acquired(name),
                 _ => Notification::Released(name),
             });
+        }
+        if let Some(n) = inner(self.rw_prefix()) {
+            return LeaseName::new(n).ok().map(Notification::Released);
         }
         inner(self.group_prefix())
             .and_then(|g| GroupName::new(g).ok())
@@ -137,6 +153,8 @@ mod tests {
         let anchor = k.anchor("a1", &sid);
         assert_eq!(key_slot(&anchor), key_slot(&format!("{anchor}:delay:1.2")));
         assert_eq!(key_slot(&k.lease("job")), key_slot("job"));
+        assert_eq!(key_slot(&k.rw("job")), key_slot("job"));
+        assert_eq!(key_slot(&k.session(&sid)), key_slot(&k.rw_index(&sid)));
     }
 
     #[test]
@@ -161,6 +179,10 @@ mod tests {
                 ))
             );
         }
+        assert_eq!(
+            k.notification("app:rw:{job}", b"released"),
+            Some(Notification::Released(LeaseName::new("job").unwrap()))
+        );
         assert_eq!(k.notification("other:lease:{job}", b"released"), None);
         assert_eq!(k.notification("app:lease:job", b"released"), None);
     }

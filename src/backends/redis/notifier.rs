@@ -1,5 +1,5 @@
 //! The pub/sub notifier of a backend: one thread, started by the first subscriber, that
-//! listens on the lease and group channels of the prefix and turns their messages into
+//! listens on the lease, read-write lock and group channels of the prefix and turns their messages into
 //! [`Notification`]s; when its connection drops, subscribers get [`Notification::Resync`]
 //! and it subscribes again with backoff. It stops when the backend is dropped.
 
@@ -90,6 +90,7 @@ fn spawn(base: &Base, subs: &Arc<Subscribers>, conn_name: String, st: Arc<Notifi
     let patterns = vec![
         format!("{}*", keys.lease_prefix()),
         format!("{}*", keys.group_prefix()),
+        format!("{}*", keys.rw_prefix()),
     ];
     let thread_st = st.clone();
     let spawned = std::thread::Builder::new()

@@ -65,4 +65,8 @@ scripts!(
     ping,
     claim_job,
     finish_job,
+    rw_acquire,
+    rw_release,
+    rw_leave,
+    rw_state,
 );

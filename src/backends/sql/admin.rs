@@ -37,8 +37,9 @@ impl SqlBackend {
         &self.options.table_prefix
     }
 
-    /// Creates the five tables (sessions, leases, members, the fair-lock queue, run-once
-    /// jobs) and their indexes if they do not exist (idempotent, safe to
+    /// Creates the eight tables (sessions, leases, members, the fair-lock queue, run-once
+    /// jobs, and read-write locks' names, terms and waiting writers) and their indexes if
+    /// they do not exist (idempotent, safe to
     /// run from several processes at once), and adds the `version` column to a session table
     /// and the `term_value` and `value_token` columns to a lease table created by an earlier
     /// version (run it after upgrading; the statements need them).
@@ -48,7 +49,7 @@ impl SqlBackend {
             .map_err(|e| self.err("installing the schema", e))
     }
 
-    /// Drops the five tables (with every token in them). For tests and teardown only:
+    /// Drops the eight tables (with every token in them). For tests and teardown only:
     /// tokens restart at 1 afterwards.
     pub fn drop_tables(&self) -> Result<()> {
         self.driver

@@ -10,11 +10,11 @@ use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued,
-    SessionGrant, SessionInfo, Subscription,
+    RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,6 +74,9 @@ pub struct SqlBackend {
     /// Per session, the version of its leases the last listing keep-alive answered, and that
     /// list (a keep-alive answering "same version" reuses it).
     known: Mutex<HashMap<SessionId, KnownLeases>>,
+    /// The sessions that asked for a read-write lock through this backend: their end
+    /// deletes their read-write rows (see [`SqlBackend::end_rw_session`]).
+    pub(super) rw_sessions: Mutex<HashSet<SessionId>>,
 }
 
 /// The leases of a session at one version of its lease set.
@@ -161,6 +164,7 @@ impl SqlBackend {
             last_purge: Mutex::new(Instant::now()),
             purging: Arc::new(AtomicBool::new(false)),
             known: Mutex::new(HashMap::new()),
+            rw_sessions: Mutex::new(HashSet::new()),
         }
     }
 
@@ -365,6 +369,7 @@ impl LeaseBackend for SqlBackend {
                 self.driver
                     .remove_session(session.as_str())
                     .map_err(|e| self.err("removing an expired session", e))?;
+                self.end_rw_session(session);
                 return Err(Self::expired(session));
             };
             let remaining = remaining(r.remaining_us);
@@ -436,7 +441,9 @@ impl LeaseBackend for SqlBackend {
         self.known.lock().remove(session);
         self.driver
             .remove_session(session.as_str())
-            .map_err(|e| self.err("closing a session", e))
+            .map_err(|e| self.err("closing a session", e))?;
+        self.end_rw_session(session);
+        Ok(())
     }
 
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
@@ -544,6 +551,43 @@ impl LeaseBackend for SqlBackend {
         at_least: Duration,
     ) -> Result<bool> {
         self.finish_job_sql(session, name, token, at_least)
+    }
+
+    fn supports_rw_locks(&self) -> bool {
+        true
+    }
+
+    /// PostgreSQL: one statement. MySQL/MariaDB: a transaction of four or five statements
+    /// (see the design notes).
+    fn acquire_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        patience: Duration,
+    ) -> Result<RwAcquire> {
+        self.acquire_rw_sql(session, name, mode, patience)
+    }
+
+    /// One statement.
+    fn release_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        self.release_rw_sql(session, name, mode, token)
+    }
+
+    /// One statement.
+    fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.leave_rw_sql(session, name)
+    }
+
+    /// One statement.
+    fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
+        self.rw_state_sql(name)
     }
 
     fn supports_queues(&self) -> bool {

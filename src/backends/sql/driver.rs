@@ -6,6 +6,7 @@
 
 use super::jobs;
 use super::pool::{Pool, PoolConn};
+use super::rw::{RwRow, RwStateRow};
 use crate::backends::options;
 use crate::error::{BoxError, Error, Result};
 use crate::spi::{NotifySink, Subscription};
@@ -282,6 +283,20 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn job_create(&self, name: &str) -> DbResult<()>;
     /// Finishes `id`'s running claim with `token`; whether it did.
     fn job_finish(&self, id: &str, name: &str, token: i64, at_least_ms: i64) -> DbResult<bool>;
+    /// Read-write locks (see [`super::rw`]): one attempt of `id` to take `name` (`write`:
+    /// the write side) with a waiting writer's `patience_ms`.
+    fn rw_acquire(&self, id: &str, name: &str, write: bool, patience_ms: i64) -> DbResult<RwRow>;
+    /// Ends `id`'s term of `name` of that side with `token`; whether it held it.
+    fn rw_release(&self, id: &str, name: &str, write: bool, token: i64) -> DbResult<bool>;
+    /// Deletes `id`'s place among `name`'s waiting writers; whether it was live.
+    fn rw_leave(&self, id: &str, name: &str) -> DbResult<bool>;
+    /// The token counter, the live terms and the live waiting writers of `name`.
+    fn rw_state(&self, name: &str) -> DbResult<Vec<RwStateRow>>;
+    /// Deletes the terms and places of the session `id` (which ended), waking their names'
+    /// waiters.
+    fn rw_end_session(&self, id: &str) -> DbResult<()>;
+    /// Removes expired sessions (at most `limit`), and the read-write terms and places of
+    /// every session that is no longer live (where the tables exist).
     fn purge(&self, limit: usize) -> DbResult<usize>;
     /// A prepared `SELECT 1`.
     fn ping(&self) -> DbResult<()>;

@@ -11,7 +11,8 @@
 //!   [`DbError`](driver::DbError) and the retry loop [`with_conn`](driver::with_conn);
 //! * [`backend`]: [`SqlBackend`] and its `LeaseBackend` impl; [`admin`]: its calls beyond the
 //!   SPI (schema, `simba doctor`); [`builder`]: [`SqlBackendBuilder`] and the options;
-//! * [`tables`]: table names under a prefix; [`jobs`]: run-once jobs; [`pool`]: the
+//! * [`tables`]: table names under a prefix; [`jobs`]: run-once jobs; [`rw`]: read-write
+//!   locks; [`pool`]: the
 //!   connection pool; [`tls`]: the TLS options of both dialects; [`failure`]: every error;
 //! * `postgres/` and `mysql/`: each dialect's statements, connections, row decoding and
 //!   schema migration (and PostgreSQL's `LISTEN` connection).
@@ -27,6 +28,7 @@ mod mysql;
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod rw;
 mod tables;
 mod tls;
 

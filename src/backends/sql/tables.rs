@@ -11,6 +11,10 @@ pub(crate) struct Tables {
     pub(crate) member: String,
     pub(crate) queue: String,
     pub(crate) job: String,
+    /// Read-write locks: the name's token counter, its terms, its waiting writers.
+    pub(crate) rw: String,
+    pub(crate) rw_holder: String,
+    pub(crate) rw_waiter: String,
 }
 
 impl Tables {
@@ -22,6 +26,9 @@ impl Tables {
             member: format!("{prefix}simba_member"),
             queue: format!("{prefix}simba_queue"),
             job: format!("{prefix}simba_job"),
+            rw: format!("{prefix}simba_rw"),
+            rw_holder: format!("{prefix}simba_rw_holder"),
+            rw_waiter: format!("{prefix}simba_rw_waiter"),
         }
     }
 
@@ -53,15 +60,27 @@ mod tests {
     fn script_gets_the_prefix() {
         let t = Tables::new("t1_");
         let stmts = t.script(include_str!("../../../sql/init-simba-mysql.sql"));
-        assert_eq!(stmts.len(), 5);
+        assert_eq!(stmts.len(), 8);
         assert!(stmts[0].contains("t1_simba_session"));
         assert!(stmts[0].contains("t1_idx_session_expires"));
         assert!(stmts[3].contains("t1_simba_queue") && stmts[3].contains("t1_idx_queue_seq"));
         assert!(stmts[4].contains("t1_simba_job"));
+        assert!(stmts[5].contains("t1_simba_rw\n"));
+        assert!(
+            stmts[6].contains("t1_simba_rw_holder")
+                && stmts[6].contains("t1_idx_rw_holder_session")
+        );
+        assert!(
+            stmts[7].contains("t1_simba_rw_waiter") && stmts[7].contains("t1_idx_rw_waiter_seq")
+        );
         let pg = t.script(include_str!("../../../sql/init-simba-postgresql.sql"));
-        assert_eq!(pg.len(), 9);
+        assert_eq!(pg.len(), 15);
         assert!(pg[1].contains("t1_idx_session_expires on t1_simba_session"));
         assert!(pg[7].contains("t1_idx_queue_seq on t1_simba_queue"));
         assert!(pg[8].contains("t1_simba_job"));
+        assert!(pg[9].contains("t1_simba_rw\n"));
+        assert!(pg[11].contains("t1_idx_rw_holder_session on t1_simba_rw_holder"));
+        assert!(pg[13].contains("t1_idx_rw_waiter_seq on t1_simba_rw_waiter"));
+        assert!(pg[14].contains("t1_idx_rw_waiter_session on t1_simba_rw_waiter"));
     }
 }

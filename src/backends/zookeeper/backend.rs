@@ -12,7 +12,7 @@ use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued,
-    SessionGrant, SessionInfo, Subscription,
+    RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
@@ -62,16 +62,26 @@ impl ZooKeeperBackend {
         self.inner.fail_place_deletes(n);
     }
 
-    /// The ACLs of the root and of its `leases` and `groups` nodes, as `(path, entries)`
-    /// (read by the backend's reader with its auth infos); a node that does not exist (see
-    /// [`ZooKeeperBuilder::create_root`](super::ZooKeeperBuilder::create_root)) is left out.
-    /// Used by `simba doctor`.
+    /// Makes the replies of the next `n` read-write lock grants get lost after the server ran
+    /// them, as a timeout would (for tests of the stray terms left behind).
+    #[doc(hidden)]
+    pub fn lose_rw_grant_replies(&self, n: u32) {
+        self.inner
+            .rw_reply_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The ACLs of the root and of its `leases`, `groups`, `delays` and `rw` nodes, as
+    /// `(path, entries)` (read by the backend's reader with its auth infos); a node that does
+    /// not exist (see [`ZooKeeperBuilder::create_root`](super::ZooKeeperBuilder::create_root))
+    /// is left out. Used by `simba doctor`.
     pub fn acls(&self) -> Result<Vec<(String, Vec<Acl>)>> {
         const OP: &str = "reading ACLs";
         let inner = &self.inner;
         let client = inner.reader.client()?;
         let mut out = Vec::new();
-        for path in [&inner.cfg.root, &inner.cfg.leases, &inner.cfg.groups] {
+        let cfg = &inner.cfg;
+        for path in [&cfg.root, &cfg.leases, &cfg.groups, &cfg.delays, &cfg.rw] {
             let (acl, _) = match call(OP, inner.cfg.request_timeout, client.get_acl(path))? {
                 Ok(found) => found,
                 Err(zk::Error::NoNode) => continue,
@@ -721,6 +731,46 @@ impl LeaseBackend for ZooKeeperBackend {
 
     fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
         self.inner.queue(name)
+    }
+
+    fn supports_rw_locks(&self) -> bool {
+        true
+    }
+
+    /// A multi read of the name's counter node and its children; with writers waiting, the
+    /// clock write and a multi read of their nodes (sent together); then the grant or the
+    /// registration (one multi) or the renewal (one write), unless the reply is known by
+    /// then: 1 to 3 round trips (see `rw`).
+    fn acquire_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        patience: Duration,
+    ) -> Result<RwAcquire> {
+        self.inner.acquire_rw(session, name, mode, patience)
+    }
+
+    /// One delete of the term's node (named with the session and token).
+    fn release_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        self.inner.release_rw(session, name, mode, token)
+    }
+
+    /// One delete of the session's waiting-writer node.
+    fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        self.inner.leave_rw_queue(session, name)
+    }
+
+    /// A sync and a multi read on the reader (one round trip), plus the clock write and the
+    /// waiting writers' multi read when writers wait.
+    fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
+        self.inner.rw_state(name)
     }
 
     /// Lease nodes (one multi read), then each group's members. ZooKeeper does not list

@@ -115,8 +115,8 @@ impl ZooKeeperBuilder {
         self
     }
 
-    /// Whether [`build`](Self::build) creates the root and its `leases`, `groups` and
-    /// `delays` nodes when they are missing (default `true`, with the [`AclPolicy`]). Off,
+    /// Whether [`build`](Self::build) creates the root and its `leases`, `groups`, `delays`
+    /// and `rw` nodes when they are missing (default `true`, with the [`AclPolicy`]). Off,
     /// building only reads: the nodes are created by the first lease or group write instead,
     /// and [`ZooKeeperBackend::acls`] lists the ones that exist (`simba doctor` builds its
     /// backend this way, and reports missing nodes instead of creating them).
@@ -165,7 +165,8 @@ impl ZooKeeperBuilder {
     }
 
     /// Connects the backend's reader (members, owners, watches) and creates the root's
-    /// `leases` and `groups` nodes if missing.
+    /// `leases`, `groups`, `delays` and `rw` nodes if missing (see
+    /// [`create_root`](Self::create_root)).
     ///
     /// With [`tls`](Self::tls), the PEM files are read first (one that cannot be read or
     /// holds no certificate or key is an [`Error::InvalidConfig`] naming its option), then a
@@ -214,6 +215,7 @@ impl ZooKeeperBuilder {
             leases: format!("{root}/leases"),
             groups: format!("{root}/groups"),
             delays: format!("{root}/delays"),
+            rw: format!("{root}/rw"),
             root,
             auth: self.auth.clone(),
             acl,
@@ -244,6 +246,7 @@ impl ZooKeeperBuilder {
             sessions: Mutex::new(HashMap::new()),
             wake: wake_tx,
             place_delete_faults: std::sync::atomic::AtomicU32::new(0),
+            rw_reply_faults: std::sync::atomic::AtomicU32::new(0),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()

@@ -26,6 +26,8 @@ pub(super) struct Cfg {
     pub(super) groups: String,
     /// `{root}/delays`: the lock-delay gates (see `delay`).
     pub(super) delays: String,
+    /// `{root}/rw`: the read-write locks' counter nodes (see `rw`).
+    pub(super) rw: String,
     pub(super) auth: Vec<(String, Vec<u8>)>,
     pub(super) acl: AclPolicy,
     pub(super) connection_timeout: Duration,
@@ -81,6 +83,7 @@ impl Cfg {
             self.mkdirs(&client, &self.leases, self.request_timeout)?;
             self.mkdirs(&client, &self.groups, self.request_timeout)?;
             self.mkdirs(&client, &self.delays, self.request_timeout)?;
+            self.mkdirs(&client, &self.rw, self.request_timeout)?;
         }
         let w = client.watch(&self.root, zk::AddWatchMode::PersistentRecursive);
         let watcher = call("watching the root", self.request_timeout, w)?

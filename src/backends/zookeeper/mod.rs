@@ -11,7 +11,7 @@
 //! * `codec`: a lease node's data and token; `watch`: the watchdog and the reader's watch;
 //! * `delay`: lock-delay gates and their stamps;
 //! * `acl`: [`Perms`], [`Acl`], [`AclPolicy`]; `held`: the watches of the held leases;
-//!   `queue`: fair locks; `jobs`: run-once jobs; `tls`; `facade`: blocking on the client's
+//!   `queue`: fair locks; `rw`: read-write locks; `jobs`: run-once jobs; `tls`; `facade`: blocking on the client's
 //!   futures; `failure`: every error.
 
 mod acl;
@@ -25,6 +25,7 @@ mod failure;
 mod held;
 mod jobs;
 mod queue;
+mod rw;
 mod session;
 #[cfg(feature = "tls")]
 mod tls;

@@ -41,6 +41,7 @@ pub(super) fn watch_loop(
     let leases = format!("{}/", cfg.leases);
     let groups = format!("{}/", cfg.groups);
     let queues = format!("{}/queues/", cfg.root);
+    let rw = format!("{}/", cfg.rw);
     let mut disconnected = false;
     loop {
         let ev = futures_lite::future::block_on(watcher.changed());
@@ -102,6 +103,15 @@ pub(super) fn watch_loop(
             zk::EventType::NodeDeleted if ev.path.starts_with(&queues) => {
                 let rest = &ev.path[queues.len()..];
                 if let Some((n, _place)) = rest.split_once('/') {
+                    if let Ok(name) = LeaseName::new(n) {
+                        subs.publish(&Notification::Released(name));
+                    }
+                }
+            }
+            // A read-write term released, or a waiting writer gone: waiters may go now.
+            zk::EventType::NodeDeleted if ev.path.starts_with(&rw) => {
+                let rest = &ev.path[rw.len()..];
+                if let Some((n, _child)) = rest.split_once('/') {
                     if let Ok(name) = LeaseName::new(n) {
                         subs.publish(&Notification::Released(name));
                     }

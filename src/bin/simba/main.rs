@@ -6,7 +6,7 @@
 //! simba doctor URL [--lease D] [--json]
 //! simba schema install URL [--prefix P] [--json]
 //! simba schema check URL [--prefix P] [--json]
-//! simba status URL [NAME...] [--group G]... [--json]
+//! simba status URL [NAME...] [--group G]... [--rw NAME]... [--json]
 //! simba watch URL NAME [--events N] [--for D] [--json]
 //! ```
 //!
@@ -46,8 +46,9 @@ enum Command {
     /// Installs or checks the tables of a SQL backend (PostgreSQL, MySQL, MariaDB).
     #[command(subcommand)]
     Schema(schema::Command),
-    /// The holders of the named leases and the members of the named groups; without names,
-    /// every session, held lease and group the backend sees.
+    /// The holders of the named leases, the members of the named groups and the holders and
+    /// waiting writers of the named read-write locks (`--rw`); without names, every session,
+    /// held lease and group the backend sees.
     Status(status::Args),
     /// Follows the holders of one lease until interrupted.
     Watch(status::WatchArgs),

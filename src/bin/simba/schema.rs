@@ -41,7 +41,7 @@ pub(crate) struct Args {
     pub(crate) json: bool,
 }
 
-/// The tables every SQL backend needs; fair locks and run-once jobs add
+/// The tables every SQL backend needs; fair locks, run-once jobs and read-write locks add
 /// [`OPTIONAL_TABLES`].
 const CORE_TABLES: [&str; 3] = ["simba_session", "simba_lease", "simba_member"];
 
@@ -117,7 +117,7 @@ pub(crate) fn run(c: Command) -> Result<ExitCode> {
 }
 
 /// The findings on the tables of `b`: `schema` (the core tables exist and answer),
-/// `tables` (those of fair locks and run-once jobs) and `collation` (key columns compare
+/// `tables` (those of fair locks, run-once jobs and read-write locks) and `collation` (key columns compare
 /// byte by byte). `pooled`: a transaction-mode pooler was found in front, whose lost
 /// prepared statements say nothing about the tables. Shared by `simba doctor` and
 /// `simba schema`.
@@ -215,13 +215,16 @@ pub(crate) fn tables(b: &SqlBackend, f: &mut Findings, postgres: bool, pooled: b
     Ok(())
 }
 
-/// Fair locks and run-once jobs: their tables.
-const OPTIONAL_TABLES: [(&str, &str); 2] = [
+/// Fair locks, run-once jobs and read-write locks: their tables.
+const OPTIONAL_TABLES: [(&str, &str); 5] = [
     ("simba_queue", "fair locks"),
     ("simba_job", "run-once jobs"),
+    ("simba_rw", "read-write locks"),
+    ("simba_rw_holder", "read-write locks"),
+    ("simba_rw_waiter", "read-write locks"),
 ];
 
-/// The tables of fair locks and run-once jobs, when the others exist: older schemas lack
+/// The tables of fair locks, run-once jobs and read-write locks, when the others exist: older schemas lack
 /// them, and only those features fail without them.
 fn optional_tables(b: &SqlBackend, f: &mut Findings, collations: &[(String, String, String)]) {
     let has = |table: &str| {
@@ -240,7 +243,7 @@ fn optional_tables(b: &SqlBackend, f: &mut Findings, collations: &[(String, Stri
         f.add(
             Level::Ok,
             "tables",
-            "fair-lock queues and run-once jobs have their tables",
+            "fair-lock queues, run-once jobs and read-write locks have their tables",
         );
     } else {
         f.add(
@@ -249,7 +252,7 @@ fn optional_tables(b: &SqlBackend, f: &mut Findings, collations: &[(String, Stri
             format!(
                 "{} missing: those features fail until they exist; fix: `simba schema install URL` \
                  or `SqlBackend::install_schema()` (adds them, keeps the rest)",
-                missing.join(" and ")
+                missing.join(", ")
             ),
         );
     }

@@ -1,7 +1,7 @@
 //! `simba status` and `simba watch`: leases and groups as the backend sees them.
 
-use serde_json::json;
-use simba_lease::spi::LeaseBackend;
+use serde_json::{json, Value};
+use simba_lease::spi::{LeaseBackend, RwState};
 use simba_lease::{connect, Config, Event, GroupName, LeaseName, Result, Session, SessionId};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -16,6 +16,11 @@ pub(crate) struct Args {
     /// Group names (repeatable).
     #[arg(long = "group")]
     groups: Vec<String>,
+    /// Read-write lock names (repeatable): each one's writer and readers with their
+    /// tokens, the writers waiting, and the newest token handed out. A backend without
+    /// read-write locks is an error (exit 2).
+    #[arg(long = "rw", value_name = "NAME")]
+    rw: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -135,10 +140,65 @@ fn list(a: &Args, backend: &dyn LeaseBackend, pb: &indicatif::ProgressBar) -> Re
     Ok(ExitCode::SUCCESS)
 }
 
+/// The state of each read-write lock named, as the backend sees it (one read each);
+/// [`simba_lease::Error::Unsupported`] on a backend without read-write locks.
+fn rw_states(backend: &dyn LeaseBackend, names: &[String]) -> Result<Vec<(LeaseName, RwState)>> {
+    names
+        .iter()
+        .map(|n| {
+            let name = LeaseName::new(n.as_str())?;
+            let state = backend.rw_state(&name)?;
+            Ok((name, state))
+        })
+        .collect()
+}
+
+/// One read-write lock as JSON: `writer` (`{session, token}` or null), `readers`,
+/// `writers_waiting` (session ids, first in line first) and `last_token` (0: none yet).
+fn rw_json(name: &LeaseName, s: &RwState) -> Value {
+    let holder = |(id, token): &(SessionId, simba_lease::Token)| json!({"session": id.as_str(), "token": token.get()});
+    json!({
+        "name": name.as_str(),
+        "writer": s.writer.as_ref().map(holder),
+        "readers": s.readers.iter().map(holder).collect::<Vec<_>>(),
+        "writers_waiting": s.writers_waiting.iter().map(|id| id.as_str()).collect::<Vec<_>>(),
+        "last_token": s.last_token,
+    })
+}
+
+/// One read-write lock as text: a heading with the newest token, then a line per writer,
+/// reader and waiting writer (`(free)` when there is none).
+fn rw_text(name: &LeaseName, s: &RwState) -> String {
+    let mut out = format!("rw lock {} (last token {})\n", name.as_str(), s.last_token);
+    if let Some((id, token)) = &s.writer {
+        out += &format!(
+            "  {:<15} {:<34} token {}\n",
+            "writer",
+            id.as_str(),
+            token.get()
+        );
+    }
+    for (id, token) in &s.readers {
+        out += &format!(
+            "  {:<15} {:<34} token {}\n",
+            "reader",
+            id.as_str(),
+            token.get()
+        );
+    }
+    for id in &s.writers_waiting {
+        out += &format!("  {:<15} {}\n", "waiting writer", id.as_str());
+    }
+    if s.writer.is_none() && s.readers.is_empty() && s.writers_waiting.is_empty() {
+        out += "  (free)\n";
+    }
+    out
+}
+
 pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let pb = crate::progress::spinner(a.json, None, "connecting");
     let backend = connect(&a.url)?;
-    if a.names.is_empty() && a.groups.is_empty() {
+    if a.names.is_empty() && a.groups.is_empty() && a.rw.is_empty() {
         pb.set_message("listing sessions, leases and groups");
         let listed = list(&a, backend.as_ref(), &pb);
         pb.finish_and_clear();
@@ -155,6 +215,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         let group = GroupName::new(g.as_str())?;
         groups.push((group.clone(), backend.members(&group)?));
     }
+    let rw = rw_states(backend.as_ref(), &a.rw)?;
     pb.finish_and_clear();
     if a.json {
         let leases: Vec<_> = leases
@@ -173,9 +234,11 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     "session": m.session.as_str(), "metadata": m.metadata.as_str()})).collect::<Vec<_>>()})
             })
             .collect();
+        let rw: Vec<_> = rw.iter().map(|(n, s)| rw_json(n, s)).collect();
         println!(
             "{}",
-            json!({"backend": backend.kind(), "leases": leases, "groups": groups})
+            json!({"backend": backend.kind(), "leases": leases, "groups": groups,
+                   "rw_locks": rw})
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -203,6 +266,9 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         for m in members {
             println!("  {} {}", m.session.as_str(), m.metadata.as_str());
         }
+    }
+    for (n, s) in &rw {
+        print!("{}", rw_text(n, s));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -288,4 +354,161 @@ pub(crate) fn watch(a: WatchArgs) -> Result<ExitCode> {
     }
     session.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simba_lease::backends::MemoryBackend;
+    use simba_lease::spi::{Call, Delegate, RwAcquire, RwMode};
+    use simba_lease::{Error, Metadata};
+
+    fn open(b: &MemoryBackend) -> SessionId {
+        b.open_session(Duration::from_secs(60), &Metadata::default())
+            .unwrap()
+            .id
+    }
+
+    fn take(b: &MemoryBackend, s: &SessionId, name: &LeaseName, mode: RwMode) -> RwAcquire {
+        b.acquire_rw(s, name, mode, Duration::from_secs(60))
+            .unwrap()
+    }
+
+    /// Readers holding the name and a writer waiting for it, read back through the SPI and
+    /// printed as text and JSON with every session and token.
+    #[test]
+    fn an_rw_lock_prints_its_holders_waiters_and_last_token() {
+        let b = MemoryBackend::new();
+        let name = LeaseName::new("catalog").unwrap();
+        let (r1, r2, w) = (open(&b), open(&b), open(&b));
+        let RwAcquire::Acquired(t1) = take(&b, &r1, &name, RwMode::Read) else {
+            panic!("a free name is granted");
+        };
+        let RwAcquire::Acquired(t2) = take(&b, &r2, &name, RwMode::Read) else {
+            panic!("readers share");
+        };
+        assert!(matches!(
+            take(&b, &w, &name, RwMode::Write),
+            RwAcquire::Busy { .. }
+        ));
+        let states = rw_states(&b, &["catalog".to_owned()]).unwrap();
+        let (n, s) = &states[0];
+        let v = rw_json(n, s);
+        assert_eq!(v["name"], "catalog");
+        assert!(v["writer"].is_null(), "{v}");
+        let readers = v["readers"].as_array().unwrap();
+        let mut got: Vec<_> = readers
+            .iter()
+            .map(|r| {
+                (
+                    r["session"].as_str().unwrap().to_owned(),
+                    r["token"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        got.sort();
+        let mut want = vec![
+            (r1.as_str().to_owned(), t1.token.get()),
+            (r2.as_str().to_owned(), t2.token.get()),
+        ];
+        want.sort();
+        assert_eq!(got, want);
+        assert_eq!(v["writers_waiting"], json!([w.as_str()]));
+        assert_eq!(v["last_token"], t2.token.get().max(t1.token.get()));
+        let text = rw_text(n, s);
+        assert!(text.starts_with(&format!("rw lock catalog (last token {})", s.last_token)));
+        for line in [
+            format!(
+                "reader          {:<34} token {}",
+                r1.as_str(),
+                t1.token.get()
+            ),
+            format!(
+                "reader          {:<34} token {}",
+                r2.as_str(),
+                t2.token.get()
+            ),
+            format!("waiting writer  {}", w.as_str()),
+        ] {
+            assert!(text.contains(&line), "{line:?} missing from\n{text}");
+        }
+        assert!(!text.contains("(free)"), "{text}");
+
+        // The readers leave: the writer holds it, with a token above theirs.
+        for (s, t) in [(&r1, t1.token), (&r2, t2.token)] {
+            assert!(b.release_rw(s, &name, RwMode::Read, t).unwrap());
+        }
+        let RwAcquire::Acquired(tw) = take(&b, &w, &name, RwMode::Write) else {
+            panic!("the readers left");
+        };
+        let states = rw_states(&b, &["catalog".to_owned()]).unwrap();
+        let (n, s) = &states[0];
+        let v = rw_json(n, s);
+        assert_eq!(
+            v["writer"],
+            json!({"session": w.as_str(), "token": tw.token.get()})
+        );
+        assert_eq!(v["readers"], json!([]));
+        assert_eq!(v["writers_waiting"], json!([]));
+        assert_eq!(v["last_token"], tw.token.get());
+        let text = rw_text(n, s);
+        assert!(
+            text.contains(&format!(
+                "writer          {:<34} token {}",
+                w.as_str(),
+                tw.token.get()
+            )),
+            "{text}"
+        );
+    }
+
+    /// A name never used is free, with no token yet.
+    #[test]
+    fn an_unused_rw_lock_is_free() {
+        let b = MemoryBackend::new();
+        let states = rw_states(&b, &["fresh".to_owned()]).unwrap();
+        let (n, s) = &states[0];
+        assert_eq!(rw_text(n, s), "rw lock fresh (last token 0)\n  (free)\n");
+        assert_eq!(
+            rw_json(n, s),
+            json!({"name": "fresh", "writer": null, "readers": [], "writers_waiting": [],
+                   "last_token": 0})
+        );
+    }
+
+    /// A backend without read-write locks: the memory backend with its `rw_state` refused.
+    struct WithoutRw(MemoryBackend);
+
+    impl Delegate for WithoutRw {
+        fn with<T>(&self, f: impl FnOnce(&dyn LeaseBackend) -> T) -> T {
+            f(&self.0)
+        }
+        fn call<T>(
+            &self,
+            call: Call<'_>,
+            f: impl FnOnce(&dyn LeaseBackend) -> Result<T>,
+        ) -> Result<T> {
+            match call {
+                Call::RwState { .. } => Err(Error::Unsupported {
+                    operation: "read-write locks",
+                    backend: "stub",
+                }),
+                _ => f(&self.0),
+            }
+        }
+    }
+
+    #[test]
+    fn a_backend_without_rw_locks_is_reported_as_unsupported() {
+        let b = WithoutRw(MemoryBackend::new());
+        let e = rw_states(&b, &["catalog".to_owned()]).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "the stub backend does not support read-write locks"
+        );
+        // A bad name is refused before any read.
+        let e = rw_states(&b, &["a b".to_owned()]).unwrap_err();
+        assert!(matches!(e, Error::InvalidName { .. }), "{e:?}");
+    }
 }

@@ -238,6 +238,9 @@ impl Inner {
     ) -> Result<bool> {
         let r = self.backend.release_rw(id, name, mode, token);
         self.with_session(id, |c| c.on_rw_released(name, mode, token, r.is_ok()));
+        if matches!(r, Ok(true)) {
+            self.router.released_here(name);
+        }
         r
     }
 
@@ -260,6 +263,9 @@ impl Inner {
     ) -> Result<bool> {
         let r = self.backend.release(id, name, token);
         self.with_session(id, |c| c.on_released(name, r.is_ok()));
+        if matches!(r, Ok(true)) {
+            self.router.released_here(name);
+        }
         r
     }
 }

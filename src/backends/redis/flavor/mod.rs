@@ -9,7 +9,10 @@ mod anchors;
 mod one_node;
 mod routed;
 mod routed_keep_alive;
+mod rw;
 mod slot_map;
+
+pub(super) use rw::rw_state_reply;
 
 use super::backend::Base;
 use super::keys::Keys;

@@ -32,6 +32,12 @@ struct KnownLeases {
     leases: Vec<(LeaseName, Token)>,
 }
 
+/// The session's keys and, last, its rw index (the keys of a keep-alive or a close).
+fn session_keys(b: &Base, session: &SessionId) -> [String; 5] {
+    let [s, leases, groups, delay] = b.keys.session_keys(session);
+    [s, leases, groups, delay, b.keys.rw_index(session)]
+}
+
 impl OneNode {
     /// `acquire.lua` (with `value`, the term's value is set in the same script), or with
     /// `patience` (fair locks) `acquire_queued.lua`.
@@ -89,7 +95,7 @@ impl OneNode {
         session: &SessionId,
         lease: Duration,
     ) -> Result<KeepAlive> {
-        self.renew(b, session, lease_ms(lease), &b.keys.session_keys(session))
+        self.renew(b, session, lease_ms(lease), &session_keys(b, session))
     }
 
     /// [`Self::keep_alive`]: the reply lists the leases only when their version changed
@@ -99,7 +105,7 @@ impl OneNode {
         b: &Base,
         session: &SessionId,
         lease_ms: u64,
-        index: &[String; 4],
+        index: &[String; 5],
     ) -> Result<KeepAlive> {
         const OP: &str = "keeping a session alive";
         let known = self.known.lock().get(session).map(|k| k.version);
@@ -174,14 +180,15 @@ impl OneNode {
         Ok(reply)
     }
 
-    /// `close.lua`: the session, its terms and its memberships in one script.
+    /// `close.lua`: the session, its terms, its memberships and its read-write terms and
+    /// places in one script.
     pub(super) fn close(&self, b: &Base, session: &SessionId) -> Result<()> {
         const OP: &str = "closing a session";
         self.known.lock().remove(session);
         let r = b.eval(
             Role::Other,
             &scripts().close,
-            &b.keys.session_keys(session),
+            &session_keys(b, session),
             &[
                 session.to_string(),
                 b.keys.lease_prefix(),

@@ -34,16 +34,24 @@ pub(in super::super) struct Routed {
     pub(super) anchored: Mutex<HashMap<SessionId, anchors::Anchored>>,
     /// Cluster keep-alives sent one script per node (for tests).
     pub(super) by_node: AtomicU64,
+    /// Per session, its deadline and the read-write locks it holds or waits for.
+    pub(super) rw: super::rw::RwKnown,
 }
 
-/// Groups lease and group keys by their hash slot.
-fn by_slot(leases: &[String], groups: &[String]) -> BTreeMap<u16, (Vec<String>, Vec<String>)> {
-    let mut m: BTreeMap<u16, (Vec<String>, Vec<String>)> = BTreeMap::new();
+/// Lease, read-write lock and group keys of one slot.
+type SlotKeys = (Vec<String>, Vec<String>, Vec<String>);
+
+/// Groups lease, read-write lock and group keys by their hash slot.
+fn by_slot(leases: &[String], rw: &[String], groups: &[String]) -> BTreeMap<u16, SlotKeys> {
+    let mut m: BTreeMap<u16, SlotKeys> = BTreeMap::new();
     for k in leases {
         m.entry(key_slot(k)).or_default().0.push(k.clone());
     }
-    for k in groups {
+    for k in rw {
         m.entry(key_slot(k)).or_default().1.push(k.clone());
+    }
+    for k in groups {
+        m.entry(key_slot(k)).or_default().2.push(k.clone());
     }
     m
 }
@@ -58,11 +66,16 @@ impl Routed {
     /// or a job call (one more round trip): an expired session changes nothing, and a lease
     /// or membership node may still count it live for the cross-node delay.
     pub(super) fn live(&self, b: &Base, sid: &SessionId) -> Result<bool> {
+        Ok(self.pttl(b, sid)?.is_some())
+    }
+
+    /// What `sid`'s session hash has left in ms (`PTTL`), or `None` once it is gone.
+    pub(super) fn pttl(&self, b: &Base, sid: &SessionId) -> Result<Option<u64>> {
         let key = b.keys.session(sid);
         let r = b.scripting.command(Role::Other, &["PTTL", &key])?;
         match r.as_int() {
             // -2: no such key, -1: no expiry (not a session hash of this backend)
-            Some(ms) if ms >= -2 => Ok(ms > 0),
+            Some(ms) if ms >= -2 => Ok(u64::try_from(ms).ok().filter(|&ms| ms > 0)),
             _ => Err(bad_reply("reading a session's time to live", &r)),
         }
     }
@@ -86,6 +99,7 @@ impl Routed {
     pub(super) fn forget(&self, session: &SessionId) {
         self.stale.lock().remove(session);
         self.anchored.lock().remove(session);
+        self.rw.forget(session);
     }
 
     /// The session call, then `acquire_lease.lua` on the lease's slot, or with `patience`
@@ -385,6 +399,13 @@ impl Routed {
     pub(super) fn close(&self, b: &Base, session: &SessionId) -> Result<()> {
         const OP: &str = "closing a session";
         let index = b.keys.session_keys(session);
+        // Every read-write lock it holds or waits for, live or not: ending them is harmless.
+        let rw_keys: Vec<String> = self
+            .rw
+            .names(session)
+            .iter()
+            .map(|(n, _)| b.keys.rw(n.as_str()))
+            .collect();
         self.forget(session);
         let r = b.eval(Role::Other, &scripts().close_session, &index, &[])?;
         let a = array_of(OP, &r, 2)?;
@@ -398,12 +419,16 @@ impl Routed {
         }
         let lease_keys: Vec<String> = names.iter().map(|n| b.keys.lease(n)).collect();
         let group_keys: Vec<String> = groups.iter().map(|g| b.keys.group(g)).collect();
-        let calls: Vec<ScriptCall<'_>> = by_slot(&lease_keys, &group_keys)
+        let calls: Vec<ScriptCall<'_>> = by_slot(&lease_keys, &rw_keys, &group_keys)
             .into_values()
-            .map(|(lk, gk)| ScriptCall {
+            .map(|(lk, rk, gk)| ScriptCall {
                 script: &scripts().close_slot,
-                args: vec![session.to_string(), lk.len().to_string()],
-                keys: lk.into_iter().chain(gk).collect(),
+                args: vec![
+                    session.to_string(),
+                    lk.len().to_string(),
+                    rk.len().to_string(),
+                ],
+                keys: lk.into_iter().chain(rk).chain(gk).collect(),
             })
             .collect();
         b.scripting.eval_many(Role::Other, &calls)?;

@@ -25,11 +25,21 @@ const OP: &str = "keeping a session alive";
 /// and the time its term has left.
 type Outcome = (LeaseName, Option<Token>, Duration);
 
+/// A read-write lock the session holds or waits for (as this backend knows): its name, the
+/// stamp it was noted with, and the hash slot of its key.
+struct RwName {
+    name: LeaseName,
+    stamp: u64,
+    slot: u16,
+}
+
 /// One keep-alive after its session call: what the node calls need.
 struct Round<'a> {
     session: &'a SessionId,
     /// The session's indexed leases.
     names: &'a [Indexed],
+    /// The read-write locks it holds or waits for.
+    rw: &'a [RwName],
     group_keys: &'a [String],
     /// What the session call renewed the session for.
     remaining: Duration,
@@ -39,10 +49,12 @@ struct Round<'a> {
     delay_ms: u64,
 }
 
-/// One node's share of a keep-alive: indices into the session's names, and group keys.
+/// One node's share of a keep-alive: indices into the session's names and read-write locks,
+/// and group keys.
 #[derive(Default)]
 struct NodeWork {
     leases: Vec<usize>,
+    rw: Vec<usize>,
     groups: Vec<String>,
 }
 
@@ -105,6 +117,7 @@ impl Routed {
             known.map(|v| v.to_string()).unwrap_or_default(),
         ];
         args.extend(dropped.iter().cloned());
+        let sent = Instant::now();
         let r = b.eval(Role::KeepAlive, &scripts().keep_alive_session, index, &args)?;
         let answered = Instant::now();
         if gone(&r) {
@@ -113,6 +126,8 @@ impl Routed {
         }
         let a = array_of(OP, &r, 6)?;
         let remaining = renewed(OP, &r, lease_ms)?;
+        // New read-write entries end by this deadline (no later than the server's).
+        self.rw.renewed(session, sent + remaining, Some(lease));
         let delay_ms = a[5]
             .as_int()
             .and_then(|d| u64::try_from(d).ok())
@@ -170,8 +185,18 @@ impl Routed {
             }
         };
         let group_keys: Vec<String> = groups.iter().map(|g| b.keys.group(g)).collect();
+        let rw: Vec<RwName> = self
+            .rw
+            .names(session)
+            .into_iter()
+            .map(|(name, stamp)| RwName {
+                slot: key_slot(&b.keys.rw(name.as_str())),
+                name,
+                stamp,
+            })
+            .collect();
         let mut leases = Vec::with_capacity(names.len());
-        if names.is_empty() && group_keys.is_empty() {
+        if names.is_empty() && group_keys.is_empty() && rw.is_empty() {
             return Ok(KeepAlive { remaining, leases });
         }
         let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
@@ -181,6 +206,7 @@ impl Routed {
         let round = Round {
             session,
             names: &names,
+            rw: &rw,
             group_keys: &group_keys,
             remaining,
             answered,
@@ -241,6 +267,7 @@ impl Routed {
         let Round {
             session,
             names,
+            rw,
             group_keys,
             remaining,
             answered,
@@ -254,7 +281,7 @@ impl Routed {
             return Ok(Some(Vec::new()));
         };
         let left = Duration::from_millis(left_ms);
-        let Some(nodes) = by_node(&map, names, group_keys) else {
+        let Some(nodes) = by_node(&map, names, rw, group_keys) else {
             return Ok(None);
         };
         let horizon = lease.saturating_mul(anchors::HORIZON_LEASES);
@@ -278,7 +305,8 @@ impl Routed {
             .iter()
             .zip(nodes.values())
             .map(|((anchor, known, plan), w)| {
-                let mut args = Vec::with_capacity(6 + plan.rebind.len() + w.groups.len());
+                let mut args =
+                    Vec::with_capacity(7 + plan.rebind.len() + w.rw.len() + w.groups.len());
                 args.extend([
                     session.to_string(),
                     left_ms.to_string(),
@@ -286,12 +314,14 @@ impl Routed {
                     horizon_ms.clone(),
                     delay_ms.to_string(),
                     plan.rebind.len().to_string(),
+                    w.rw.len().to_string(),
                 ]);
                 args.extend(
                     plan.rebind
                         .iter()
                         .map(|&i| b.keys.lease(names[i].name.as_str())),
                 );
+                args.extend(w.rw.iter().map(|&i| b.keys.rw(rw[i].name.as_str())));
                 args.extend(w.groups.iter().cloned());
                 ScriptCall {
                     script: &scripts().keep_alive_anchor,
@@ -320,8 +350,9 @@ impl Routed {
         let mut guard = self.anchored.lock();
         let st = guard.entry(session.clone()).or_default();
         let mut doubt = false;
-        for ((anchor, known, plan), r) in plans.into_iter().zip(replies) {
-            let (confirmed, epoch, tokens) = anchor_reply(&r, plan.rebind.len())?;
+        for (((anchor, known, plan), r), w) in plans.into_iter().zip(replies).zip(nodes.values()) {
+            let (confirmed, epoch, tokens, kept) = anchor_reply(&r, plan.rebind.len(), w.rw.len())?;
+            self.rw_kept(session, rw, &w.rw, &kept);
             let confirmed = confirmed && known.as_deref() == Some(&*epoch);
             st.epochs.insert(anchor.clone(), epoch.clone());
             let sampled = &plan.rebind[plan.rebind.len() - plan.sampled..];
@@ -386,6 +417,7 @@ impl Routed {
         let Round {
             session,
             names,
+            rw,
             group_keys,
             remaining,
             answered,
@@ -394,27 +426,32 @@ impl Routed {
         let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
             return Ok(Vec::new());
         };
-        let mut slots: BTreeMap<u16, (Vec<usize>, Vec<String>)> = BTreeMap::new();
+        let mut slots: BTreeMap<u16, SlotWork> = BTreeMap::new();
         for (i, n) in names.iter().enumerate() {
             slots.entry(n.slot).or_default().0.push(i);
         }
-        for g in group_keys {
-            slots.entry(key_slot(g)).or_default().1.push(g.clone());
+        for (i, n) in rw.iter().enumerate() {
+            slots.entry(n.slot).or_default().1.push(i);
         }
-        let slots: Vec<(Vec<usize>, Vec<String>)> = slots.into_values().collect();
+        for g in group_keys {
+            slots.entry(key_slot(g)).or_default().2.push(g.clone());
+        }
+        let slots: Vec<SlotWork> = slots.into_values().collect();
         let calls: Vec<ScriptCall<'_>> = slots
             .iter()
-            .map(|(lk, gk)| ScriptCall {
+            .map(|(lk, rk, gk)| ScriptCall {
                 script: &scripts().keep_alive_slot,
                 keys: lk
                     .iter()
                     .map(|&i| b.keys.lease(names[i].name.as_str()))
+                    .chain(rk.iter().map(|&i| b.keys.rw(rw[i].name.as_str())))
                     .chain(gk.iter().cloned())
                     .collect(),
                 args: vec![
                     session.to_string(),
                     left_ms.to_string(),
                     lk.len().to_string(),
+                    rk.len().to_string(),
                 ],
             })
             .collect();
@@ -445,30 +482,68 @@ impl Routed {
             }
         };
         let mut out = Vec::with_capacity(names.len());
-        for ((lk, _), r) in slots.into_iter().zip(replies) {
-            let Some(r) = r else { continue };
-            // One token (0: not held) per lease key of the slot.
-            let tokens = array_of(OP, &r, lk.len())?;
-            for (&i, t) in lk.iter().zip(tokens) {
+        let mut rw_missed = 0;
+        for ((lk, rk, _), r) in slots.into_iter().zip(replies) {
+            let Some(r) = r else {
+                rw_missed += rk.len();
+                continue;
+            };
+            // One token (0: not held) per lease key of the slot, then a flag per rw key.
+            let a = array_of(OP, &r, lk.len() + rk.len())?;
+            for (&i, t) in lk.iter().zip(a) {
                 let t = held_token(t).ok_or_else(|| bad_reply(OP, &r))?;
                 out.push((names[i].name.clone(), t, left));
             }
+            let kept = a[lk.len()..]
+                .iter()
+                .map(|x| rw_flag(x).ok_or_else(|| bad_reply(OP, &r)))
+                .collect::<Result<Vec<_>>>()?;
+            self.rw_kept(session, rw, &rk, &kept);
+        }
+        if rw_missed > 0 {
+            // The engine counts a read-write term valid while its session is: a term not
+            // renewed must not let the session's deadline move on.
+            return Err(super::super::failure::error(
+                OP,
+                format!("{rw_missed} read-write lock(s) of session {session} could not be renewed"),
+            ));
         }
         Ok(out)
     }
 }
 
-/// The session's leases (indices into `names`) and group keys grouped by the node serving
-/// them; `None` when the map does not place one of them.
+/// A slot's share of a keep-alive: indices into the session's names and read-write locks,
+/// and group keys.
+type SlotWork = (Vec<usize>, Vec<usize>, Vec<String>);
+
+impl Routed {
+    /// Drops from what this backend knows the read-write locks `on` (indices into `rw`) a
+    /// keep-alive found neither held nor waited for (`kept` false), unless noted since.
+    fn rw_kept(&self, session: &SessionId, rw: &[RwName], on: &[usize], kept: &[bool]) {
+        for (&i, &k) in on.iter().zip(kept) {
+            if !k {
+                self.rw.drop_if(session, &rw[i].name, Some(rw[i].stamp));
+            }
+        }
+    }
+}
+
+/// The session's leases and read-write locks (indices into `names` and `rw`) and group keys
+/// grouped by the node serving them; `None` when the map does not place one of them.
 fn by_node(
     map: &SlotMap,
     names: &[Indexed],
+    rw: &[RwName],
     group_keys: &[String],
 ) -> Option<BTreeMap<usize, NodeWork>> {
     let mut nodes: BTreeMap<usize, NodeWork> = BTreeMap::new();
     for (i, n) in names.iter().enumerate() {
         let node = map.node_of(n.slot)?;
         nodes.entry(node).or_default().leases.push(i);
+    }
+    for (i, n) in rw.iter().enumerate() {
+        let node = map.node_of(n.slot)?;
+        nodes.entry(node).or_default().rw.push(i);
     }
     for g in group_keys {
         let node = map.node_of(key_slot(g))?;
@@ -485,10 +560,25 @@ fn held_token(r: &Reply) -> Option<Option<Token>> {
     }
 }
 
-/// Decodes `keep_alive_anchor.lua`'s reply: `{confirmed (0|1), epoch, token…}` with one
-/// token (0: not held) per lease key sent.
-fn anchor_reply(r: &Reply, n: usize) -> Result<(bool, Arc<str>, Vec<Option<Token>>)> {
-    let a = array_of(OP, r, n + 2)?;
+/// A read-write lock's flag in a keep-alive reply: whether the session still holds or waits
+/// for it.
+fn rw_flag(r: &Reply) -> Option<bool> {
+    match r.as_int()? {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
+}
+
+/// What `keep_alive_anchor.lua` answered: whether the anchor lived with the known epoch, its
+/// epoch, a token (`None`: not held) per lease key and a flag per read-write lock key sent.
+type AnchorReply = (bool, Arc<str>, Vec<Option<Token>>, Vec<bool>);
+
+/// Decodes `keep_alive_anchor.lua`'s reply: `{confirmed (0|1), epoch, token…, flag…}` with one
+/// token (0: not held) per lease key and one flag (1: still held or waited for) per
+/// read-write lock key sent.
+fn anchor_reply(r: &Reply, n: usize, m: usize) -> Result<AnchorReply> {
+    let a = array_of(OP, r, n + m + 2)?;
     let confirmed = match a[0].as_int() {
         Some(0) => false,
         Some(1) => true,
@@ -499,11 +589,15 @@ fn anchor_reply(r: &Reply, n: usize) -> Result<(bool, Arc<str>, Vec<Option<Token
         .filter(|e| !e.is_empty())
         .ok_or_else(|| bad_reply(OP, r))?
         .into();
-    let tokens = a[2..]
+    let tokens = a[2..2 + n]
         .iter()
         .map(|t| held_token(t).ok_or_else(|| bad_reply(OP, r)))
         .collect::<Result<Vec<_>>>()?;
-    Ok((confirmed, epoch, tokens))
+    let kept = a[2 + n..]
+        .iter()
+        .map(|x| rw_flag(x).ok_or_else(|| bad_reply(OP, r)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((confirmed, epoch, tokens, kept))
 }
 
 #[cfg(test)]

@@ -25,8 +25,11 @@
 //!   leases in one multi-table `UPDATE` (both servers; the session table appears under two
 //!   aliases, allowed as no key column is set), with `STRAIGHT_JOIN` fixing the order the
 //!   rows are locked in. A name never acquired first gets a free row with token 0.
-//! * The keep-alive's read (a primary-key lookup with the sample's two) says whether the
-//!   leases changed; only then a third statement lists them.
+//! * The keep-alive's `UPDATE` hands the session's version and remaining time back in its
+//!   OK packet the same way: a session that holds nothing, at the version it knows, is
+//!   renewed in that one statement. Otherwise a read follows (a primary-key lookup with the
+//!   sample's two), which says whether the leases changed; only then a third statement lists
+//!   them.
 //! * Bounds on each statement: MariaDB's `max_statement_time` (seconds, fractional) bounds
 //!   every statement, reads and writes. MySQL's `max_execution_time` (ms) bounds read-only
 //!   `SELECT`s only, so on MySQL an `INSERT`/`UPDATE`/`DELETE` is bounded by the lock waits
@@ -38,17 +41,19 @@
 //! * Schema upgrades read `information_schema.COLUMNS` before an `ADD COLUMN` (MySQL 8 has no
 //!   `ADD COLUMN IF NOT EXISTS`; MariaDB has).
 //!
-//! Files: [`statements`] (the SQL), [`rows`] (decoding values without panics), [`server`]
-//! (detection and per-flavor statement bounds), [`migrate`] (schema installation).
+//! Files: [`statements`] (the SQL), [`rw`] (read-write locks: their statements and their
+//! transaction), [`rows`] (decoding values without panics), [`server`] (detection and
+//! per-flavor statement bounds), [`migrate`] (schema installation).
 
 mod migrate;
 mod rows;
+mod rw;
 mod server;
 mod statements;
 
 use self::rows::{
-    acq_report, bad, cells, holder, live, member, opened, opt_int, renewed, req_int, req_text,
-    taken,
+    acq_report, bad, cells, holder, live, member, opened, opt_int, renewal, renewed, req_int,
+    req_text, taken,
 };
 use self::server::{detect, limits};
 use self::statements::{QueueSql, Sql, NOW, NOW_US, TERM_VALUE};
@@ -58,6 +63,7 @@ use super::driver::{
     Renewed, ServerVersion, SAMPLE,
 };
 use super::pool::{Pool, PoolConn};
+use super::rw::{RwRow, RwStateRow};
 use super::tables::Tables;
 use super::tls::{SqlTls, SslMode};
 use super::{failure, jobs, Dialect};
@@ -109,6 +115,8 @@ pub(crate) struct MyDriver {
     queue_sql: QueueSql,
     /// Run-once job statements.
     job_sql: jobs::JobSql,
+    /// Read-write lock statements.
+    rw_sql: rw::RwSql,
     timeout: Duration,
     server: Arc<OnceLock<ServerVersion>>,
 }
@@ -221,6 +229,7 @@ impl MyDriver {
             sql: Sql::new(&tables),
             queue_sql: QueueSql::new(&tables),
             job_sql: jobs::JobSql::new(&tables, Dialect::Mysql, NOW, NOW_US),
+            rw_sql: rw::RwSql::new(&tables),
             tables,
             timeout: t,
             server,
@@ -319,6 +328,26 @@ impl Driver for MyDriver {
         })
     }
 
+    fn rw_acquire(&self, id: &str, name: &str, write: bool, patience_ms: i64) -> DbResult<RwRow> {
+        self.rw_acquire_my(id, name, write, patience_ms)
+    }
+
+    fn rw_release(&self, id: &str, name: &str, write: bool, token: i64) -> DbResult<bool> {
+        self.rw_release_my(id, name, write, token)
+    }
+
+    fn rw_leave(&self, id: &str, name: &str) -> DbResult<bool> {
+        self.rw_leave_my(id, name)
+    }
+
+    fn rw_state(&self, name: &str) -> DbResult<Vec<RwStateRow>> {
+        self.rw_state_my(name)
+    }
+
+    fn rw_end_session(&self, id: &str) -> DbResult<()> {
+        self.rw_end_session_my(id)
+    }
+
     fn install_schema(&self) -> DbResult<()> {
         let secs = self.timeout.as_secs().max(1);
         self.run(|c| migrate::install(c, &self.tables, secs))
@@ -327,8 +356,8 @@ impl Driver for MyDriver {
     fn drop_tables(&self) -> DbResult<()> {
         let t = &self.tables;
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}",
-            t.job, t.queue, t.member, t.lease, t.session
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}, {}, {}, {}",
+            t.rw_waiter, t.rw_holder, t.rw, t.job, t.queue, t.member, t.lease, t.session
         );
         self.run(|c| Ok(c.query_drop(&sql)?))
     }
@@ -373,12 +402,26 @@ impl Driver for MyDriver {
             Value::from(id),
         ];
         self.run(|c| {
-            // Two autocommit statements (three after a change): the renewal, then one read
+            // One autocommit statement while the session holds nothing and its version is the
+            // known one (the renewal's OK packet carries both). Otherwise two (three after a
+            // change): the renewal, then one read
             // after it committed, so a take-over that committed while the UPDATE waited for
             // the holder's session row is seen, with the version it bumped. (No rows changed
             // can also mean a renewal to the same value within one millisecond: the read
             // decides.)
-            c.exec_drop(&self.sql.ka_update, (lease_ms, id))?;
+            c.exec_drop(&self.sql.ka_update, (lease_ms, lease_ms, id))?;
+            // Holding nothing, at the known version: the OK packet says all (one statement).
+            if let (Some(known), Some((version, remaining_us))) =
+                (version, renewal(c.affected_rows(), c.last_insert_id()))
+            {
+                if sample.is_empty() && version == known {
+                    return Ok(Some(Renewed {
+                        remaining_us,
+                        version,
+                        leases: None,
+                    }));
+                }
+            }
             let head: Option<Row> = c.exec_first(&self.sql.ka_read, params.clone())?;
             let Some(head) = head.map(cells) else {
                 return renewed(&[]);
@@ -507,7 +550,7 @@ impl Driver for MyDriver {
 
     fn purge(&self, limit: usize) -> DbResult<usize> {
         let s = &self.tables.session;
-        self.run(|c| {
+        let n = self.run(|c| {
             let rows: Vec<Row> = c.exec(&self.sql.purge_find, (limit as u64,))?;
             let ids = rows
                 .into_iter()
@@ -530,7 +573,19 @@ impl Driver for MyDriver {
             let n = c.affected_rows() as usize;
             c.exec_drop(self.sql.purge_members.replace("{}", &marks), ids.clone())?;
             Ok(n)
-        })
+        })?;
+        // The sessions are gone either way: a failed collection is logged (the next purge
+        // collects), and tables from before read-write locks have nothing to collect.
+        match self.rw_gc_my() {
+            Err(e) if e.kind != Kind::MissingTable => {
+                log::warn!(
+                    "collecting the read-write rows of ended sessions: {}",
+                    e.source
+                );
+            }
+            _ => {}
+        }
+        Ok(n)
     }
 
     fn ping(&self) -> DbResult<()> {
@@ -642,12 +697,15 @@ impl Driver for MyDriver {
             t.member.clone(),
             t.queue.clone(),
             t.job.clone(),
+            t.rw.clone(),
+            t.rw_holder.clone(),
+            t.rw_waiter.clone(),
         );
         self.run(|c| {
             Ok(c.exec(
                 "SELECT TABLE_NAME, COLUMN_NAME, COALESCE(COLLATION_NAME, '') \
                  FROM information_schema.COLUMNS \
-                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?, ?, ?) \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?, ?, ?, ?, ?, ?) \
                  AND COLUMN_NAME IN ('name', 'session_id', 'group_name') ORDER BY 1, 2",
                 names.clone(),
             )?)

@@ -123,6 +123,18 @@ pub(super) fn taken(affected: u64, last_insert_id: u64) -> Option<(i64, i64)> {
     Some((token, remaining_ms * 1000))
 }
 
+/// What a keep-alive's `UPDATE` reported in its OK packet (see `statements::RENEWED`):
+/// `(version, remaining µs)` when it matched the session's live row and set a value, `None`
+/// otherwise (no row changed, which is also a renewal to the same ms: the row is then read).
+pub(super) fn renewal(affected: u64, last_insert_id: u64) -> Option<(i64, i64)> {
+    if affected == 0 || last_insert_id == 0 {
+        return None;
+    }
+    let version = i64::try_from(last_insert_id >> 31).ok()?.checked_sub(1)?;
+    let remaining_ms = i64::try_from(last_insert_id & 0x7fff_ffff).ok()?;
+    (version >= 0 && remaining_ms > 0).then_some((version, remaining_ms * 1000))
+}
+
 /// The report read after an acquire's `UPDATE` (`acquire_report`): always one row, NULLs
 /// where the session or the lease row is missing.
 pub(super) fn acq_report(row: Option<Vec<Value>>) -> DbResult<AcqReport> {
@@ -257,6 +269,17 @@ mod tests {
         assert_eq!(
             taken(2, u64::MAX),
             Some(((1 << 33) - 1, 0x7fff_ffff * 1000))
+        );
+        // A keep-alive's OK packet: version + 1 above bit 31, the remaining ms below.
+        assert_eq!(renewal(1, (1 << 31) | 900), Some((0, 900_000)));
+        assert_eq!(renewal(1, (8 << 31) | 900), Some((7, 900_000)));
+        assert_eq!(renewal(0, (8 << 31) | 900), None, "no row changed: read it");
+        assert_eq!(renewal(1, 0), None, "a version too large to encode");
+        assert_eq!(renewal(1, 900), None, "no version");
+        assert_eq!(renewal(1, 8 << 31), None, "no time left");
+        assert_eq!(
+            renewal(1, u64::MAX),
+            Some(((1 << 33) - 2, 0x7fff_ffff * 1000))
         );
         // The acquire report: one row, NULLs allowed, wrong types not.
         assert!(acq_report(Some(vec![NULL, NULL, NULL, NULL])).is_ok());

@@ -24,6 +24,20 @@ pub(super) const TAKEN: &str = "IF(l.token < 8589934591, \
          | LEAST((me.expires_at * 1000 - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
                   UTC_TIMESTAMP(6))) DIV 1000, 2147483647)) >> 31, \
      LAST_INSERT_ID(0) + l.token + 1)";
+/// The version a keep-alive's `UPDATE` sets (the same, unchanged) and hands back in its OK
+/// packet with the remaining time, as [`TAKEN`] does for an acquire: `LAST_INSERT_ID((v + 1)
+/// << 31 | r)`, `v` the version (of the newest committed row: the `UPDATE` reads it under
+/// its exclusive lock, after a take-over it waited for) and `r` the remaining ms measured by
+/// the statement (`expires_at` as set, `(now + lease) * 1000 - now_us`, capped at 2^31 − 1:
+/// a lower bound). The first `?` is the lease in ms, as in the `SET` of `expires_at`. A
+/// version of 2^32 or more does not fit: the statement then sets `LAST_INSERT_ID(0)`, and
+/// the keep-alive reads the row as before (`rows::renewal`).
+pub(super) const RENEWED: &str = "IF(version < 4294967295, \
+     (LAST_INSERT_ID(((version + 1) << 31) \
+         | LEAST((((TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000) + ?) * 1000 \
+                  - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) DIV 1000, \
+                 2147483647)) >> 31) - 1, \
+     LAST_INSERT_ID(0) + version)";
 /// The value of the lease row `l`'s current term: set only for the token it was set with.
 pub(super) const TERM_VALUE: &str =
     "COALESCE(CASE WHEN l.value_token = l.token THEN l.term_value END, '')";
@@ -70,8 +84,12 @@ impl Sql {
             ),
             // Measured after the insert committed: never more than the insert granted.
             open_read: format!("SELECT expires_at * 1000 - {NOW_US} FROM {s} WHERE session_id = ?"),
+            // The renewal, whose OK packet carries the session's version and remaining time
+            // through `LAST_INSERT_ID(expr)` (see [`RENEWED`]): when the session holds nothing
+            // and the version is the one known, the keep-alive needs no read after it.
             ka_update: format!(
-                "UPDATE {s} SET expires_at = {NOW} + ? WHERE session_id = ? AND expires_at > {NOW}"
+                "UPDATE {s} SET expires_at = {NOW} + ?, version = {RENEWED} \
+                 WHERE session_id = ? AND expires_at > {NOW}"
             ),
             // The renewal's read, one primary-key lookup: the remaining time, the version of
             // the session's leases and whether they are to be listed: when the version

@@ -69,6 +69,8 @@ pub(crate) struct PgConn {
     pub(super) client: Option<Client>,
     /// Prepared on first use (the tables may not exist when the connection opens).
     pub(super) stmts: Option<Stmts>,
+    /// The read-write lock statements, prepared on the first read-write call.
+    pub(super) rw: Option<super::rw::RwStmts>,
     pub(super) pid: u32,
 }
 

@@ -6,11 +6,13 @@
 //! * [`conn`]: connections, TLS, error classification, value decoding, and running off any
 //!   tokio runtime;
 //! * [`migrate`]: schema installation and the columns of earlier versions;
-//! * [`listen`]: the `LISTEN` connection that turns `pg_notify` into notifications.
+//! * [`listen`]: the `LISTEN` connection that turns `pg_notify` into notifications;
+//! * [`rw`]: the statements of read-write locks, prepared on first use.
 
 mod conn;
 mod listen;
 mod migrate;
+mod rw;
 mod statements;
 
 pub(crate) use self::conn::PgConn;
@@ -22,6 +24,7 @@ use super::driver::{
     Renewed, SAMPLE,
 };
 use super::pool::Pool;
+use super::rw::{RwRow, RwStateRow};
 use super::tables::Tables;
 use super::tls::SqlTls;
 use super::{failure, jobs, Dialect};
@@ -118,6 +121,7 @@ impl PgDriver {
             Ok(PgConn {
                 client: Some(client),
                 stmts: None,
+                rw: None,
                 pid,
             })
         };
@@ -239,6 +243,26 @@ impl Driver for PgDriver {
         })
     }
 
+    fn rw_acquire(&self, id: &str, name: &str, write: bool, patience_ms: i64) -> DbResult<RwRow> {
+        self.rw_acquire_pg(id, name, write, patience_ms)
+    }
+
+    fn rw_release(&self, id: &str, name: &str, write: bool, token: i64) -> DbResult<bool> {
+        self.rw_release_pg(id, name, write, token)
+    }
+
+    fn rw_leave(&self, id: &str, name: &str) -> DbResult<bool> {
+        self.rw_leave_pg(id, name)
+    }
+
+    fn rw_state(&self, name: &str) -> DbResult<Vec<RwStateRow>> {
+        self.rw_state_pg(name)
+    }
+
+    fn rw_end_session(&self, id: &str) -> DbResult<()> {
+        self.rw_end_session_pg(id)
+    }
+
     fn install_schema(&self) -> DbResult<()> {
         self.run_plain(|c| migrate::install(c, &self.tables))?;
         // Connections opened before the tables existed prepare their statements now.
@@ -249,8 +273,8 @@ impl Driver for PgDriver {
     fn drop_tables(&self) -> DbResult<()> {
         let t = &self.tables;
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}",
-            t.job, t.queue, t.member, t.lease, t.session
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}, {}, {}, {}",
+            t.rw_waiter, t.rw_holder, t.rw, t.job, t.queue, t.member, t.lease, t.session
         );
         self.run_plain(|c| c.batch_execute(&sql))?;
         self.pool.flush_idle();
@@ -418,10 +442,22 @@ impl Driver for PgDriver {
 
     fn purge(&self, limit: usize) -> DbResult<usize> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.run(|c, st| {
+        let n = self.run(|c, st| {
             let r = c.query_one(&st.purge, &[&limit]).map_err(classify)?;
             count(col(&r, 0)?)
-        })
+        })?;
+        // The sessions are gone either way: a failed collection is logged (the next purge
+        // collects), and tables from before read-write locks have nothing to collect.
+        match self.rw_gc_pg() {
+            Err(e) if e.kind != Kind::MissingTable => {
+                log::warn!(
+                    "collecting the read-write rows of ended sessions: {}",
+                    e.source
+                );
+            }
+            _ => {}
+        }
+        Ok(n)
     }
 
     fn ping(&self) -> DbResult<()> {
@@ -437,10 +473,19 @@ impl Driver for PgDriver {
     fn key_collations(&self) -> DbResult<Vec<(String, String, String)>> {
         let t = &self.tables;
         // Unquoted names are folded to lower case in the catalog.
-        let names: Vec<String> = [&t.session, &t.lease, &t.member, &t.queue, &t.job]
-            .iter()
-            .map(|n| n.to_lowercase())
-            .collect();
+        let names: Vec<String> = [
+            &t.session,
+            &t.lease,
+            &t.member,
+            &t.queue,
+            &t.job,
+            &t.rw,
+            &t.rw_holder,
+            &t.rw_waiter,
+        ]
+        .iter()
+        .map(|n| n.to_lowercase())
+        .collect();
         self.run_plain(|c| {
             c.query(
                 "SELECT table_name::text, column_name::text, coalesce(collation_name::text, '') \

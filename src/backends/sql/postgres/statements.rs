@@ -146,7 +146,8 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
                       AND x.session_id = (SELECT session_id FROM cur) \
                     RETURNING x.token), \
              bump AS (UPDATE {s} SET version = version + 1 \
-                    WHERE session_id IN (SELECT session_id FROM locked) AND EXISTS (SELECT 1 FROM up) \
+                    WHERE (session_id = $1 OR session_id = (SELECT session_id FROM cur)) \
+                      AND EXISTS (SELECT 1 FROM up) \
                     RETURNING 1), \
              note AS MATERIALIZED (SELECT pg_notify({ch}, 'a:' || $2) FROM up) \
              SELECT (SELECT expires_at FROM me) * 1000 - (SELECT us FROM now), \

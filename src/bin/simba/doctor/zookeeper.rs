@@ -119,9 +119,10 @@ fn creates_open(a: &Args) -> bool {
     }
 }
 
-/// `world:anyone` allowed to create or delete under the root, `leases` or `groups`; the
-/// nodes that do not exist are reported (doctor never creates them): the first session
-/// creates them, with the open ACL when the URL has no credentials (a trap).
+/// `world:anyone` allowed to create or delete under the root, `leases`, `groups`, `delays`
+/// (lock-delay gates) or `rw` (read-write locks); the nodes that do not exist are reported
+/// (doctor never creates them): the first session creates them, with the open ACL when the
+/// URL has no credentials (a trap).
 fn zk_acls(a: &Args, b: &ZooKeeperBackend, f: &mut Findings) {
     let acls = match b.acls() {
         Ok(a) => a,
@@ -139,6 +140,8 @@ fn zk_acls(a: &Args, b: &ZooKeeperBackend, f: &mut Findings) {
         root.to_owned(),
         format!("{root}/leases"),
         format!("{root}/groups"),
+        format!("{root}/delays"),
+        format!("{root}/rw"),
     ]
     .into_iter()
     .filter(|p| !acls.iter().any(|(path, _)| path == p))

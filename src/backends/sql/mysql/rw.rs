@@ -1,0 +1,272 @@
+//! The MySQL/MariaDB statements of read-write locks ([`RwSql`], text statements kept apart
+//! from the others, so tables from before read-write locks still serve everything else) and
+//! the driver calls that run them.
+//!
+//! MySQL has neither data-modifying CTEs nor `RETURNING`, and the backend sends no
+//! multi-statement text or stored procedure, so an acquire is a short transaction, decided
+//! by the backend ([`RwView::decide`]) from one read under the name's row lock:
+//!
+//! 1. `START TRANSACTION`;
+//! 2. `lock`: an upsert of the name's row that bumps its counter: it takes the row's
+//!    exclusive lock (creating the row for a name never used) and holds it to the end, so
+//!    grants of one name are serialized;
+//! 3. `view`: one read of the counter, the live terms and the live waiting writers. It is the
+//!    transaction's first consistent read, so its snapshot is taken after the lock was
+//!    granted and holds every term granted before (grants commit under the lock);
+//! 4. a grant inserts the term (the bumped counter is its token; a writer that waited also
+//!    deletes its place) and commits; anything else rolls back (the bump with it), and a
+//!    writer that waits then adds or renews its place with one autocommit statement (a
+//!    place only orders writers and keeps readers out: it needs no lock).
+//!
+//! Round trips: 4 without a change (expired, the same term, busy), 5 for a grant or a
+//! registration, 6 for a grant to a writer that waited. A failure inside the transaction
+//! rolls it back before the connection goes back to the pool (a rollback that fails drops
+//! the connection). Release and leave are one autocommit statement each; a release only
+//! deletes a term, which frees the name.
+
+use super::rows::{cells, opt_int, opt_text, req_int, req_text};
+use super::statements::{NOW, NOW_US};
+use super::MyDriver;
+use crate::backends::sql::driver::{DbError, DbResult, Kind};
+use crate::backends::sql::rw::{RwDecision, RwRow, RwStateRow, RwView};
+use crate::backends::sql::tables::Tables;
+use ::mysql::prelude::Queryable;
+use ::mysql::{Conn, Row};
+
+/// The read-write lock statements.
+pub(super) struct RwSql {
+    lock: String,
+    view: String,
+    grant: String,
+    unplace: String,
+    renew: String,
+    place: String,
+    release: String,
+    leave: String,
+    state: String,
+    end_holder: String,
+    end_waiter: String,
+    gc_holder: String,
+    gc_waiter: String,
+}
+
+impl RwSql {
+    pub(super) fn new(t: &Tables) -> Self {
+        let (s, rw, h, w) = (&t.session, &t.rw, &t.rw_holder, &t.rw_waiter);
+        let live = |a: &str| {
+            format!("JOIN {s} x ON x.session_id = {a}.session_id AND x.expires_at > {NOW}")
+        };
+        let (live_h, live_w) = (live("h"), live("w"));
+        RwSql {
+            // name. The row's exclusive lock until the transaction ends; a new name's row is
+            // inserted with the first token.
+            lock: format!(
+                "INSERT INTO {rw} (name, token) VALUES (?, 1) ON DUPLICATE KEY UPDATE token = token + 1"
+            ),
+            // session, session, side, session, session, session, session, session, name: the
+            // asker's remaining µs (NULL: not live), the (bumped) counter, the asker's term of
+            // that side, the live writer, the live readers, the other live places, the asker's
+            // live place and the live places before it (all others without a place). The
+            // subqueries refer to the locked row, so they run after its lock was granted.
+            view: format!(
+                "SELECT (SELECT m.expires_at * 1000 - {NOW_US} FROM {s} m \
+                         WHERE m.session_id = ? AND m.expires_at > {NOW}), \
+                        r.token, \
+                        (SELECT h.token FROM {h} h {live_h} \
+                         WHERE h.name = r.name AND h.session_id = ? AND h.writer = ?), \
+                        (SELECT h.session_id FROM {h} h {live_h} \
+                         WHERE h.name = r.name AND h.writer = 1 ORDER BY h.token DESC LIMIT 1), \
+                        (SELECT COUNT(*) FROM {h} h {live_h} WHERE h.name = r.name AND h.writer = 0), \
+                        (SELECT COUNT(*) FROM {w} w {live_w} \
+                         WHERE w.name = r.name AND w.expires_at > {NOW} AND w.session_id <> ?), \
+                        (SELECT w.seq FROM {w} w \
+                         WHERE w.name = r.name AND w.session_id = ? AND w.expires_at > {NOW}), \
+                        (SELECT COUNT(*) FROM {w} w {live_w} \
+                         WHERE w.name = r.name AND w.expires_at > {NOW} AND w.session_id <> ? \
+                           AND w.seq < COALESCE((SELECT v.seq FROM {w} v WHERE v.name = r.name \
+                               AND v.session_id = ? AND v.expires_at > {NOW}), 9223372036854775807)), \
+                        (SELECT COUNT(*) FROM {w} w WHERE w.name = r.name AND w.session_id = ?) \
+                 FROM {rw} r WHERE r.name = ?"
+            ),
+            // name, session, side, token
+            grant: format!(
+                "INSERT INTO {h} (name, session_id, writer, token) VALUES (?, ?, ?, ?)"
+            ),
+            // name, session: the new writer's place
+            unplace: format!("DELETE FROM {w} WHERE name = ? AND session_id = ?"),
+            // patience, name, session: a live place, kept where it is
+            renew: format!(
+                "UPDATE {w} SET expires_at = {NOW} + ? WHERE name = ? AND session_id = ?"
+            ),
+            // name, session, patience: a new place (or one whose patience ran out, replaced:
+            // a new seq, at the back of the line)
+            place: format!(
+                "REPLACE INTO {w} (name, session_id, expires_at) VALUES (?, ?, {NOW} + ?)"
+            ),
+            // name, session, side, token: only by a live session
+            release: format!(
+                "DELETE h FROM {h} h JOIN {s} me ON me.session_id = h.session_id \
+                   AND me.expires_at > {NOW} \
+                 WHERE h.name = ? AND h.session_id = ? AND h.writer = ? AND h.token = ?"
+            ),
+            // name, session: a live place
+            leave: format!(
+                "DELETE FROM {w} WHERE name = ? AND session_id = ? AND expires_at > {NOW}"
+            ),
+            // name, name, name: the counter (0), the live terms (1 read, 2 write), the live
+            // places (3, with their seq)
+            state: format!(
+                "SELECT 0, '', token FROM {rw} WHERE name = ? \
+                 UNION ALL SELECT 1 + h.writer, h.session_id, h.token FROM {h} h {live_h} \
+                   WHERE h.name = ? \
+                 UNION ALL SELECT 3, w.session_id, w.seq FROM {w} w {live_w} \
+                   WHERE w.name = ? AND w.expires_at > {NOW}"
+            ),
+            end_holder: format!("DELETE FROM {h} WHERE session_id = ?"),
+            end_waiter: format!("DELETE FROM {w} WHERE session_id = ?"),
+            gc_holder: format!(
+                "DELETE h FROM {h} h LEFT JOIN {s} x ON x.session_id = h.session_id \
+                   AND x.expires_at > {NOW} WHERE x.session_id IS NULL"
+            ),
+            gc_waiter: format!(
+                "DELETE w FROM {w} w LEFT JOIN {s} x ON x.session_id = w.session_id \
+                   AND x.expires_at > {NOW} WHERE x.session_id IS NULL OR w.expires_at <= {NOW}"
+            ),
+        }
+    }
+}
+
+/// Runs `f` in a transaction that `f` ends; if `f` fails, rolls it back (a rollback that
+/// fails reports the connection broken, so the pool drops it).
+fn in_transaction<T>(c: &mut Conn, f: impl FnOnce(&mut Conn) -> DbResult<T>) -> DbResult<T> {
+    c.query_drop("START TRANSACTION")?;
+    f(c).map_err(|e| match c.query_drop("ROLLBACK") {
+        Ok(()) => e,
+        Err(r) => DbError::new(Kind::Connection, r),
+    })
+}
+
+/// The `view` row.
+fn view(row: Option<Row>) -> DbResult<(RwView, bool)> {
+    const WHAT: &str = "a read-write lock";
+    let r = row.map(cells).unwrap_or_default();
+    let view = RwView {
+        my_remaining: opt_int(WHAT, &r, 0)?,
+        counter: req_int(WHAT, &r, 1)?,
+        mine: opt_int(WHAT, &r, 2)?,
+        writer: opt_text(WHAT, &r, 3)?,
+        readers: req_int(WHAT, &r, 4)?,
+        others_waiting: req_int(WHAT, &r, 5)?,
+        my_place: opt_int(WHAT, &r, 6)?,
+        ahead: req_int(WHAT, &r, 7)?,
+    };
+    let has_row = req_int(WHAT, &r, 8)? > 0;
+    Ok((view, has_row))
+}
+
+impl MyDriver {
+    pub(super) fn rw_acquire_my(
+        &self,
+        id: &str,
+        name: &str,
+        write: bool,
+        patience_ms: i64,
+    ) -> DbResult<RwRow> {
+        let q = &self.rw_sql;
+        let side = i64::from(write);
+        self.run(|c| {
+            let decided = in_transaction(c, |c| {
+                c.exec_drop(&q.lock, (name,))?;
+                let r: Option<Row> =
+                    c.exec_first(&q.view, (id, id, side, id, id, id, id, id, name))?;
+                let (v, has_row) = view(r)?;
+                let d = v.decide(write, patience_ms);
+                if d == RwDecision::Grant {
+                    c.exec_drop(&q.grant, (name, id, side, v.counter))?;
+                    if write && has_row {
+                        c.exec_drop(&q.unplace, (name, id))?;
+                    }
+                    c.query_drop("COMMIT")?;
+                } else {
+                    c.query_drop("ROLLBACK")?;
+                }
+                Ok((v, d))
+            })?;
+            Ok(match decided {
+                (_, RwDecision::Expired) => RwRow::Expired,
+                (v, RwDecision::Held(t)) => RwRow::Acquired {
+                    token: t,
+                    remaining_us: v.my_remaining.unwrap_or(0),
+                },
+                (v, RwDecision::Grant) => RwRow::Acquired {
+                    token: v.counter,
+                    remaining_us: v.my_remaining.unwrap_or(0),
+                },
+                (v, RwDecision::Busy { register: false }) => v.busy(false),
+                (v, RwDecision::Busy { register: true }) => {
+                    if v.my_place.is_some() {
+                        c.exec_drop(&q.renew, (patience_ms, name, id))?;
+                    } else {
+                        c.exec_drop(&q.place, (name, id, patience_ms))?;
+                    }
+                    let registered = patience_ms > 0 || v.my_place.is_some();
+                    v.busy(registered)
+                }
+            })
+        })
+    }
+
+    pub(super) fn rw_release_my(
+        &self,
+        id: &str,
+        name: &str,
+        write: bool,
+        token: i64,
+    ) -> DbResult<bool> {
+        self.run(|c| {
+            c.exec_drop(&self.rw_sql.release, (name, id, i64::from(write), token))?;
+            Ok(c.affected_rows() > 0)
+        })
+    }
+
+    pub(super) fn rw_leave_my(&self, id: &str, name: &str) -> DbResult<bool> {
+        self.run(|c| {
+            c.exec_drop(&self.rw_sql.leave, (name, id))?;
+            Ok(c.affected_rows() > 0)
+        })
+    }
+
+    pub(super) fn rw_state_my(&self, name: &str) -> DbResult<Vec<RwStateRow>> {
+        const WHAT: &str = "a read-write lock's state";
+        self.run(|c| {
+            let rows: Vec<Row> = c.exec(&self.rw_sql.state, (name, name, name))?;
+            rows.into_iter()
+                .map(|r| {
+                    let r = cells(r);
+                    Ok(RwStateRow {
+                        kind: req_int(WHAT, &r, 0)?,
+                        session: req_text(WHAT, &r, 1)?,
+                        value: req_int(WHAT, &r, 2)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Two autocommit statements: the session's terms, then its places.
+    pub(super) fn rw_end_session_my(&self, id: &str) -> DbResult<()> {
+        self.run(|c| {
+            c.exec_drop(&self.rw_sql.end_holder, (id,))?;
+            Ok(c.exec_drop(&self.rw_sql.end_waiter, (id,))?)
+        })
+    }
+
+    /// The collection run with every purge: the terms and places of sessions no longer live,
+    /// and the places whose patience ran out.
+    pub(super) fn rw_gc_my(&self) -> DbResult<()> {
+        self.run(|c| {
+            c.exec_drop(&self.rw_sql.gc_holder, ())?;
+            Ok(c.exec_drop(&self.rw_sql.gc_waiter, ())?)
+        })
+    }
+}

@@ -1,0 +1,676 @@
+//! Read-write locks on ZooKeeper: one persistent node per name, `{root}/rw/{name}`, never
+//! deleted, whose data `1 {counter}` is the name's token counter; its ephemeral children are
+//! the terms and the waiting writers, so each ends with its session's ZooKeeper session:
+//!
+//! * `r-{sessionId}-{token}`: a reader's term; `w-{sessionId}-{token}`: the writer's term;
+//! * `q-{sessionId}`: a waiting writer, its data its patience in ms; the write that made or
+//!   renewed it is its last attempt (`mtime`, the server's clock). Waiting writers are in
+//!   line by `czxid` (a renewal keeps the place). Every write attempt of a registered writer
+//!   renews it as it reads the line; the read (before the renewal) says whether it had run
+//!   out, and one that had queues again at the back (until then others see it at its old
+//!   place: they wait a little longer, and its delete wakes them).
+//!
+//! Every change of the set of terms or of the line (a grant, a registration) is one multi
+//! that sets the counter node at the version its read saw, so concurrent decisions conflict
+//! and all but one read again (compare-and-set). A grant sets the counter + 1 and creates the
+//! term's node named with it, so the token is exactly the memory backend's counter + 1; a
+//! registration rewrites the counter unchanged. A registration whose patience ran out is
+//! ignored by the others (it is not deleted: only its owner, its session's end, or a leave
+//! removes it); a grant that ignores one also checks its data version in the multi, so a
+//! renewal that raced with the decision fails the grant. Its owner finding it run out
+//! queues again at the back (delete and create in the registration's multi). The clock is
+//! the leader's, as for queue places and run-once jobs: a leader change between servers
+//! whose clocks disagree moves the lapse by the skew. Releases and leaves delete one node:
+//! the deletion is a [`Notification::Released`](crate::spi::Notification::Released) through
+//! the reader's watch.
+//!
+//! Round trips: an attempt reads the counter node and its children in one multi read; when
+//! writers wait, one more for the multi read of their nodes sent together with a write that
+//! gives the server's clock (a writer's own registration rewritten after the read, which is
+//! its renewal, or else a write to `{root}/clock` before it); then the grant or registration
+//! (one multi) unless the reply is known by then. A release or a leave is one delete; the
+//! state one sync with a multi read, plus the clock and the waiting writers' reads when there
+//! are any.
+
+use super::facade::{backend as zk_err, block_on_for, call};
+use super::session::{Sessions, ZkSession};
+use crate::backends::options;
+use crate::error::{Error, Result};
+use crate::spi::{RwAcquire, RwMode, RwState};
+use crate::types::{LeaseName, SessionId, Term, Token};
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use zookeeper_client as zk;
+
+const OP: &str = "taking a read-write lock";
+
+/// How many times an attempt reads again after a conflicting change.
+const TRIES: usize = 32;
+
+/// A waiting writer's node as read.
+#[derive(Clone, Debug)]
+struct Waiter {
+    id: SessionId,
+    czxid: i64,
+    version: i32,
+    live: bool,
+}
+
+/// How [`Sessions::rw_view`] reads.
+#[derive(Clone, Copy)]
+struct How<'a> {
+    op: &'static str,
+    /// Sync first (the shared reader).
+    sync: bool,
+    /// The session whose registration to renew, if it has one, with its data.
+    renew: Option<(&'a SessionId, &'a [u8])>,
+}
+
+/// A name's node and children as one attempt read them.
+#[derive(Debug, Default)]
+struct View {
+    /// The own registration was renewed by the read (see [`How::renew`]).
+    renewed: bool,
+    /// The counter node's data version, counter and `mzxid` (`None`: no node yet).
+    node: Option<(i32, u64, i64)>,
+    writer: Option<(SessionId, u64)>,
+    readers: Vec<(SessionId, u64)>,
+    /// In line, first first.
+    waiting: Vec<Waiter>,
+}
+
+impl View {
+    fn counter(&self) -> u64 {
+        self.node.map_or(0, |n| n.1)
+    }
+
+    fn live_waiting(&self) -> usize {
+        self.waiting.iter().filter(|w| w.live).count()
+    }
+
+    fn busy(&self, extra: usize) -> RwAcquire {
+        RwAcquire::Busy {
+            writer: self.writer.as_ref().map(|w| w.0.clone()),
+            readers: self.readers.len(),
+            writers_waiting: self.live_waiting() + extra,
+        }
+    }
+}
+
+/// The counter node's data.
+fn counter_data(counter: u64) -> Vec<u8> {
+    format!("1 {counter}").into_bytes()
+}
+
+fn parse_counter(data: &[u8]) -> Option<u64> {
+    std::str::from_utf8(data)
+        .ok()?
+        .strip_prefix("1 ")?
+        .parse()
+        .ok()
+}
+
+/// A term node's name.
+fn term_node(mode: RwMode, id: &SessionId, token: u64) -> String {
+    let tag = match mode {
+        RwMode::Read => 'r',
+        RwMode::Write => 'w',
+    };
+    format!("{tag}-{id}-{token}")
+}
+
+/// A child: a term (`Some(mode)`, with its token) or a waiting writer (`None`).
+fn parse_child(c: &str) -> Option<(Option<RwMode>, SessionId, u64)> {
+    let (tag, rest) = c.split_once('-')?;
+    match tag {
+        "q" => Some((None, SessionId::parse(rest).ok()?, 0)),
+        "r" | "w" => {
+            let (id, token) = rest.split_once('-')?;
+            let mode = if tag == "r" {
+                RwMode::Read
+            } else {
+                RwMode::Write
+            };
+            Some((Some(mode), SessionId::parse(id).ok()?, token.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+fn bad_node(op: &'static str, path: &str) -> Error {
+    super::failure::error(
+        op,
+        format!("{path} holds no read-write lock counter (written outside simba-lease?)"),
+    )
+}
+
+/// Waits for two requests already sent (one after the other, so the server ran them in that
+/// order): one round trip.
+fn both<A: Future, B: Future>(
+    operation: &'static str,
+    limit: Duration,
+    a: A,
+    b: B,
+) -> Result<(A::Output, B::Output)> {
+    block_on_for(async move { (a.await, b.await) }, limit).ok_or(Error::Timeout {
+        operation,
+        after: limit,
+        source: None,
+    })
+}
+
+/// Takes one fault of `faults`, if any is left.
+fn lose(faults: &AtomicU32) -> bool {
+    faults
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// What an attempt does after its read.
+enum Next {
+    Busy,
+    Grant,
+    /// Rewrite the own registration (a writer waiting in line).
+    Renew,
+    /// Register the writer as waiting.
+    Register,
+}
+
+/// What a multi that changes the name did.
+enum Outcome {
+    Done,
+    /// A conflicting change since the read (or a parent missing): read again.
+    Again,
+}
+
+impl Sessions {
+    fn rw_path(&self, name: &LeaseName) -> String {
+        format!("{}/{}", self.cfg.rw, name.as_str())
+    }
+
+    /// Reads `dir` and its children (after a sync, when `how.sync`), then, when writers wait,
+    /// their nodes with the server's clock, sent together: a write to `{root}/clock` before
+    /// the read, or, when `how.renew` names a session waiting in line, the rewrite of its
+    /// registration after it (its data: the new patience).
+    fn rw_view(
+        &self,
+        client: &zk::Client,
+        limit: Duration,
+        dir: &str,
+        how: How<'_>,
+        fail: &dyn Fn(zk::Error) -> Error,
+    ) -> Result<View> {
+        let op = how.op;
+        let synced = how.sync.then(|| client.sync(dir));
+        let mut r = client.new_multi_reader();
+        r.add_get_data(dir).map_err(|e| zk_err(op, e))?;
+        r.add_get_children(dir).map_err(|e| zk_err(op, e))?;
+        let read = r.commit();
+        let synced = async move {
+            match synced {
+                Some(f) => f.await,
+                None => Ok(()),
+            }
+        };
+        let (synced, read) = both(op, limit, synced, read)?;
+        match synced {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(fail(e)),
+        }
+        let mut results = read.map_err(fail)?.into_iter();
+        let mut view = View::default();
+        match results.next() {
+            Some(zk::MultiReadResult::Data { data, stat }) => {
+                let counter = parse_counter(&data).ok_or_else(|| bad_node(op, dir))?;
+                view.node = Some((stat.version, counter, stat.mzxid));
+            }
+            Some(zk::MultiReadResult::Error {
+                err: zk::Error::NoNode,
+            }) => return Ok(view),
+            Some(zk::MultiReadResult::Error { err }) => return Err(fail(err)),
+            _ => return Err(bad_node(op, dir)),
+        }
+        let children = match results.next() {
+            Some(zk::MultiReadResult::Children { children }) => children,
+            Some(zk::MultiReadResult::Error {
+                err: zk::Error::NoNode,
+            }) => Vec::new(),
+            Some(zk::MultiReadResult::Error { err }) => return Err(fail(err)),
+            _ => return Err(bad_node(op, dir)),
+        };
+        let mut queued = Vec::new();
+        for c in &children {
+            match parse_child(c) {
+                Some((Some(RwMode::Read), id, token)) => view.readers.push((id, token)),
+                // At most one (grants are decided on a consistent read); the newest wins.
+                Some((Some(RwMode::Write), id, token))
+                    if view.writer.as_ref().is_none_or(|w| w.1 < token) =>
+                {
+                    view.writer = Some((id, token));
+                }
+                Some((None, id, _)) => queued.push((id, format!("{dir}/{c}"))),
+                _ => {}
+            }
+        }
+        view.readers.sort();
+        if queued.is_empty() {
+            return Ok(view);
+        }
+        let clock = format!("{}/clock", self.cfg.root);
+        // The own registration, renewed after the read of the line: that write's `mtime` is
+        // the clock then (no clock write).
+        let mut renew = how
+            .renew
+            .filter(|(me, _)| queued.iter().any(|(id, _)| id == *me));
+        for _ in 0..3 {
+            let mut r = client.new_multi_reader();
+            for (_, path) in &queued {
+                r.add_get_data(path).map_err(|e| zk_err(op, e))?;
+            }
+            let (now, renewed, read) = match renew {
+                Some((me, data)) => {
+                    let read = r.commit();
+                    let own = client.set_data(&format!("{dir}/q-{me}"), data, None);
+                    let (read, own) = both(op, limit, read, own)?;
+                    match own {
+                        Ok(stat) => (stat.mtime, Some((me, stat.version)), read),
+                        Err(zk::Error::NoNode) => {
+                            renew = None; // left meanwhile: time the line by the clock
+                            continue;
+                        }
+                        Err(e) => return Err(fail(e)),
+                    }
+                }
+                None => {
+                    let now = client.set_data(&clock, &[], None);
+                    let read = r.commit();
+                    let (now, read) = both(op, limit, now, read)?;
+                    match now {
+                        Ok(stat) => (stat.mtime, None, read),
+                        Err(zk::Error::NoNode) => {
+                            self.cfg.mkdirs(client, &clock, limit)?;
+                            continue;
+                        }
+                        Err(e) => return Err(fail(e)),
+                    }
+                }
+            };
+            for ((id, _), r) in queued.into_iter().zip(read.map_err(fail)?) {
+                let zk::MultiReadResult::Data { data, stat } = r else {
+                    continue; // gone meanwhile
+                };
+                // Only a node the waiting writer's own session made counts.
+                if SessionId::from_u64(stat.ephemeral_owner as u64) != id {
+                    continue;
+                }
+                let patience = std::str::from_utf8(&data)
+                    .ok()
+                    .and_then(|d| d.parse::<i64>().ok())
+                    .unwrap_or(0);
+                // The own one: live if it was before this renewal, at the renewal's version.
+                let version = match renewed {
+                    Some((me, version)) if *me == id => {
+                        view.renewed = true;
+                        version
+                    }
+                    _ => stat.version,
+                };
+                view.waiting.push(Waiter {
+                    id,
+                    czxid: stat.czxid,
+                    version,
+                    live: stat.mtime.saturating_add(patience) > now,
+                });
+            }
+            view.waiting.sort_by_key(|w| w.czxid);
+            return Ok(view);
+        }
+        Err(super::failure::error(
+            op,
+            format!("the line of {dir} could not be timed"),
+        ))
+    }
+
+    /// Sets (or creates) the counter node in `w`, first: `counter` + `add`.
+    fn add_counter(
+        &self,
+        w: &mut zk::MultiWriter<'_>,
+        dir: &str,
+        view: &View,
+        add: u64,
+    ) -> Result<()> {
+        let data = counter_data(view.counter() + add);
+        let acl = self.cfg.acl.for_path(dir);
+        let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
+        let r = match view.node {
+            // A version ZooKeeper let wrap to -1 (2^32 - 1 writes) compares as any version:
+            // a child named with the write read stands in, which two decisions on the same
+            // read cannot both create (the one node it leaves every 2^32 writes stays).
+            Some((-1, _, mzxid)) => w
+                .add_set_data(dir, &data, None)
+                .and_then(|()| w.add_create(&format!("{dir}/wrap-{mzxid}"), &[], &opts)),
+            Some((version, _, _)) => w.add_set_data(dir, &data, Some(version)),
+            None => w.add_create(dir, &data, &opts),
+        };
+        r.map_err(|e| zk_err(OP, e))
+    }
+
+    /// Commits a multi built on `view`; a conflict (or a missing `{root}/rw`, created here)
+    /// is [`Outcome::Again`]. `grant`: the term node a grant creates, left to the next
+    /// keep-alive to delete when the outcome cannot be known (no reply): see `take_up`.
+    fn rw_commit(
+        &self,
+        s: &ZkSession,
+        client: &zk::Client,
+        limit: Duration,
+        mut w: zk::MultiWriter<'_>,
+        view: &View,
+        grant: Option<&str>,
+    ) -> Result<Outcome> {
+        let unknown = || {
+            if let Some(node) = grant {
+                s.orphans.lock().push((node.to_owned(), 0));
+            }
+        };
+        let sent = w.commit();
+        let r = match call(OP, limit, sent) {
+            Ok(r) => r,
+            Err(e) => {
+                unknown();
+                return Err(e);
+            }
+        };
+        if r.is_ok() && grant.is_some() && lose(&self.rw_reply_faults) {
+            unknown();
+            return Err(Error::Timeout {
+                operation: OP,
+                after: limit,
+                source: None,
+            });
+        }
+        match r {
+            Ok(_) => Ok(Outcome::Done),
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => match source {
+                zk::Error::NoNode if index == 0 && view.node.is_none() => {
+                    self.cfg.mkdirs(client, &self.cfg.rw, limit)?;
+                    Ok(Outcome::Again)
+                }
+                zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
+                    Ok(Outcome::Again)
+                }
+                e => Err(self.fail(s, OP, e)),
+            },
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                if matches!(source, zk::Error::ConnectionLoss | zk::Error::Timeout) {
+                    unknown();
+                }
+                Err(self.fail(s, OP, source))
+            }
+        }
+    }
+
+    pub(super) fn acquire_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        patience: Duration,
+    ) -> Result<RwAcquire> {
+        if !patience.is_zero() {
+            options::check_lease(patience)?;
+        }
+        let patience_ms = patience.as_millis().to_string();
+        let s = self.live(session)?;
+        let limit = s.limit(&self.cfg);
+        let dir = self.rw_path(name);
+        let fail = |e| self.fail(&s, OP, e);
+        // Its registration ran out: it queues at the back, even if a conflict made it read
+        // again after the read's renewal revived it.
+        let mut lapsed = false;
+        for _ in 0..TRIES {
+            s.check_connected(OP)?;
+            let client = s.client()?;
+            let sent = Instant::now();
+            let how = How {
+                op: OP,
+                sync: false,
+                renew: (mode == RwMode::Write).then_some((session, patience_ms.as_bytes())),
+            };
+            let view = self.rw_view(&client, limit, &dir, how, &fail)?;
+            let term = |token: u64| -> Result<RwAcquire> {
+                Ok(RwAcquire::Acquired(Term {
+                    name: name.clone(),
+                    token: Token::new(token)?,
+                    remaining: s.remaining_at(sent),
+                }))
+            };
+            let held = match mode {
+                RwMode::Read => view.readers.iter().find(|r| &r.0 == session),
+                RwMode::Write => view.writer.as_ref().filter(|w| &w.0 == session),
+            };
+            if let Some(&(_, token)) = held {
+                let path = format!("{dir}/{}", term_node(mode, session, token));
+                if self.take_up(&s, &client, limit, &path)? {
+                    return term(token);
+                }
+                continue;
+            }
+            let own = view.waiting.iter().find(|w| &w.id == session);
+            let own_live = own.is_some_and(|o| o.live) && !lapsed;
+            let own_path = format!("{dir}/q-{session}");
+            let next = match mode {
+                RwMode::Read if view.writer.is_some() || view.live_waiting() > 0 => Next::Busy,
+                RwMode::Read => Next::Grant,
+                RwMode::Write => {
+                    let mine = own.filter(|_| own_live).map_or(i64::MAX, |o| o.czxid);
+                    let ahead = view
+                        .waiting
+                        .iter()
+                        .any(|q| q.live && &q.id != session && q.czxid < mine);
+                    if view.writer.is_none() && view.readers.is_empty() && !ahead {
+                        Next::Grant
+                    } else if own_live {
+                        Next::Renew
+                    } else if patience.is_zero() {
+                        Next::Busy
+                    } else {
+                        Next::Register
+                    }
+                }
+            };
+            let mut w = client.new_multi_writer();
+            match next {
+                Next::Busy => return Ok(view.busy(0)),
+                // Renewed by the read.
+                Next::Renew if view.renewed => return Ok(view.busy(0)),
+                Next::Renew => {
+                    // In place: the line and the terms are unchanged.
+                    let renewed = client.set_data(&own_path, patience_ms.as_bytes(), None);
+                    match call(OP, limit, renewed)? {
+                        Ok(_) => return Ok(view.busy(0)),
+                        Err(zk::Error::NoNode) => continue,
+                        Err(e) => return Err(fail(e)),
+                    }
+                }
+                Next::Register => {
+                    // At the back: a registration that ran out is made anew.
+                    lapsed |= own.is_some();
+                    self.add_counter(&mut w, &dir, &view, 0)?;
+                    if let Some(o) = own {
+                        w.add_delete(&own_path, Some(o.version))
+                            .map_err(|e| zk_err(OP, e))?;
+                    }
+                    let qacl = self.cfg.acl.for_path(&own_path);
+                    let qopts = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&qacl));
+                    w.add_create(&own_path, patience_ms.as_bytes(), &qopts)
+                        .map_err(|e| zk_err(OP, e))?;
+                    match self.rw_commit(&s, &client, limit, w, &view, None)? {
+                        Outcome::Done => return Ok(view.busy(1)),
+                        Outcome::Again => continue,
+                    }
+                }
+                Next::Grant => {}
+            }
+            // The grant: the counter + 1, the term's node named with it, the writer's own
+            // registration deleted, and the run-out registrations the decision ignored
+            // checked as read.
+            let token = view.counter() + 1;
+            let node = format!("{dir}/{}", term_node(mode, session, token));
+            self.add_counter(&mut w, &dir, &view, 1)?;
+            if let (RwMode::Write, Some(o)) = (mode, own) {
+                w.add_delete(&own_path, Some(o.version))
+                    .map_err(|e| zk_err(OP, e))?;
+            }
+            for q in view.waiting.iter().filter(|q| !q.live && &q.id != session) {
+                w.add_check_version(&format!("{dir}/q-{}", q.id), q.version)
+                    .map_err(|e| zk_err(OP, e))?;
+            }
+            let eacl = self.cfg.acl.for_path(&node);
+            let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&eacl));
+            w.add_create(&node, &[], &ephemeral)
+                .map_err(|e| zk_err(OP, e))?;
+            match self.rw_commit(&s, &client, limit, w, &view, Some(&node))? {
+                Outcome::Done => return term(token),
+                Outcome::Again => continue,
+            }
+        }
+        Err(super::failure::error(
+            OP,
+            format!("read-write lock {name} kept changing"),
+        ))
+    }
+
+    /// An own term found by an attempt: if a grant without a reply left it to a keep-alive
+    /// to delete, it is taken up (a write moves its version past the one the delete names).
+    /// Whether it is held.
+    fn take_up(
+        &self,
+        s: &ZkSession,
+        client: &zk::Client,
+        limit: Duration,
+        path: &str,
+    ) -> Result<bool> {
+        let orphaned = {
+            let mut o = s.orphans.lock();
+            let before = o.len();
+            o.retain(|(p, _)| p != path);
+            o.len() < before
+        };
+        if !orphaned {
+            return Ok(true);
+        }
+        match call(OP, limit, client.set_data(path, &[], None))? {
+            Ok(_) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => {
+                // Still an orphan: its delete may have been sent already.
+                s.orphans.lock().push((path.to_owned(), 0));
+                Err(self.fail(s, OP, e))
+            }
+        }
+    }
+
+    pub(super) fn release_rw(
+        &self,
+        session: &SessionId,
+        name: &LeaseName,
+        mode: RwMode,
+        token: Token,
+    ) -> Result<bool> {
+        const OP: &str = "releasing a read-write lock";
+        let Some(s) = self.live_or_none(session) else {
+            return Ok(false);
+        };
+        let Ok(client) = s.client() else {
+            return Ok(false);
+        };
+        let path = format!(
+            "{}/{}",
+            self.rw_path(name),
+            term_node(mode, session, token.get())
+        );
+        s.orphans.lock().retain(|(p, _)| *p != path);
+        match call(OP, s.limit(&self.cfg), client.delete(&path, None))? {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => self.fail_unchanged(&s, OP, e),
+        }
+    }
+
+    pub(super) fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
+        const OP: &str = "leaving a read-write lock's writers";
+        let Some(s) = self.live_or_none(session) else {
+            return Ok(false);
+        };
+        let Ok(client) = s.client() else {
+            return Ok(false);
+        };
+        let path = format!("{}/q-{session}", self.rw_path(name));
+        match call(OP, s.limit(&self.cfg), client.delete(&path, None))? {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => self.fail_unchanged(&s, OP, e),
+        }
+    }
+
+    /// Through the shared reader, after a sync (a term or registration that just returned on
+    /// another server is then seen).
+    pub(super) fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
+        const OP: &str = "reading a read-write lock";
+        let client = self.reader.client()?;
+        let dir = self.rw_path(name);
+        let fail = |e| zk_err(OP, e);
+        let how = How {
+            op: OP,
+            sync: true,
+            renew: None,
+        };
+        let view = self.rw_view(&client, self.cfg.request_timeout, &dir, how, &fail)?;
+        let with_token = |(id, t): (SessionId, u64)| Token::new(t).map(|t| (id, t));
+        Ok(RwState {
+            last_token: view.counter(),
+            writer: view.writer.clone().map(with_token).transpose()?,
+            readers: view
+                .readers
+                .iter()
+                .cloned()
+                .map(with_token)
+                .collect::<Result<_>>()?,
+            writers_waiting: view
+                .waiting
+                .into_iter()
+                .filter(|w| w.live)
+                .map(|w| w.id)
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_and_counters_round_trip_and_foreign_names_are_skipped() {
+        let id = SessionId::from_u64(0x1234);
+        for mode in [RwMode::Read, RwMode::Write] {
+            let c = term_node(mode, &id, 42);
+            assert_eq!(parse_child(&c), Some((Some(mode), id.clone(), 42)));
+        }
+        assert_eq!(parse_child(&format!("q-{id}")), Some((None, id.clone(), 0)));
+        for bad in [
+            "x-1",
+            "r-zz-1",
+            &format!("r-{id}"),
+            &format!("w-{id}-x"),
+            "q-",
+        ] {
+            assert_eq!(parse_child(bad), None, "{bad}");
+        }
+        assert_eq!(parse_counter(&counter_data(7)), Some(7));
+        for bad in [&b""[..], b"7", b"2 7", b"1 x"] {
+            assert_eq!(parse_counter(bad), None);
+        }
+    }
+}
