@@ -98,9 +98,10 @@ impl Routed {
         self.by_node.load(Ordering::Relaxed)
     }
 
-    /// Whether `sid` is still live on its session's node, checked before a release, a leave
-    /// or a job call (one more round trip): an expired session changes nothing, and a lease
-    /// or membership node may still count it live for the cross-node delay.
+    /// Whether `sid` is still live on its session's node, checked before a job call, and
+    /// before a release or a leave of a session this backend knows no deadline of ahead (one
+    /// more round trip): an expired session changes nothing, and a lease or membership node
+    /// may still count it live for the cross-node delay.
     pub(super) fn live(&self, b: &Base, sid: &SessionId) -> Result<bool> {
         Ok(self.pttl(b, sid)?.is_some())
     }
