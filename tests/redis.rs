@@ -3687,10 +3687,8 @@ impl RedisScripting for Counting {
     }
 }
 
-/// Read-write acquire, release and leave take one round trip each on one server and on a
-/// cluster; on a cluster a keep-alive of a session holding only read-write locks takes the
-/// session call and one batch, as with leases.
-fn rw_calls_take_one_round_trip(cluster: bool) {
+/// A backend (routed by slot on the cluster) whose scripting port counts round trips.
+fn counted(cluster: bool) -> (Arc<Isolated>, Arc<Counting>) {
     let inner: Arc<dyn RedisScripting> = if cluster {
         let seeds: Vec<String> = cluster_url()
             .trim_start_matches("redis+cluster://")
@@ -3718,6 +3716,14 @@ fn rw_calls_take_one_round_trip(cluster: bool) {
         inner: RedisBackend::new(counting.clone(), cfg).unwrap(),
         prefix,
     });
+    (b, counting)
+}
+
+/// Read-write acquire, release and leave take one round trip each on one server and on a
+/// cluster; on a cluster a keep-alive of a session holding only read-write locks takes the
+/// session call and one batch, as with leases.
+fn rw_calls_take_one_round_trip(cluster: bool) {
+    let (b, counting) = counted(cluster);
     let trips = |what: &str, expected: usize, f: &mut dyn FnMut()| {
         let before = counting.trips.load(std::sync::atomic::Ordering::SeqCst);
         f();
@@ -3783,4 +3789,120 @@ fn rw_calls_take_one_round_trip_standalone() {
 #[test]
 fn rw_calls_take_one_round_trip_cluster() {
     rw_calls_take_one_round_trip(true);
+}
+
+/// On a cluster, an acquire of a session this backend knows live (opened or kept alive here)
+/// takes one round trip: the session call and the lease call as one batch (one more to take
+/// the name out of the index when it is held by another); a release takes no `PTTL` first.
+/// A session this backend knows nothing of goes the session call first, as before; one closed
+/// through another backend is found gone by the batch, and a term it began is undone.
+#[test]
+fn lease_calls_take_one_round_trip_cluster() {
+    let (b, counting) = counted(true);
+    let other = RedisBackend::connect(&with_options(
+        &cluster_url(),
+        &format!("prefix={}", b.prefix),
+    ))
+    .unwrap();
+    let trips = |what: &str, expected: usize, f: &mut dyn FnMut()| {
+        let before = counting.trips.load(std::sync::atomic::Ordering::SeqCst);
+        f();
+        let took = counting.trips.load(std::sync::atomic::Ordering::SeqCst) - before;
+        assert_eq!(took, expected, "{what}: {took} round trips");
+        eprintln!("cluster {what}: {took}");
+    };
+    let long = Duration::from_secs(30);
+    let (s, t) = (open(&*b, long), open(&*b, long));
+    // The first keep-alive reads the slot map: terms are then bound to anchors.
+    b.keep_alive(&s, long).unwrap();
+    let name = LeaseName::new("lease-trips").unwrap();
+    let mut token = None;
+    trips("acquire", 1, &mut || match b.acquire(&s, &name).unwrap() {
+        Acquire::Acquired(term) => token = Some(term.token),
+        Acquire::Held(_) => panic!("free"),
+    });
+    let token = token.unwrap();
+    trips("acquire again", 1, &mut || {
+        assert!(matches!(b.acquire(&s, &name).unwrap(), Acquire::Acquired(x) if x.token == token));
+    });
+    trips("held by another", 2, &mut || {
+        assert!(matches!(b.acquire(&t, &name).unwrap(), Acquire::Held(_)));
+    });
+    // A waiter polling: the lease call alone, nothing to index.
+    trips("held by another again", 1, &mut || {
+        assert!(matches!(b.acquire(&t, &name).unwrap(), Acquire::Held(_)));
+    });
+    // The keep-alive still finds the term (indexed by the batch), and not the other's name.
+    let ka = b.keep_alive(&s, long).unwrap();
+    assert_eq!(ka.leases.len(), 1);
+    assert_eq!(ka.leases[0].token, token);
+    assert!(b.keep_alive(&t, long).unwrap().leases.is_empty());
+    trips("release", 2, &mut || {
+        assert!(b.release(&s, &name, token).unwrap())
+    });
+    // The waiter's grant: the lease call, then the session call indexes it.
+    let mut token = None;
+    trips(
+        "acquire after waiting",
+        2,
+        &mut || match b.acquire(&t, &name).unwrap() {
+            Acquire::Acquired(term) => token = Some(term.token),
+            Acquire::Held(_) => panic!("free"),
+        },
+    );
+    let token = token.unwrap();
+    let ka = b.keep_alive(&t, long).unwrap();
+    assert_eq!(ka.leases.len(), 1, "indexed: the keep-alive finds it");
+    assert_eq!(ka.leases[0].token, token);
+    trips("acquire again after waiting", 1, &mut || {
+        assert!(matches!(b.acquire(&t, &name).unwrap(), Acquire::Acquired(x) if x.token == token));
+    });
+    trips("release after waiting", 2, &mut || {
+        assert!(b.release(&t, &name, token).unwrap())
+    });
+    // Opened through another backend: no deadline known here, the session call first.
+    let u = open(&other, long);
+    let mut token = None;
+    trips(
+        "acquire, session unknown",
+        2,
+        &mut || match b.acquire(&u, &name).unwrap() {
+            Acquire::Acquired(term) => token = Some(term.token),
+            Acquire::Held(_) => panic!("free"),
+        },
+    );
+    trips("release, session unknown", 3, &mut || {
+        assert!(b.release(&u, &name, token.unwrap()).unwrap())
+    });
+    // Closed through another backend while this one still knows a deadline ahead: the batch
+    // finds it gone, the term it began is undone and the name is free.
+    let v = open(&*b, long);
+    other.close_session(&v).unwrap();
+    assert!(matches!(
+        b.acquire(&v, &name),
+        Err(Error::SessionExpired { .. })
+    ));
+    assert!(b.owner(&name).unwrap().is_none(), "the term was undone");
+    // Once found gone it is forgotten: the session call first again.
+    trips("acquire, session found gone", 1, &mut || {
+        assert!(b.acquire(&v, &name).is_err());
+    });
+    // The same through the lease call first (a waiter whose session was closed elsewhere).
+    let w = open(&*b, long);
+    let t2 = acquired(&*b, &t, &name);
+    assert!(matches!(b.acquire(&w, &name).unwrap(), Acquire::Held(_)));
+    other.close_session(&w).unwrap();
+    assert!(b.release(&t, &name, t2.token).unwrap());
+    assert!(matches!(
+        b.acquire(&w, &name),
+        Err(Error::SessionExpired { .. })
+    ));
+    assert!(b.owner(&name).unwrap().is_none(), "the term was undone");
+    assert!(matches!(
+        b.acquire(&t, &name).unwrap(),
+        Acquire::Acquired(_)
+    ));
+    for x in [&s, &t, &u] {
+        b.close_session(x).unwrap();
+    }
 }

@@ -407,7 +407,7 @@ impl LeaseBackend for RedisBackend {
             .ok_or_else(|| bad_reply("opening a session", &r))?;
         let remaining = Duration::from_millis(left);
         self.flavor
-            .session_opened(&id, sent + remaining, Some(lease));
+            .session_opened(&id, sent + remaining, Some(lease), delay_ms(lock_delay));
         Ok(SessionGrant { id, remaining })
     }
 

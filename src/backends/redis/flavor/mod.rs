@@ -57,8 +57,8 @@ impl Flavor {
         }
     }
 
-    /// Whether `sid` is still live, checked before a release, a leave or a job call (see
-    /// [`Routed::live`]); one node: the script checks it itself, so always true here.
+    /// Whether `sid` is still live, checked before a job call (see [`Routed::live`]); one
+    /// node: the script checks it itself, so always true here.
     pub(super) fn live_before_change(&self, b: &Base, sid: &SessionId) -> Result<bool> {
         match self {
             Flavor::OneNode(_) => Ok(true),

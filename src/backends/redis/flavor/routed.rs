@@ -1,6 +1,7 @@
 //! Routed by slot (`route_by_slot`, required on a Redis Cluster): every script call keeps to
 //! one hash slot, so an operation first runs a script on its session's slot, then one per
-//! slot of its other keys, and keeps the session's index sets itself. A new term is bound to
+//! slot of its other keys (an acquire of a session this backend knows live on a cluster
+//! sends both at once, or the lease's first), and keeps the session's index sets itself. A new term is bound to
 //! the session's anchor on the lease's node ([`super::anchors`]); only durations cross nodes
 //! (see the module documentation's "Redis Cluster"). The keep-alive is in
 //! `routed_keep_alive`.
@@ -18,7 +19,7 @@ use super::slot_map::SlotMaps;
 use crate::error::{Error, Result};
 use crate::types::{GroupName, LeaseName, Member, SessionId, Token};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,41 @@ pub(in super::super) struct Routed {
     pub(super) by_node: AtomicU64,
     /// Per session, its deadline and the read-write locks it holds or waits for.
     pub(super) rw: super::rw::RwKnown,
+    /// The names each session's last acquire through this backend found held by another (or
+    /// queued behind others): its next one sends the lease call first (see
+    /// [`Routed::acquire_lease_first`]).
+    refused: Box<Mutex<HashSet<(SessionId, LeaseName)>>>,
+}
+
+/// How many refused acquires [`Routed`] remembers before it starts again.
+const MAX_REFUSED: usize = 4096;
+
+/// An acquire's call on the lease's slot, and the anchor its term is bound to.
+struct LeaseCall {
+    script: &'static super::super::scripting::LuaScript,
+    keys: Vec<String>,
+    args: Vec<String>,
+    anchor: Option<String>,
+}
+
+/// Decodes the lease node's acquire reply: a new term bound to the anchor (`anchored`) ends
+/// with the anchor's epoch; the node answers about the lease only, so a "gone" reply is not
+/// one of its.
+fn lease_reply(r: &Reply, anchored: bool, sid: &SessionId) -> Result<(Acquired, Option<String>)> {
+    const OP: &str = "acquiring";
+    let (r, epoch) = match r {
+        Reply::Array(a) if a.len() == 5 && a[0].as_int() == Some(1) => match a[4].as_str() {
+            Some(e) if !e.is_empty() && anchored => {
+                (Reply::Array(a[..4].to_vec()), Some(e.to_owned()))
+            }
+            _ => return Err(bad_reply(OP, r)),
+        },
+        r => (r.clone(), None),
+    };
+    match acquired(OP, &r, sid)? {
+        Acquired::Expired => Err(bad_reply(OP, &r)),
+        other => Ok((other, epoch)),
+    }
 }
 
 /// Lease, read-write lock and group keys of one slot.
@@ -62,11 +98,21 @@ impl Routed {
         self.by_node.load(Ordering::Relaxed)
     }
 
-    /// Whether `sid` is still live on its session's node, checked before a release, a leave
-    /// or a job call (one more round trip): an expired session changes nothing, and a lease
-    /// or membership node may still count it live for the cross-node delay.
+    /// Whether `sid` is still live on its session's node, checked before a job call, and
+    /// before a release or a leave of a session this backend knows no deadline of ahead (one
+    /// more round trip): an expired session changes nothing, and a lease or membership node
+    /// may still count it live for the cross-node delay.
     pub(super) fn live(&self, b: &Base, sid: &SessionId) -> Result<bool> {
         Ok(self.pttl(b, sid)?.is_some())
+    }
+
+    /// [`Self::live`], without the round trip while this backend knows a deadline of the
+    /// session ahead (from its open or last keep-alive, no later than the server's).
+    fn live_known(&self, b: &Base, sid: &SessionId) -> Result<bool> {
+        if self.rw.known_live(sid, Instant::now()) {
+            return Ok(true);
+        }
+        self.live(b, sid)
     }
 
     /// What `sid`'s session hash has left in ms (`PTTL`), or `None` once it is gone.
@@ -119,7 +165,11 @@ impl Routed {
         Ok(r)
     }
 
-    /// [`Self::acquire`] without the value.
+    /// [`Self::acquire`] without the value. On a cluster without `WAIT`, when this backend
+    /// knows what the session has left, its lease and its lock-delay:
+    /// [`Self::acquire_at_once`], or [`Self::acquire_lease_first`] after the session's last
+    /// acquire of the name here was refused. Otherwise the session call first, then the
+    /// lease call.
     fn acquire_lease(
         &self,
         b: &Base,
@@ -128,8 +178,33 @@ impl Routed {
         patience: Option<Duration>,
     ) -> Result<Acquired> {
         const OP: &str = "acquiring";
-        let lease_key = b.keys.lease(name.as_str());
         let sent = Instant::now();
+        if b.cfg.wait_replicas == 0 && b.scripting.clustered() {
+            if let Some(known) = self.rw.for_acquire(sid, sent) {
+                let key = (sid.clone(), name.clone());
+                let refused = self.refused.lock().contains(&key);
+                let r = if refused {
+                    self.acquire_lease_first(b, sid, name, patience, sent, known)
+                } else {
+                    self.acquire_at_once(b, sid, name, patience, sent, known)
+                };
+                let mut hints = self.refused.lock();
+                match &r {
+                    Ok(Acquired::Held(_) | Acquired::Queued { .. }) => {
+                        if !hints.contains(&key) {
+                            if hints.len() >= MAX_REFUSED {
+                                hints.clear();
+                            }
+                            hints.insert(key);
+                        }
+                    }
+                    _ => {
+                        hints.remove(&key);
+                    }
+                }
+                return r;
+            }
+        }
         let r = b.eval(
             Role::Other,
             &scripts().acquire_session,
@@ -147,8 +222,206 @@ impl Routed {
                 source: None,
             });
         }
-        // The session's anchor on the lease's node, by the slot map last read (none before
-        // the first keep-alive read one: the term is then bound by that keep-alive).
+        let call = self.lease_call(b, sid, name, patience, lease, delay);
+        let (r, acked) = if b.cfg.wait_replicas == 0 {
+            (
+                b.eval(Role::Other, call.script, &call.keys, &call.args)?,
+                None,
+            )
+        } else {
+            // `WAIT` on the lease's master, right after the script (one pipeline there).
+            let new_term = |r: &Reply| {
+                matches!(r.as_array(), Some(a) if a.len() >= 4
+                    && a[0].as_int() == Some(1)
+                    && flag(OP, &a[3]).unwrap_or(false))
+            };
+            b.scripting.eval_then_wait(
+                call.script,
+                &call.keys,
+                &call.args,
+                &new_term,
+                b.cfg.wait_replicas,
+                b.wait_timeout(),
+            )?
+        };
+        let (r, epoch) = lease_reply(&r, call.anchor.is_some(), sid)?;
+        if let (Some(acked), Acquired::Term { token, .. }) = (acked, &r) {
+            if acked < b.cfg.wait_replicas {
+                let released = self.release_term(b, sid, name, *token);
+                return Err(b.unacknowledged(name, *token, acked, released));
+            }
+        }
+        self.lease_answered(b, sid, name, sent, left, call.anchor, r, epoch)
+    }
+
+    /// One round trip (a cluster whose session this backend knows live, without `WAIT`): the
+    /// session call and the lease call as one batch, pipelined to both nodes at once. The
+    /// lease call goes with the lease and lock-delay this backend knows (`known`, with what the
+    /// session has left by the deadline of its open or last keep-alive, no later than the
+    /// server's); the session call indexes the name as before and judges the session live on
+    /// its own node in the same round trip. A session found gone there (closed or deleted
+    /// behind this backend) undoes a new term and answers [`Acquired::Expired`]; the late rule
+    /// counts from the later of the two deadlines (both no later than the server's).
+    fn acquire_at_once(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        patience: Option<Duration>,
+        sent: Instant,
+        known: (Duration, Duration, u64),
+    ) -> Result<Acquired> {
+        const OP: &str = "acquiring";
+        let (left, lease, delay) = known;
+        let call = self.lease_call(b, sid, name, patience, lease_ms(lease), delay);
+        let calls = [
+            ScriptCall {
+                script: &scripts().acquire_session,
+                keys: vec![b.keys.session(sid), b.keys.leases_index(sid)],
+                args: vec![name.to_string()],
+            },
+            ScriptCall {
+                script: call.script,
+                keys: call.keys,
+                args: call.args,
+            },
+        ];
+        let replies = match b.scripting.eval_many(Role::Other, &calls) {
+            Ok(r) => r,
+            Err(e) => {
+                // The lease call may have granted a term the session call did not index: the
+                // session call again, so that the index has the name as after a lease call
+                // failed on the path with the session call first.
+                let [index, _] = &calls;
+                if let Err(e) = b.eval(Role::Other, index.script, &index.keys, &index.args) {
+                    log::warn!(
+                        "indexing {name:?} after a failed acquire failed: {}",
+                        e.report()
+                    );
+                }
+                return Err(e);
+            }
+        };
+        let [session_r, lease_r] = replies.as_slice() else {
+            return Err(bad_reply(OP, &Reply::Array(replies)));
+        };
+        let session = session_call(OP, session_r)?;
+        let (r, epoch) = lease_reply(lease_r, call.anchor.is_some(), sid)?;
+        let Some((server_left, _, _)) = session else {
+            // Gone on its own node: a new term may outlast it, so it is undone.
+            if let Acquired::Term {
+                token, new: true, ..
+            } = r
+            {
+                if let Err(e) = self.release_term(b, sid, name, token) {
+                    log::warn!(
+                        "releasing the term {token} of {name:?} of an ended session failed: {}",
+                        e.report()
+                    );
+                }
+            }
+            if patience.is_some() {
+                // A place the lease call may have queued would wait for nothing.
+                let keys = &b.keys;
+                let left_queue = b.eval(
+                    Role::Other,
+                    &scripts().leave_queue,
+                    &[
+                        keys.queue(name.as_str()),
+                        keys.queue_deadlines(name.as_str()),
+                        keys.lease(name.as_str()),
+                    ],
+                    &[sid.to_string(), keys.session_prefix()],
+                );
+                if let Err(e) = left_queue {
+                    log::warn!(
+                        "leaving the queue of {name:?} of an ended session failed: {}",
+                        e.report()
+                    );
+                }
+            }
+            self.forget(sid);
+            return Ok(Acquired::Expired);
+        };
+        let left = left.max(Duration::from_millis(server_left));
+        self.lease_answered(b, sid, name, sent, left, call.anchor, r, epoch)
+    }
+
+    /// One round trip while the name stays held (a waiter polling it: this session's last
+    /// acquire here found it held): the lease call alone, with what this backend knows as in
+    /// [`Self::acquire_at_once`]; a name not granted is not indexed (nothing to take out
+    /// again). A grant is then indexed by the session call (a second round trip), which also
+    /// judges the session live: found gone, the new term is undone; the late rule counts from
+    /// the later of the known deadline and the session call's. Between the two calls the
+    /// term is not in the index, as with a keep-alive whose session call ran just before an
+    /// acquire's: the grant kept its anchor a full lease, and the next keep-alive finds it.
+    fn acquire_lease_first(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        patience: Option<Duration>,
+        sent: Instant,
+        known: (Duration, Duration, u64),
+    ) -> Result<Acquired> {
+        const OP: &str = "acquiring";
+        let (left, lease, delay) = known;
+        let call = self.lease_call(b, sid, name, patience, lease_ms(lease), delay);
+        let r = b.eval(Role::Other, call.script, &call.keys, &call.args)?;
+        let (r, epoch) = lease_reply(&r, call.anchor.is_some(), sid)?;
+        let Acquired::Term { token, new, .. } = r else {
+            return Ok(r);
+        };
+        let indexed = Instant::now();
+        let index = b.eval(
+            Role::Other,
+            &scripts().acquire_session,
+            &[b.keys.session(sid), b.keys.leases_index(sid)],
+            &[name.to_string()],
+        );
+        let undo = |why: &str| {
+            if new {
+                if let Err(e) = self.release_term(b, sid, name, token) {
+                    log::warn!(
+                        "releasing the term {token} of {name:?} ({why}) failed: {}",
+                        e.report()
+                    );
+                }
+            }
+        };
+        let session = match index.and_then(|r| session_call(OP, &r)) {
+            Ok(s) => s,
+            Err(e) => {
+                // Not indexed: a keep-alive would not find the term.
+                undo("not indexed");
+                return Err(e);
+            }
+        };
+        let Some((server_left, _, _)) = session else {
+            undo("its session ended");
+            self.forget(sid);
+            return Ok(Acquired::Expired);
+        };
+        let deadline = (sent + left).max(indexed + Duration::from_millis(server_left));
+        let left = deadline.saturating_duration_since(sent);
+        self.lease_answered(b, sid, name, sent, left, call.anchor, r, epoch)
+    }
+
+    /// The lease call of an acquire for `sid` with its `lease` and lock-delay `delay` (ms):
+    /// `acquire_lease.lua` on the lease's slot, or with `patience` (fair locks)
+    /// `acquire_lease_queued.lua`, bound to the session's anchor on the lease's node by the
+    /// slot map last read (none before the first keep-alive read one: the term is then bound
+    /// by that keep-alive).
+    fn lease_call(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        patience: Option<Duration>,
+        lease: u64,
+        delay: u64,
+    ) -> LeaseCall {
+        let lease_key = b.keys.lease(name.as_str());
         let anchor = self
             .slot_maps
             .cached(&*b.scripting)
@@ -174,46 +447,29 @@ impl Routed {
         };
         // The session's lock-delay, kept with the term (and the anchor's epoch).
         args.push(delay.to_string());
-        let (r, acked) = if b.cfg.wait_replicas == 0 {
-            (b.eval(Role::Other, script, &keys, &args)?, None)
-        } else {
-            // `WAIT` on the lease's master, right after the script (one pipeline there).
-            let new_term = |r: &Reply| {
-                matches!(r.as_array(), Some(a) if a.len() >= 4
-                    && a[0].as_int() == Some(1)
-                    && flag(OP, &a[3]).unwrap_or(false))
-            };
-            b.scripting.eval_then_wait(
-                script,
-                &keys,
-                &args,
-                &new_term,
-                b.cfg.wait_replicas,
-                b.wait_timeout(),
-            )?
-        };
-        // A new term bound to the anchor: the reply ends with the anchor's epoch.
-        let (r, epoch) = match r {
-            Reply::Array(mut a) if a.len() == 5 && a[0].as_int() == Some(1) => {
-                let epoch = a.pop().and_then(|e| e.as_str().map(str::to_owned));
-                match epoch {
-                    Some(e) if !e.is_empty() && anchor.is_some() => (Reply::Array(a), Some(e)),
-                    _ => return Err(bad_reply(OP, &Reply::Array(a))),
-                }
-            }
-            r => (r, None),
-        };
-        // The lease node answers about the lease only: a "gone" reply is not one of its.
-        let r = match acquired(OP, &r, sid)? {
-            Acquired::Expired => return Err(bad_reply(OP, &r)),
-            other => other,
-        };
-        if let (Some(acked), Acquired::Term { token, .. }) = (acked, &r) {
-            if acked < b.cfg.wait_replicas {
-                let released = self.release_term(b, sid, name, *token);
-                return Err(b.unacknowledged(name, *token, acked, released));
-            }
+        LeaseCall {
+            script,
+            keys,
+            args,
+            anchor,
         }
+    }
+
+    /// What an acquire does once the lease's node answered `r` (with the anchor's `epoch` of a
+    /// new bound term), `left` being what the session had from `sent`: a term answered late is
+    /// undone (when new) and fails with [`Error::Timeout`]; a name not held leaves the index.
+    #[allow(clippy::too_many_arguments)]
+    fn lease_answered(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        name: &LeaseName,
+        sent: Instant,
+        left: Duration,
+        anchor: Option<String>,
+        r: Acquired,
+        epoch: Option<String>,
+    ) -> Result<Acquired> {
         match r {
             Acquired::Term { token, new, .. } if sent.elapsed() > left => {
                 if new {
@@ -263,7 +519,8 @@ impl Routed {
         }
     }
 
-    /// The session check, then the release on the term's node.
+    /// The session check (none while this backend knows a deadline of the session ahead),
+    /// then the release on the term's node.
     pub(super) fn release(
         &self,
         b: &Base,
@@ -271,7 +528,7 @@ impl Routed {
         name: &LeaseName,
         token: Token,
     ) -> Result<bool> {
-        if !self.live(b, session)? {
+        if !self.live_known(b, session)? {
             return Ok(false);
         }
         self.release_term(b, session, name, token)
@@ -344,9 +601,10 @@ impl Routed {
         Ok(())
     }
 
-    /// The session check, then the leave on the group's node.
+    /// The session check (none while this backend knows a deadline of the session ahead),
+    /// then the leave on the group's node.
     pub(super) fn leave(&self, b: &Base, session: &SessionId, group: &GroupName) -> Result<bool> {
-        if !self.live(b, session)? {
+        if !self.live_known(b, session)? {
             return Ok(false);
         }
         self.leave_group(b, session, group)

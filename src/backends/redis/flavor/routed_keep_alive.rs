@@ -132,6 +132,7 @@ impl Routed {
             .as_int()
             .and_then(|d| u64::try_from(d).ok())
             .ok_or_else(|| bad_reply(OP, &r))?;
+        self.rw.delay_known(session, delay_ms);
         let version = a[1].as_int().filter(|v| *v >= 0);
         let listed = a[2].as_int().filter(|l| *l == 0 || *l == 1);
         let (Some(version), Some(listed)) = (version, listed) else {

@@ -104,6 +104,8 @@ struct KnownSession {
     deadline: Option<Instant>,
     /// The lease its last open or keep-alive asked for.
     lease: Option<Duration>,
+    /// Its lock-delay in ms, as its open or last keep-alive answered.
+    delay: Option<u64>,
     names: HashMap<LeaseName, u64>,
 }
 
@@ -118,6 +120,33 @@ impl RwKnown {
         let s = m.get(sid)?;
         let left = s.deadline?.saturating_duration_since(now);
         (left.as_millis() > 0).then_some((left, s.lease))
+    }
+
+    /// What `sid` has left at `now` by the deadline known, if it is ahead, with the lease its
+    /// open or last keep-alive asked for and its lock-delay in ms, when both are known: what a
+    /// routed lease acquire needs to go without a session call first.
+    pub(super) fn for_acquire(
+        &self,
+        sid: &SessionId,
+        now: Instant,
+    ) -> Option<(Duration, Duration, u64)> {
+        let m = self.sessions.lock();
+        let s = m.get(sid)?;
+        let left = s.deadline?.saturating_duration_since(now);
+        (left.as_millis() > 0).then_some((left, s.lease?, s.delay?))
+    }
+
+    /// Whether this backend knows a deadline of `sid` ahead at `now` (no later than the
+    /// server's): the session is live unless it was closed through another backend.
+    pub(super) fn known_live(&self, sid: &SessionId, now: Instant) -> bool {
+        self.left(sid, now).is_some()
+    }
+
+    /// `sid`'s lock-delay is `ms` (0: none), as its open or a keep-alive answered.
+    pub(super) fn delay_known(&self, sid: &SessionId, ms: u64) {
+        if let Some(s) = self.sessions.lock().get_mut(sid) {
+            s.delay = Some(ms);
+        }
     }
 
     /// `sid` lives at least until `deadline` (kept if a later one is known); `lease`, when
@@ -198,16 +227,18 @@ fn term(name: &LeaseName, token: Token, remaining: Duration) -> RwAcquire {
 }
 
 impl Flavor {
-    /// A session was opened for `lease`: it lives at least until `deadline` (routed: the
-    /// read-write acquires count on that).
+    /// A session was opened for `lease` with a lock-delay of `delay_ms`: it lives at least
+    /// until `deadline` (routed: read-write and lease acquires count on that).
     pub(in super::super) fn session_opened(
         &self,
         sid: &SessionId,
         deadline: Instant,
         lease: Option<Duration>,
+        delay_ms: u64,
     ) {
         if let Flavor::Routed(f) = self {
             f.rw.renewed(sid, deadline, lease);
+            f.rw.delay_known(sid, delay_ms);
         }
     }
 
