@@ -421,10 +421,12 @@ pub trait LeaseBackend: Send + Sync {
     ///
     /// - Read: granted when no live writer holds the name and no live writer waits (writer
     ///   preference).
-    /// - Write: granted when no live writer or reader holds the name (other than `session`
-    ///   itself) and no live writer registered before `session` waits; otherwise `session` is
-    ///   registered as waiting (or its registration renewed) and the reply is `Busy`. A zero
-    ///   `patience` (a one-time try) registers nothing.
+    /// - Write: granted when no live writer or reader holds the name and no live writer
+    ///   registered before `session` waits; otherwise `session` is registered as waiting (or
+    ///   its registration renewed) and the reply is `Busy`. A zero `patience` (a one-time
+    ///   try) registers nothing. A read term is never upgraded: a session holding one that
+    ///   asks to write counts as a reader and waits (the engine never asks so: a session
+    ///   holds at most one term of a name).
     ///
     /// Every new term (read or write) takes the counter + 1 as its token, so a write term's
     /// token is above every token handed out before and a read term's is above the last
