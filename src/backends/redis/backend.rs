@@ -70,6 +70,22 @@ impl Base {
         self.scripting.eval(role, s, keys, args)
     }
 
+    /// `leave_queue.lua`: takes `sid`'s place out of `name`'s fair-lock queue (one script on
+    /// the name's slot); the reply is whether it had one.
+    pub(super) fn leave_queue(&self, sid: &SessionId, name: &LeaseName) -> Result<Reply> {
+        let keys = &self.keys;
+        self.eval(
+            Role::Other,
+            &scripts().leave_queue,
+            &[
+                keys.queue(name.as_str()),
+                keys.queue_deadlines(name.as_str()),
+                keys.lease(name.as_str()),
+            ],
+            &[sid.to_string(), keys.session_prefix()],
+        )
+    }
+
     /// How long `WAIT` waits for `wait_replicas`: two thirds of the query timeout.
     pub(super) fn wait_timeout(&self) -> Duration {
         self.cfg.query_timeout * 2 / 3
@@ -542,17 +558,7 @@ impl LeaseBackend for RedisBackend {
 
     fn leave_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
         const OP: &str = "leaving a queue";
-        let keys = &self.base.keys;
-        let r = self.base.eval(
-            Role::Other,
-            &scripts().leave_queue,
-            &[
-                keys.queue(name.as_str()),
-                keys.queue_deadlines(name.as_str()),
-                keys.lease(name.as_str()),
-            ],
-            &[session.to_string(), keys.session_prefix()],
-        )?;
+        let r = self.base.leave_queue(session, name)?;
         flag(OP, &r)
     }
 

@@ -322,18 +322,7 @@ impl Routed {
             }
             if patience.is_some() {
                 // A place the lease call may have queued would wait for nothing.
-                let keys = &b.keys;
-                let left_queue = b.eval(
-                    Role::Other,
-                    &scripts().leave_queue,
-                    &[
-                        keys.queue(name.as_str()),
-                        keys.queue_deadlines(name.as_str()),
-                        keys.lease(name.as_str()),
-                    ],
-                    &[sid.to_string(), keys.session_prefix()],
-                );
-                if let Err(e) = left_queue {
+                if let Err(e) = b.leave_queue(sid, name) {
                     log::warn!(
                         "leaving the queue of {name:?} of an ended session failed: {}",
                         e.report()
