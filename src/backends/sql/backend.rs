@@ -557,7 +557,7 @@ impl LeaseBackend for SqlBackend {
         true
     }
 
-    /// PostgreSQL: one statement. MySQL/MariaDB: a transaction of four or five statements
+    /// PostgreSQL: one statement. MySQL/MariaDB: a transaction of four to six statements
     /// (see the design notes).
     fn acquire_rw(
         &self,
