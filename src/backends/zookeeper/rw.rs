@@ -630,6 +630,7 @@ impl Sessions {
         let with_token = |(id, t): (SessionId, u64)| Token::new(t).map(|t| (id, t));
         Ok(RwState {
             last_token: view.counter(),
+            delayed: Vec::new(),
             writer: view.writer.clone().map(with_token).transpose()?,
             readers: view
                 .readers

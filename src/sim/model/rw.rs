@@ -184,6 +184,7 @@ impl Model {
                 .map(|(id, _)| id.clone())
                 .collect(),
             last_token: row.token,
+            delayed: Vec::new(),
         }
     }
 

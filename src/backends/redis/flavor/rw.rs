@@ -521,6 +521,7 @@ pub(in super::super) fn rw_state_reply(r: &Reply) -> Result<crate::spi::RwState>
         readers,
         writers_waiting,
         last_token: last,
+        delayed: Vec::new(),
     })
 }
 
