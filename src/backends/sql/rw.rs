@@ -66,8 +66,8 @@ pub(crate) struct RwStateRow {
 /// What a dialect read of the name before deciding (MySQL decides in the backend, from one
 /// read under the name's lock): remaining µs of the asker (`None`: not live), the counter,
 /// the asker's term of the side asked for, the writer and the readers (the asker included),
-/// live or in their lock-delay, the other live waiting writers, the asker's live place and how many live
-/// places are before it (all of them without a place).
+/// live or in their lock-delay, the other live waiting writers, the asker's live place and
+/// how many live places are before it (all of them without a place).
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 #[derive(Debug, Default)]
 pub(crate) struct RwView {
@@ -100,8 +100,8 @@ pub(crate) enum RwDecision {
 impl RwView {
     /// The rules of [`LeaseBackend::acquire_rw`](crate::spi::LeaseBackend::acquire_rw): a
     /// reader with no writer holding (live or delayed) or waiting; a writer with no term
-    /// (live or delayed) and no live place before its own; a writer that waits registers (or renews) unless its patience is
-    /// zero and it has no place.
+    /// (live or delayed) and no live place before its own; a writer that waits registers (or
+    /// renews) unless its patience is zero and it has no place.
     pub(crate) fn decide(&self, write: bool, patience_ms: i64) -> RwDecision {
         if self.my_remaining.is_none_or(|r| r <= 0) {
             return RwDecision::Expired;

@@ -77,8 +77,8 @@ impl RwSql {
             // asker's remaining µs (NULL: not live), the (bumped) counter, the asker's term of
             // that side, the writer and the readers (live or in their lock-delay), the other
             // live places, the asker's live place and the live places before it (all others
-            // without a place). The
-            // subqueries refer to the locked row, so they run after its lock was granted.
+            // without a place). The subqueries refer to the locked row, so they run after its
+            // lock was granted.
             view: format!(
                 "SELECT (SELECT m.expires_at * 1000 - {NOW_US} FROM {s} m \
                          WHERE m.session_id = ? AND m.expires_at > {NOW}), \

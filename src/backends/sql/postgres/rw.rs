@@ -6,11 +6,12 @@
 //! The acquire reads the name's counter, its terms (live, or in their session's lock-delay)
 //! and its live waiting writers from the statement's snapshot, decides, and takes a new term
 //! with an upsert of the name's row that bumps the counter only if it is still the one read
-//! (`x.token = cur.token`; the upsert locks the row, and under READ COMMITTED its `WHERE` sees the newest committed version). Every
-//! grant bumps the counter under that lock, so a grant that committed after the snapshot
-//! makes the upsert change nothing: the statement reports a race and the backend runs it
-//! again. Two grants of one name are so serialized, each seeing every term granted before it.
-//! The term's row is inserted from the upsert's result, in the same statement.
+//! (`x.token = cur.token`; the upsert locks the row, and under READ COMMITTED its `WHERE`
+//! sees the newest committed version). Every grant bumps the counter under that lock, so a
+//! grant that committed after the snapshot makes the upsert change nothing: the statement
+//! reports a race and the backend runs it again. Two grants of one name are so serialized,
+//! each seeing every term granted before it. The term's row is inserted from the upsert's
+//! result, in the same statement.
 
 use super::conn::{classify, col};
 use super::statements::{NOW, NOW_US};
@@ -58,10 +59,11 @@ pub(super) fn sql(t: &Tables) -> [String; 6] {
     [
         // acquire: $1 session, $2 name, $3 side (1 write, 0 read), $4 patience ms.
         // `hold` is the terms that block (their sessions live or in their lock-delay), `wait`
-        // the live places (their sessions live, and within their patience). `ok`: the asker is live, holds no term of that side, and the
-        // rules let it in. `up` takes the term (see the module doc), `ins` records it, `dq`
-        // deletes the new writer's place. `reg` adds or renews a waiting writer's place: a
-        // place whose patience ran out gets a new seq (the back of the line).
+        // the live places (their sessions live, and within their patience). `ok`: the asker
+        // is live, holds no term of that side, and the rules let it in. `up` takes the term
+        // (see the module doc), `ins` records it, `dq` deletes the new writer's place. `reg`
+        // adds or renews a waiting writer's place: a place whose patience ran out gets a new
+        // seq (the back of the line).
         format!(
             "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
              me AS MATERIALIZED (SELECT expires_at FROM {s} \
