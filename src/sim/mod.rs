@@ -63,7 +63,7 @@ pub use check::{Belief, Held, Kind, Violation};
 pub use config::{Faults, Premises, SimConfig, MIXES};
 pub use model::{
     session_id, session_no, DelayEntry, DelayStep, Grant, JobEntry, Model, QueueEntry, QueueStep,
-    RwGrant,
+    RwDelayEntry, RwGrant,
 };
 pub use rng::Rng;
 pub use world::{run, Outcome, Stats, TraceLine};

@@ -268,6 +268,7 @@ pub fn run(seed: u64, config: &SimConfig, trace: bool) -> Outcome {
     check::check_jobs(&w.model.job_log, &mut w.violations);
     check::check_rw(&beliefs, &w.model.rw_log, &mut w.violations);
     check::check_delays(&w.model.delay_log, &mut w.violations);
+    check::check_rw_delays(&w.model.rw_delay_log, &mut w.violations);
     let semaphores: Vec<(String, u32)> = (0..config.semaphores)
         .map(|s| (format!("s{s}"), config.permits))
         .collect();

@@ -227,11 +227,22 @@ pub(super) fn show(r: &Result<Rep>) -> String {
                 format!("s{}:{t}", session_no(id))
             };
             let readers: Vec<String> = s.readers.iter().map(who).collect();
+            let delayed: Vec<String> = (s.delayed.iter())
+                .map(|d| {
+                    format!(
+                        "s{}:{}:{}",
+                        session_no(&d.session),
+                        d.mode.as_str(),
+                        d.token
+                    )
+                })
+                .collect();
             format!(
-                "rw state: writer {}, readers [{}], {} writer(s) waiting",
+                "rw state: writer {}, readers [{}], {} writer(s) waiting, delayed [{}]",
                 s.writer.as_ref().map_or("none".into(), who),
                 readers.join(" "),
-                s.writers_waiting.len()
+                s.writers_waiting.len(),
+                delayed.join(" ")
             )
         }
         Ok(Rep::Rw(RwAcquire::Busy {
