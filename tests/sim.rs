@@ -44,6 +44,8 @@ fn sweep(first: u64, count: u64, premises: Premises) -> (Vec<Outcome>, simba_lea
                         st.rw_terms.0 += o.stats.rw_terms.0;
                         st.rw_terms.1 += o.stats.rw_terms.1;
                         st.writes_given_up += o.stats.writes_given_up;
+                        st.rw_delays.0 += o.stats.rw_delays.0;
+                        st.rw_delays.1 += o.stats.rw_delays.1;
                         st.longest_write_wait =
                             st.longest_write_wait.max(o.stats.longest_write_wait);
                         if let Some(g) = o.stats.min_gap {
@@ -73,6 +75,8 @@ fn sweep(first: u64, count: u64, premises: Premises) -> (Vec<Outcome>, simba_lea
         st.rw_terms.0 += s.rw_terms.0;
         st.rw_terms.1 += s.rw_terms.1;
         st.writes_given_up += s.writes_given_up;
+        st.rw_delays.0 += s.rw_delays.0;
+        st.rw_delays.1 += s.rw_delays.1;
         st.longest_write_wait = st.longest_write_wait.max(s.longest_write_wait);
         if let Some(g) = s.min_gap {
             st.min_gap = Some(st.min_gap.map_or(g, |m| m.min(g)));
@@ -104,11 +108,13 @@ fn seeds() {
         st.min_gap.map(|g| g as f64 / 1e6)
     );
     println!(
-        "read-write locks: {} read and {} write terms, {} write calls gave up, the longest write call waited {:.0} ms",
+        "read-write locks: {} read and {} write terms, {} write calls gave up, the longest write call waited {:.0} ms; {} terms ended with their session's expiry in a lock-delay, {} attempts refused by one",
         st.rw_terms.0,
         st.rw_terms.1,
         st.writes_given_up,
-        st.longest_write_wait as f64 / 1e6
+        st.longest_write_wait as f64 / 1e6,
+        st.rw_delays.0,
+        st.rw_delays.1
     );
     for o in failed.iter().take(20) {
         println!("seed {} ({}): {}", o.seed, o.config.mix, o.violations[0]);

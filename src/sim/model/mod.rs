@@ -191,6 +191,8 @@ pub struct Model {
     /// Read-write terms ended by their session's expiry and new read-write terms, as the
     /// backend learnt of them (each expiry before any later grant of its name).
     pub rw_delay_log: Vec<RwDelayEntry>,
+    /// Read-write attempts refused because of a term in its lock-delay.
+    pub rw_delay_refusals: u64,
     /// When each term ended (backend time), with its session: its release, its session's
     /// end or expiry, a failover. The checker's knowledge, which a failover does not roll back.
     term_ends: BTreeMap<(LeaseName, Token), (SessionId, u64)>,
@@ -232,6 +234,7 @@ impl Model {
             delay_logged: BTreeSet::new(),
             rw_log: Vec::new(),
             rw_delay_log: Vec::new(),
+            rw_delay_refusals: 0,
             term_ends: BTreeMap::new(),
             releases: 0,
             stale_values: false,

@@ -122,8 +122,9 @@ impl Model {
         let (token, new_term) = match (held, mode) {
             (Some(token), _) => (token, false),
             (None, RwMode::Read) => {
-                let writer = row.writer.is_some() || row.delayed_writer().is_some();
-                if writer || !row.waiting.is_empty() {
+                let delayed = row.delayed_writer().is_some();
+                if row.writer.is_some() || delayed || !row.waiting.is_empty() {
+                    self.rw_delay_refusals += u64::from(delayed);
                     return Ok(row.busy());
                 }
                 row.token += 1;
@@ -134,8 +135,9 @@ impl Model {
                 let place = row.waiting.iter().position(|(s, _)| s == id);
                 let ahead = place.unwrap_or(row.waiting.len());
                 let readers = !shared && !row.readers.is_empty();
-                let held = row.writer.is_some() || readers || !row.delayed.is_empty();
-                if held || ahead > 0 {
+                let delayed = !row.delayed.is_empty();
+                if row.writer.is_some() || readers || delayed || ahead > 0 {
+                    self.rw_delay_refusals += u64::from(delayed);
                     let until = now + patience.as_nanos() as u64;
                     match place {
                         Some(i) => row.waiting[i].1 = until,

@@ -55,6 +55,9 @@ pub struct Stats {
     /// The longest a write call waited for its term (true ns): writer preference's liveness
     /// figure (a writer that waits keeps new readers out, so it does not starve).
     pub longest_write_wait: u64,
+    /// Read-write terms that ended with their session's expiry and kept their name blocked
+    /// for a lock-delay, and attempts the backend refused because of such a term.
+    pub rw_delays: (u64, u64),
 }
 
 /// The result of one simulated run.
