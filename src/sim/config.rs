@@ -74,7 +74,8 @@ pub struct Premises {
     /// The backend grants a read-write lock's write while readers hold it (readers do not
     /// keep a writer out).
     pub shared_writers: bool,
-    /// The backend ignores lock-delays: a name is free at once after its holder's expiry.
+    /// The backend ignores leases' lock-delays: a lease is free at once after its holder's
+    /// expiry.
     pub lost_delays: bool,
     /// The backend ignores read-write terms' lock-delays: a term that ended with its
     /// session's expiry blocks nothing.
