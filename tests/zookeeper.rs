@@ -1729,6 +1729,31 @@ mod rw {
         b.close_session(&r).unwrap();
     }
 
+    #[test]
+    fn a_leave_after_the_patience_ran_out_answers_false() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let (r, w) = (open(&b), open(&b));
+        let name = tck::lease_name("rw-leave");
+        let t = granted(b.acquire_rw(&r, &name, RwMode::Read, LONG).unwrap());
+        let short = Duration::from_secs(1);
+        let wait = |patience| b.acquire_rw(&w, &name, RwMode::Write, patience).unwrap();
+        assert!(matches!(wait(short), RwAcquire::Busy { .. }));
+        assert!(b.leave_rw_queue(&w, &name).unwrap(), "waiting");
+        assert!(matches!(wait(short), RwAcquire::Busy { .. }));
+        tck::until(Duration::from_secs(20), "the patience runs out", || {
+            b.rw_state(&name).unwrap().writers_waiting.is_empty()
+        });
+        assert!(
+            !b.leave_rw_queue(&w, &name).unwrap(),
+            "not waiting any more"
+        );
+        assert!(!b.leave_rw_queue(&w, &name).unwrap(), "gone");
+        assert!(b.release_rw(&r, &name, RwMode::Read, t.token).unwrap());
+        for s in [r, w] {
+            b.close_session(&s).unwrap();
+        }
+    }
+
     /// Lock-delay gates of read-write terms (see the backend's `rw` module): which nodes each
     /// step leaves, and the stamp that times the delay.
     #[test]

@@ -767,7 +767,8 @@ impl LeaseBackend for ZooKeeperBackend {
         self.inner.release_rw(session, name, mode, token)
     }
 
-    /// One delete of the session's waiting-writer node.
+    /// One round trip: the clock's write, the waiting-writer node's read and its delete, sent
+    /// together; `true` only if its patience had not run out.
     fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
         self.inner.leave_rw_queue(session, name)
     }

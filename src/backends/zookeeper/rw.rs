@@ -36,7 +36,8 @@
 //! (one multi) unless the reply is known by then. Terms in their lock-delay that decide add
 //! their stamps' writes (sent with the waiting writers' read when there is one, else one
 //! round trip more; one more at the first observation of each). A release is one delete (a
-//! multi with the gate's delete for a session with a lock-delay); a leave one delete; the state one sync with a multi
+//! multi with the gate's delete for a session with a lock-delay); a leave one round trip (the
+//! clock, the place's read and its delete sent together); the state one sync with a multi
 //! read, plus the clock and the waiting writers' reads, and the stamps, when there are any.
 
 use super::delay;
@@ -840,11 +841,46 @@ impl Sessions {
             return Ok(false);
         };
         let path = format!("{}/q-{session}", self.rw_path(name));
-        match call(OP, s.limit(&self.cfg), client.delete(&path, None))? {
-            Ok(()) => Ok(true),
-            Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => self.fail_unchanged(&s, OP, e),
+        let clock = format!("{}/clock", self.cfg.root);
+        let limit = s.limit(&self.cfg);
+        // Sent together (one round trip): the clock, the place's read, its delete. A place
+        // whose patience ran out is deleted too, but was not waiting any more.
+        let now = client.set_data(&clock, &[], None);
+        let read = client.get_data(&path);
+        let deleted = client.delete(&path, None);
+        let all = async move { (now.await, read.await, deleted.await) };
+        let (now, read, deleted) = block_on_for(all, limit).ok_or(Error::Timeout {
+            operation: OP,
+            after: limit,
+            source: None,
+        })?;
+        match deleted {
+            Ok(()) => {}
+            Err(zk::Error::NoNode) => return Ok(false),
+            Err(e) => return self.fail_unchanged(&s, OP, e),
         }
+        let Ok((data, stat)) = read else {
+            return Ok(true);
+        };
+        let now = match now {
+            Ok(now) => now.mtime,
+            // No clock yet: made now, read a round trip later (judges the lapse a little late).
+            Err(zk::Error::NoNode) => {
+                if self.cfg.mkdirs(&client, &clock, limit).is_err() {
+                    return Ok(true);
+                }
+                match call(OP, limit, client.set_data(&clock, &[], None)) {
+                    Ok(Ok(now)) => now.mtime,
+                    _ => return Ok(true),
+                }
+            }
+            Err(_) => return Ok(true),
+        };
+        let patience = std::str::from_utf8(&data)
+            .ok()
+            .and_then(|d| d.parse::<i64>().ok())
+            .unwrap_or(0);
+        Ok(stat.mtime.saturating_add(patience) > now)
     }
 
     /// Through the shared reader, after a sync (a term or registration that just returned on
