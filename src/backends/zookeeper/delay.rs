@@ -184,10 +184,8 @@ impl Sessions {
         let stamp = stamp_path(&holder_node);
         let paths = [stamp];
         let sent = vec![client.set_data(&paths[0], &[], None)];
-        let Some(written) = self
-            .stamps(client, limit, &paths, sent, op, fail)?
-            .remove(0)
-        else {
+        let stamped = self.stamps(client, limit, &paths, sent, op, fail)?;
+        let Some(written) = stamped.into_iter().next().flatten() else {
             return Ok(Gate::Open); // the holder's child exists only while its gate does
         };
         let [stamp] = paths;
