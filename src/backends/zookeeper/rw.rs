@@ -29,7 +29,9 @@
 //! the deletion is a [`Notification::Released`](crate::spi::Notification::Released) through
 //! the reader's watch.
 //!
-//! Round trips: an attempt reads the counter node and its children in one multi read; when
+//! Round trips: an attempt reads the counter node and its children in one multi read (sent
+//! behind a sync, in the same round trip, so its server has every change that completed
+//! before: a `Busy` never comes from a follower lagging behind a release); when
 //! writers wait, one more for the multi read of their nodes sent together with a write that
 //! gives the server's clock (a writer's own registration rewritten after the read, which is
 //! its renewal, or else a write to `{root}/clock` before it); then the grant or registration
@@ -91,7 +93,8 @@ impl Delayed {
 #[derive(Clone, Copy)]
 struct How<'a> {
     op: &'static str,
-    /// Sync first (the shared reader).
+    /// Sync first, sent with the read (no round trip more): the read then sees every change
+    /// that completed before it, whichever server made it.
     sync: bool,
     /// Time the gates of read terms too (those of write terms always are).
     time_readers: bool,
@@ -559,7 +562,9 @@ impl Sessions {
             let sent = Instant::now();
             let how = How {
                 op: OP,
-                sync: false,
+                // Behind a sync: a release or an end that completed before the attempt is
+                // seen, even through a follower that lags (a stale `Busy`).
+                sync: true,
                 // A reader is kept out by a write term in its delay, never by a read term.
                 time_readers: mode == RwMode::Write,
                 renew: (mode == RwMode::Write).then_some((session, patience_ms.as_bytes())),
