@@ -226,13 +226,19 @@ impl Sessions {
         }
     }
 
-    /// Deletes this session's own places whose delete after a grant failed (one round trip
-    /// each, only then); those that fail again wait for the next keep-alive. A place ends
+    /// Deletes this session's own places whose delete after a grant failed, and read-write
+    /// terms whose grant reply was lost (with their gate, see `rw`): one round trip each,
+    /// only then; those that fail again wait for the next keep-alive. A place ends
     /// with its session anyway, and is skipped by others one patience after its last renewal.
     pub(super) fn delete_orphans(&self, s: &ZkSession, client: &zk::Client) {
         let orphans = std::mem::take(&mut *s.orphans.lock());
         for (path, version) in orphans {
-            if !self.delete_place(s, client, &path, Some(version)) {
+            let gate = s.rw_gated.lock().get(&path).cloned();
+            let deleted = match gate {
+                Some(gate) => self.delete_gated_orphan(s, client, &path, version, &gate),
+                None => self.delete_place(s, client, &path, Some(version)),
+            };
+            if !deleted {
                 s.orphans.lock().push((path, version));
             }
         }

@@ -37,6 +37,9 @@ pub(super) struct ZkSession {
     /// Own queue places (path, data version) whose delete after a grant failed: the next
     /// keep-alive deletes them at that version (see `queue`).
     pub(super) orphans: Mutex<Vec<(String, i32)>>,
+    /// With a lock-delay: the possibly held read-write term nodes, each with its gate (see
+    /// `rw`), deleted together by a release, an orphan's delete and a clean close.
+    pub(super) rw_gated: Mutex<HashMap<String, String>>,
 }
 
 impl ZkSession {
