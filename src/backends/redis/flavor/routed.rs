@@ -642,7 +642,8 @@ impl Routed {
     }
 
     /// `close_session.lua` on the session's slot (it answers the session's leases and
-    /// groups), then one `close_slot.lua` per slot of those, as one batch, then the index.
+    /// groups, and whether it was live), then one `close_slot.lua` per slot of those, as one
+    /// batch (an expired session's read-write terms keep their lock-delay), then the index.
     pub(super) fn close(&self, b: &Base, session: &SessionId) -> Result<()> {
         const OP: &str = "closing a session";
         let index = b.keys.session_keys(session);
@@ -655,7 +656,12 @@ impl Routed {
             .collect();
         self.forget(session);
         let r = b.eval(Role::Other, &scripts().close_session, &index, &[])?;
-        let a = array_of(OP, &r, 2)?;
+        let a = array_of(OP, &r, 3)?;
+        let live = match a[2].as_int() {
+            Some(0) => "0",
+            Some(1) => "1",
+            _ => return Err(bad_reply(OP, &r)),
+        };
         let names = strings(OP, &a[0])?;
         let groups = strings(OP, &a[1])?;
         for n in &names {
@@ -674,6 +680,7 @@ impl Routed {
                     session.to_string(),
                     lk.len().to_string(),
                     rk.len().to_string(),
+                    live.to_owned(),
                 ],
                 keys: lk.into_iter().chain(rk).chain(gk).collect(),
             })

@@ -14,7 +14,7 @@ use super::super::scripts::scripts;
 use super::routed::Routed;
 use super::Flavor;
 use crate::error::{Error, Result};
-use crate::spi::{RwAcquire, RwMode};
+use crate::spi::{RwAcquire, RwDelayed, RwMode};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -113,13 +113,17 @@ struct KnownSession {
 const KNOWN_CAP: u64 = 1024;
 
 impl RwKnown {
-    /// What `sid` has left at `now` by the deadline known, if it is ahead, and the lease
-    /// it asked for last (if known).
-    fn left(&self, sid: &SessionId, now: Instant) -> Option<(Duration, Option<Duration>)> {
+    /// What `sid` has left at `now` by the deadline known, if it is ahead, with the lease it
+    /// asked for last and its lock-delay in ms (each if known).
+    fn left(
+        &self,
+        sid: &SessionId,
+        now: Instant,
+    ) -> Option<(Duration, Option<Duration>, Option<u64>)> {
         let m = self.sessions.lock();
         let s = m.get(sid)?;
         let left = s.deadline?.saturating_duration_since(now);
-        (left.as_millis() > 0).then_some((left, s.lease))
+        (left.as_millis() > 0).then_some((left, s.lease, s.delay))
     }
 
     /// What `sid` has left at `now` by the deadline known, if it is ahead, with the lease its
@@ -243,7 +247,7 @@ impl Flavor {
     }
 
     /// One attempt at the read-write lock `name` (one script; routed, one more call first,
-    /// a `PTTL` of the session, when this backend knows no deadline of it ahead).
+    /// `session_ttl.lua`, when this backend knows no deadline of the session ahead).
     pub(in super::super) fn acquire_rw(
         &self,
         b: &Base,
@@ -272,14 +276,23 @@ impl Flavor {
             }
             Flavor::Routed(f) => {
                 let sent = Instant::now();
-                let (left, lease) = match f.rw.left(sid, sent) {
-                    Some(known) => known,
-                    None => (f.session_left(b, sid, sent)?, None),
+                let (left, lease, delay) = match f.rw.left(sid, sent) {
+                    Some((left, lease, Some(delay))) => (left, lease, delay),
+                    Some((_, lease, None)) => {
+                        let (left, delay) = f.session_left(b, sid, sent)?;
+                        (left, lease, delay)
+                    }
+                    None => {
+                        let (left, delay) = f.session_left(b, sid, sent)?;
+                        (left, None, delay)
+                    }
                 };
                 // A new entry gets a full lease on the lock's node (what the session has left
                 // when its lease is not known): it then outlasts the deadline of every
                 // keep-alive sent before the script ran, even one whose renewal missed it.
+                // Its term keeps the session's lock-delay past its own end.
                 args.push(lease_ms(lease.unwrap_or(left).max(left)).to_string());
+                args.push(delay.to_string());
                 // Noted before the call: a keep-alive running meanwhile renews it.
                 let pre = f.rw.note(sid, name);
                 match rw_call(b, sid, name, &[rw], &args)? {
@@ -321,8 +334,8 @@ impl Flavor {
         }
     }
 
-    /// Ends `sid`'s `mode` term of `name` with `token` (one script; routed, a `PTTL` of the
-    /// session first when this backend knows no deadline of it ahead).
+    /// Ends `sid`'s `mode` term of `name` with `token` (one script; routed, `session_ttl.lua`
+    /// first when this backend knows no deadline of the session ahead).
     pub(in super::super) fn release_rw(
         &self,
         b: &Base,
@@ -447,19 +460,35 @@ fn rw_call(
 }
 
 impl Routed {
-    /// What `sid` has left by a `PTTL` of its session hash (the deadline from `sent` is kept);
-    /// `SessionExpired` (and the session forgotten) when it is gone.
-    fn session_left(&self, b: &Base, sid: &SessionId, sent: Instant) -> Result<Duration> {
-        match self.pttl(b, sid)? {
-            Some(ms) => {
-                let left = Duration::from_millis(ms);
+    /// What `sid` has left and its lock-delay in ms, read from its session hash
+    /// (`session_ttl.lua`: both are kept, the deadline from `sent`); `SessionExpired` (and
+    /// the session forgotten) when it is gone.
+    fn session_left(&self, b: &Base, sid: &SessionId, sent: Instant) -> Result<(Duration, u64)> {
+        const OP: &str = "reading a session's time to live";
+        let r = b.eval(
+            Role::Other,
+            &scripts().session_ttl,
+            &[b.keys.session(sid)],
+            &[],
+        )?;
+        let a = array_of(OP, &r, 2)?;
+        let (Some(ms), Some(delay)) = (a[0].as_int(), a[1].as_int()) else {
+            return Err(bad_reply(OP, &r));
+        };
+        let delay = u64::try_from(delay).map_err(|_| bad_reply(OP, &r))?;
+        match ms {
+            // -2: no such key, -1: no expiry (not a session hash of this backend)
+            ms if ms > 0 => {
+                let left = millis(OP, &r, ms)?;
                 self.rw.renewed(sid, sent + left, None);
-                Ok(left)
+                self.rw.delay_known(sid, delay);
+                Ok((left, delay))
             }
-            None => {
+            -2..=0 => {
                 self.forget(sid);
                 Err(expired(sid))
             }
+            _ => Err(bad_reply(OP, &r)),
         }
     }
 
@@ -488,10 +517,11 @@ impl Routed {
     }
 }
 
-/// Decodes `rw_state.lua`'s reply: `{token, writer, its token, {reader, token…}, {waiting…}}`.
+/// Decodes `rw_state.lua`'s reply: `{token, writer, its token, {reader, token…}, {waiting…},
+/// {session, mode, token, ms left…} of the delayed terms}`.
 pub(in super::super) fn rw_state_reply(r: &Reply) -> Result<crate::spi::RwState> {
     const OP: &str = "reading a read-write lock";
-    let a = array_of(OP, r, 5)?;
+    let a = array_of(OP, r, 6)?;
     let last = u64::try_from(int_at(OP, r, 0)?).map_err(|_| bad_reply(OP, r))?;
     let writer = match a[1].as_str().ok_or_else(|| bad_reply(OP, r))? {
         "" => None,
@@ -516,12 +546,36 @@ pub(in super::super) fn rw_state_reply(r: &Reply) -> Result<crate::spi::RwState>
         .iter()
         .map(|x| session_in(OP, r, x.as_str().ok_or_else(|| bad_reply(OP, r))?))
         .collect::<Result<Vec<_>>>()?;
+    let flat = a[5].as_array().ok_or_else(|| bad_reply(OP, r))?;
+    if flat.len() % 4 != 0 {
+        return Err(bad_reply(OP, r));
+    }
+    let mut delayed = flat
+        .chunks_exact(4)
+        .map(|c| {
+            let sid = c[0].as_str().ok_or_else(|| bad_reply(OP, r))?;
+            let mode = match c[1].as_str() {
+                Some("read") => RwMode::Read,
+                Some("write") => RwMode::Write,
+                _ => return Err(bad_reply(OP, r)),
+            };
+            let t = c[2].as_int().ok_or_else(|| bad_reply(OP, r))?;
+            let left = c[3].as_int().ok_or_else(|| bad_reply(OP, r))?;
+            Ok(RwDelayed {
+                session: session_in(OP, r, sid)?,
+                mode,
+                token: token(OP, t)?,
+                remaining: millis(OP, r, left)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    delayed.sort_by(|x, y| x.session.cmp(&y.session));
     Ok(crate::spi::RwState {
         writer,
         readers,
         writers_waiting,
         last_token: last,
-        delayed: Vec::new(),
+        delayed,
     })
 }
 
@@ -641,7 +695,8 @@ mod tests {
             Some(Duration::from_secs(9)),
         );
         k.renewed(&s, now + Duration::from_secs(1), None);
-        let (left, lease) = k.left(&s, now).unwrap();
+        let (left, lease, delay) = k.left(&s, now).unwrap();
+        assert_eq!(delay, None, "no lock-delay known yet");
         assert!(left > Duration::from_secs(4), "kept the later");
         assert_eq!(lease, Some(Duration::from_secs(9)));
         assert_eq!(k.left(&s, now + Duration::from_secs(6)), None, "passed");
