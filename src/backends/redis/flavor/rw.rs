@@ -638,7 +638,7 @@ mod tests {
     }
 
     #[test]
-    fn state_replies_sort_readers_and_keep_the_queue_order() {
+    fn state_replies_sort_readers_and_delayed_terms_and_keep_the_queue_order() {
         let (a, b, w) = (
             SessionId::random(),
             SessionId::random(),
@@ -646,40 +646,87 @@ mod tests {
         );
         let (first, second) = if a < b { (a, b) } else { (b, a) };
         let int = Reply::Int;
-        let r = Reply::Array(vec![
+        let arr = Reply::Array;
+        let r = arr(vec![
             int(9),
             data(""),
             int(0),
-            Reply::Array(vec![
+            arr(vec![
                 data(second.as_str()),
                 int(8),
                 data(first.as_str()),
                 int(9),
             ]),
-            Reply::Array(vec![data(w.as_str())]),
+            arr(vec![data(w.as_str())]),
+            arr(vec![
+                data(second.as_str()),
+                data("write"),
+                int(5),
+                int(1500),
+                data(first.as_str()),
+                data("read"),
+                int(4),
+                int(0),
+            ]),
         ]);
         let st = rw_state_reply(&r).unwrap();
         assert_eq!(st.writer, None);
         assert_eq!(st.last_token, 9);
         let tok = |t| Token::new(t).unwrap();
-        assert_eq!(st.readers, vec![(first, tok(9)), (second, tok(8))]);
+        assert_eq!(
+            st.readers,
+            vec![(first.clone(), tok(9)), (second.clone(), tok(8))]
+        );
         assert_eq!(st.writers_waiting, vec![w.clone()]);
-        let r = Reply::Array(vec![
+        assert_eq!(
+            st.delayed,
+            vec![
+                RwDelayed {
+                    session: first,
+                    mode: RwMode::Read,
+                    token: tok(4),
+                    remaining: Duration::ZERO,
+                },
+                RwDelayed {
+                    session: second,
+                    mode: RwMode::Write,
+                    token: tok(5),
+                    remaining: Duration::from_millis(1500),
+                },
+            ]
+        );
+        let empty = || arr(vec![]);
+        let r = arr(vec![
             int(3),
             data(w.as_str()),
             int(3),
-            Reply::Array(vec![]),
-            Reply::Array(vec![]),
+            empty(),
+            empty(),
+            empty(),
         ]);
-        assert_eq!(rw_state_reply(&r).unwrap().writer, Some((w, tok(3))));
-        let odd = Reply::Array(vec![
-            int(3),
-            data(""),
-            int(0),
-            Reply::Array(vec![data("x")]),
-            Reply::Array(vec![]),
-        ]);
-        assert!(rw_state_reply(&odd).is_err());
+        assert_eq!(
+            rw_state_reply(&r).unwrap().writer,
+            Some((w.clone(), tok(3)))
+        );
+        let delayed = |d: Vec<Reply>| arr(vec![int(3), data(""), int(0), empty(), empty(), arr(d)]);
+        for bad in [
+            arr(vec![
+                int(3),
+                data(""),
+                int(0),
+                arr(vec![data("x")]),
+                empty(),
+                empty(),
+            ]),
+            arr(vec![int(3), data(""), int(0), empty(), empty()]),
+            delayed(vec![data(w.as_str()), data("write"), int(3)]),
+            delayed(vec![data(w.as_str()), data("both"), int(3), int(10)]),
+            delayed(vec![data(w.as_str()), data("read"), int(0), int(10)]),
+            delayed(vec![data(w.as_str()), data("read"), int(3), int(-1)]),
+            delayed(vec![data("x"), data("read"), int(3), int(10)]),
+        ] {
+            assert!(rw_state_reply(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
