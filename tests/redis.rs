@@ -3597,7 +3597,7 @@ fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
             delayed_until: None,
         }
     };
-    let mut all: Vec<Pair> = (0..3).map(|i| open_pair(i)).collect();
+    let mut all: Vec<Pair> = (0..3).map(&open_pair).collect();
     let mut current = [0, 1, 2];
     // Replies with sessions as their index in `all` and remaining times left out.
     let acquire = |bk: &dyn LeaseBackend, ids: &[&SessionId], i: usize, mode, p| match bk
