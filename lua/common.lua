@@ -355,14 +355,17 @@ end
 -- Read-write locks: one hash per name (`{prefix}:rw:{name}`, never expiring: its `token` field
 -- is the one counter of the name, never reset), with `seq` (the arrival counter of waiting
 -- writers), `writer` = 'sid token expires', one `r:<sid>` = 'token expires' per reader, one
--- `q:<sid>` = 'seq until expires' per waiting writer (`until`: the end of its patience) and one
--- `d:<sid>` = the lock-delay in ms of a holder whose entry is not bound (routed).
+-- `q:<sid>` = 'seq until expires' per waiting writer (`until`: the end of its patience) and,
+-- routed, one `d:<sid>` = 'delay ends' per holder with a lock-delay (ms, and the end of its
+-- session as known: `ends`).
 -- `expires` is BOUND (one node: the entry lives exactly while its session hash does) or an
--- instant in ms (routed: the session's keep-alive moves it on). Releases and leaves publish
--- 'released' on the hash's channel.
--- Lock-delay: a term entry (writer or reader) that no longer lives still blocks the name while
--- its session's delay record lives (bound), or until `expires` plus its `d:<sid>` (otherwise).
--- A write term in its delay blocks every new term, a read term new writers; places have none.
+-- instant in ms (routed: the session's keep-alive moves it on; a new term gets a full lease,
+-- a new place the session's known time). Releases and leaves publish 'released' on the hash's
+-- channel.
+-- Lock-delay: a term entry (writer or reader) whose session ended still blocks the name while
+-- its session's delay record lives (bound); routed, from the session's known end `ends` on
+-- until both `expires` and `ends + delay` passed. A write term in its delay blocks every new
+-- term, a read term new writers (as a live one does); places have none.
 
 -- The words of an entry.
 local function rw_words(s)
@@ -381,17 +384,38 @@ local function rw_holds(sid, expires, now, sprefix)
   return expires > now
 end
 
+-- The lock-delay (ms) and the session's known end of a `d:<sid>` field (nil: none).
+local function rw_d(d)
+  if not d then return 0, nil end
+  local w = rw_words(d)
+  return tonumber(w[1] or '0') or 0, tonumber(w[2] or '')
+end
+
 -- What is left (ms, now, up: clock()) of the lock-delay of sid's term entry ending at
 -- `expires` that no longer lives, or nil when it blocks nothing: bound, its session's delay
--- record's time; otherwise `expires` plus `d` (the `d:<sid>` field, nil: no delay).
+-- record's time; otherwise until `ends + delay` of its `d:<sid>` field `d` (nil: no delay).
 local function rw_delay_left(sid, expires, d, now, up, sprefix)
   if expires >= BOUND then
     if sprefix == '' then return nil end
     return record_left(delay_key(sprefix .. '{' .. sid .. '}'), now, up)
   end
-  local left = expires + (tonumber(d or '0') or 0) - up
+  local delay, ends = rw_d(d)
+  if delay <= 0 then return nil end
+  local left = math.max(expires, (ends or expires) + delay) - up
   if left <= 0 then return nil end
   return left
+end
+
+-- How a routed term entry of sid (not the caller's) that lives until `expires` stands once
+-- its session's known end `ends` (of `d:<sid>`) passed: in its lock-delay, the ms it blocks
+-- the name still (its own end, and the delay from `ends`); nil while the session may live.
+local function rw_past_end(expires, d, now, up)
+  local delay, ends = rw_d(d)
+  if expires >= BOUND or delay <= 0 or not ends or ends > now then return nil end
+  local left = math.max(expires, ends + delay) - up
+  if left > 0 then return left end
+  if expires > now then return 1 end
+  return nil
 end
 
 -- The lock `key` with its live entries: {token, seq, writer = {sid, token, expires} or nil,
@@ -406,10 +430,11 @@ local function rw_load(key, now, up, sprefix, prune, caller)
   local flat = redis.call('HGETALL', key)
   local fields, terms, delays = {}, {}, {}
   for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
-  -- A term entry that no longer lives: kept (true) while in its lock-delay.
-  local function ended(sid, mode, token, expires)
+  -- A term entry that no longer lives (or, `left` given, whose session's known end passed):
+  -- kept (true) while in its lock-delay.
+  local function ended(sid, mode, token, expires, left)
     if sid == caller then return false end
-    local left = rw_delay_left(sid, expires, fields['d:' .. sid], now, up, sprefix)
+    left = left or rw_delay_left(sid, expires, fields['d:' .. sid], now, up, sprefix)
     if not left then return false end
     st.delayed[#st.delayed + 1] = {sid = sid, mode = mode, token = token, left = left}
     if mode == 'write' then st.dwriter = sid else st.dreaders = st.dreaders + 1 end
@@ -427,7 +452,10 @@ local function rw_load(key, now, up, sprefix, prune, caller)
       w = rw_words(v)
       if #w == 3 then
         local e = tonumber(w[3])
-        if rw_holds(w[1], e, now, sprefix) then
+        local past = w[1] ~= caller and rw_past_end(e, fields['d:' .. w[1]], now, up)
+        if past then
+          live = ended(w[1], 'write', tonumber(w[2]), e, past)
+        elseif rw_holds(w[1], e, now, sprefix) then
           st.writer, live = {sid = w[1], token = tonumber(w[2]), expires = e}, true
           terms[w[1]] = true
         else
@@ -438,7 +466,10 @@ local function rw_load(key, now, up, sprefix, prune, caller)
       w = rw_words(v)
       if #w == 2 then
         local e = tonumber(w[2])
-        if rw_holds(sid, e, now, sprefix) then
+        local past = sid ~= caller and rw_past_end(e, fields['d:' .. sid], now, up)
+        if past then
+          live = ended(sid, 'read', tonumber(w[1]), e, past)
+        elseif rw_holds(sid, e, now, sprefix) then
           st.readers[sid] = {token = tonumber(w[1]), expires = e}
           st.nreaders, live = st.nreaders + 1, true
           terms[sid] = true
@@ -488,28 +519,35 @@ local function rw_busy(st, sid)
 end
 
 -- One attempt of sid at the lock `key` in `mode` ('read' | 'write') with `patience` ms, a new
--- entry ending at `expires` (BOUND or an instant); `delay`: sid's lock-delay in ms, kept with
--- a new term that is not bound. {1, token, 1 if a new term else 0} when sid holds a term of
+-- term ending at `expires`, a new place at `ends` (both BOUND, or instants: `ends` is the
+-- session's end as known); `delay`: sid's lock-delay in ms, kept in `d:<sid>` with `ends` for a
+-- term that is not bound. {1, token, 1 if a new term else 0} when sid holds a term of
 -- that mode, else rw_busy. Readers get in while no writer holds (live or in its lock-delay)
 -- and no live writer waits (writer preference); a writer while nobody holds the name (live or
 -- in a lock-delay) and no writer queued before it waits, else it is queued (once; each
 -- attempt keeps its place `patience` longer; a zero patience queues nothing, and ends a place
 -- it had). Every new term takes the counter + 1.
-local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix, delay)
+local function rw_acquire(key, sid, mode, patience, expires, ends, now, up, sprefix, delay)
   local st = rw_load(key, now, up, sprefix, true, sid)
-  local longer = function(e) if e < BOUND and expires > e then return expires end return e end
+  local function longer(e, to) if e < BOUND and to > e then return to end return e end
+  -- A term of sid with a lock-delay records it with the session's known end (kept if later).
+  local function delay_kept()
+    if delay and delay > 0 and ends < BOUND then
+      local _, known = rw_d(redis.call('HGET', key, 'd:' .. sid))
+      redis.call('HSET', key, 'd:' .. sid, fmt(delay) .. ' ' .. fmt(longer(known or 0, ends)))
+    end
+  end
   local function granted(field, value)
     local t = redis.call('HINCRBY', key, 'token', 1)
     redis.call('HSET', key, field, string.format(value, fmt(t)))
-    if delay and delay > 0 and expires < BOUND then
-      redis.call('HSET', key, 'd:' .. sid, fmt(delay))
-    end
+    delay_kept()
     return {1, t, 1}
   end
   if mode == 'read' then
     local r = st.readers[sid]
     if r then
-      redis.call('HSET', key, 'r:' .. sid, fmt(r.token) .. ' ' .. fmt(longer(r.expires)))
+      redis.call('HSET', key, 'r:' .. sid, fmt(r.token) .. ' ' .. fmt(longer(r.expires, expires)))
+      delay_kept()
       return {1, r.token, 0}
     end
     if st.writer or st.dwriter or #st.waiting > 0 then return rw_busy(st, sid) end
@@ -517,7 +555,9 @@ local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix, d
   end
   local w = st.writer
   if w and w.sid == sid then
-    redis.call('HSET', key, 'writer', sid .. ' ' .. fmt(w.token) .. ' ' .. fmt(longer(w.expires)))
+    redis.call('HSET', key, 'writer',
+      sid .. ' ' .. fmt(w.token) .. ' ' .. fmt(longer(w.expires, expires)))
+    delay_kept()
     return {1, w.token, 0}
   end
   local place, ahead = nil, 0
@@ -531,14 +571,14 @@ local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix, d
   if w or st.nreaders > 0 or #st.delayed > 0 or ahead > 0 then
     if place then
       -- A one-time try of a queued writer ends its place (it counts in this reply still).
-      local ends = up + patience
-      if patience == 0 then ends = now end
+      local patient = up + patience
+      if patience == 0 then patient = now end
       redis.call('HSET', key, 'q:' .. sid,
-        fmt(place.seq) .. ' ' .. fmt(ends) .. ' ' .. fmt(longer(place.expires)))
+        fmt(place.seq) .. ' ' .. fmt(patient) .. ' ' .. fmt(longer(place.expires, ends)))
     elseif patience > 0 then
       local seq = redis.call('HINCRBY', key, 'seq', 1)
-      redis.call('HSET', key, 'q:' .. sid, fmt(seq) .. ' ' .. fmt(up + patience) .. ' ' .. fmt(expires))
-      st.waiting[#st.waiting + 1] = {sid = sid, seq = seq, ['until'] = up + patience, expires = expires}
+      redis.call('HSET', key, 'q:' .. sid, fmt(seq) .. ' ' .. fmt(up + patience) .. ' ' .. fmt(ends))
+      st.waiting[#st.waiting + 1] = {sid = sid, seq = seq, ['until'] = up + patience, expires = ends}
     end
     return rw_busy(st, sid)
   end
@@ -599,12 +639,12 @@ local function rw_forget(key, sid, live)
 end
 
 -- Moves the end of sid's live entries in `key` to at least up + ms (routed keep-alive: bound
--- entries need none) and deletes its dead ones (a term in its lock-delay stays); 1 if sid still
--- holds or waits for the name.
+-- entries need none), and the session's known end of its `d:<sid>` with them; deletes its dead
+-- ones (a term in its lock-delay stays); 1 if sid still holds or waits for the name.
 local function rw_extend(key, sid, ms, now, up)
   local h = redis.call('HMGET', key, 'writer', 'r:' .. sid, 'q:' .. sid, 'd:' .. sid)
-  -- Whether a term entry of sid stays (live or in its lock-delay), and its `d:` field with it.
-  local ends, kept, term_stays = up + ms, 0, false
+  -- Whether a term entry of sid lives on, or stays in its lock-delay (its `d:` then stays).
+  local ends, kept, term_lives, term_stays = up + ms, 0, false, false
   -- The field, its words, and the index of `expires` among them; the other words stay.
   local function move(field, w, at, live, term)
     local e = tonumber(w[at] or '0')
@@ -617,7 +657,7 @@ local function rw_extend(key, sid, ms, now, up)
       return
     end
     kept = 1
-    if term then term_stays = true end
+    if term then term_lives = true end
     if e < BOUND and ends > e then
       w[at] = fmt(ends)
       redis.call('HSET', key, field, table.concat(w, ' '))
@@ -635,6 +675,13 @@ local function rw_extend(key, sid, ms, now, up)
     local w = rw_words(h[3])
     move('q:' .. sid, w, 3, #w == 3 and tonumber(w[2]) > now, false)
   end
-  if h[4] and not term_stays then redis.call('HDEL', key, 'd:' .. sid) end
+  if h[4] then
+    local delay, known = rw_d(h[4])
+    if term_lives and (known or 0) < ends then
+      redis.call('HSET', key, 'd:' .. sid, fmt(delay) .. ' ' .. fmt(ends))
+    elseif not (term_lives or term_stays) then
+      redis.call('HDEL', key, 'd:' .. sid)
+    end
+  end
   return kept
 end

@@ -3520,12 +3520,18 @@ fn cluster_rw_reads_a_session_it_knows_no_deadline_of() {
 }
 
 /// Ends `sid`'s routed entries in the lock `key` now, as its session's expiry does on the
-/// lock's node (the keep-alives that moved them on stop): their own end is set to the server's
-/// `TIME`. Bound entries (one node) are left: they ended with the session hash.
+/// lock's node (the keep-alives that moved them on stop): their own end, and the session's
+/// known end in its `d:` field, are set to the server's `TIME`. Bound entries (one node) are
+/// left: they ended with the session hash.
 const END_ENTRIES_NOW: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sid = ARGV[1]
+local d = redis.call('HGET', KEYS[1], 'd:' .. sid)
+if d then
+  local delay = string.match(d, '%S+')
+  redis.call('HSET', KEYS[1], 'd:' .. sid, delay .. ' ' .. string.format('%.0f', now))
+end
 for _, f in ipairs({'writer', 'r:' .. sid, 'q:' .. sid}) do
   local v = redis.call('HGET', KEYS[1], f)
   if v then

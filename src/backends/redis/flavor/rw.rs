@@ -290,9 +290,11 @@ impl Flavor {
                 // A new entry gets a full lease on the lock's node (what the session has left
                 // when its lease is not known): it then outlasts the deadline of every
                 // keep-alive sent before the script ran, even one whose renewal missed it.
-                // Its term keeps the session's lock-delay past its own end.
+                // A new place ends with the session as known here, and a term with a
+                // lock-delay counts as ended from then on for the other sessions.
                 args.push(lease_ms(lease.unwrap_or(left).max(left)).to_string());
                 args.push(delay.to_string());
+                args.push(known_ms(left).to_string());
                 // Noted before the call: a keep-alive running meanwhile renews it.
                 let pre = f.rw.note(sid, name);
                 match rw_call(b, sid, name, &[rw], &args)? {
@@ -399,6 +401,12 @@ impl Flavor {
             }
         }
     }
+}
+
+/// What the session has left as known here, in whole ms rounded down (never later than
+/// the server's end; at least 1: the call is sent only while some is left).
+fn known_ms(left: Duration) -> u64 {
+    u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// Patience in whole ms (zero stays zero: a one-time try).
