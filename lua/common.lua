@@ -638,6 +638,28 @@ local function rw_forget(key, sid, live)
   return removed
 end
 
+-- Ends, in `key`, what the sessions ARGV[from..] (found expired on their own node by the
+-- caller: routed) hold or wait for: their places, and their terms without a lock-delay; a term
+-- with one is in its delay from now at the latest. Publishes a release when anything went.
+local function rw_gone(key, from, now)
+  local removed = 0
+  for i = from, #ARGV do
+    local sid = ARGV[i]
+    removed = removed + redis.call('HDEL', key, 'q:' .. sid)
+    local delay, ends = rw_d(redis.call('HGET', key, 'd:' .. sid))
+    if delay > 0 then
+      if ends and ends > now then
+        redis.call('HSET', key, 'd:' .. sid, fmt(delay) .. ' ' .. fmt(now))
+      end
+    else
+      removed = removed + redis.call('HDEL', key, 'r:' .. sid)
+      local w = redis.call('HGET', key, 'writer')
+      if w and rw_words(w)[1] == sid then removed = removed + redis.call('HDEL', key, 'writer') end
+    end
+  end
+  if removed > 0 then redis.call('PUBLISH', key, 'released') end
+end
+
 -- Moves the end of sid's live entries in `key` to at least up + ms (routed keep-alive: bound
 -- entries need none), and the session's known end of its `d:<sid>` with them; deletes its dead
 -- ones (a term in its lock-delay stays); 1 if sid still holds or waits for the name.

@@ -1,7 +1,7 @@
 -- rw_acquire: KEYS rw lock [, session, the session's rw index (one node)]; ARGV sid, mode
 -- ('read' | 'write'), patience ms, session key prefix, then routed: the ms a new term lasts
--- (the session's lease), the session's lock-delay ms ('0': none) and the ms the session has
--- left as the caller knows it. One node: {-1} when the session is gone; a new entry is bound to
+-- (the session's lease), the session's lock-delay ms ('0': none), the ms the session has
+-- left as the caller knows it, and the sessions the caller found expired (rw_gone). One node: {-1} when the session is gone; a new entry is bound to
 -- the session (it lives exactly as long, then its term blocks the name while the session's
 -- delay record lives) and the lock's key is indexed for close. Routed: a new term ends that
 -- many ms ahead on this node's clock, a new place when the session's known time ends, and the
@@ -21,6 +21,7 @@ else
   expires = up + left
   delay = tonumber(ARGV[6] or '0')
   ends = up + math.min(tonumber(ARGV[7] or ARGV[5]), left)
+  rw_gone(KEYS[1], 8, now)
 end
 local r = rw_acquire(KEYS[1], sid, mode, patience, expires, ends, now, up, sprefix, delay)
 if KEYS[3] and (r[1] == 1 or r[5] == 1) then

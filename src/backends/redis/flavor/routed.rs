@@ -141,11 +141,19 @@ impl Routed {
         Ok(())
     }
 
-    /// Forgets what this backend knew of a session (closed or expired).
+    /// Forgets what this backend knew of a session (closed).
     pub(super) fn forget(&self, session: &SessionId) {
         self.stale.lock().remove(session);
         self.anchored.lock().remove(session);
         self.rw.forget(session);
+    }
+
+    /// Forgets what this backend knew of a session found expired (or gone) on its node; its
+    /// read-write names learn it with their next call here.
+    pub(super) fn forget_expired(&self, session: &SessionId) {
+        self.stale.lock().remove(session);
+        self.anchored.lock().remove(session);
+        self.rw.expired(session);
     }
 
     /// The session call, then `acquire_lease.lua` on the lease's slot, or with `patience`
@@ -212,6 +220,7 @@ impl Routed {
             &[name.to_string()],
         )?;
         let Some((left, lease, delay)) = session_call(OP, &r)? else {
+            self.forget_expired(sid);
             return Ok(Acquired::Expired);
         };
         let left = Duration::from_millis(left);
@@ -329,7 +338,7 @@ impl Routed {
                     );
                 }
             }
-            self.forget(sid);
+            self.forget_expired(sid);
             return Ok(Acquired::Expired);
         };
         let left = left.max(Duration::from_millis(server_left));
@@ -388,7 +397,7 @@ impl Routed {
         };
         let Some((server_left, _, _)) = session else {
             undo("its session ended");
-            self.forget(sid);
+            self.forget_expired(sid);
             return Ok(Acquired::Expired);
         };
         let deadline = (sent + left).max(indexed + Duration::from_millis(server_left));

@@ -97,6 +97,10 @@ pub(in super::super) struct RwKnown {
     stamps: AtomicU64,
     /// The size past which sessions whose deadline passed are dropped.
     cap: AtomicU64,
+    /// Per name, sessions found expired here that held or waited for it, each until their
+    /// entries there ended on their own: the next read-write call on the name sends them, and
+    /// its script ends their places and terms (a term with a lock-delay then starts it).
+    gone: Mutex<HashMap<LeaseName, Vec<(SessionId, Instant)>>>,
 }
 
 #[derive(Default)]
@@ -219,7 +223,67 @@ impl RwKnown {
             .map(|s| s.names.into_keys().collect())
             .unwrap_or_default()
     }
+
+    /// Forgets `sid`, found expired on its session's node: the names it held or waited for
+    /// learn it with their next read-write call here (see [`Self::gone_for`]).
+    pub(super) fn expired(&self, sid: &SessionId) {
+        let Some(s) = self.sessions.lock().remove(sid) else {
+            return;
+        };
+        // Its entries end on their own within a lease of its last renewal or grant.
+        let until = Instant::now() + s.lease.unwrap_or(GONE_FOR).max(GONE_FOR);
+        let mut gone = self.gone.lock();
+        if gone.values().map(Vec::len).sum::<usize>() >= GONE_CAP {
+            let now = Instant::now();
+            gone.retain(|_, v| {
+                v.retain(|(_, u)| *u > now);
+                !v.is_empty()
+            });
+            if gone.values().map(Vec::len).sum::<usize>() >= GONE_CAP {
+                // Best effort: those entries end on their own.
+                gone.clear();
+            }
+        }
+        for name in s.names.into_keys() {
+            gone.entry(name).or_default().push((sid.clone(), until));
+        }
+    }
+
+    /// The sessions found expired here that may still have entries in `name`.
+    pub(super) fn gone_for(&self, name: &LeaseName) -> Vec<String> {
+        let mut gone = self.gone.lock();
+        let Some(v) = gone.get_mut(name) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        v.retain(|(_, u)| *u > now);
+        let out = v.iter().map(|(s, _)| s.to_string()).collect();
+        if v.is_empty() {
+            gone.remove(name);
+        }
+        out
+    }
+
+    /// A script on `name` ended the entries of the sessions `sent` ([`Self::gone_for`]).
+    pub(super) fn gone_ended(&self, name: &LeaseName, sent: &[String]) {
+        if sent.is_empty() {
+            return;
+        }
+        let mut gone = self.gone.lock();
+        if let Some(v) = gone.get_mut(name) {
+            v.retain(|(s, _)| !sent.iter().any(|x| x == s.as_str()));
+            if v.is_empty() {
+                gone.remove(name);
+            }
+        }
+    }
 }
+
+/// How long at least a session found expired is sent with the names it held.
+const GONE_FOR: Duration = Duration::from_secs(60);
+
+/// The most sessions found expired kept for their names.
+const GONE_CAP: usize = 4096;
 
 /// The term of a grant.
 fn term(name: &LeaseName, token: Token, remaining: Duration) -> RwAcquire {
@@ -295,9 +359,13 @@ impl Flavor {
                 args.push(lease_ms(lease.unwrap_or(left).max(left)).to_string());
                 args.push(delay.to_string());
                 args.push(known_ms(left).to_string());
+                let gone = f.rw.gone_for(name);
+                args.extend(gone.iter().cloned());
                 // Noted before the call: a keep-alive running meanwhile renews it.
                 let pre = f.rw.note(sid, name);
-                match rw_call(b, sid, name, &[rw], &args)? {
+                let r = rw_call(b, sid, name, &[rw], &args)?;
+                f.rw.gone_ended(name, &gone);
+                match r {
                     // The lock's node answers about the lock only.
                     RwReply::Expired => Err(bad_reply(OP, &Reply::Nil)),
                     RwReply::Granted { token, new, .. } if sent.elapsed() > left => {
@@ -392,7 +460,10 @@ impl Flavor {
             }
             Flavor::Routed(f) => {
                 let stamp = f.rw.stamp(sid, name);
+                let gone = f.rw.gone_for(name);
+                let args: Vec<String> = args.into_iter().chain(gone.iter().cloned()).collect();
                 let r = b.eval(Role::Other, &scripts().rw_leave, &keys, &args)?;
+                f.rw.gone_ended(name, &gone);
                 let (left, has) = done_has(OP, &r)?;
                 if !has {
                     f.rw.drop_if(sid, name, stamp);
@@ -493,7 +564,7 @@ impl Routed {
                 Ok((left, delay))
             }
             -2..=0 => {
-                self.forget(sid);
+                self.forget_expired(sid);
                 Err(expired(sid))
             }
             _ => Err(bad_reply(OP, &r)),
@@ -511,12 +582,18 @@ impl Routed {
         token: Token,
     ) -> Result<bool> {
         let stamp = self.rw.stamp(sid, name);
+        let gone = self.rw.gone_for(name);
+        let args: Vec<String> = release_args(b, sid, mode, token)
+            .into_iter()
+            .chain(gone.iter().cloned())
+            .collect();
         let r = b.eval(
             Role::Other,
             &scripts().rw_release,
             &[b.keys.rw(name.as_str())],
-            &release_args(b, sid, mode, token),
+            &args,
         )?;
+        self.rw.gone_ended(name, &gone);
         let (freed, has) = done_has("releasing a read-write lock", &r)?;
         if !has {
             self.rw.drop_if(sid, name, stamp);
