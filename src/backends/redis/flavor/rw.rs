@@ -840,7 +840,33 @@ mod tests {
         k.drop_if(&s, &n, k.stamp(&s, &n));
         assert!(k.names(&s).is_empty());
         k.note(&s, &n);
-        assert_eq!(k.forget(&s), vec![n]);
+        assert_eq!(k.forget(&s), vec![n.clone()]);
         assert!(k.names(&s).is_empty() && k.left(&s, now).is_none());
+        assert!(k.gone_for(&n).is_empty(), "closed: nothing to send");
+    }
+
+    #[test]
+    fn sessions_found_expired_are_sent_with_their_names_until_a_script_ended_them() {
+        let k = RwKnown::default();
+        let (s, t) = (SessionId::random(), SessionId::random());
+        let (n, m) = (LeaseName::new("n").unwrap(), LeaseName::new("m").unwrap());
+        k.note(&s, &n);
+        k.note(&s, &m);
+        k.note(&t, &n);
+        k.expired(&s);
+        k.expired(&t);
+        assert!(k.names(&s).is_empty(), "forgotten");
+        let mut on_n = k.gone_for(&n);
+        on_n.sort();
+        let mut both = vec![s.to_string(), t.to_string()];
+        both.sort();
+        assert_eq!(on_n, both);
+        assert_eq!(k.gone_for(&m), vec![s.to_string()]);
+        k.gone_ended(&n, &[s.to_string()]);
+        assert_eq!(k.gone_for(&n), vec![t.to_string()]);
+        k.gone_ended(&n, &[t.to_string()]);
+        assert!(k.gone_for(&n).is_empty());
+        assert_eq!(k.gone_for(&m), vec![s.to_string()], "another name still");
+        k.expired(&SessionId::random()); // unknown: nothing
     }
 }
