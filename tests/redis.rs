@@ -3519,6 +3519,61 @@ fn cluster_rw_reads_a_session_it_knows_no_deadline_of() {
     assert!(!third.release_rw(&s, &name, RwMode::Read, t.token).unwrap());
 }
 
+/// Routed, a term without a lock-delay lasts a full lease from its grant on the lock's node
+/// (its holder's safety), so one taken late in its session's life outlasts the session there;
+/// once this backend found the session expired (here by an acquire), the next read-write call
+/// on the name ends the term at once, as the memory backend does. A waiting writer's place
+/// goes the same way.
+fn rw_entries_of_a_session_found_expired_end_with_the_next_call(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let lease = Duration::from_secs(3);
+    let long = Duration::from_secs(60);
+    let (s, w) = (open(&*b, lease), open(&*b, lease));
+    let other = open(&*b, long);
+    let opened = Instant::now();
+    let name = LeaseName::new(format!("rw-gone-{}", &SessionId::random().as_str()[..8])).unwrap();
+    until("most of the session's lease passed", || {
+        opened.elapsed() > lease * 2 / 3
+    });
+    // Its entry ends a full lease from now, well after the session.
+    rw_granted(
+        b.acquire_rw(&s, &name, RwMode::Read, long).unwrap(),
+        "a reader late in its session",
+    );
+    assert!(matches!(
+        b.acquire_rw(&w, &name, RwMode::Write, long).unwrap(),
+        RwAcquire::Busy { .. }
+    ));
+    let probe = LeaseName::new("rw-gone-probe").unwrap();
+    for sid in [&s, &w] {
+        until("the session is found expired", || {
+            matches!(b.acquire(sid, &probe), Err(Error::SessionExpired { .. }))
+        });
+    }
+    let t = rw_granted(
+        b.acquire_rw(&other, &name, RwMode::Write, Duration::ZERO)
+            .unwrap(),
+        "a writer at once: the reader and the waiting writer ended with their sessions",
+    );
+    let st = b.rw_state(&name).unwrap();
+    assert!(
+        st.readers.is_empty() && st.writers_waiting.is_empty() && st.delayed.is_empty(),
+        "{st:?}"
+    );
+    assert!(b.release_rw(&other, &name, RwMode::Write, t.token).unwrap());
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+fn rw_entries_of_a_session_found_expired_end_with_the_next_call_cluster() {
+    rw_entries_of_a_session_found_expired_end_with_the_next_call(cluster);
+}
+
+#[test]
+fn rw_entries_of_a_session_found_expired_end_with_the_next_call_routed_standalone() {
+    rw_entries_of_a_session_found_expired_end_with_the_next_call(routed_standalone);
+}
+
 /// Ends `sid`'s routed entries in the lock `key` now, as its session's expiry does on the
 /// lock's node (the keep-alives that moved them on stop): their own end, and the session's
 /// known end in its `d:` field, are set to the server's `TIME`. Bound entries (one node) are
