@@ -424,12 +424,22 @@ end
 -- left}}, dwriter (the delayed writer's sid or nil), dreaders (how many delayed readers).
 -- Entries of `caller` (a live session) that no longer live are over, without a delay. With
 -- `prune`, the dead entries are deleted (and `d:` fields of sessions with no term left).
-local function rw_load(key, now, up, sprefix, prune, caller)
+-- `gone` (a read, routed): sessions the caller found expired, judged as rw_gone leaves them.
+local function rw_load(key, now, up, sprefix, prune, caller, gone)
   local st = {token = 0, seq = 0, readers = {}, nreaders = 0, waiting = {}, delayed = {},
     dreaders = 0}
   local flat = redis.call('HGETALL', key)
-  local fields, terms, delays = {}, {}, {}
+  local fields, terms, delays, over = {}, {}, {}, {}
   for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
+  for _, sid in ipairs(gone or {}) do
+    local delay, ends = rw_d(fields['d:' .. sid])
+    if delay <= 0 then
+      over[sid] = true
+    elseif ends and ends > now then
+      fields['d:' .. sid] = fmt(delay) .. ' ' .. fmt(now)
+    end
+    fields['q:' .. sid] = nil
+  end
   -- A term entry that no longer lives (or, `left` given, whose session's known end passed):
   -- kept (true) while in its lock-delay.
   local function ended(sid, mode, token, expires, left)
@@ -450,7 +460,7 @@ local function rw_load(key, now, up, sprefix, prune, caller)
       st.seq, live = tonumber(v), true
     elseif f == 'writer' then
       w = rw_words(v)
-      if #w == 3 then
+      if #w == 3 and not over[w[1]] then
         local e = tonumber(w[3])
         local past = w[1] ~= caller and rw_past_end(e, fields['d:' .. w[1]], now, up)
         if past then
@@ -464,7 +474,7 @@ local function rw_load(key, now, up, sprefix, prune, caller)
       end
     elseif kind == 'r:' then
       w = rw_words(v)
-      if #w == 2 then
+      if #w == 2 and not over[sid] then
         local e = tonumber(w[2])
         local past = sid ~= caller and rw_past_end(e, fields['d:' .. sid], now, up)
         if past then
@@ -479,7 +489,7 @@ local function rw_load(key, now, up, sprefix, prune, caller)
       end
     elseif kind == 'q:' then
       w = rw_words(v)
-      if #w == 3 and tonumber(w[2]) > now and rw_holds(sid, tonumber(w[3]), now, sprefix) then
+      if #w == 3 and fields[f] and tonumber(w[2]) > now and rw_holds(sid, tonumber(w[3]), now, sprefix) then
         st.waiting[#st.waiting + 1] =
           {sid = sid, seq = tonumber(w[1]), ['until'] = tonumber(w[2]), expires = tonumber(w[3])}
         live = true

@@ -1,8 +1,11 @@
--- rw_state (a read): KEYS rw lock; ARGV session key prefix. {token, writer ('' for none),
+-- rw_state (a read): KEYS rw lock; ARGV session key prefix [, routed: the sessions the caller
+-- found expired (rw_gone: judged so, nothing written)]. {token, writer ('' for none),
 -- its token (0), {reader, token, ...}, {waiting writers, first in line first}, {session, mode,
 -- token, ms left, ...} of the terms in their lock-delay}: live entries, then delayed ones.
 local now, up = clock()
-local st = rw_load(KEYS[1], now, up, ARGV[1], false, nil)
+local gone = {}
+for i = 2, #ARGV do gone[#gone + 1] = ARGV[i] end
+local st = rw_load(KEYS[1], now, up, ARGV[1], false, nil, gone)
 local readers = {}
 for sid, r in pairs(st.readers) do
   readers[#readers + 1] = sid

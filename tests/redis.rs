@@ -3550,6 +3550,12 @@ fn rw_entries_of_a_session_found_expired_end_with_the_next_call(make: fn() -> Ar
             matches!(b.acquire(sid, &probe), Err(Error::SessionExpired { .. }))
         });
     }
+    // A read of the lock here already judges them so (it writes nothing).
+    let st = b.rw_state(&name).unwrap();
+    assert!(
+        st.readers.is_empty() && st.writers_waiting.is_empty(),
+        "{st:?}"
+    );
     let t = rw_granted(
         b.acquire_rw(&other, &name, RwMode::Write, Duration::ZERO)
             .unwrap(),

@@ -310,6 +310,16 @@ impl Flavor {
         }
     }
 
+    /// The arguments of `rw_state.lua` on `name`: the session key prefix, then (routed) the
+    /// sessions found expired here that may still have entries there.
+    pub(in super::super) fn rw_state_args(&self, b: &Base, name: &LeaseName) -> Vec<String> {
+        let mut args = vec![b.keys.session_prefix()];
+        if let Flavor::Routed(f) = self {
+            args.extend(f.rw.gone_for(name));
+        }
+        args
+    }
+
     /// One attempt at the read-write lock `name` (one script; routed, one more call first,
     /// `session_ttl.lua`, when this backend knows no deadline of the session ahead).
     pub(in super::super) fn acquire_rw(
