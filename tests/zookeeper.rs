@@ -1885,4 +1885,48 @@ mod rw {
             b.close_session(&s).unwrap();
         }
     }
+
+    /// A grant that never reached the server leaves the counter where it was, so the
+    /// session's next attempt gets the same token, hence the same path: once granted, that
+    /// term is held, and the keep-alive's delete of the lost grant's term must spare it.
+    #[test]
+    fn a_lost_grant_retried_on_the_same_path_is_not_deleted_by_the_keep_alive() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let m = Metadata::default();
+        let name = tck::lease_name("rw-retried");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        let w = open(&b);
+        // Without a lock-delay (the term's node alone) and with one (its gate too).
+        for (mode, delay) in [(RwMode::Read, None), (RwMode::Write, Some(LONG))] {
+            let s = match delay {
+                Some(d) => b.open_session_with_delay(LONG, &m, d).unwrap().id,
+                None => open(&b),
+            };
+            b.b().lose_rw_grants_unsent(1);
+            let r = b.acquire_rw(&s, &name, mode, LONG);
+            assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+            assert!(raw.children(&dir).is_empty(), "never ran");
+            let before = b.rw_state(&name).unwrap().last_token;
+            let t = granted(b.acquire_rw(&s, &name, mode, LONG).unwrap());
+            assert_eq!(t.token.get(), before + 1, "the lost grant's token");
+            let mut held = raw.children(&dir);
+            held.sort();
+            assert_eq!(held.len(), 1 + usize::from(delay.is_some()), "{held:?}");
+            b.keep_alive(&s, LONG).unwrap();
+            let mut after = raw.children(&dir);
+            after.sort();
+            assert_eq!(after, held, "the held term and its gate stay");
+            let other = b.acquire_rw(&w, &name, RwMode::Write, Duration::ZERO);
+            assert!(
+                matches!(other, Ok(RwAcquire::Busy { .. })),
+                "a writer while {s} holds {}: {other:?}",
+                t.token
+            );
+            assert!(b.release_rw(&s, &name, mode, t.token).unwrap());
+            assert!(raw.children(&dir).is_empty());
+            b.close_session(&s).unwrap();
+        }
+        b.close_session(&w).unwrap();
+    }
 }

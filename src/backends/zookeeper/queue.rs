@@ -227,21 +227,19 @@ impl Sessions {
     }
 
     /// Deletes this session's own places whose delete after a grant failed, and read-write
-    /// terms whose grant reply was lost (with their gate, see `rw`): one round trip each,
-    /// only then; those that fail again wait for the next keep-alive. A place ends
-    /// with its session anyway, and is skipped by others one patience after its last renewal.
+    /// terms whose grant reply was lost (see `rw`): one round trip each, only then; those
+    /// that fail again wait for the next keep-alive. A place ends with its session anyway,
+    /// and is skipped by others one patience after its last renewal. A place's name holds
+    /// its sequence number, never made twice, and its delete names the version it was left
+    /// at, so it never deletes a place taken up again; each is dropped only once handled.
     pub(super) fn delete_orphans(&self, s: &ZkSession, client: &zk::Client) {
-        let orphans = std::mem::take(&mut *s.orphans.lock());
+        let orphans = s.orphans.lock().clone();
         for (path, version) in orphans {
-            let gate = s.rw_gated.lock().get(&path).cloned();
-            let deleted = match gate {
-                Some(gate) => self.delete_gated_orphan(s, client, &path, version, &gate),
-                None => self.delete_place(s, client, &path, Some(version)),
-            };
-            if !deleted {
-                s.orphans.lock().push((path, version));
+            if self.delete_place(s, client, &path, Some(version)) {
+                s.orphans.lock().retain(|o| *o != (path.clone(), version));
             }
         }
+        self.delete_rw_orphans(s, client);
     }
 
     /// Makes the next `n` deletes of queue places fail as a lost connection would (tests).
