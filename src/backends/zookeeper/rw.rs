@@ -35,9 +35,11 @@
 //! writers wait, one more for the multi read of their nodes sent together with a write that
 //! gives the server's clock (a writer's own registration rewritten after the read, which is
 //! its renewal, or else a write to `{root}/clock` before it); then the grant or registration
-//! (one multi) unless the reply is known by then. Terms in their lock-delay that decide add
+//! (one multi) unless the reply is known by then. Gates standing without their term add
 //! their stamps' writes (sent with the waiting writers' read when there is one, else one
-//! round trip more; one more at the first observation of each). A release is one delete (a multi with the gate's delete for a session with
+//! round trip more; one more at the first observation of each), read attempts included: a
+//! read term in its delay counts in a reader's `Busy`, and a grant deletes the gates whose
+//! delay ran out. A release is one delete (a multi with the gate's delete for a session with
 //! a lock-delay); a leave one round trip (the clock, the place's read and its delete sent
 //! together); the state one sync with a multi read, plus the clock and the waiting writers'
 //! reads, and the stamps, when there are any.
@@ -143,8 +145,6 @@ struct How<'a> {
     /// Sync first, sent with the read (no round trip more): the read then sees every change
     /// that completed before it, whichever server made it.
     sync: bool,
-    /// Time the gates of read terms too (those of write terms always are).
-    time_readers: bool,
     /// The session whose registration to renew, if it has one, with its data.
     renew: Option<(&'a SessionId, &'a [u8])>,
 }
@@ -387,13 +387,13 @@ impl Sessions {
         }
         view.readers.sort();
         view.delayed.sort_by(|a, b| a.id.cmp(&b.id));
-        // The delays that decide are timed by their stamps' writes, sent now (they travel
-        // with the line's read, if any).
+        // Every delay is timed by its stamp's write, sent now (they travel with the line's
+        // read, if any): a write term's keeps every attempt out, a read term's new writers,
+        // and each counts in `Busy` while it lasts; a grant deletes those that ran out.
         let timed: Vec<(usize, i64, String)> = view
             .delayed
             .iter()
             .enumerate()
-            .filter(|(_, d)| d.mode == RwMode::Write || how.time_readers)
             .map(|(i, d)| (i, d.delay_ms, delay::stamp_path(&d.gate)))
             .collect();
         let paths: Vec<String> = timed.iter().map(|t| t.2.clone()).collect();
@@ -626,8 +626,6 @@ impl Sessions {
                 // Behind a sync: a release or an end that completed before the attempt is
                 // seen, even through a follower that lags (a stale `Busy`).
                 sync: true,
-                // A reader is kept out by a write term in its delay, never by a read term.
-                time_readers: mode == RwMode::Write,
                 renew: (mode == RwMode::Write).then_some((session, patience_ms.as_bytes())),
             };
             let view = self.rw_view(&client, limit, &dir, how, &fail)?;
@@ -999,7 +997,6 @@ impl Sessions {
         let how = How {
             op: OP,
             sync: true,
-            time_readers: true,
             renew: None,
         };
         let view = self.rw_view(&client, self.cfg.request_timeout, &dir, how, &fail)?;
