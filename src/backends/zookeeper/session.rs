@@ -163,10 +163,10 @@ pub(super) struct Sessions {
     pub(super) wake: crossbeam_channel::Sender<()>,
     /// Deletes of own queue places to fail on purpose (tests).
     pub(super) place_delete_faults: std::sync::atomic::AtomicU32,
-    /// Replies of read-write grants to lose on purpose (tests).
-    pub(super) rw_reply_faults: std::sync::atomic::AtomicU32,
     /// Read-write grants to fail before they are sent, on purpose (tests).
     pub(super) rw_unsent_faults: std::sync::atomic::AtomicU32,
+    /// Replies of read-write grants to lose on purpose (tests).
+    pub(super) rw_reply_faults: std::sync::atomic::AtomicU32,
 }
 
 impl Sessions {
