@@ -1885,4 +1885,146 @@ mod rw {
             b.close_session(&s).unwrap();
         }
     }
+
+    /// A grant that never reached the server leaves the counter where it was, so the
+    /// session's next attempt gets the same token, hence the same path: once granted, that
+    /// term is held, and the keep-alive's delete of the lost grant's term must spare it.
+    #[test]
+    fn a_lost_grant_retried_on_the_same_path_is_not_deleted_by_the_keep_alive() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let m = Metadata::default();
+        let name = tck::lease_name("rw-retried");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        let w = open(&b);
+        // Without a lock-delay (the term's node alone) and with one (its gate too).
+        for (mode, delay) in [(RwMode::Read, None), (RwMode::Write, Some(LONG))] {
+            let s = match delay {
+                Some(d) => b.open_session_with_delay(LONG, &m, d).unwrap().id,
+                None => open(&b),
+            };
+            b.b().lose_rw_grants_unsent(1);
+            let r = b.acquire_rw(&s, &name, mode, LONG);
+            assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+            assert!(raw.children(&dir).is_empty(), "never ran");
+            let before = b.rw_state(&name).unwrap().last_token;
+            let t = granted(b.acquire_rw(&s, &name, mode, LONG).unwrap());
+            assert_eq!(t.token.get(), before + 1, "the lost grant's token");
+            let mut held = raw.children(&dir);
+            held.sort();
+            assert_eq!(held.len(), 1 + usize::from(delay.is_some()), "{held:?}");
+            b.keep_alive(&s, LONG).unwrap();
+            let mut after = raw.children(&dir);
+            after.sort();
+            assert_eq!(after, held, "the held term and its gate stay");
+            let other = b.acquire_rw(&w, &name, RwMode::Write, Duration::ZERO);
+            assert!(
+                matches!(other, Ok(RwAcquire::Busy { .. })),
+                "a writer while {s} holds {}: {other:?}",
+                t.token
+            );
+            assert!(b.release_rw(&s, &name, mode, t.token).unwrap());
+            assert!(raw.children(&dir).is_empty());
+            b.close_session(&s).unwrap();
+        }
+        b.close_session(&w).unwrap();
+    }
+
+    /// A read term whose session ended counts in a reader's `Busy` only while its delay
+    /// lasts, as in the memory backend.
+    #[test]
+    fn a_reader_kept_out_counts_read_terms_in_their_delay_only_while_it_lasts() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let m = Metadata::default();
+        let name = tck::lease_name("rw-reader-delay");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        let (short, d) = (Duration::from_secs(1), Duration::from_secs(2));
+        let crashed = b.open_session_with_delay(short, &m, d).unwrap().id;
+        granted(b.acquire_rw(&crashed, &name, RwMode::Read, LONG).unwrap());
+        let probe = tck::lease_name("rw-probe-reader");
+        tck::until(Duration::from_secs(20), "the session expires", || {
+            b.acquire_rw(&crashed, &probe, RwMode::Read, LONG).is_err()
+        });
+        // The first look times the delay from now; the writer waits in line.
+        let w = open(&b);
+        let busy = b.acquire_rw(&w, &name, RwMode::Write, LONG).unwrap();
+        assert!(
+            matches!(
+                busy,
+                RwAcquire::Busy {
+                    writer: None,
+                    readers: 1,
+                    writers_waiting: 1
+                }
+            ),
+            "{busy:?}"
+        );
+        std::thread::sleep(d + Duration::from_millis(500));
+        let r = open(&b);
+        let busy = b
+            .acquire_rw(&r, &name, RwMode::Read, Duration::ZERO)
+            .unwrap();
+        assert!(
+            matches!(
+                busy,
+                RwAcquire::Busy {
+                    writer: None,
+                    readers: 0,
+                    writers_waiting: 1
+                }
+            ),
+            "the delay ran out: {busy:?}"
+        );
+        assert!(b.rw_state(&name).unwrap().delayed.is_empty());
+        let t = granted(b.acquire_rw(&w, &name, RwMode::Write, LONG).unwrap());
+        assert_eq!(raw.children(&dir), vec![format!("w-{w}-{}", t.token)]);
+        for s in [w, r] {
+            b.close_session(&s).unwrap();
+        }
+    }
+
+    /// On a name only readers use, the gate of a read term whose delay ran out goes with the
+    /// next read grant (with its stamp), as a write grant's would.
+    #[test]
+    fn a_read_grant_deletes_read_gates_whose_delay_ran_out() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let m = Metadata::default();
+        let name = tck::lease_name("rw-read-only");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        let children = |raw: &mut Raw| {
+            let mut c = raw.children(&dir);
+            c.sort();
+            c
+        };
+        let (short, d) = (Duration::from_secs(1), Duration::from_secs(1));
+        let crashed = b.open_session_with_delay(short, &m, d).unwrap().id;
+        let t0 = granted(b.acquire_rw(&crashed, &name, RwMode::Read, LONG).unwrap());
+        let probe = tck::lease_name("rw-probe-read-only");
+        tck::until(Duration::from_secs(20), "the session expires", || {
+            b.acquire_rw(&crashed, &probe, RwMode::Read, LONG).is_err()
+        });
+        let gate = format!("gr-{crashed}-{}-{}", t0.token, d.as_millis());
+        // Granted in the delay (a read term's keeps no reader out), which it times.
+        let r1 = open(&b);
+        let t1 = granted(b.acquire_rw(&r1, &name, RwMode::Read, LONG).unwrap());
+        assert_eq!(
+            children(&mut raw),
+            [gate.clone(), format!("r-{r1}-{}", t1.token)]
+        );
+        assert!(raw.ctime(&format!("{dir}/{gate}/ended")).is_some(), "timed");
+        std::thread::sleep(d + Duration::from_millis(500));
+        let r2 = open(&b);
+        let t2 = granted(b.acquire_rw(&r2, &name, RwMode::Read, LONG).unwrap());
+        let mut readers = [
+            format!("r-{r1}-{}", t1.token),
+            format!("r-{r2}-{}", t2.token),
+        ];
+        readers.sort();
+        assert_eq!(children(&mut raw), readers, "the gate went with the grant");
+        for s in [r1, r2] {
+            b.close_session(&s).unwrap();
+        }
+    }
 }

@@ -71,6 +71,16 @@ impl ZooKeeperBackend {
             .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Makes the next `n` read-write lock grants fail before they are sent, as a connection
+    /// lost before the send would: the backend cannot tell them from a grant whose reply was
+    /// lost (for tests of a retry that gets the same token).
+    #[doc(hidden)]
+    pub fn lose_rw_grants_unsent(&self, n: u32) {
+        self.inner
+            .rw_unsent_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The ACLs of the root and of its `leases`, `groups`, `delays` and `rw` nodes, as
     /// `(path, entries)` (read by the backend's reader with its auth infos); a node that does
     /// not exist (see [`ZooKeeperBuilder::create_root`](super::ZooKeeperBuilder::create_root))
@@ -215,6 +225,7 @@ impl LeaseBackend for ZooKeeperBackend {
             releasing: Mutex::new(()),
             closed: Mutex::new(false),
             orphans: Mutex::new(Vec::new()),
+            rw: Mutex::new(Default::default()),
             rw_gated: Mutex::new(Default::default()),
         });
         let remaining = s.remaining_at(sent);

@@ -35,12 +35,17 @@
 //! writers wait, one more for the multi read of their nodes sent together with a write that
 //! gives the server's clock (a writer's own registration rewritten after the read, which is
 //! its renewal, or else a write to `{root}/clock` before it); then the grant or registration
-//! (one multi) unless the reply is known by then. Terms in their lock-delay that decide add
+//! (one multi) unless the reply is known by then. Gates standing without their term add
 //! their stamps' writes (sent with the waiting writers' read when there is one, else one
-//! round trip more; one more at the first observation of each). A release is one delete (a
-//! multi with the gate's delete for a session with a lock-delay); a leave one round trip (the
-//! clock, the place's read and its delete sent together); the state one sync with a multi
-//! read, plus the clock and the waiting writers' reads, and the stamps, when there are any.
+//! round trip more; one more at the first observation of each), read attempts included: a
+//! read term in its delay counts in a reader's `Busy`, and a grant deletes the gates whose
+//! delay ran out. A release is one delete (a multi with the gate's delete for a session with
+//! a lock-delay); a leave one round trip (the clock, the place's read and its delete sent
+//! together); the state one sync with a multi read, plus the clock and the waiting writers'
+//! reads, and the stamps, when there are any.
+//!
+//! A grant whose reply is lost leaves its path to the keep-alive as an orphan; the same path
+//! may be granted again, and held: see [`OwnTerms`].
 
 use super::delay;
 use super::facade::{backend as zk_err, block_on_for, call};
@@ -59,6 +64,50 @@ const OP: &str = "taking a read-write lock";
 
 /// How many times an attempt reads again after a conflicting change.
 const TRIES: usize = 32;
+
+/// A session's own read-write term nodes, as far as it knows ([`ZkSession::rw`]); a path is
+/// never in both.
+///
+/// A term's path names its token, but the token is only handed out once its grant's multi
+/// ran: a grant that never reached the server leaves the counter where it was, and the
+/// session's next attempt builds the same path. So an orphan is only a belief about one
+/// attempt, and a path the session was told it holds is never deleted as one.
+#[derive(Debug, Default)]
+pub(super) struct OwnTerms {
+    /// Paths the engine was told this session holds (granted, or taken up), until released.
+    held: HashSet<String>,
+    /// Paths whose grant got no reply, each with its gate (a session with a lock-delay):
+    /// they may exist, unknown to the engine; the keep-alive deletes them.
+    orphans: Vec<(String, Option<String>)>,
+}
+
+impl OwnTerms {
+    /// The grant of `node` may have run (no reply): an orphan unless the path is held.
+    fn lost(&mut self, node: &str, gate: Option<&str>) {
+        if !self.held.contains(node) && !self.orphans.iter().any(|o| o.0 == node) {
+            self.orphans
+                .push((node.to_owned(), gate.map(str::to_owned)));
+        }
+    }
+
+    /// `node` is held: no longer an orphan, whichever attempt left that belief.
+    fn hold(&mut self, node: &str) {
+        self.orphans.retain(|o| o.0 != node);
+        self.held.insert(node.to_owned());
+    }
+
+    fn is_orphan(&self, node: &str) -> bool {
+        self.orphans.iter().any(|o| o.0 == node)
+    }
+}
+
+/// A grant's multi as [`Sessions::rw_commit`] sends it: its term node and gate, and the
+/// session's own terms (locked) where an unknown outcome leaves an orphan.
+struct Grant<'a> {
+    node: &'a str,
+    gate: Option<&'a str>,
+    own: &'a mut OwnTerms,
+}
 
 /// A waiting writer's node as read.
 #[derive(Clone, Debug)]
@@ -96,8 +145,6 @@ struct How<'a> {
     /// Sync first, sent with the read (no round trip more): the read then sees every change
     /// that completed before it, whichever server made it.
     sync: bool,
-    /// Time the gates of read terms too (those of write terms always are).
-    time_readers: bool,
     /// The session whose registration to renew, if it has one, with its data.
     renew: Option<(&'a SessionId, &'a [u8])>,
 }
@@ -340,13 +387,13 @@ impl Sessions {
         }
         view.readers.sort();
         view.delayed.sort_by(|a, b| a.id.cmp(&b.id));
-        // The delays that decide are timed by their stamps' writes, sent now (they travel
-        // with the line's read, if any).
+        // Every delay is timed by its stamp's write, sent now (they travel with the line's
+        // read, if any): a write term's keeps every attempt out, a read term's new writers,
+        // and each counts in `Busy` while it lasts; a grant deletes those that ran out.
         let timed: Vec<(usize, i64, String)> = view
             .delayed
             .iter()
             .enumerate()
-            .filter(|(_, d)| d.mode == RwMode::Write || how.time_readers)
             .map(|(i, d)| (i, d.delay_ms, delay::stamp_path(&d.gate)))
             .collect();
         let paths: Vec<String> = timed.iter().map(|t| t.2.clone()).collect();
@@ -486,7 +533,8 @@ impl Sessions {
 
     /// Commits a multi built on `view`; a conflict (or a missing `{root}/rw`, created here)
     /// is [`Outcome::Again`]. `grant`: the term node a grant creates, left to the next
-    /// keep-alive to delete when the outcome cannot be known (no reply): see `take_up`.
+    /// keep-alive to delete when the outcome cannot be known (no reply), and held once done
+    /// (see [`OwnTerms`] and `take_up`).
     fn rw_commit(
         &self,
         s: &ZkSession,
@@ -494,13 +542,25 @@ impl Sessions {
         limit: Duration,
         mut w: zk::MultiWriter<'_>,
         view: &View,
-        grant: Option<&str>,
+        mut grant: Option<Grant<'_>>,
     ) -> Result<Outcome> {
-        let unknown = || {
-            if let Some(node) = grant {
-                s.orphans.lock().push((node.to_owned(), 0));
+        let granting = grant.is_some();
+        let mut unknown = || {
+            if let Some(g) = grant.as_mut() {
+                g.own.lost(g.node, g.gate);
             }
         };
+        let lost = || Error::Timeout {
+            operation: OP,
+            after: limit,
+            source: None,
+        };
+        if granting && lose(&self.rw_unsent_faults) {
+            // As if the connection was lost before the send: it never runs.
+            drop(w);
+            unknown();
+            return Err(lost());
+        }
         let sent = w.commit();
         let r = match call(OP, limit, sent) {
             Ok(r) => r,
@@ -509,16 +569,17 @@ impl Sessions {
                 return Err(e);
             }
         };
-        if r.is_ok() && grant.is_some() && lose(&self.rw_reply_faults) {
+        if r.is_ok() && granting && lose(&self.rw_reply_faults) {
             unknown();
-            return Err(Error::Timeout {
-                operation: OP,
-                after: limit,
-                source: None,
-            });
+            return Err(lost());
         }
         match r {
-            Ok(_) => Ok(Outcome::Done),
+            Ok(_) => {
+                if let Some(g) = grant {
+                    g.own.hold(g.node);
+                }
+                Ok(Outcome::Done)
+            }
             Err(zk::MultiWriteError::OperationFailed { index, source }) => match source {
                 zk::Error::NoNode if index == 0 && view.node.is_none() => {
                     self.cfg.mkdirs(client, &self.cfg.rw, limit)?;
@@ -565,8 +626,6 @@ impl Sessions {
                 // Behind a sync: a release or an end that completed before the attempt is
                 // seen, even through a follower that lags (a stale `Busy`).
                 sync: true,
-                // A reader is kept out by a write term in its delay, never by a read term.
-                time_readers: mode == RwMode::Write,
                 renew: (mode == RwMode::Write).then_some((session, patience_ms.as_bytes())),
             };
             let view = self.rw_view(&client, limit, &dir, how, &fail)?;
@@ -671,19 +730,39 @@ impl Sessions {
             let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&eacl));
             w.add_create(&node, &[], &ephemeral)
                 .map_err(|e| zk_err(OP, e))?;
-            if s.lock_delay_ms > 0 {
-                let gate = format!("{dir}/{}", gate_node(mode, session, token, s.lock_delay_ms));
-                let gacl = self.cfg.acl.for_path(&gate);
+            let gate = (s.lock_delay_ms > 0)
+                .then(|| format!("{dir}/{}", gate_node(mode, session, token, s.lock_delay_ms)));
+            if let Some(gate) = &gate {
+                let gacl = self.cfg.acl.for_path(gate);
                 let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&gacl));
-                w.add_create(&gate, &[], &persistent)
+                w.add_create(gate, &[], &persistent)
                     .map_err(|e| zk_err(OP, e))?;
-                // Possibly held from now on: a close deletes it with its gate.
-                s.rw_gated.lock().insert(node.clone(), gate);
             }
-            match self.rw_commit(&s, &client, limit, w, &view, Some(&node))? {
+            // From the send to the outcome, no orphan of this session is deleted: the path may
+            // be one a grant without a reply left (same token: that multi never ran), which
+            // this grant, once done, makes held.
+            let mut own = s.rw.lock();
+            if own.held.contains(&node) {
+                // Granted to a concurrent attempt of this session since the read (this multi
+                // would fail): read again, which finds it.
+                continue;
+            }
+            if let Some(gate) = &gate {
+                // Possibly held from now on: a close deletes it with its gate.
+                s.rw_gated.lock().insert(node.clone(), gate.clone());
+            }
+            let grant = Grant {
+                node: &node,
+                gate: gate.as_deref(),
+                own: &mut own,
+            };
+            match self.rw_commit(&s, &client, limit, w, &view, Some(grant))? {
                 Outcome::Done => return term(token),
                 Outcome::Again => {
-                    s.rw_gated.lock().remove(&node);
+                    // Left as the orphan of an earlier attempt, it keeps its gate.
+                    if !own.is_orphan(&node) {
+                        s.rw_gated.lock().remove(&node);
+                    }
                     continue;
                 }
             }
@@ -694,8 +773,10 @@ impl Sessions {
         ))
     }
 
-    /// An own term found by an attempt: if a grant without a reply left it to a keep-alive
-    /// to delete, it is taken up (a write moves its version past the one the delete names).
+    /// An own term found by an attempt: held, unless a grant without a reply left it to the
+    /// keep-alive to delete; then it is taken up, by a write sent after any such delete
+    /// already sent (one client's requests run in the order sent), and held if it still
+    /// stands. Under the session's [`OwnTerms`] lock: no delete of it is sent from now on.
     /// Whether it is held.
     fn take_up(
         &self,
@@ -704,23 +785,24 @@ impl Sessions {
         limit: Duration,
         path: &str,
     ) -> Result<bool> {
-        let orphaned = {
-            let mut o = s.orphans.lock();
-            let before = o.len();
-            o.retain(|(p, _)| p != path);
-            o.len() < before
-        };
-        if !orphaned {
+        let mut own = s.rw.lock();
+        if !own.is_orphan(path) {
+            own.hold(path);
             return Ok(true);
         }
         match call(OP, limit, client.set_data(path, &[], None))? {
-            Ok(_) => Ok(true),
-            Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => {
-                // Still an orphan: its delete may have been sent already.
-                s.orphans.lock().push((path.to_owned(), 0));
-                Err(self.fail(s, OP, e))
+            Ok(_) => {
+                own.hold(path);
+                Ok(true)
             }
+            Err(zk::Error::NoNode) => {
+                // Deleted by a keep-alive whose reply was lost (with its gate).
+                own.orphans.retain(|o| o.0 != path);
+                s.rw_gated.lock().remove(path);
+                Ok(false)
+            }
+            // Still an orphan (the engine is not told of it).
+            Err(e) => Err(self.fail(s, OP, e)),
         }
     }
 
@@ -741,7 +823,11 @@ impl Sessions {
         let dir = self.rw_path(name);
         let path = format!("{dir}/{}", term_node(mode, session, token.get()));
         let limit = s.limit(&self.cfg);
-        s.orphans.lock().retain(|(p, _)| *p != path);
+        {
+            let mut own = s.rw.lock();
+            own.held.remove(&path);
+            own.orphans.retain(|o| o.0 != path);
+        }
         // A term of a session with a lock-delay ends with its gate, in one multi.
         if s.lock_delay_ms > 0 {
             let gate = format!(
@@ -781,51 +867,64 @@ impl Sessions {
         Ok(deleted)
     }
 
-    /// Deletes an orphaned term (`take_up`) of a session with a lock-delay at `version`,
-    /// with its gate, in one multi; whether nothing is left to do.
-    pub(super) fn delete_gated_orphan(
+    /// Deletes this session's orphans (see [`OwnTerms`]), each with its gate in one multi:
+    /// one round trip each, only then; those that fail again wait for the next keep-alive.
+    /// Skipped while a grant or a take-up of the session is under way (the next keep-alive
+    /// does it). An orphan is not held (a grant or take-up that makes it held drops it under
+    /// the same lock), so it is deleted at any version: it is a stray term of this session.
+    pub(super) fn delete_rw_orphans(&self, s: &ZkSession, client: &zk::Client) {
+        let Some(mut own) = s.rw.try_lock() else {
+            return;
+        };
+        // Each dropped only once handled.
+        for (path, gate) in own.orphans.clone() {
+            if self.delete_orphan(s, client, &path, gate.as_deref()) {
+                own.orphans.retain(|o| o.0 != path);
+            }
+        }
+    }
+
+    /// Deletes an orphaned term, with its gate if it has one, in one multi; whether nothing is
+    /// left to do.
+    fn delete_orphan(
         &self,
         s: &ZkSession,
         client: &zk::Client,
         path: &str,
-        version: i32,
-        gate: &str,
+        gate: Option<&str>,
     ) -> bool {
         const OP: &str = "releasing a read-write lock";
-        let mut w = client.new_multi_writer();
-        if w.add_delete(path, Some(version)).is_err() || w.add_delete(gate, None).is_err() {
-            return false;
-        }
-        match call(OP, s.limit(&self.cfg), w.commit()) {
-            Ok(Ok(_)) => {
-                s.rw_gated.lock().remove(path);
-                true
-            }
-            // Taken up since (a version past 0): held.
-            Ok(Err(zk::MultiWriteError::OperationFailed {
-                source: zk::Error::BadVersion,
-                ..
-            })) => true,
-            // Never created.
-            Ok(Err(zk::MultiWriteError::OperationFailed {
-                index: 0,
-                source: zk::Error::NoNode,
-            })) => {
-                s.rw_gated.lock().remove(path);
-                true
-            }
-            // No gate (never expected): the term's node alone.
-            Ok(Err(zk::MultiWriteError::OperationFailed {
-                index: 1,
-                source: zk::Error::NoNode,
-            })) => match call(OP, s.limit(&self.cfg), client.delete(path, Some(version))) {
-                Ok(Ok(()) | Err(zk::Error::NoNode)) => {
-                    s.rw_gated.lock().remove(path);
-                    true
+        let limit = s.limit(&self.cfg);
+        let gone = || drop(s.rw_gated.lock().remove(path));
+        let r = match gate {
+            Some(gate) => {
+                let mut w = client.new_multi_writer();
+                if w.add_delete(path, None).is_err() || w.add_delete(gate, None).is_err() {
+                    return false;
                 }
-                Ok(Err(zk::Error::BadVersion)) => true,
-                _ => false,
-            },
+                match call(OP, limit, w.commit()) {
+                    Ok(Ok(_)) => Ok(Ok(())),
+                    // Never created (its gate neither).
+                    Ok(Err(zk::MultiWriteError::OperationFailed {
+                        index: 0,
+                        source: zk::Error::NoNode,
+                    })) => Ok(Err(zk::Error::NoNode)),
+                    // No gate (never expected): the term's node alone.
+                    Ok(Err(zk::MultiWriteError::OperationFailed {
+                        index: 1,
+                        source: zk::Error::NoNode,
+                    })) => call(OP, limit, client.delete(path, None)),
+                    Ok(Err(e)) => Ok(Err(zk::Error::from(e))),
+                    Err(e) => Err(e),
+                }
+            }
+            None => call(OP, limit, client.delete(path, None)),
+        };
+        match r {
+            Ok(Ok(()) | Err(zk::Error::NoNode)) => {
+                gone();
+                true
+            }
             Ok(Err(e)) => {
                 log::debug!("deleting the read-write term {path}: {e}");
                 false
@@ -898,7 +997,6 @@ impl Sessions {
         let how = How {
             op: OP,
             sync: true,
-            time_readers: true,
             renew: None,
         };
         let view = self.rw_view(&client, self.cfg.request_timeout, &dir, how, &fail)?;
