@@ -354,11 +354,18 @@ end
 
 -- Read-write locks: one hash per name (`{prefix}:rw:{name}`, never expiring: its `token` field
 -- is the one counter of the name, never reset), with `seq` (the arrival counter of waiting
--- writers), `writer` = 'sid token expires', one `r:<sid>` = 'token expires' per reader and one
--- `q:<sid>` = 'seq until expires' per waiting writer (`until`: the end of its patience).
+-- writers), `writer` = 'sid token expires', one `r:<sid>` = 'token expires' per reader, one
+-- `q:<sid>` = 'seq until expires' per waiting writer (`until`: the end of its patience) and,
+-- routed, one `d:<sid>` = 'delay ends' per holder with a lock-delay (ms, and the end of its
+-- session as known: `ends`).
 -- `expires` is BOUND (one node: the entry lives exactly while its session hash does) or an
--- instant in ms (routed: the session's keep-alive moves it on). Releases and leaves publish
--- 'released' on the hash's channel.
+-- instant in ms (routed: the session's keep-alive moves it on; a new term gets a full lease,
+-- a new place the session's known time). Releases and leaves publish 'released' on the hash's
+-- channel.
+-- Lock-delay: a term entry (writer or reader) whose session ended still blocks the name while
+-- its session's delay record lives (bound); routed, from the session's known end `ends` on
+-- until both `expires` and `ends + delay` passed. A write term in its delay blocks every new
+-- term, a read term new writers (as a live one does); places have none.
 
 -- The words of an entry.
 local function rw_words(s)
@@ -377,12 +384,73 @@ local function rw_holds(sid, expires, now, sprefix)
   return expires > now
 end
 
+-- The lock-delay (ms) and the session's known end of a `d:<sid>` field (nil: none).
+local function rw_d(d)
+  if not d then return 0, nil end
+  local w = rw_words(d)
+  return tonumber(w[1] or '0') or 0, tonumber(w[2] or '')
+end
+
+-- What is left (ms, now, up: clock()) of the lock-delay of sid's term entry ending at
+-- `expires` that no longer lives, or nil when it blocks nothing: bound, its session's delay
+-- record's time; otherwise until `ends + delay` of its `d:<sid>` field `d` (nil: no delay).
+local function rw_delay_left(sid, expires, d, now, up, sprefix)
+  if expires >= BOUND then
+    if sprefix == '' then return nil end
+    return record_left(delay_key(sprefix .. '{' .. sid .. '}'), now, up)
+  end
+  local delay, ends = rw_d(d)
+  if delay <= 0 then return nil end
+  local left = math.max(expires, (ends or expires) + delay) - up
+  if left <= 0 then return nil end
+  return left
+end
+
+-- How a routed term entry of sid (not the caller's) that lives until `expires` stands once
+-- its session's known end `ends` (of `d:<sid>`) passed: in its lock-delay, the ms it blocks
+-- the name still (its own end, and the delay from `ends`); nil while the session may live.
+local function rw_past_end(expires, d, now, up)
+  local delay, ends = rw_d(d)
+  if expires >= BOUND or delay <= 0 or not ends or ends > now then return nil end
+  local left = math.max(expires, ends + delay) - up
+  if left > 0 then return left end
+  if expires > now then return 1 end
+  return nil
+end
+
 -- The lock `key` with its live entries: {token, seq, writer = {sid, token, expires} or nil,
 -- readers = {sid = {token, expires}}, nreaders, waiting = {{sid, seq, until, expires}} first
--- in line first}. With `prune`, the dead entries are deleted.
-local function rw_load(key, now, sprefix, prune)
-  local st = {token = 0, seq = 0, readers = {}, nreaders = 0, waiting = {}}
+-- in line first} and its term entries in their lock-delay: delayed = {{sid, mode, token,
+-- left}}, dwriter (the delayed writer's sid or nil), dreaders (how many delayed readers).
+-- Entries of `caller` (a live session) that no longer live are over, without a delay. With
+-- `prune`, the dead entries are deleted (and `d:` fields of sessions with no term left).
+-- `gone` (a read, routed): sessions the caller found expired, judged as rw_gone leaves them.
+local function rw_load(key, now, up, sprefix, prune, caller, gone)
+  local st = {token = 0, seq = 0, readers = {}, nreaders = 0, waiting = {}, delayed = {},
+    dreaders = 0}
   local flat = redis.call('HGETALL', key)
+  local fields, terms, delays, over = {}, {}, {}, {}
+  for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
+  for _, sid in ipairs(gone or {}) do
+    local delay, ends = rw_d(fields['d:' .. sid])
+    if delay <= 0 then
+      over[sid] = true
+    elseif ends and ends > now then
+      fields['d:' .. sid] = fmt(delay) .. ' ' .. fmt(now)
+    end
+    fields['q:' .. sid] = nil
+  end
+  -- A term entry that no longer lives (or, `left` given, whose session's known end passed):
+  -- kept (true) while in its lock-delay.
+  local function ended(sid, mode, token, expires, left)
+    if sid == caller then return false end
+    left = left or rw_delay_left(sid, expires, fields['d:' .. sid], now, up, sprefix)
+    if not left then return false end
+    st.delayed[#st.delayed + 1] = {sid = sid, mode = mode, token = token, left = left}
+    if mode == 'write' then st.dwriter = sid else st.dreaders = st.dreaders + 1 end
+    terms[sid] = true
+    return true
+  end
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
     local kind, sid, live, w = string.sub(f, 1, 2), string.sub(f, 3), false, nil
@@ -392,26 +460,52 @@ local function rw_load(key, now, sprefix, prune)
       st.seq, live = tonumber(v), true
     elseif f == 'writer' then
       w = rw_words(v)
-      if #w == 3 and rw_holds(w[1], tonumber(w[3]), now, sprefix) then
-        st.writer, live = {sid = w[1], token = tonumber(w[2]), expires = tonumber(w[3])}, true
+      if #w == 3 and not over[w[1]] then
+        local e = tonumber(w[3])
+        local past = w[1] ~= caller and rw_past_end(e, fields['d:' .. w[1]], now, up)
+        if past then
+          live = ended(w[1], 'write', tonumber(w[2]), e, past)
+        elseif rw_holds(w[1], e, now, sprefix) then
+          st.writer, live = {sid = w[1], token = tonumber(w[2]), expires = e}, true
+          terms[w[1]] = true
+        else
+          live = ended(w[1], 'write', tonumber(w[2]), e)
+        end
       end
     elseif kind == 'r:' then
       w = rw_words(v)
-      if #w == 2 and rw_holds(sid, tonumber(w[2]), now, sprefix) then
-        st.readers[sid] = {token = tonumber(w[1]), expires = tonumber(w[2])}
-        st.nreaders, live = st.nreaders + 1, true
+      if #w == 2 and not over[sid] then
+        local e = tonumber(w[2])
+        local past = sid ~= caller and rw_past_end(e, fields['d:' .. sid], now, up)
+        if past then
+          live = ended(sid, 'read', tonumber(w[1]), e, past)
+        elseif rw_holds(sid, e, now, sprefix) then
+          st.readers[sid] = {token = tonumber(w[1]), expires = e}
+          st.nreaders, live = st.nreaders + 1, true
+          terms[sid] = true
+        else
+          live = ended(sid, 'read', tonumber(w[1]), e)
+        end
       end
     elseif kind == 'q:' then
       w = rw_words(v)
-      if #w == 3 and tonumber(w[2]) > now and rw_holds(sid, tonumber(w[3]), now, sprefix) then
+      if #w == 3 and fields[f] and tonumber(w[2]) > now and rw_holds(sid, tonumber(w[3]), now, sprefix) then
         st.waiting[#st.waiting + 1] =
           {sid = sid, seq = tonumber(w[1]), ['until'] = tonumber(w[2]), expires = tonumber(w[3])}
         live = true
       end
+    elseif kind == 'd:' then
+      delays[#delays + 1] = sid
+      live = true
     else
       live = true
     end
     if prune and not live then redis.call('HDEL', key, f) end
+  end
+  if prune then
+    for _, sid in ipairs(delays) do
+      if not terms[sid] then redis.call('HDEL', key, 'd:' .. sid) end
+    end
   end
   table.sort(st.waiting, function(a, b) return a.seq < b.seq end)
   return st
@@ -427,36 +521,53 @@ local function rw_has(st, sid)
 end
 
 -- The reply of an attempt not granted: {0, writer ('' for none), readers, waiting writers,
--- 1 if sid holds or waits for the name else 0}.
+-- 1 if sid holds or waits for the name else 0}; terms in their lock-delay count as holders.
 local function rw_busy(st, sid)
-  local w = ''
+  local w = st.dwriter or ''
   if st.writer then w = st.writer.sid end
-  return {0, w, st.nreaders, #st.waiting, rw_has(st, sid)}
+  return {0, w, st.nreaders + st.dreaders, #st.waiting, rw_has(st, sid)}
 end
 
 -- One attempt of sid at the lock `key` in `mode` ('read' | 'write') with `patience` ms, a new
--- entry ending at `expires` (BOUND or an instant). {1, token, 1 if a new term else 0} when sid
--- holds a term of that mode, else rw_busy. Readers get in while no live writer holds or waits
--- (writer preference); a writer while nobody holds the name and no writer queued before it
--- waits, else it is queued (once; each attempt keeps its place `patience` longer; a zero
--- patience queues nothing, and ends a place it had). Every new term takes the counter + 1.
-local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix)
-  local st = rw_load(key, now, sprefix, true)
-  local longer = function(e) if e < BOUND and expires > e then return expires end return e end
+-- term ending at `expires`, a new place at `ends` (both BOUND, or instants: `ends` is the
+-- session's end as known); `delay`: sid's lock-delay in ms, kept in `d:<sid>` with `ends` for a
+-- term that is not bound. {1, token, 1 if a new term else 0} when sid holds a term of
+-- that mode, else rw_busy. Readers get in while no writer holds (live or in its lock-delay)
+-- and no live writer waits (writer preference); a writer while nobody holds the name (live or
+-- in a lock-delay) and no writer queued before it waits, else it is queued (once; each
+-- attempt keeps its place `patience` longer; a zero patience queues nothing, and ends a place
+-- it had). Every new term takes the counter + 1.
+local function rw_acquire(key, sid, mode, patience, expires, ends, now, up, sprefix, delay)
+  local st = rw_load(key, now, up, sprefix, true, sid)
+  local function longer(e, to) if e < BOUND and to > e then return to end return e end
+  -- A term of sid with a lock-delay records it with the session's known end (kept if later).
+  local function delay_kept()
+    if delay and delay > 0 and ends < BOUND then
+      local _, known = rw_d(redis.call('HGET', key, 'd:' .. sid))
+      redis.call('HSET', key, 'd:' .. sid, fmt(delay) .. ' ' .. fmt(longer(known or 0, ends)))
+    end
+  end
+  local function granted(field, value)
+    local t = redis.call('HINCRBY', key, 'token', 1)
+    redis.call('HSET', key, field, string.format(value, fmt(t)))
+    delay_kept()
+    return {1, t, 1}
+  end
   if mode == 'read' then
     local r = st.readers[sid]
     if r then
-      redis.call('HSET', key, 'r:' .. sid, fmt(r.token) .. ' ' .. fmt(longer(r.expires)))
+      redis.call('HSET', key, 'r:' .. sid, fmt(r.token) .. ' ' .. fmt(longer(r.expires, expires)))
+      delay_kept()
       return {1, r.token, 0}
     end
-    if st.writer or #st.waiting > 0 then return rw_busy(st, sid) end
-    local t = redis.call('HINCRBY', key, 'token', 1)
-    redis.call('HSET', key, 'r:' .. sid, fmt(t) .. ' ' .. fmt(expires))
-    return {1, t, 1}
+    if st.writer or st.dwriter or #st.waiting > 0 then return rw_busy(st, sid) end
+    return granted('r:' .. sid, '%s ' .. fmt(expires))
   end
   local w = st.writer
   if w and w.sid == sid then
-    redis.call('HSET', key, 'writer', sid .. ' ' .. fmt(w.token) .. ' ' .. fmt(longer(w.expires)))
+    redis.call('HSET', key, 'writer',
+      sid .. ' ' .. fmt(w.token) .. ' ' .. fmt(longer(w.expires, expires)))
+    delay_kept()
     return {1, w.token, 0}
   end
   local place, ahead = nil, 0
@@ -467,31 +578,29 @@ local function rw_acquire(key, sid, mode, patience, expires, now, up, sprefix)
     end
     ahead = ahead + 1
   end
-  if w or st.nreaders > 0 or ahead > 0 then
+  if w or st.nreaders > 0 or #st.delayed > 0 or ahead > 0 then
     if place then
       -- A one-time try of a queued writer ends its place (it counts in this reply still).
-      local ends = up + patience
-      if patience == 0 then ends = now end
+      local patient = up + patience
+      if patience == 0 then patient = now end
       redis.call('HSET', key, 'q:' .. sid,
-        fmt(place.seq) .. ' ' .. fmt(ends) .. ' ' .. fmt(longer(place.expires)))
+        fmt(place.seq) .. ' ' .. fmt(patient) .. ' ' .. fmt(longer(place.expires, ends)))
     elseif patience > 0 then
       local seq = redis.call('HINCRBY', key, 'seq', 1)
-      redis.call('HSET', key, 'q:' .. sid, fmt(seq) .. ' ' .. fmt(up + patience) .. ' ' .. fmt(expires))
-      st.waiting[#st.waiting + 1] = {sid = sid, seq = seq, ['until'] = up + patience, expires = expires}
+      redis.call('HSET', key, 'q:' .. sid, fmt(seq) .. ' ' .. fmt(up + patience) .. ' ' .. fmt(ends))
+      st.waiting[#st.waiting + 1] = {sid = sid, seq = seq, ['until'] = up + patience, expires = ends}
     end
     return rw_busy(st, sid)
   end
   if place then redis.call('HDEL', key, 'q:' .. sid) end
-  local t = redis.call('HINCRBY', key, 'token', 1)
-  redis.call('HSET', key, 'writer', sid .. ' ' .. fmt(t) .. ' ' .. fmt(expires))
-  return {1, t, 1}
+  return granted('writer', sid .. ' %s ' .. fmt(expires))
 end
 
 -- Ends sid's `mode` term of `key` with token `token` (a string); publishes the release.
 -- {1 if it held that term else 0, 1 if sid still holds or waits for the name else 0}. Dead
 -- entries are left to the next acquire (as the memory backend does).
-local function rw_release(key, sid, mode, token, now, sprefix)
-  local st = rw_load(key, now, sprefix, false)
+local function rw_release(key, sid, mode, token, now, up, sprefix)
+  local st = rw_load(key, now, up, sprefix, false, sid)
   local freed = 0
   if mode == 'read' then
     local r = st.readers[sid]
@@ -505,41 +614,82 @@ local function rw_release(key, sid, mode, token, now, sprefix)
     st.writer = nil
     freed = 1
   end
-  if freed == 1 then redis.call('PUBLISH', key, 'released') end
+  if freed == 1 then
+    -- A session holds at most one term of a name: its delay goes with it.
+    redis.call('HDEL', key, 'd:' .. sid)
+    redis.call('PUBLISH', key, 'released')
+  end
   return {freed, rw_has(st, sid)}
 end
 
 -- Removes sid's place among the writers waiting for `key` (one that ran out and no acquire
 -- removed yet counts, as on the memory backend); publishes it (readers, or the next writer,
 -- may wait for it to go). {1 if it had one else 0, rw_has after}.
-local function rw_leave(key, sid, now, sprefix)
+local function rw_leave(key, sid, now, up, sprefix)
   local left = redis.call('HDEL', key, 'q:' .. sid)
   if left == 1 then redis.call('PUBLISH', key, 'released') end
-  return {left, rw_has(rw_load(key, now, sprefix, false), sid)}
+  return {left, rw_has(rw_load(key, now, up, sprefix, false, sid), sid)}
 end
 
--- Ends whatever sid holds or waits for in `key` (its session closed); publishes that.
-local function rw_forget(key, sid)
+-- Ends whatever sid holds or waits for in `key` (its session closed while `live`); publishes
+-- that. A session that had expired keeps its terms: they ended already and keep their
+-- lock-delay; only its place goes.
+local function rw_forget(key, sid, live)
+  if not live then
+    local left = redis.call('HDEL', key, 'q:' .. sid)
+    if left > 0 then redis.call('PUBLISH', key, 'released') end
+    return left
+  end
   local removed = redis.call('HDEL', key, 'r:' .. sid, 'q:' .. sid)
   local w = redis.call('HGET', key, 'writer')
   if w and rw_words(w)[1] == sid then removed = removed + redis.call('HDEL', key, 'writer') end
+  redis.call('HDEL', key, 'd:' .. sid)
   if removed > 0 then redis.call('PUBLISH', key, 'released') end
   return removed
 end
 
+-- Ends, in `key`, what the sessions ARGV[from..] (found expired on their own node by the
+-- caller: routed) hold or wait for: their places, and their terms without a lock-delay; a term
+-- with one is in its delay from now at the latest. Publishes a release when anything went.
+local function rw_gone(key, from, now)
+  local removed = 0
+  for i = from, #ARGV do
+    local sid = ARGV[i]
+    removed = removed + redis.call('HDEL', key, 'q:' .. sid)
+    local delay, ends = rw_d(redis.call('HGET', key, 'd:' .. sid))
+    if delay > 0 then
+      if ends and ends > now then
+        redis.call('HSET', key, 'd:' .. sid, fmt(delay) .. ' ' .. fmt(now))
+      end
+    else
+      removed = removed + redis.call('HDEL', key, 'r:' .. sid)
+      local w = redis.call('HGET', key, 'writer')
+      if w and rw_words(w)[1] == sid then removed = removed + redis.call('HDEL', key, 'writer') end
+    end
+  end
+  if removed > 0 then redis.call('PUBLISH', key, 'released') end
+end
+
 -- Moves the end of sid's live entries in `key` to at least up + ms (routed keep-alive: bound
--- entries need none) and deletes its dead ones; 1 if sid still holds or waits for the name.
+-- entries need none), and the session's known end of its `d:<sid>` with them; deletes its dead
+-- ones (a term in its lock-delay stays); 1 if sid still holds or waits for the name.
 local function rw_extend(key, sid, ms, now, up)
-  local h = redis.call('HMGET', key, 'writer', 'r:' .. sid, 'q:' .. sid)
-  local ends, kept = up + ms, 0
+  local h = redis.call('HMGET', key, 'writer', 'r:' .. sid, 'q:' .. sid, 'd:' .. sid)
+  -- Whether a term entry of sid lives on, or stays in its lock-delay (its `d:` then stays).
+  local ends, kept, term_lives, term_stays = up + ms, 0, false, false
   -- The field, its words, and the index of `expires` among them; the other words stay.
-  local function move(field, w, at, live)
+  local function move(field, w, at, live, term)
     local e = tonumber(w[at] or '0')
     if not (live and rw_holds(sid, e, now, '')) then
-      redis.call('HDEL', key, field)
+      if term and live and rw_delay_left(sid, e, h[4], now, up, '') then
+        term_stays = true
+      else
+        redis.call('HDEL', key, field)
+      end
       return
     end
     kept = 1
+    if term then term_lives = true end
     if e < BOUND and ends > e then
       w[at] = fmt(ends)
       redis.call('HSET', key, field, table.concat(w, ' '))
@@ -547,15 +697,23 @@ local function rw_extend(key, sid, ms, now, up)
   end
   if h[1] then
     local w = rw_words(h[1])
-    if w[1] == sid then move('writer', w, 3, #w == 3) end
+    if w[1] == sid then move('writer', w, 3, #w == 3, true) end
   end
   if h[2] then
     local w = rw_words(h[2])
-    move('r:' .. sid, w, 2, #w == 2)
+    move('r:' .. sid, w, 2, #w == 2, true)
   end
   if h[3] then
     local w = rw_words(h[3])
-    move('q:' .. sid, w, 3, #w == 3 and tonumber(w[2]) > now)
+    move('q:' .. sid, w, 3, #w == 3 and tonumber(w[2]) > now, false)
+  end
+  if h[4] then
+    local delay, known = rw_d(h[4])
+    if term_lives and (known or 0) < ends then
+      redis.call('HSET', key, 'd:' .. sid, fmt(delay) .. ' ' .. fmt(ends))
+    elseif not (term_lives or term_stays) then
+      redis.call('HDEL', key, 'd:' .. sid)
+    end
   end
   return kept
 end

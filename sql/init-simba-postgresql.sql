@@ -61,8 +61,9 @@ create table if not exists simba_job
 
 -- Read-write locks: one row per name with its token counter (never reset, never deleted),
 -- the terms held (read or write) and the waiting writers (ordered by seq, live while their
--- session is and until expires_at, renewed by every attempt of their waiter). A term and a
--- place are live only while their session is.
+-- session is and until expires_at, renewed by every attempt of their waiter). A place is
+-- live only while its session is, and a term blocks its name while its session is live or,
+-- once expired, until the session's expires_at + lock_delay (the session row stays as long).
 create table if not exists simba_rw
 (
     name  varchar(128) collate "C" not null primary key,

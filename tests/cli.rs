@@ -553,7 +553,7 @@ fn status_rw_on_memory_shows_free_locks_and_checks_names() {
         assert_eq!(
             *lock,
             serde_json::json!({"name": name, "writer": null, "readers": [],
-                               "writers_waiting": [], "last_token": 0}),
+                               "writers_waiting": [], "last_token": 0, "delayed": []}),
             "{v}"
         );
     }

@@ -41,6 +41,7 @@ fn token(v: u64) -> Token {
     Token::new(v).unwrap()
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 fn env_url(var: &str, default: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| default.to_owned())
 }

@@ -3519,21 +3519,156 @@ fn cluster_rw_reads_a_session_it_knows_no_deadline_of() {
     assert!(!third.release_rw(&s, &name, RwMode::Read, t.token).unwrap());
 }
 
-/// The same sequence of read-write calls by three sessions answers as on the memory backend
-/// (the reference): grants with the same tokens, the same refusals with the same counts, the
-/// same releases and leaves, the same state after each call.
+/// Routed, a term without a lock-delay lasts a full lease from its grant on the lock's node
+/// (its holder's safety), so one taken late in its session's life outlasts the session there;
+/// once this backend found the session expired (here by an acquire), the next read-write call
+/// on the name ends the term at once, as the memory backend does. A waiting writer's place
+/// goes the same way.
+fn rw_entries_of_a_session_found_expired_end_with_the_next_call(make: fn() -> Arc<Isolated>) {
+    let b = make();
+    let lease = Duration::from_secs(3);
+    let long = Duration::from_secs(60);
+    let (s, w) = (open(&*b, lease), open(&*b, lease));
+    let other = open(&*b, long);
+    let opened = Instant::now();
+    let name = LeaseName::new(format!("rw-gone-{}", &SessionId::random().as_str()[..8])).unwrap();
+    until("most of the session's lease passed", || {
+        opened.elapsed() > lease * 2 / 3
+    });
+    // Its entry ends a full lease from now, well after the session.
+    rw_granted(
+        b.acquire_rw(&s, &name, RwMode::Read, long).unwrap(),
+        "a reader late in its session",
+    );
+    assert!(matches!(
+        b.acquire_rw(&w, &name, RwMode::Write, long).unwrap(),
+        RwAcquire::Busy { .. }
+    ));
+    let probe = LeaseName::new("rw-gone-probe").unwrap();
+    for sid in [&s, &w] {
+        until("the session is found expired", || {
+            matches!(b.acquire(sid, &probe), Err(Error::SessionExpired { .. }))
+        });
+    }
+    // A read of the lock here already judges them so (it writes nothing).
+    let st = b.rw_state(&name).unwrap();
+    assert!(
+        st.readers.is_empty() && st.writers_waiting.is_empty(),
+        "{st:?}"
+    );
+    let t = rw_granted(
+        b.acquire_rw(&other, &name, RwMode::Write, Duration::ZERO)
+            .unwrap(),
+        "a writer at once: the reader and the waiting writer ended with their sessions",
+    );
+    let st = b.rw_state(&name).unwrap();
+    assert!(
+        st.readers.is_empty() && st.writers_waiting.is_empty() && st.delayed.is_empty(),
+        "{st:?}"
+    );
+    assert!(b.release_rw(&other, &name, RwMode::Write, t.token).unwrap());
+    b.close_session(&other).unwrap();
+}
+
+#[test]
+fn rw_entries_of_a_session_found_expired_end_with_the_next_call_cluster() {
+    rw_entries_of_a_session_found_expired_end_with_the_next_call(cluster);
+}
+
+#[test]
+fn rw_entries_of_a_session_found_expired_end_with_the_next_call_routed_standalone() {
+    rw_entries_of_a_session_found_expired_end_with_the_next_call(routed_standalone);
+}
+
+/// Ends `sid`'s routed entries in the lock `key` now, as its session's expiry does on the
+/// lock's node (the keep-alives that moved them on stop): their own end, and the session's
+/// known end in its `d:` field, are set to the server's `TIME`. Bound entries (one node) are
+/// left: they ended with the session hash.
+const END_ENTRIES_NOW: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local sid = ARGV[1]
+local d = redis.call('HGET', KEYS[1], 'd:' .. sid)
+if d then
+  local delay = string.match(d, '%S+')
+  redis.call('HSET', KEYS[1], 'd:' .. sid, delay .. ' ' .. string.format('%.0f', now))
+end
+for _, f in ipairs({'writer', 'r:' .. sid, 'q:' .. sid}) do
+  local v = redis.call('HGET', KEYS[1], f)
+  if v then
+    local w = {}
+    for x in string.gmatch(v, '%S+') do w[#w + 1] = x end
+    if (f ~= 'writer' or w[1] == sid) and tonumber(w[#w]) < 9000000000000000 then
+      w[#w] = string.format('%.0f', now)
+      redis.call('HSET', KEYS[1], f, table.concat(w, ' '))
+    end
+  end
+end
+return 1
+"#;
+
+/// The same sequence of read-write calls answers as on the memory backend (the reference):
+/// grants with the same tokens, the same refusals with the same counts, the same releases
+/// and leaves, the same state (terms in their lock-delay included) after each call. Three
+/// sessions at a time, with and without a lock-delay; now and then one expires and another
+/// takes its place. On the memory backend the expiry moves its clock on (about an hour, the
+/// others kept alive) and a delay runs out when that clock passes it; on Redis an expiry
+/// deletes the session hash (routed: its entries end now, as when its keep-alives stop) and a
+/// delay that ran out on the memory backend is ended by deleting its record and `d:` field,
+/// so both see the same delays run. Expired sessions' releases and purges are compared too.
 fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
     use simba_lease::backends::MemoryBackend;
     let b = make();
-    let m = MemoryBackend::new();
+    let clock = Arc::new(simba_lease::ManualClock::new());
+    let m = MemoryBackend::with_clock(clock.clone());
     let long = Duration::from_secs(60);
-    let on_redis: Vec<SessionId> = (0..3).map(|_| open(&*b, long)).collect();
-    let on_memory: Vec<SessionId> = (0..3).map(|_| open(&m, long)).collect();
+    let hour = Duration::from_secs(3600);
+    // Waiting writers' patience outlasts every move of the memory backend's clock.
+    let patience = Duration::from_secs(6 * 24 * 3600);
     let name = LeaseName::new(format!("rw-ref-{}", &SessionId::random().as_str()[..8])).unwrap();
-    // Replies with sessions as their index and remaining times left out.
-    let index = |ids: &[SessionId], s: &SessionId| ids.iter().position(|x| x == s).unwrap();
-    let acquire = |bk: &dyn LeaseBackend, ids: &[SessionId], i: usize, mode, p| match bk
-        .acquire_rw(&ids[i], &name, mode, p)
+    let key = rw_key(&b, &name);
+    struct Pair {
+        redis: SessionId,
+        memory: SessionId,
+        /// The memory backend's lock-delay (Redis's is an hour: the case ends it).
+        delay: Duration,
+        /// While expired with a delay running on the memory backend: when it ends there.
+        delayed_until: Option<Instant>,
+    }
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    // No delay, or one that runs out after one to three expiries (each moves the clock about
+    // an hour).
+    let open_pair = |class: u64| {
+        let delay = Duration::from_secs(1800 + 3600 * class.saturating_sub(1));
+        let (rd, md) = if class == 0 {
+            (Duration::ZERO, Duration::ZERO)
+        } else {
+            (hour, delay)
+        };
+        Pair {
+            redis: b
+                .open_session_with_delay(long, &Metadata::default(), rd)
+                .unwrap()
+                .id,
+            memory: m
+                .open_session_with_delay(hour, &Metadata::default(), md)
+                .unwrap()
+                .id,
+            delay: md,
+            delayed_until: None,
+        }
+    };
+    let mut all: Vec<Pair> = (0..3).map(&open_pair).collect();
+    let mut current = [0, 1, 2];
+    // Replies with sessions as their index in `all` and remaining times left out.
+    let acquire = |bk: &dyn LeaseBackend, ids: &[&SessionId], i: usize, mode, p| match bk
+        .acquire_rw(ids[i], &name, mode, p)
         .unwrap()
     {
         RwAcquire::Acquired(t) => format!("granted {}", t.token),
@@ -3543,71 +3678,143 @@ fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
             writers_waiting,
         } => format!(
             "busy {:?} {readers} {writers_waiting}",
-            writer.map(|w| index(ids, &w))
+            writer.map(|w| ids.iter().position(|x| **x == w).unwrap())
         ),
     };
-    let state = |bk: &dyn LeaseBackend, ids: &[SessionId]| {
+    let state = |bk: &dyn LeaseBackend, ids: &[&SessionId]| {
+        let index = |s: &SessionId| ids.iter().position(|x| *x == s).unwrap();
         let st = bk.rw_state(&name).unwrap();
         let mut readers: Vec<(usize, u64)> = st
             .readers
             .iter()
-            .map(|(s, t)| (index(ids, s), t.get()))
+            .map(|(s, t)| (index(s), t.get()))
             .collect();
         readers.sort();
-        let waiting: Vec<usize> = st.writers_waiting.iter().map(|s| index(ids, s)).collect();
-        let writer = st.writer.map(|(s, t)| (index(ids, &s), t.get()));
-        format!("{writer:?} {readers:?} {waiting:?} {}", st.last_token)
-    };
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
+        let waiting: Vec<usize> = st.writers_waiting.iter().map(index).collect();
+        let writer = st.writer.map(|(s, t)| (index(&s), t.get()));
+        let mut delayed: Vec<(usize, &str, u64)> = st
+            .delayed
+            .iter()
+            .map(|d| (index(&d.session), d.mode.as_str(), d.token.get()))
+            .collect();
+        delayed.sort();
+        format!(
+            "{writer:?} {readers:?} {waiting:?} {} delayed {delayed:?}",
+            st.last_token
+        )
     };
     let mut tokens: Vec<u64> = vec![1];
+    let (mut expiries, mut delayed_steps) = (0, 0);
     for step in 0..1000 {
-        let i = next(3) as usize;
+        let slot = next(3) as usize;
+        let i = current[slot];
         let mode = if next(2) == 0 {
             RwMode::Read
         } else {
             RwMode::Write
         };
-        let (r, mm) = match next(4) {
-            0 | 1 => {
-                let p = if next(3) == 0 { Duration::ZERO } else { long };
+        let on_redis: Vec<&SessionId> = all.iter().map(|p| &p.redis).collect();
+        let on_memory: Vec<&SessionId> = all.iter().map(|p| &p.memory).collect();
+        let (r, mm) = match next(40) {
+            0..=17 => {
+                let p = if next(3) == 0 {
+                    Duration::ZERO
+                } else {
+                    patience
+                };
                 (
                     acquire(&*b, &on_redis, i, mode, p),
                     acquire(&m, &on_memory, i, mode, p),
                 )
             }
-            2 => {
-                // A release with a token handed out before (right or wrong).
+            k @ 18..=28 => {
+                // A release with a token handed out before (right or wrong), now and then
+                // by an expired session.
+                let expired: Vec<usize> = (0..all.len()).filter(|j| !current.contains(j)).collect();
+                let j = match expired.len() {
+                    n if k == 28 && n > 0 => expired[next(n as u64) as usize],
+                    _ => i,
+                };
                 let t =
                     simba_lease::Token::new(tokens[next(tokens.len() as u64) as usize]).unwrap();
                 (
-                    format!("{}", b.release_rw(&on_redis[i], &name, mode, t).unwrap()),
-                    format!("{}", m.release_rw(&on_memory[i], &name, mode, t).unwrap()),
+                    format!("{}", b.release_rw(on_redis[j], &name, mode, t).unwrap()),
+                    format!("{}", m.release_rw(on_memory[j], &name, mode, t).unwrap()),
                 )
             }
-            _ => (
-                format!("{}", b.leave_rw_queue(&on_redis[i], &name).unwrap()),
-                format!("{}", m.leave_rw_queue(&on_memory[i], &name).unwrap()),
+            29..=36 => (
+                format!("{}", b.leave_rw_queue(on_redis[i], &name).unwrap()),
+                format!("{}", m.leave_rw_queue(on_memory[i], &name).unwrap()),
             ),
+            37 => {
+                b.purge_expired().unwrap();
+                m.purge_expired().unwrap();
+                ("purged".into(), "purged".into())
+            }
+            _ => {
+                // Session i expires: on the memory backend the clock moves just past its
+                // end, the other current sessions kept alive.
+                let left = m
+                    .list()
+                    .unwrap()
+                    .sessions
+                    .iter()
+                    .find(|s| s.id == all[i].memory)
+                    .map(|s| s.remaining)
+                    .expect("a current session lives");
+                for &j in &current {
+                    if j != i {
+                        m.keep_alive(&all[j].memory, left + hour).unwrap();
+                    }
+                }
+                clock.advance(left + Duration::from_millis(1));
+                let now = simba_lease::Clock::now(&*clock);
+                let ended = now - Duration::from_millis(1);
+                if !all[i].delay.is_zero() {
+                    all[i].delayed_until = Some(ended + all[i].delay);
+                }
+                let sid = all[i].redis.to_string();
+                b.command(&["DEL", &b.session_key(&all[i].redis)]);
+                b.command(&["EVAL", END_ENTRIES_NOW, "1", &key, &sid]);
+                // Delays that ran out on the memory backend end on Redis.
+                for p in all.iter_mut() {
+                    if p.delayed_until.is_some_and(|u| u <= now) {
+                        p.delayed_until = None;
+                        let record = format!("{}:delay", b.session_key(&p.redis));
+                        b.command(&["DEL", &record]);
+                        b.command(&["HDEL", &key, &format!("d:{}", p.redis)]);
+                    }
+                }
+                current[slot] = all.len();
+                all.push(open_pair(next(4)));
+                expiries += 1;
+                ("expired".into(), "expired".into())
+            }
         };
         assert_eq!(r, mm, "step {step}: session {i} {mode:?}");
         if let Some(t) = r.strip_prefix("granted ") {
             tokens.push(t.parse().unwrap());
         }
-        assert_eq!(
-            state(&*b, &on_redis),
-            state(&m, &on_memory),
-            "step {step}: the state"
-        );
+        let on_redis: Vec<&SessionId> = all.iter().map(|p| &p.redis).collect();
+        let on_memory: Vec<&SessionId> = all.iter().map(|p| &p.memory).collect();
+        let st = state(&*b, &on_redis);
+        assert_eq!(st, state(&m, &on_memory), "step {step}: the state");
+        if !st.ends_with("delayed []") {
+            delayed_steps += 1;
+        }
     }
+    eprintln!(
+        "{} grants, {expiries} expiries, {delayed_steps} steps with delayed terms",
+        tokens.len() - 1
+    );
     assert!(tokens.len() > 20, "the sequence granted terms");
-    for s in &on_redis {
-        b.close_session(s).unwrap();
+    assert!(expiries > 20, "sessions expired: {expiries}");
+    assert!(
+        delayed_steps > 100,
+        "terms were in their lock-delay: {delayed_steps} steps"
+    );
+    for &j in &current {
+        b.close_session(&all[j].redis).unwrap();
     }
 }
 
@@ -3720,8 +3927,8 @@ fn counted(cluster: bool) -> (Arc<Isolated>, Arc<Counting>) {
 }
 
 /// Read-write acquire, release and leave take one round trip each on one server and on a
-/// cluster; on a cluster a keep-alive of a session holding only read-write locks takes the
-/// session call and one batch, as with leases.
+/// cluster, also for a session with a lock-delay; on a cluster a keep-alive of a session
+/// holding only read-write locks takes the session call and one batch, as with leases.
 fn rw_calls_take_one_round_trip(cluster: bool) {
     let (b, counting) = counted(cluster);
     let trips = |what: &str, expected: usize, f: &mut dyn FnMut()| {
@@ -3735,7 +3942,11 @@ fn rw_calls_take_one_round_trip(cluster: bool) {
         );
     };
     let long = Duration::from_secs(30);
-    let (r, w) = (open(&*b, long), open(&*b, long));
+    let r = b
+        .open_session_with_delay(long, &Metadata::default(), long)
+        .unwrap()
+        .id;
+    let w = open(&*b, long);
     let name = LeaseName::new("rw-trips").unwrap();
     let mut t = None;
     trips("read acquire", 1, &mut || {
@@ -3777,7 +3988,8 @@ fn rw_calls_take_one_round_trip(cluster: bool) {
     trips("close", if cluster { 3 } else { 1 }, &mut || {
         b.close_session(&r).unwrap()
     });
-    assert!(b.rw_state(&name).unwrap().readers.is_empty());
+    let st = b.rw_state(&name).unwrap();
+    assert!(st.readers.is_empty() && st.delayed.is_empty(), "{st:?}");
     b.close_session(&w).unwrap();
 }
 

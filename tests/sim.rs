@@ -4,8 +4,8 @@
 //! - `SIMBA_SIM_SEEDS=N` (default 2000) seeds, from `SIMBA_SIM_FIRST` (default 0).
 //! - Replay one seed with its trace: `SIMBA_SIM_SEED=123 cargo test --features sim --test sim replay -- --nocapture`
 //!   (add `SIMBA_SIM_PREMISE=token_reset`, `clock_step`, `stale_values`, `unfair_queue`,
-//!   `permit_miscount`, `lost_windows`, `false_misses`, `shared_writers` or `lost_delays`
-//!   for a premise run).
+//!   `permit_miscount`, `lost_windows`, `false_misses`, `shared_writers`, `lost_delays` or
+//!   `lost_rw_delays` for a premise run).
 //! - Nightly: `SIMBA_SIM_SEEDS=100000 cargo test --release --features sim --test sim seeds -- --nocapture`.
 
 use simba_lease::sim::{run, Kind, Outcome, Premises, SimConfig, MIXES};
@@ -44,6 +44,8 @@ fn sweep(first: u64, count: u64, premises: Premises) -> (Vec<Outcome>, simba_lea
                         st.rw_terms.0 += o.stats.rw_terms.0;
                         st.rw_terms.1 += o.stats.rw_terms.1;
                         st.writes_given_up += o.stats.writes_given_up;
+                        st.rw_delays.0 += o.stats.rw_delays.0;
+                        st.rw_delays.1 += o.stats.rw_delays.1;
                         st.longest_write_wait =
                             st.longest_write_wait.max(o.stats.longest_write_wait);
                         if let Some(g) = o.stats.min_gap {
@@ -73,6 +75,8 @@ fn sweep(first: u64, count: u64, premises: Premises) -> (Vec<Outcome>, simba_lea
         st.rw_terms.0 += s.rw_terms.0;
         st.rw_terms.1 += s.rw_terms.1;
         st.writes_given_up += s.writes_given_up;
+        st.rw_delays.0 += s.rw_delays.0;
+        st.rw_delays.1 += s.rw_delays.1;
         st.longest_write_wait = st.longest_write_wait.max(s.longest_write_wait);
         if let Some(g) = s.min_gap {
             st.min_gap = Some(st.min_gap.map_or(g, |m| m.min(g)));
@@ -104,11 +108,13 @@ fn seeds() {
         st.min_gap.map(|g| g as f64 / 1e6)
     );
     println!(
-        "read-write locks: {} read and {} write terms, {} write calls gave up, the longest write call waited {:.0} ms",
+        "read-write locks: {} read and {} write terms, {} write calls gave up, the longest write call waited {:.0} ms; {} terms ended with their session's expiry in a lock-delay, {} attempts refused by one",
         st.rw_terms.0,
         st.rw_terms.1,
         st.writes_given_up,
-        st.longest_write_wait as f64 / 1e6
+        st.longest_write_wait as f64 / 1e6,
+        st.rw_delays.0,
+        st.rw_delays.1
     );
     for o in failed.iter().take(20) {
         println!("seed {} ({}): {}", o.seed, o.config.mix, o.violations[0]);
@@ -229,6 +235,15 @@ fn shared_writers_are_detected() {
 fn lost_delays_are_detected() {
     let o = find(Premises::parse("lost_delays"), Kind::EarlyTakeover, 50);
     assert!(o.report().contains("EarlyTakeover"));
+}
+
+#[test]
+fn lost_rw_delays_are_detected() {
+    let o = find(Premises::parse("lost_rw_delays"), Kind::RwEarlyTakeover, 50);
+    assert!(o.report().contains("RwEarlyTakeover"));
+    assert!(o
+        .replay_command()
+        .contains("SIMBA_SIM_PREMISE=lost_rw_delays"));
 }
 
 /// A token reset reaches the read-write locks too: their tokens must follow the rule.
@@ -357,11 +372,11 @@ fn engine_regression_seeds() {
 /// attempt that raced a change) and read-write locks (read and write terms taken, refused,
 /// a one-time try, a writer that gave up leaving the writers' queue, an unlock, a read of
 /// the lock's state finding a term no guard knows), and a name kept by a lock-delay after
-/// its holder's expiry.
+/// its holder's expiry (a lease's, a read-write term's).
 #[test]
 fn the_simulation_takes_the_driver_paths_it_checks() {
     type Path = (&'static str, fn(&str) -> bool);
-    let paths: [Path; 25] = [
+    let paths: [Path; 26] = [
         ("unlock found its term gone", |t| {
             t.contains("Unlock") && t.contains("was held: false")
         }),
@@ -407,6 +422,10 @@ fn the_simulation_takes_the_driver_paths_it_checks() {
         ("name kept by a lock-delay", |t| {
             t.contains("in its lock-delay")
         }),
+        (
+            "read-write attempt refused by a term in its lock-delay",
+            |t| t.contains("in its read-write lock-delay"),
+        ),
         ("read-write state read", |t| {
             t.contains("backend <-") && t.contains("RwState")
         }),
@@ -414,7 +433,7 @@ fn the_simulation_takes_the_driver_paths_it_checks() {
             t.contains("no guard knows")
         }),
     ];
-    let mut seen = [0usize; 25];
+    let mut seen = [0usize; 26];
     // Until every path was taken (a value written back is rare: about one seed in 200).
     for seed in 0..1500 {
         if seen.iter().all(|n| *n > 0) {

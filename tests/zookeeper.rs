@@ -474,6 +474,24 @@ mod ensemble {
         tck::rw_a_waiting_writer_blocks_new_readers(&h);
     }
 
+    /// Lock-delay of read-write terms with sessions on followers: a stamp written through one
+    /// server times the delay that an attempt through another sees.
+    #[test]
+    fn rw_lock_delay_holds_on_the_ensemble() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let nodes = nodes();
+        let h = tck::Harness::new(|| {
+            Arc::new(zk::Isolated::new(&zk::ensemble_hosts(), None, |b| b)) as Arc<dyn LeaseBackend>
+        })
+        .with_lease(Duration::from_secs(2));
+        h.until("all ensemble nodes serve", || {
+            nodes.iter().all(|n| mode(n).is_some())
+        });
+        tck::rw_lock_delay_blocks_after_an_expired_writer_or_reader(&h);
+        tck::rw_lock_delay_does_not_follow_a_release_a_close_or_a_wait(&h);
+        tck::rw_lock_delay_holds_a_lost_write_term_of_an_engine_session(&h);
+    }
+
     #[test]
     fn failover_keeps_sessions_and_tokens_increase_across_leader_change() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -1712,6 +1730,127 @@ mod rw {
     }
 
     #[test]
+    fn a_leave_after_the_patience_ran_out_answers_false() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let (r, w) = (open(&b), open(&b));
+        let name = tck::lease_name("rw-leave");
+        let t = granted(b.acquire_rw(&r, &name, RwMode::Read, LONG).unwrap());
+        let short = Duration::from_secs(1);
+        let wait = |patience| b.acquire_rw(&w, &name, RwMode::Write, patience).unwrap();
+        assert!(matches!(wait(short), RwAcquire::Busy { .. }));
+        assert!(b.leave_rw_queue(&w, &name).unwrap(), "waiting");
+        assert!(matches!(wait(short), RwAcquire::Busy { .. }));
+        tck::until(Duration::from_secs(20), "the patience runs out", || {
+            b.rw_state(&name).unwrap().writers_waiting.is_empty()
+        });
+        assert!(
+            !b.leave_rw_queue(&w, &name).unwrap(),
+            "not waiting any more"
+        );
+        assert!(!b.leave_rw_queue(&w, &name).unwrap(), "gone");
+        assert!(b.release_rw(&r, &name, RwMode::Read, t.token).unwrap());
+        for s in [r, w] {
+            b.close_session(&s).unwrap();
+        }
+    }
+
+    /// Lock-delay gates of read-write terms (see the backend's `rw` module): which nodes each
+    /// step leaves, and the stamp that times the delay.
+    #[test]
+    fn rw_gates_come_and_go_with_their_terms_and_a_stamp_times_the_delay() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let mut raw = Raw::connect(&zk::hosts());
+        let name = tck::lease_name("rw-gate");
+        let dir = format!("{}/rw/{name}", b.root());
+        let children = |raw: &mut Raw| {
+            let mut c = raw.children(&dir);
+            c.sort();
+            c
+        };
+        let m = Metadata::default();
+        let delayed = |lease, delay| b.open_session_with_delay(lease, &m, delay).unwrap().id;
+        let take = |s: &SessionId, mode| granted(b.acquire_rw(s, &name, mode, LONG).unwrap());
+        let plain = open(&b);
+        // A session without a delay leaves no gate.
+        let t = take(&plain, RwMode::Write);
+        assert_eq!(children(&mut raw), [format!("w-{plain}-{}", t.token)]);
+        assert!(b.release_rw(&plain, &name, RwMode::Write, t.token).unwrap());
+        // With a delay: the term's node and its gate, gone together with a release, a close
+        // and a keep-alive that deletes a grant whose reply was lost.
+        let ms = LONG.as_millis();
+        let s = delayed(LONG, LONG);
+        let t = take(&s, RwMode::Write);
+        let (tw, tg) = (
+            format!("w-{s}-{}", t.token),
+            format!("gw-{s}-{}-{ms}", t.token),
+        );
+        assert_eq!(children(&mut raw), [tg, tw]);
+        assert!(b.release_rw(&s, &name, RwMode::Write, t.token).unwrap());
+        assert!(raw.children(&dir).is_empty());
+        let t = take(&s, RwMode::Read);
+        let (tr, tg) = (
+            format!("r-{s}-{}", t.token),
+            format!("gr-{s}-{}-{ms}", t.token),
+        );
+        assert_eq!(children(&mut raw), [tg, tr]);
+        b.close_session(&s).unwrap();
+        assert!(raw.children(&dir).is_empty());
+        let s = delayed(LONG, LONG);
+        b.b().lose_rw_grant_replies(1);
+        assert!(b.acquire_rw(&s, &name, RwMode::Read, LONG).is_err());
+        assert_eq!(raw.children(&dir).len(), 2, "the grant ran");
+        b.keep_alive(&s, LONG).unwrap();
+        assert!(raw.children(&dir).is_empty(), "deleted by the keep-alive");
+        b.close_session(&s).unwrap();
+
+        // Ended by the watchdog: the gate stays; the first look stamps it, once.
+        let (short, d) = (Duration::from_secs(1), Duration::from_secs(3));
+        let crashed = delayed(short, d);
+        let t = take(&crashed, RwMode::Write);
+        let probe = tck::lease_name("rw-probe");
+        tck::until(Duration::from_secs(20), "the session expires", || {
+            b.acquire_rw(&crashed, &probe, RwMode::Read, LONG).is_err()
+        });
+        let gate = format!("{dir}/gw-{crashed}-{}-{}", t.token, d.as_millis());
+        let stamp = format!("{gate}/ended");
+        assert_eq!(
+            children(&mut raw),
+            [format!("gw-{crashed}-{}-3000", t.token)]
+        );
+        assert_eq!(raw.ctime(&stamp), None);
+        let st = b.rw_state(&name).unwrap();
+        let [ended] = &st.delayed[..] else {
+            panic!("{st:?}")
+        };
+        assert_eq!(
+            (&ended.session, ended.mode, ended.token),
+            (&crashed, RwMode::Write, t.token)
+        );
+        assert!(ended.remaining <= d, "{st:?}");
+        let stamped = raw.ctime(&stamp).expect("stamped by the first look");
+        assert!(matches!(
+            b.acquire_rw(&plain, &name, RwMode::Read, Duration::ZERO).unwrap(),
+            RwAcquire::Busy { writer: Some(w), .. } if w == crashed
+        ));
+        assert_eq!(raw.ctime(&stamp), Some(stamped), "stamped once");
+        let mut next = None;
+        tck::until(Duration::from_secs(20), "taken after the delay", || {
+            if let RwAcquire::Acquired(t) = b
+                .acquire_rw(&plain, &name, RwMode::Write, Duration::ZERO)
+                .unwrap()
+            {
+                next = Some(t);
+            }
+            next.is_some()
+        });
+        let next = next.unwrap();
+        assert!(next.token > t.token);
+        // The take deleted the gate with its stamp.
+        assert_eq!(children(&mut raw), [format!("w-{plain}-{}", next.token)]);
+        b.close_session(&plain).unwrap();
+    }
+
+    #[test]
     fn a_grant_whose_reply_was_lost_goes_with_the_next_keep_alive_unless_taken_up() {
         let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
         let (s, w) = (open(&b), open(&b));
@@ -1743,6 +1882,148 @@ mod rw {
         assert!(b.release_rw(&s, &name, RwMode::Read, t.token).unwrap());
         assert!(raw.children(&dir).is_empty());
         for s in [s, w] {
+            b.close_session(&s).unwrap();
+        }
+    }
+
+    /// A grant that never reached the server leaves the counter where it was, so the
+    /// session's next attempt gets the same token, hence the same path: once granted, that
+    /// term is held, and the keep-alive's delete of the lost grant's term must spare it.
+    #[test]
+    fn a_lost_grant_retried_on_the_same_path_is_not_deleted_by_the_keep_alive() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let m = Metadata::default();
+        let name = tck::lease_name("rw-retried");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        let w = open(&b);
+        // Without a lock-delay (the term's node alone) and with one (its gate too).
+        for (mode, delay) in [(RwMode::Read, None), (RwMode::Write, Some(LONG))] {
+            let s = match delay {
+                Some(d) => b.open_session_with_delay(LONG, &m, d).unwrap().id,
+                None => open(&b),
+            };
+            b.b().lose_rw_grants_unsent(1);
+            let r = b.acquire_rw(&s, &name, mode, LONG);
+            assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+            assert!(raw.children(&dir).is_empty(), "never ran");
+            let before = b.rw_state(&name).unwrap().last_token;
+            let t = granted(b.acquire_rw(&s, &name, mode, LONG).unwrap());
+            assert_eq!(t.token.get(), before + 1, "the lost grant's token");
+            let mut held = raw.children(&dir);
+            held.sort();
+            assert_eq!(held.len(), 1 + usize::from(delay.is_some()), "{held:?}");
+            b.keep_alive(&s, LONG).unwrap();
+            let mut after = raw.children(&dir);
+            after.sort();
+            assert_eq!(after, held, "the held term and its gate stay");
+            let other = b.acquire_rw(&w, &name, RwMode::Write, Duration::ZERO);
+            assert!(
+                matches!(other, Ok(RwAcquire::Busy { .. })),
+                "a writer while {s} holds {}: {other:?}",
+                t.token
+            );
+            assert!(b.release_rw(&s, &name, mode, t.token).unwrap());
+            assert!(raw.children(&dir).is_empty());
+            b.close_session(&s).unwrap();
+        }
+        b.close_session(&w).unwrap();
+    }
+
+    /// A read term whose session ended counts in a reader's `Busy` only while its delay
+    /// lasts, as in the memory backend.
+    #[test]
+    fn a_reader_kept_out_counts_read_terms_in_their_delay_only_while_it_lasts() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let m = Metadata::default();
+        let name = tck::lease_name("rw-reader-delay");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        let (short, d) = (Duration::from_secs(1), Duration::from_secs(2));
+        let crashed = b.open_session_with_delay(short, &m, d).unwrap().id;
+        granted(b.acquire_rw(&crashed, &name, RwMode::Read, LONG).unwrap());
+        let probe = tck::lease_name("rw-probe-reader");
+        tck::until(Duration::from_secs(20), "the session expires", || {
+            b.acquire_rw(&crashed, &probe, RwMode::Read, LONG).is_err()
+        });
+        // The first look times the delay from now; the writer waits in line.
+        let w = open(&b);
+        let busy = b.acquire_rw(&w, &name, RwMode::Write, LONG).unwrap();
+        assert!(
+            matches!(
+                busy,
+                RwAcquire::Busy {
+                    writer: None,
+                    readers: 1,
+                    writers_waiting: 1
+                }
+            ),
+            "{busy:?}"
+        );
+        std::thread::sleep(d + Duration::from_millis(500));
+        let r = open(&b);
+        let busy = b
+            .acquire_rw(&r, &name, RwMode::Read, Duration::ZERO)
+            .unwrap();
+        assert!(
+            matches!(
+                busy,
+                RwAcquire::Busy {
+                    writer: None,
+                    readers: 0,
+                    writers_waiting: 1
+                }
+            ),
+            "the delay ran out: {busy:?}"
+        );
+        assert!(b.rw_state(&name).unwrap().delayed.is_empty());
+        let t = granted(b.acquire_rw(&w, &name, RwMode::Write, LONG).unwrap());
+        assert_eq!(raw.children(&dir), vec![format!("w-{w}-{}", t.token)]);
+        for s in [w, r] {
+            b.close_session(&s).unwrap();
+        }
+    }
+
+    /// On a name only readers use, the gate of a read term whose delay ran out goes with the
+    /// next read grant (with its stamp), as a write grant's would.
+    #[test]
+    fn a_read_grant_deletes_read_gates_whose_delay_ran_out() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let m = Metadata::default();
+        let name = tck::lease_name("rw-read-only");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        let children = |raw: &mut Raw| {
+            let mut c = raw.children(&dir);
+            c.sort();
+            c
+        };
+        let (short, d) = (Duration::from_secs(1), Duration::from_secs(1));
+        let crashed = b.open_session_with_delay(short, &m, d).unwrap().id;
+        let t0 = granted(b.acquire_rw(&crashed, &name, RwMode::Read, LONG).unwrap());
+        let probe = tck::lease_name("rw-probe-read-only");
+        tck::until(Duration::from_secs(20), "the session expires", || {
+            b.acquire_rw(&crashed, &probe, RwMode::Read, LONG).is_err()
+        });
+        let gate = format!("gr-{crashed}-{}-{}", t0.token, d.as_millis());
+        // Granted in the delay (a read term's keeps no reader out), which it times.
+        let r1 = open(&b);
+        let t1 = granted(b.acquire_rw(&r1, &name, RwMode::Read, LONG).unwrap());
+        assert_eq!(
+            children(&mut raw),
+            [gate.clone(), format!("r-{r1}-{}", t1.token)]
+        );
+        assert!(raw.ctime(&format!("{dir}/{gate}/ended")).is_some(), "timed");
+        std::thread::sleep(d + Duration::from_millis(500));
+        let r2 = open(&b);
+        let t2 = granted(b.acquire_rw(&r2, &name, RwMode::Read, LONG).unwrap());
+        let mut readers = [
+            format!("r-{r1}-{}", t1.token),
+            format!("r-{r2}-{}", t2.token),
+        ];
+        readers.sort();
+        assert_eq!(children(&mut raw), readers, "the gate went with the grant");
+        for s in [r1, r2] {
             b.close_session(&s).unwrap();
         }
     }

@@ -231,7 +231,8 @@ pub struct simba_config {
     /// session ended because the session expired (default 0: no delay; at most one week,
     /// 604800000, else `SIMBA_INVALID_ARGUMENT`), as Chubby's and Consul's lock-delay.
     /// Measured by the backend's clock from the end of the term; meanwhile no new term of
-    /// the name begins (an observer sees the expired session's last term as the holder). A
+    /// the name begins (an observer sees the expired session's last term as the holder); a
+    /// read-write lock's write term blocks readers and writers, a read term writers only. A
     /// clean end (unlock, free, resign, closing the live session) frees the name at once.
     /// For a resource that cannot check fencing tokens: a former holder that was paused or
     /// cut off cannot overlap the next one by up to the delay beyond its lease; the failover

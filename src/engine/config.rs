@@ -171,7 +171,9 @@ impl ConfigBuilder {
     /// not earlier). Meanwhile no new term of the name begins: an acquire by another session
     /// answers that the name is held by the expired session's last term, with the delay left
     /// as its remaining time, and [`LeaseBackend::owner`](crate::spi::LeaseBackend::owner) (so
-    /// an observer's [`leader`](crate::Observer::leader)) says the same. A
+    /// an observer's [`leader`](crate::Observer::leader)) says the same. Read-write locks
+    /// keep it too: a write term in its delay blocks readers and writers, a read term writers
+    /// only (see [the guide](crate::guide::rw_locks)). A
     /// clean end frees the name at once: a release (unlock, resign, a guard dropped) and
     /// closing the session (`close()`, or dropping it) while it is live. A session that
     /// expired locally does not close its backend session then, so the backend sees the

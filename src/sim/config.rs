@@ -74,12 +74,16 @@ pub struct Premises {
     /// The backend grants a read-write lock's write while readers hold it (readers do not
     /// keep a writer out).
     pub shared_writers: bool,
-    /// The backend ignores lock-delays: a name is free at once after its holder's expiry.
+    /// The backend ignores leases' lock-delays: a lease is free at once after its holder's
+    /// expiry.
     pub lost_delays: bool,
+    /// The backend ignores read-write terms' lock-delays: a term that ended with its
+    /// session's expiry blocks nothing.
+    pub lost_rw_delays: bool,
 }
 
 /// Every premise, as `SIMBA_SIM_PREMISE` spells it.
-const PREMISES: [&str; 9] = [
+const PREMISES: [&str; 10] = [
     "token_reset",
     "clock_step",
     "stale_values",
@@ -89,12 +93,13 @@ const PREMISES: [&str; 9] = [
     "false_misses",
     "shared_writers",
     "lost_delays",
+    "lost_rw_delays",
 ];
 
 impl Premises {
     /// Reads `SIMBA_SIM_PREMISE` (comma-separated: `token_reset`, `clock_step`,
     /// `stale_values`, `unfair_queue`, `permit_miscount`, `lost_windows`, `false_misses`,
-    /// `shared_writers`, `lost_delays`; or unset).
+    /// `shared_writers`, `lost_delays`, `lost_rw_delays`; or unset).
     pub fn from_env() -> Self {
         Self::parse(&std::env::var("SIMBA_SIM_PREMISE").unwrap_or_default())
     }
@@ -128,6 +133,7 @@ impl Premises {
             "false_misses" => &mut self.false_misses,
             "shared_writers" => &mut self.shared_writers,
             "lost_delays" => &mut self.lost_delays,
+            "lost_rw_delays" => &mut self.lost_rw_delays,
             _ => return None,
         })
     }

@@ -19,7 +19,8 @@
 //! unlocks, resigns, jobs and values come from their callers; some processes keep expiry
 //! terminal (`reopen_on_expiry(false)`), some give their terms a lock-delay
 //! (`Config::lock_delay`: the model keeps a name blocked that long after its holder's
-//! expiry, and the engine leaves an expired session to expire on the backend), and an unlock
+//! expiry, a read-write term's against the terms it conflicts with, and the engine leaves an
+//! expired session to expire on the backend), and an unlock
 //! whose release finds its term gone must report it once. Client processes pause for longer than their lease and resume as if
 //! nothing happened, and their clocks run at a rate `1 ± d` within the drift bound. The
 //! [`Premises`] break the backend (or a process's setup) on purpose, so the tests show the
@@ -37,7 +38,8 @@
 //! believing alone (no read or write term of the name believed by another at the same
 //! instant) with tokens by the read-write rule (a write's above every token before, a
 //! read's above the last write's), and no new term of a name within the lock-delay after a
-//! term of it ended with its session's expiry (backend clock).
+//! term of it ended with its session's expiry (backend clock; for read-write terms, no term
+//! after a write term and no write term after a read term).
 //!
 //! ```
 //! use simba_lease::sim::{run, Premises, SimConfig};
@@ -63,7 +65,7 @@ pub use check::{Belief, Held, Kind, Violation};
 pub use config::{Faults, Premises, SimConfig, MIXES};
 pub use model::{
     session_id, session_no, DelayEntry, DelayStep, Grant, JobEntry, Model, QueueEntry, QueueStep,
-    RwGrant,
+    RwDelayEntry, RwGrant,
 };
 pub use rng::Rng;
 pub use world::{run, Outcome, Stats, TraceLine};

@@ -104,9 +104,10 @@ pub enum RwAcquire {
     Acquired(Term),
     /// Not granted now.
     Busy {
-        /// The live writer, if one holds the name.
+        /// The writer, if one holds the name: live, or its session expired and its term is in
+        /// its lock-delay.
         writer: Option<SessionId>,
-        /// How many live readers hold it.
+        /// How many readers hold it: live, or (their session expired) in their lock-delay.
         readers: usize,
         /// How many live writers wait for it (a writer that asked counts itself).
         writers_waiting: usize,
@@ -124,6 +125,23 @@ pub struct RwState {
     pub writers_waiting: Vec<SessionId>,
     /// The newest token handed out on the name (0: none yet).
     pub last_token: u64,
+    /// Terms of expired sessions still in their lock-delay, in session order (see
+    /// [`LeaseBackend::acquire_rw`]): they block the name as holders until their delay ends.
+    pub delayed: Vec<RwDelayed>,
+}
+
+/// A read or write term that ended with its session's expiry and still blocks its name for
+/// that session's lock-delay ([`RwState::delayed`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RwDelayed {
+    /// The expired session.
+    pub session: SessionId,
+    /// The side its term was on: a write term blocks every new term, a read term new writers.
+    pub mode: RwMode,
+    /// The ended term's token.
+    pub token: Token,
+    /// The delay left, by the backend's clock.
+    pub remaining: Duration,
 }
 
 /// A live session as [`LeaseBackend::list`] sees it.
@@ -432,6 +450,17 @@ pub trait LeaseBackend: Send + Sync {
     /// token is above every token handed out before and a read term's is above the last
     /// write term's. A session asking again for the mode it holds gets the same term. Fails
     /// with `SessionExpired` on an expired session.
+    ///
+    /// Lock-delay ([`open_session_with_delay`](Self::open_session_with_delay)): a term of a
+    /// session with a delay `d` that ends because the session expired keeps blocking the name
+    /// until the session's end plus `d`, by the backend's clock (on ZooKeeper, as for leases,
+    /// from when another session first saw it gone). A write term in its delay blocks every
+    /// new term (read or write); a read term in its delay blocks new write terms only (new
+    /// readers do not conflict with it). `Busy` counts them as holders and
+    /// [`rw_state`](Self::rw_state) lists them in [`RwState::delayed`]; purging expired
+    /// sessions keeps them. A release by the live session and a close of the live session
+    /// free the name at once; a release by an expired session changes nothing; a waiting
+    /// writer's registration ends with its session, with no delay.
     fn acquire_rw(
         &self,
         session: &SessionId,
@@ -473,8 +502,9 @@ pub trait LeaseBackend: Send + Sync {
     }
 
     /// The read-write lock `name` as the backend sees it now (a read; for tools such as
-    /// `simba status`): its live writer, readers and waiting writers, and its newest token.
-    /// A name never used is the default (empty) state.
+    /// `simba status`): its live writer, readers and waiting writers, its newest token, and
+    /// the terms of expired sessions still in their lock-delay. A name never used is the
+    /// default (empty) state.
     fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
         let _ = name;
         Err(Error::Unsupported {

@@ -12,7 +12,7 @@ pub(crate) mod url;
 
 pub use backend::{
     Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing, Queued,
-    RwAcquire, RwMode, RwState, SessionGrant, SessionInfo,
+    RwAcquire, RwDelayed, RwMode, RwState, SessionGrant, SessionInfo,
 };
 pub use delegate::{Call, Delegate};
 pub use notify::{Notification, NotifySink, Subscribers, Subscription};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Opens a backend session with `lease` and `delay`.
-fn open_delayed(b: &dyn LeaseBackend, lease: Duration, delay: Duration) -> SessionId {
+pub(super) fn open_delayed(b: &dyn LeaseBackend, lease: Duration, delay: Duration) -> SessionId {
     b.open_session_with_delay(lease, &Metadata::default(), delay)
         .expect("open_session_with_delay")
         .id
@@ -22,7 +22,7 @@ fn open_delayed(b: &dyn LeaseBackend, lease: Duration, delay: Duration) -> Sessi
 
 /// Whether `b` keeps lock-delays; if not, checks that asking for one fails at open (on the
 /// SPI and on the engine) with `Unsupported`, and that a zero delay opens a plain session.
-fn supported_or_refused(h: &Harness, b: &Arc<dyn LeaseBackend>) -> bool {
+pub(super) fn supported_or_refused(h: &Harness, b: &Arc<dyn LeaseBackend>) -> bool {
     if b.supports_lock_delay() {
         return true;
     }

@@ -20,6 +20,7 @@ mod fair_cases;
 mod gate;
 mod job_cases;
 mod rw_cases;
+mod rw_delay_cases;
 mod semaphore_cases;
 mod value_cases;
 
@@ -30,6 +31,7 @@ pub use event_cases::*;
 pub use fair_cases::*;
 pub use job_cases::*;
 pub use rw_cases::*;
+pub use rw_delay_cases::*;
 pub use semaphore_cases::*;
 pub use value_cases::*;
 
@@ -271,6 +273,9 @@ macro_rules! tck_suite {
             rw_a_waiting_writer_blocks_new_readers,
             rw_crashed_holders_and_waiting_writers_free_the_name,
             rw_cancel_ends_waits_and_withdraws_the_writer,
+            rw_lock_delay_blocks_after_an_expired_writer_or_reader,
+            rw_lock_delay_does_not_follow_a_release_a_close_or_a_wait,
+            rw_lock_delay_holds_a_lost_write_term_of_an_engine_session,
         );
     };
     (@cases $factory:expr, $lease:expr; $($case:ident),* $(,)?) => {

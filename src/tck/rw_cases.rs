@@ -98,6 +98,7 @@ pub fn rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(h: &Harn
             readers,
             writers_waiting: vec![w.clone()],
             last_token: t3.token.get(),
+            delayed: Vec::new(),
         },
         "the state with two readers and a waiting writer"
     );
@@ -126,6 +127,7 @@ pub fn rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(h: &Harn
             readers: vec![],
             writers_waiting: vec![],
             last_token: tw.token.get(),
+            delayed: Vec::new(),
         },
         "the state with a writer"
     );

@@ -992,6 +992,56 @@ pub fn rw_rows_end_with_their_session<D: Db>() {
     assert_eq!(b.rw_state(&name).unwrap().last_token, 2);
 }
 
+/// A term of a session with a lock-delay outlives the session's expiry on the tables: the
+/// keep-alive that finds the session expired, a close after it and a purge keep its session
+/// row and its term row (the term still blocks a writer); once the delay ran out, a purge
+/// deletes both.
+pub fn rw_delayed_terms_keep_their_rows_until_the_delay_ran_out<D: Db>() {
+    use simba_lease::spi::{RwAcquire, RwMode};
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    let (sessions, holders) = (format!("{p}simba_session"), format!("{p}simba_rw_holder"));
+    let name = LeaseName::new("rw-delayed-rows").unwrap();
+    let other = b
+        .open_session(Duration::from_secs(60), &Metadata::default())
+        .unwrap()
+        .id;
+    let (lease, delay) = (Duration::from_millis(300), Duration::from_secs(4));
+    let d = b
+        .open_session_with_delay(lease, &Metadata::default(), delay)
+        .unwrap()
+        .id;
+    assert!(matches!(
+        b.acquire_rw(&d, &name, RwMode::Write, Duration::ZERO)
+            .unwrap(),
+        RwAcquire::Acquired(_)
+    ));
+    until(Duration::from_secs(20), "the session expired", || {
+        b.rw_state(&name).unwrap().writer.is_none()
+    });
+    let e = b.keep_alive(&d, lease).unwrap_err();
+    assert!(e.is_session_expired(), "{e:?}");
+    b.close_session(&d).unwrap();
+    b.purge_expired().unwrap();
+    let st = b.rw_state(&name).unwrap();
+    assert_eq!(
+        st.delayed.iter().map(|t| &t.session).collect::<Vec<_>>(),
+        [&d],
+        "{st:?}"
+    );
+    assert_eq!((D::count(&sessions), D::count(&holders)), (2, 1));
+    assert!(matches!(
+        b.acquire_rw(&other, &name, RwMode::Write, Duration::ZERO).unwrap(),
+        RwAcquire::Busy { writer: Some(w), .. } if w == d
+    ));
+    until(Duration::from_secs(20), "the delay ran out", || {
+        b.rw_state(&name).unwrap().delayed.is_empty()
+    });
+    b.purge_expired().unwrap();
+    assert_eq!((D::count(&sessions), D::count(&holders)), (1, 0));
+    b.close_session(&other).unwrap();
+}
+
 /// Writers and readers of several sessions on two backends (two pools) hammer one name with
 /// single attempts on the backend (one writer keeps a place, the others do not): never two writers,
 /// or a writer with a reader; every write token is above every token seen before it, every
@@ -1224,6 +1274,11 @@ macro_rules! sql_suite {
         #[test]
         fn rw_rows_end_with_their_session() {
             sql_common::rw_rows_end_with_their_session::<$db>();
+        }
+
+        #[test]
+        fn rw_delayed_terms_keep_their_rows_until_the_delay_ran_out() {
+            sql_common::rw_delayed_terms_keep_their_rows_until_the_delay_ran_out::<$db>();
         }
 
         #[test]

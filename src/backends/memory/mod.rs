@@ -3,8 +3,8 @@
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
-    Notification, NotifySink, Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo,
-    Subscribers, Subscription,
+    Notification, NotifySink, Queued, RwAcquire, RwDelayed, RwMode, RwState, SessionGrant,
+    SessionInfo, Subscribers, Subscription,
 };
 use crate::types::{Clock, SystemClock};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
@@ -36,35 +36,75 @@ struct RwRow {
     readers: BTreeMap<SessionId, u64>,
     /// Waiting writers in arrival order, each with its patience deadline.
     waiting: Vec<(SessionId, Instant)>,
+    /// Terms of removed expired sessions in their lock-delay, each with the delay's end.
+    delayed: Vec<(SessionId, RwMode, u64, Instant)>,
 }
 
 impl RwRow {
-    /// Drops holders and waiters whose session ended (or whose patience ran out).
+    /// Drops holders and waiters whose session ended (or whose patience ran out); a holder
+    /// whose session expired with a lock-delay still running moves to `delayed`.
     fn prune(&mut self, sessions: &HashMap<SessionId, SessionRow>, now: Instant) {
         let live = |id: &SessionId| sessions.get(id).is_some_and(|s| s.expires > now);
-        if self.writer.as_ref().is_some_and(|(id, _)| !live(id)) {
-            self.writer = None;
+        let until = |id: &SessionId| sessions.get(id).map(|s| s.expires + s.lock_delay);
+        if let Some((id, token)) = self.writer.take_if(|(id, _)| !live(id)) {
+            if let Some(until) = until(&id) {
+                self.delayed.push((id, RwMode::Write, token, until));
+            }
         }
-        self.readers.retain(|id, _| live(id));
+        let gone: Vec<SessionId> = self
+            .readers
+            .keys()
+            .filter(|id| !live(id))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let (Some(token), Some(until)) = (self.readers.remove(&id), until(&id)) {
+                self.delayed.push((id, RwMode::Read, token, until));
+            }
+        }
+        self.delayed.retain(|d| d.3 > now);
         self.waiting.retain(|(id, until)| *until > now && live(id));
     }
 
-    /// Forgets `id` as holder and waiter; whether it was either.
-    fn forget(&mut self, id: &SessionId) -> bool {
-        let mut hit = self.writer.as_ref().is_some_and(|(w, _)| w == id);
-        if hit {
-            self.writer = None;
+    /// Forgets `id` as holder and waiter; whether it was either. With `delay_until` (its
+    /// session expired and its lock-delay runs until then) its terms move to `delayed`.
+    fn forget(&mut self, id: &SessionId, delay_until: Option<Instant>) -> bool {
+        let mut hit = false;
+        if let Some((_, token)) = self.writer.take_if(|(w, _)| w == id) {
+            hit = true;
+            if let Some(until) = delay_until {
+                self.delayed.push((id.clone(), RwMode::Write, token, until));
+            }
         }
-        hit |= self.readers.remove(id).is_some();
+        if let Some(token) = self.readers.remove(id) {
+            hit = true;
+            if let Some(until) = delay_until {
+                self.delayed.push((id.clone(), RwMode::Read, token, until));
+            }
+        }
         let before = self.waiting.len();
         self.waiting.retain(|(w, _)| w != id);
         hit || self.waiting.len() < before
     }
 
+    /// The delayed write term, if one blocks every new term (after a prune).
+    fn delayed_writer(&self) -> Option<&SessionId> {
+        self.delayed
+            .iter()
+            .find(|d| d.1 == RwMode::Write)
+            .map(|d| &d.0)
+    }
+
     fn busy(&self) -> RwAcquire {
+        let delayed_readers = self.delayed.iter().filter(|d| d.1 == RwMode::Read).count();
         RwAcquire::Busy {
-            writer: self.writer.as_ref().map(|(id, _)| id.clone()),
-            readers: self.readers.len(),
+            writer: self
+                .writer
+                .as_ref()
+                .map(|(id, _)| id)
+                .or(self.delayed_writer())
+                .cloned(),
+            readers: self.readers.len() + delayed_readers,
             writers_waiting: self.waiting.len(),
         }
     }
@@ -165,8 +205,13 @@ impl Tables {
             }
             out.push(Notification::GroupChanged(g));
         }
+        let delay_until = delayed.map(|(_, until)| until);
         for name in row.rw {
-            if self.rw.get_mut(&name).is_some_and(|r| r.forget(id)) {
+            if self
+                .rw
+                .get_mut(&name)
+                .is_some_and(|r| r.forget(id, delay_until))
+            {
                 out.push(Notification::Released(name));
             }
         }

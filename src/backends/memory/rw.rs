@@ -1,5 +1,6 @@
 //! Read-write locks in memory: one record per name (token counter, writer, readers, the
-//! waiting writers in arrival order), judged on the backend's clock.
+//! waiting writers in arrival order, the terms in their lock-delay), judged on the
+//! backend's clock.
 
 use super::*;
 
@@ -29,7 +30,8 @@ impl MemoryBackend {
         let token = match (held, mode) {
             (Some(token), _) => token,
             (None, RwMode::Read) => {
-                if row.writer.is_some() || !row.waiting.is_empty() {
+                let writer = row.writer.is_some() || row.delayed_writer().is_some();
+                if writer || !row.waiting.is_empty() {
                     return Ok(row.busy());
                 }
                 row.token += 1;
@@ -39,7 +41,8 @@ impl MemoryBackend {
             (None, RwMode::Write) => {
                 let place = row.waiting.iter().position(|(id, _)| id == session);
                 let ahead = place.unwrap_or(row.waiting.len());
-                if row.writer.is_some() || !row.readers.is_empty() || ahead > 0 {
+                let held = row.writer.is_some() || !row.readers.is_empty();
+                if held || !row.delayed.is_empty() || ahead > 0 {
                     let until = now + patience;
                     match place {
                         Some(i) => row.waiting[i].1 = until,
@@ -147,6 +150,44 @@ impl MemoryBackend {
                 .map(|(id, _)| id.clone())
                 .collect(),
             last_token: row.token,
+            delayed: rw_delays(row, &t.sessions, now)?,
         })
     }
+}
+
+/// `row`'s terms in their lock-delay at `now`: those of removed sessions and those whose
+/// session expired but is not removed yet, in session order.
+fn rw_delays(
+    row: &RwRow,
+    sessions: &HashMap<SessionId, SessionRow>,
+    now: Instant,
+) -> Result<Vec<RwDelayed>> {
+    let in_delay = |id: &SessionId| {
+        let s = sessions.get(id)?;
+        let until = s.expires + s.lock_delay;
+        (s.expires <= now && until > now).then_some(until)
+    };
+    let holders = row
+        .writer
+        .iter()
+        .map(|(id, tok)| (id, RwMode::Write, *tok))
+        .chain(row.readers.iter().map(|(id, tok)| (id, RwMode::Read, *tok)))
+        .filter_map(|(id, mode, tok)| Some((id.clone(), mode, tok, in_delay(id)?)));
+    let mut out = row
+        .delayed
+        .iter()
+        .filter(|d| d.3 > now)
+        .cloned()
+        .chain(holders)
+        .map(|(session, mode, token, until)| {
+            Ok(RwDelayed {
+                session,
+                mode,
+                token: Token::new(token)?,
+                remaining: until - now,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    out.sort_by(|a, b| a.session.cmp(&b.session));
+    Ok(out)
 }

@@ -524,7 +524,7 @@ impl LeaseBackend for RedisBackend {
             Role::Other,
             &scripts().rw_state,
             &[self.base.keys.rw(name.as_str())],
-            &[self.base.keys.session_prefix()],
+            &self.flavor.rw_state_args(&self.base, name),
         )?;
         super::flavor::rw_state_reply(&r)
     }

@@ -58,6 +58,7 @@ scripts!(
     leave,
     members,
     session_metadata,
+    session_ttl,
     close,
     close_session,
     close_slot,

@@ -290,10 +290,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn rw_release(&self, id: &str, name: &str, write: bool, token: i64) -> DbResult<bool>;
     /// Deletes `id`'s place among `name`'s waiting writers; whether it was live.
     fn rw_leave(&self, id: &str, name: &str) -> DbResult<bool>;
-    /// The token counter, the live terms and the live waiting writers of `name`.
+    /// The token counter, the live terms, the live waiting writers and the terms in their
+    /// lock-delay of `name`.
     fn rw_state(&self, name: &str) -> DbResult<Vec<RwStateRow>>;
-    /// Deletes the terms and places of the session `id` (which ended), waking their names'
-    /// waiters.
+    /// Deletes the places of the session `id` (which ended) and its terms not in their
+    /// lock-delay, waking their names' waiters.
     fn rw_end_session(&self, id: &str) -> DbResult<()>;
     /// Removes expired sessions (at most `limit`), and the read-write terms and places of
     /// every session that is no longer live (where the tables exist).

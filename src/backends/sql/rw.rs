@@ -4,7 +4,9 @@
 //! `seq`, patience deadline `expires_at`). A term or a place is live only while its session
 //! row is (joined on every read, on the database's clock), so a session that ends, by a close,
 //! its expiry or a purge, holds and waits for nothing at once; its rows are deleted by the
-//! close (waking the names' waiters) or by the next purge.
+//! close (waking the names' waiters) or by the next purge. Except for lock-delay: a term of a
+//! session that expired blocks its name until the session row's `expires_at + lock_delay`
+//! (the row stays until then, as for leases), and its row is kept until that instant.
 //!
 //! Every grant takes the name's row lock and bumps its counter, so two grants of one name are
 //! serialized and a grant sees every term granted before it (how each dialect does it, and
@@ -17,7 +19,7 @@ use super::backend::{ms, remaining, session_id, token};
 use super::SqlBackend;
 use crate::backends::options;
 use crate::error::{Error, Result};
-use crate::spi::{RwAcquire, RwMode, RwState};
+use crate::spi::{RwAcquire, RwDelayed, RwMode, RwState};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use std::time::{Duration, Instant};
 
@@ -28,7 +30,8 @@ pub(crate) enum RwRow {
     Expired,
     /// The session holds a term of the side asked for (new or the same).
     Acquired { token: i64, remaining_us: i64 },
-    /// Not granted (and, for a writer with patience, its place registered or renewed).
+    /// Not granted (and, for a writer with patience, its place registered or renewed). The
+    /// writer and the readers include the terms in their lock-delay.
     Busy {
         writer: Option<String>,
         readers: i64,
@@ -40,26 +43,31 @@ pub(crate) enum RwRow {
     Raced,
 }
 
-/// What a row of `rw_state` is: the counter, a read term, the write term, a waiting writer.
+/// What a row of `rw_state` is: the counter, a live read term, the live write term, a
+/// waiting writer, a read or write term in its lock-delay (the live kind + 3).
 pub(crate) const STATE_COUNTER: i64 = 0;
 pub(crate) const STATE_READER: i64 = 1;
 pub(crate) const STATE_WRITER: i64 = 2;
 pub(crate) const STATE_WAITER: i64 = 3;
+pub(crate) const STATE_DELAYED_READER: i64 = 4;
+pub(crate) const STATE_DELAYED_WRITER: i64 = 5;
 
 /// One row of a name's state: `kind` (see the `STATE_*` constants), the session (empty for
-/// the counter) and a value (the token; a waiter's arrival `seq`).
+/// the counter), a value (the token; a waiter's arrival `seq`) and, for a delayed term, the
+/// µs left of its delay (0 otherwise).
 #[derive(Debug)]
 pub(crate) struct RwStateRow {
     pub(crate) kind: i64,
     pub(crate) session: String,
     pub(crate) value: i64,
+    pub(crate) remaining_us: i64,
 }
 
 /// What a dialect read of the name before deciding (MySQL decides in the backend, from one
 /// read under the name's lock): remaining µs of the asker (`None`: not live), the counter,
-/// the asker's term of the side asked for, the live writer, the live readers (the asker
-/// included), the other live waiting writers, the asker's live place and how many live
-/// places are before it (all of them without a place).
+/// the asker's term of the side asked for, the writer and the readers (the asker included),
+/// live or in their lock-delay, the other live waiting writers, the asker's live place and
+/// how many live places are before it (all of them without a place).
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 #[derive(Debug, Default)]
 pub(crate) struct RwView {
@@ -91,9 +99,9 @@ pub(crate) enum RwDecision {
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 impl RwView {
     /// The rules of [`LeaseBackend::acquire_rw`](crate::spi::LeaseBackend::acquire_rw): a
-    /// reader with no live writer holding or waiting; a writer with no live term and no live
-    /// place before its own; a writer that waits registers (or renews) unless its patience is
-    /// zero and it has no place.
+    /// reader with no writer holding (live or delayed) or waiting; a writer with no term
+    /// (live or delayed) and no live place before its own; a writer that waits registers (or
+    /// renews) unless its patience is zero and it has no place.
     pub(crate) fn decide(&self, write: bool, patience_ms: i64) -> RwDecision {
         if self.my_remaining.is_none_or(|r| r <= 0) {
             return RwDecision::Expired;
@@ -214,6 +222,14 @@ impl SqlBackend {
         let mut state = RwState::default();
         let mut waiting = Vec::new();
         for r in rows {
+            let delayed = |mode| -> Result<RwDelayed> {
+                Ok(RwDelayed {
+                    session: session_id(&r.session)?,
+                    mode,
+                    token: token(r.value)?,
+                    remaining: remaining(r.remaining_us),
+                })
+            };
             match r.kind {
                 STATE_COUNTER => state.last_token = u64::try_from(r.value).unwrap_or(0),
                 STATE_READER => state
@@ -221,6 +237,8 @@ impl SqlBackend {
                     .push((session_id(&r.session)?, token(r.value)?)),
                 STATE_WRITER => state.writer = Some((session_id(&r.session)?, token(r.value)?)),
                 STATE_WAITER => waiting.push((r.value, session_id(&r.session)?)),
+                STATE_DELAYED_READER => state.delayed.push(delayed(RwMode::Read)?),
+                STATE_DELAYED_WRITER => state.delayed.push(delayed(RwMode::Write)?),
                 other => {
                     return Err(super::failure::error(
                         "reading a read-write lock",
@@ -230,14 +248,17 @@ impl SqlBackend {
             }
         }
         state.readers.sort();
+        state.delayed.sort_by(|a, b| a.session.cmp(&b.session));
         waiting.sort();
         state.writers_waiting = waiting.into_iter().map(|(_, s)| s).collect();
         Ok(state)
     }
 
     /// After `session` ended (closed, or found expired): deletes its read-write rows and
-    /// wakes their names' waiters, if it ever asked for a read-write lock here. A failure is
-    /// logged: its terms already ended with its session row, and the purge deletes the rows.
+    /// wakes their names' waiters, if it ever asked for a read-write lock here. Its terms
+    /// stay while its session row says they are in their lock-delay (the purge deletes them
+    /// after it). A failure is logged: its terms already ended with its session row (or
+    /// with its delay), and the purge deletes the rows.
     pub(super) fn end_rw_session(&self, session: &SessionId) {
         if !self.rw_sessions.lock().remove(session) {
             return;

@@ -71,6 +71,16 @@ impl ZooKeeperBackend {
             .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Makes the next `n` read-write lock grants fail before they are sent, as a connection
+    /// lost before the send would: the backend cannot tell them from a grant whose reply was
+    /// lost (for tests of a retry that gets the same token).
+    #[doc(hidden)]
+    pub fn lose_rw_grants_unsent(&self, n: u32) {
+        self.inner
+            .rw_unsent_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The ACLs of the root and of its `leases`, `groups`, `delays` and `rw` nodes, as
     /// `(path, entries)` (read by the backend's reader with its auth infos); a node that does
     /// not exist (see [`ZooKeeperBuilder::create_root`](super::ZooKeeperBuilder::create_root))
@@ -215,6 +225,8 @@ impl LeaseBackend for ZooKeeperBackend {
             releasing: Mutex::new(()),
             closed: Mutex::new(false),
             orphans: Mutex::new(Vec::new()),
+            rw: Mutex::new(Default::default()),
+            rw_gated: Mutex::new(Default::default()),
         });
         let remaining = s.remaining_at(sent);
         inner.sessions.lock().insert(id.clone(), s);
@@ -286,9 +298,10 @@ impl LeaseBackend for ZooKeeperBackend {
         Ok(KeepAlive { remaining, leases })
     }
 
-    /// Closing a live session with a lock-delay first deletes its lease nodes with their
-    /// gates (one multi per possibly held lease, sent at once): a clean end, without the
-    /// delay. An expired session, or one the watchdog closes, leaves its gates.
+    /// Closing a live session with a lock-delay first deletes its lease nodes and read-write
+    /// terms with their gates (one multi per possibly held lease or term, sent at once): a
+    /// clean end, without the delay. An expired session, or one the watchdog closes, leaves
+    /// its gates.
     fn close_session(&self, session: &SessionId) -> Result<()> {
         let s = self.inner.sessions.lock().get(session).cloned();
         if let Some(s) = s {
@@ -740,7 +753,9 @@ impl LeaseBackend for ZooKeeperBackend {
     /// A multi read of the name's counter node and its children; with writers waiting, the
     /// clock write and a multi read of their nodes (sent together); then the grant or the
     /// registration (one multi) or the renewal (one write), unless the reply is known by
-    /// then: 1 to 3 round trips (see `rw`).
+    /// then: 1 to 3 round trips (see `rw`). Terms in their lock-delay add their stamps'
+    /// writes (sent with the waiting writers' read, else one round trip more; one more at
+    /// the first look).
     fn acquire_rw(
         &self,
         session: &SessionId,
@@ -751,7 +766,8 @@ impl LeaseBackend for ZooKeeperBackend {
         self.inner.acquire_rw(session, name, mode, patience)
     }
 
-    /// One delete of the term's node (named with the session and token).
+    /// One delete of the term's node (named with the session and token); for a session with
+    /// a lock-delay, one multi that also deletes the term's gate.
     fn release_rw(
         &self,
         session: &SessionId,
@@ -762,13 +778,15 @@ impl LeaseBackend for ZooKeeperBackend {
         self.inner.release_rw(session, name, mode, token)
     }
 
-    /// One delete of the session's waiting-writer node.
+    /// One round trip: the clock's write, the waiting-writer node's read and its delete, sent
+    /// together; `true` only if its patience had not run out.
     fn leave_rw_queue(&self, session: &SessionId, name: &LeaseName) -> Result<bool> {
         self.inner.leave_rw_queue(session, name)
     }
 
     /// A sync and a multi read on the reader (one round trip), plus the clock write and the
-    /// waiting writers' multi read when writers wait.
+    /// waiting writers' multi read when writers wait, and the stamps' writes of terms in
+    /// their lock-delay (see `rw`).
     fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
         self.inner.rw_state(name)
     }

@@ -246,6 +246,7 @@ impl ZooKeeperBuilder {
             sessions: Mutex::new(HashMap::new()),
             wake: wake_tx,
             place_delete_faults: std::sync::atomic::AtomicU32::new(0),
+            rw_unsent_faults: std::sync::atomic::AtomicU32::new(0),
             rw_reply_faults: std::sync::atomic::AtomicU32::new(0),
         });
         let weak = Arc::downgrade(&inner);

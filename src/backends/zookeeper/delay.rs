@@ -36,12 +36,16 @@
 //! per possibly held lease more (sent at once), keep-alives nothing. A name in its delay
 //! costs an attempt one more read and one or two more writes (the stamp), and the take one
 //! more multi. Each gate change is one more event for every backend's reader.
+//!
+//! Read-write terms keep their delay with gates of their own beside their term nodes (see
+//! `rw`), timed by the same stamps ([`Sessions::stamps`]) and ended by the same close.
 
 use super::codec::token;
-use super::facade::{backend as zk_err, call};
+use super::facade::{backend as zk_err, block_on_for, call};
 use super::session::{Sessions, ZkSession};
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Owner, SessionId};
+use std::future::Future;
 use std::time::Duration;
 use zookeeper_client as zk;
 
@@ -65,6 +69,25 @@ pub(super) fn gate_of(data: &[u8]) -> Option<(SessionId, i64)> {
 /// The path of a gate's child naming its holder.
 pub(super) fn holder_path(gate: &str, holder: &SessionId) -> String {
     format!("{gate}/h-{holder}")
+}
+
+/// The stamp under a gate's node (`parent`): its `ctime` is the first observation of the
+/// ended term, its `mtime` the last.
+pub(super) fn stamp_path(parent: &str) -> String {
+    format!("{parent}/ended")
+}
+
+/// The delay left (ms) by a stamp just written: `ctime + delay − mtime`.
+pub(super) fn left(stamp: &zk::Stat, delay_ms: i64) -> i64 {
+    stamp
+        .ctime
+        .saturating_add(delay_ms)
+        .saturating_sub(stamp.mtime)
+}
+
+/// A positive delay left (ms) as a duration.
+pub(super) fn remaining(left_ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))
 }
 
 /// The nodes a take deletes: the stamp, the holder's child, the gate.
@@ -142,8 +165,8 @@ impl Sessions {
     }
 
     /// Times the delay of a gate seen standing without its lease node: writes its stamp
-    /// (`setData`; created at the first observation) and compares the stamp's `ctime` plus
-    /// the delay with the write's `mtime`.
+    /// (see [`Sessions::stamps`]) and compares the stamp's `ctime` plus the delay with the
+    /// write's `mtime`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn timed(
         &self,
@@ -158,40 +181,15 @@ impl Sessions {
         let gate = self.cfg.gate_path(name);
         let (holder, delay_ms) = gate_of(data).ok_or_else(|| bad_gate(op, &gate))?;
         let holder_node = holder_path(&gate, &holder);
-        let stamp = format!("{holder_node}/ended");
-        let acl = self.cfg.acl.for_path(&stamp);
-        let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
-        let mut written = None;
-        for _ in 0..3 {
-            match call(op, limit, client.set_data(&stamp, &[], None))? {
-                Ok(s) => {
-                    written = Some(s);
-                    break;
-                }
-                Err(zk::Error::NoNode) => {}
-                Err(e) => return Err(fail(e)),
-            }
-            // The first observation: the holder's child exists only while its gate does.
-            match call(op, limit, client.create(&stamp, &[], &opts))? {
-                Ok((s, _)) => {
-                    written = Some(s);
-                    break;
-                }
-                Err(zk::Error::NoNode) => return Ok(Gate::Open),
-                Err(zk::Error::NodeExists) => continue,
-                Err(e) => return Err(fail(e)),
-            }
-        }
-        let Some(written) = written else {
-            return Err(super::failure::error(
-                op,
-                format!("the lock-delay stamp {stamp} kept changing"),
-            ));
+        let stamp = stamp_path(&holder_node);
+        let paths = [stamp];
+        let sent = vec![client.set_data(&paths[0], &[], None)];
+        let stamped = self.stamps(client, limit, &paths, sent, op, fail)?;
+        let Some(written) = stamped.into_iter().next().flatten() else {
+            return Ok(Gate::Open); // the holder's child exists only while its gate does
         };
-        let left = written
-            .ctime
-            .saturating_add(delay_ms)
-            .saturating_sub(written.mtime);
+        let [stamp] = paths;
+        let left = left(&written, delay_ms);
         if left <= 0 {
             return Ok(Gate::Over(Timed {
                 stamp,
@@ -202,29 +200,113 @@ impl Sessions {
         Ok(Gate::Closed(Owner {
             session: holder,
             token: token(stat)?,
-            remaining: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+            remaining: remaining(left),
             value: String::new(),
         }))
     }
 
+    /// Writes the stamps at `paths`, whose `setData`s `sent` were sent already (in that
+    /// order, one each): a stamp not there yet is created (the first observation; one round
+    /// trip more, all sent at once). Each stamp's stat after its write, or `None` when its
+    /// parent is gone (the gate was taken).
+    pub(super) fn stamps<F>(
+        &self,
+        client: &zk::Client,
+        limit: Duration,
+        paths: &[String],
+        sent: Vec<F>,
+        op: &'static str,
+        fail: &dyn Fn(zk::Error) -> Error,
+    ) -> Result<Vec<Option<zk::Stat>>>
+    where
+        F: Future<Output = std::result::Result<zk::Stat, zk::Error>>,
+    {
+        let timeout = || Error::Timeout {
+            operation: op,
+            after: limit,
+            source: None,
+        };
+        let all = |futs: Vec<F>| async move {
+            let mut out = Vec::with_capacity(futs.len());
+            for f in futs {
+                out.push(f.await);
+            }
+            out
+        };
+        let written = block_on_for(all(sent), limit).ok_or_else(timeout)?;
+        let mut out = vec![None; paths.len()];
+        let mut missing = Vec::new();
+        for (i, r) in written.into_iter().enumerate() {
+            match r {
+                Ok(stat) => out[i] = Some(stat),
+                Err(zk::Error::NoNode) => missing.push(i),
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let created: Vec<_> = missing
+            .iter()
+            .map(|&i| {
+                let acl = self.cfg.acl.for_path(&paths[i]);
+                let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
+                client.create(&paths[i], &[], &opts)
+            })
+            .collect();
+        let created = block_on_for(
+            async move {
+                let mut out = Vec::with_capacity(created.len());
+                for f in created {
+                    out.push(f.await);
+                }
+                out
+            },
+            limit,
+        )
+        .ok_or_else(timeout)?;
+        for (i, r) in missing.into_iter().zip(created) {
+            out[i] = match r {
+                Ok((stat, _)) => Some(stat),
+                Err(zk::Error::NoNode) => None,
+                // Created meanwhile by another observer: write it.
+                Err(zk::Error::NodeExists) => {
+                    match call(op, limit, client.set_data(&paths[i], &[], None))? {
+                        Ok(stat) => Some(stat),
+                        Err(zk::Error::NoNode) => None,
+                        Err(e) => return Err(fail(e)),
+                    }
+                }
+                Err(e) => return Err(fail(e)),
+            };
+        }
+        Ok(out)
+    }
+
     /// Before a clean close of the live session `s` with a lock-delay: deletes each possibly
-    /// held lease node with its gate, one multi per name, all sent at once (a name not held
-    /// any more fails its multi and keeps its gate, as it should).
+    /// held lease node with its gate, and each possibly held read-write term with its gate
+    /// (see `rw`), one multi each, all sent at once (a term not held any more fails its
+    /// multi and keeps its gate, as it should).
     pub(super) fn end_gates(&self, s: &ZkSession) {
         const OP: &str = "closing a session";
         let Ok(client) = s.client() else { return };
         let names = s.possibly.lock().names();
-        let sent: Vec<_> = names
-            .iter()
-            .filter_map(|name| {
-                let gate = self.cfg.gate_path(name);
-                let mut w = client.new_multi_writer();
-                w.add_delete(&holder_path(&gate, &s.id), None).ok()?;
-                w.add_delete(&gate, None).ok()?;
-                w.add_delete(&self.cfg.lease_path(name), None).ok()?;
-                Some((name, w.commit()))
-            })
-            .collect();
+        let leases = names.iter().filter_map(|name| {
+            let gate = self.cfg.gate_path(name);
+            let mut w = client.new_multi_writer();
+            w.add_delete(&holder_path(&gate, &s.id), None).ok()?;
+            w.add_delete(&gate, None).ok()?;
+            w.add_delete(&self.cfg.lease_path(name), None).ok()?;
+            Some((name.to_string(), w.commit()))
+        });
+        let terms = s.rw_gated.lock().clone();
+        let terms = terms.iter().filter_map(|(term, gate)| {
+            let mut w = client.new_multi_writer();
+            w.add_delete(term, None).ok()?;
+            w.add_delete(gate, None).ok()?;
+            Some((term.clone(), w.commit()))
+        });
+        let sent: Vec<_> = leases.chain(terms).collect();
         for (name, reply) in sent {
             match call(OP, s.limit(&self.cfg), reply) {
                 Ok(Ok(_)) => {}

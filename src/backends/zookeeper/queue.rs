@@ -116,6 +116,10 @@ impl Sessions {
                 let (stat, seq) = made.map_err(|e| self.fail(&s, OP, e))?;
                 // The node's name ends with the sequence as the server wrote it (zero-padded).
                 let node = format!("q-{}-{seq}", s.id);
+                // A name made again (the server deleted the emptied container node and its
+                // sequence started over): an orphan of that name was another place, gone.
+                let path = format!("{dir}/{node}");
+                s.orphans.lock().retain(|(p, _)| *p != path);
                 // Others may have queued between the list and the create: list again.
                 places = self.places(&s, &client, &dir, OP)?.0;
                 ((node, seq.into_i64()), stat.mtime, stat.version)
@@ -226,16 +230,23 @@ impl Sessions {
         }
     }
 
-    /// Deletes this session's own places whose delete after a grant failed (one round trip
-    /// each, only then); those that fail again wait for the next keep-alive. A place ends
-    /// with its session anyway, and is skipped by others one patience after its last renewal.
+    /// Deletes this session's own places whose delete after a grant failed, and read-write
+    /// terms whose grant reply was lost (see `rw`): one round trip each, only then; those
+    /// that fail again wait for the next keep-alive. A place ends with its session anyway,
+    /// and is skipped by others one patience after its last renewal. Its delete names the
+    /// version it was left at, so it never deletes a place taken up again; a place's name is
+    /// made again only after the queue's container node emptied (its sequence starts over),
+    /// and that create drops an orphan of the name. A delete already under way may still take
+    /// such a new place at version 0: its waiter queues again at its next attempt (places
+    /// only order waiters, no term depends on them). Each is dropped only once handled.
     pub(super) fn delete_orphans(&self, s: &ZkSession, client: &zk::Client) {
-        let orphans = std::mem::take(&mut *s.orphans.lock());
+        let orphans = s.orphans.lock().clone();
         for (path, version) in orphans {
-            if !self.delete_place(s, client, &path, Some(version)) {
-                s.orphans.lock().push((path, version));
+            if self.delete_place(s, client, &path, Some(version)) {
+                s.orphans.lock().retain(|o| *o != (path.clone(), version));
             }
         }
+        self.delete_rw_orphans(s, client);
     }
 
     /// Makes the next `n` deletes of queue places fail as a lost connection would (tests).

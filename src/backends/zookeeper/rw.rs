@@ -3,6 +3,11 @@
 //! the terms and the waiting writers, so each ends with its session's ZooKeeper session:
 //!
 //! * `r-{sessionId}-{token}`: a reader's term; `w-{sessionId}-{token}`: the writer's term;
+//! * `gr-`/`gw-{sessionId}-{token}-{delay ms}`: the persistent lock-delay gate of a term of a
+//!   session with a lock-delay, created and deleted with the term's node by the session; one
+//!   standing without its term's node is a term in its delay, timed as a lease's gate is
+//!   (its child `ended` is the stamp: see `delay`), and the grant that finds it run out
+//!   deletes it;
 //! * `q-{sessionId}`: a waiting writer, its data its patience in ms; the write that made or
 //!   renewed it is its last attempt (`mtime`, the server's clock). Waiting writers are in
 //!   line by `czxid` (a renewal keeps the place). Every write attempt of a registered writer
@@ -24,20 +29,32 @@
 //! the deletion is a [`Notification::Released`](crate::spi::Notification::Released) through
 //! the reader's watch.
 //!
-//! Round trips: an attempt reads the counter node and its children in one multi read; when
+//! Round trips: an attempt reads the counter node and its children in one multi read (sent
+//! behind a sync, in the same round trip, so its server has every change that completed
+//! before: a `Busy` never comes from a follower lagging behind a release); when
 //! writers wait, one more for the multi read of their nodes sent together with a write that
 //! gives the server's clock (a writer's own registration rewritten after the read, which is
 //! its renewal, or else a write to `{root}/clock` before it); then the grant or registration
-//! (one multi) unless the reply is known by then. A release or a leave is one delete; the
-//! state one sync with a multi read, plus the clock and the waiting writers' reads when there
-//! are any.
+//! (one multi) unless the reply is known by then. Gates standing without their term add
+//! their stamps' writes (sent with the waiting writers' read when there is one, else one
+//! round trip more; one more at the first observation of each), read attempts included: a
+//! read term in its delay counts in a reader's `Busy`, and a grant deletes the gates whose
+//! delay ran out. A release is one delete (a multi with the gate's delete for a session with
+//! a lock-delay); a leave one round trip (the clock, the place's read and its delete sent
+//! together); the state one sync with a multi read, plus the clock and the waiting writers'
+//! reads, and the stamps, when there are any.
+//!
+//! A grant whose reply is lost leaves its path to the keep-alive as an orphan; the same path
+//! may be granted again, and held: see [`OwnTerms`].
 
+use super::delay;
 use super::facade::{backend as zk_err, block_on_for, call};
 use super::session::{Sessions, ZkSession};
 use crate::backends::options;
 use crate::error::{Error, Result};
-use crate::spi::{RwAcquire, RwMode, RwState};
+use crate::spi::{RwAcquire, RwDelayed, RwMode, RwState};
 use crate::types::{LeaseName, SessionId, Term, Token};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -48,6 +65,50 @@ const OP: &str = "taking a read-write lock";
 /// How many times an attempt reads again after a conflicting change.
 const TRIES: usize = 32;
 
+/// A session's own read-write term nodes, as far as it knows ([`ZkSession::rw`]); a path is
+/// never in both.
+///
+/// A term's path names its token, but the token is only handed out once its grant's multi
+/// ran: a grant that never reached the server leaves the counter where it was, and the
+/// session's next attempt builds the same path. So an orphan is only a belief about one
+/// attempt, and a path the session was told it holds is never deleted as one.
+#[derive(Debug, Default)]
+pub(super) struct OwnTerms {
+    /// Paths the engine was told this session holds (granted, or taken up), until released.
+    held: HashSet<String>,
+    /// Paths whose grant got no reply, each with its gate (a session with a lock-delay):
+    /// they may exist, unknown to the engine; the keep-alive deletes them.
+    orphans: Vec<(String, Option<String>)>,
+}
+
+impl OwnTerms {
+    /// The grant of `node` may have run (no reply): an orphan unless the path is held.
+    fn lost(&mut self, node: &str, gate: Option<&str>) {
+        if !self.held.contains(node) && !self.orphans.iter().any(|o| o.0 == node) {
+            self.orphans
+                .push((node.to_owned(), gate.map(str::to_owned)));
+        }
+    }
+
+    /// `node` is held: no longer an orphan, whichever attempt left that belief.
+    fn hold(&mut self, node: &str) {
+        self.orphans.retain(|o| o.0 != node);
+        self.held.insert(node.to_owned());
+    }
+
+    fn is_orphan(&self, node: &str) -> bool {
+        self.orphans.iter().any(|o| o.0 == node)
+    }
+}
+
+/// A grant's multi as [`Sessions::rw_commit`] sends it: its term node and gate, and the
+/// session's own terms (locked) where an unknown outcome leaves an orphan.
+struct Grant<'a> {
+    node: &'a str,
+    gate: Option<&'a str>,
+    own: &'a mut OwnTerms,
+}
+
 /// A waiting writer's node as read.
 #[derive(Clone, Debug)]
 struct Waiter {
@@ -57,11 +118,32 @@ struct Waiter {
     live: bool,
 }
 
+/// A term whose gate stands without its node: its session ended without a clean end.
+#[derive(Clone, Debug)]
+struct Delayed {
+    id: SessionId,
+    mode: RwMode,
+    token: u64,
+    /// The gate's path.
+    gate: String,
+    delay_ms: i64,
+    /// The delay left in ms as its stamp's write timed it (`None`: not timed, counted as
+    /// in its delay).
+    left: Option<i64>,
+}
+
+impl Delayed {
+    fn blocks(&self) -> bool {
+        self.left.is_none_or(|l| l > 0)
+    }
+}
+
 /// How [`Sessions::rw_view`] reads.
 #[derive(Clone, Copy)]
 struct How<'a> {
     op: &'static str,
-    /// Sync first (the shared reader).
+    /// Sync first, sent with the read (no round trip more): the read then sees every change
+    /// that completed before it, whichever server made it.
     sync: bool,
     /// The session whose registration to renew, if it has one, with its data.
     renew: Option<(&'a SessionId, &'a [u8])>,
@@ -78,6 +160,8 @@ struct View {
     readers: Vec<(SessionId, u64)>,
     /// In line, first first.
     waiting: Vec<Waiter>,
+    /// Terms in their lock-delay, or whose delay ran out (to delete with a grant).
+    delayed: Vec<Delayed>,
 }
 
 impl View {
@@ -89,10 +173,23 @@ impl View {
         self.waiting.iter().filter(|w| w.live).count()
     }
 
+    /// The delayed terms of `mode` that still block.
+    fn delaying(&self, mode: RwMode) -> impl Iterator<Item = &Delayed> {
+        self.delayed
+            .iter()
+            .filter(move |d| d.mode == mode && d.blocks())
+    }
+
     fn busy(&self, extra: usize) -> RwAcquire {
+        let delayed_writer = self.delaying(RwMode::Write).map(|d| &d.id).next();
         RwAcquire::Busy {
-            writer: self.writer.as_ref().map(|w| w.0.clone()),
-            readers: self.readers.len(),
+            writer: self
+                .writer
+                .as_ref()
+                .map(|w| &w.0)
+                .or(delayed_writer)
+                .cloned(),
+            readers: self.readers.len() + self.delaying(RwMode::Read).count(),
             writers_waiting: self.live_waiting() + extra,
         }
     }
@@ -120,22 +217,43 @@ fn term_node(mode: RwMode, id: &SessionId, token: u64) -> String {
     format!("{tag}-{id}-{token}")
 }
 
-/// A child: a term (`Some(mode)`, with its token) or a waiting writer (`None`).
-fn parse_child(c: &str) -> Option<(Option<RwMode>, SessionId, u64)> {
+/// A term's lock-delay gate's name: `g`, the term node's name, and the delay in ms.
+fn gate_node(mode: RwMode, id: &SessionId, token: u64, delay_ms: i64) -> String {
+    format!("g{}-{delay_ms}", term_node(mode, id, token))
+}
+
+/// A child of a name's node.
+#[derive(Debug, PartialEq, Eq)]
+enum Child {
+    Term(RwMode, SessionId, u64),
+    /// A term's gate, with the delay in ms.
+    Gate(RwMode, SessionId, u64, i64),
+    Waiting(SessionId),
+}
+
+fn parse_child(c: &str) -> Option<Child> {
     let (tag, rest) = c.split_once('-')?;
-    match tag {
-        "q" => Some((None, SessionId::parse(rest).ok()?, 0)),
-        "r" | "w" => {
-            let (id, token) = rest.split_once('-')?;
-            let mode = if tag == "r" {
-                RwMode::Read
-            } else {
-                RwMode::Write
-            };
-            Some((Some(mode), SessionId::parse(id).ok()?, token.parse().ok()?))
-        }
+    let mode = |m: &str| match m {
+        "r" => Some(RwMode::Read),
+        "w" => Some(RwMode::Write),
         _ => None,
+    };
+    if tag == "q" {
+        return Some(Child::Waiting(SessionId::parse(rest).ok()?));
     }
+    let mut it = rest.split('-');
+    let id = SessionId::parse(it.next()?).ok()?;
+    let token = it.next()?.parse().ok()?;
+    if let Some(m) = tag.strip_prefix('g') {
+        let delay = it.next()?.parse().ok().filter(|d: &i64| *d >= 0)?;
+        return it
+            .next()
+            .is_none()
+            .then_some(Child::Gate(mode(m)?, id, token, delay));
+    }
+    it.next()
+        .is_none()
+        .then_some(Child::Term(mode(tag)?, id, token))
 }
 
 fn bad_node(op: &'static str, path: &str) -> Error {
@@ -240,23 +358,80 @@ impl Sessions {
             _ => return Err(bad_node(op, dir)),
         };
         let mut queued = Vec::new();
+        let names: HashSet<&str> = children.iter().map(String::as_str).collect();
         for c in &children {
             match parse_child(c) {
-                Some((Some(RwMode::Read), id, token)) => view.readers.push((id, token)),
+                Some(Child::Term(RwMode::Read, id, token)) => view.readers.push((id, token)),
                 // At most one (grants are decided on a consistent read); the newest wins.
-                Some((Some(RwMode::Write), id, token))
+                Some(Child::Term(RwMode::Write, id, token))
                     if view.writer.as_ref().is_none_or(|w| w.1 < token) =>
                 {
                     view.writer = Some((id, token));
                 }
-                Some((None, id, _)) => queued.push((id, format!("{dir}/{c}"))),
+                // Created and deleted with its term's node: alone, the session ended.
+                Some(Child::Gate(mode, id, token, delay_ms))
+                    if !names.contains(term_node(mode, &id, token).as_str()) =>
+                {
+                    view.delayed.push(Delayed {
+                        id,
+                        mode,
+                        token,
+                        gate: format!("{dir}/{c}"),
+                        delay_ms,
+                        left: None,
+                    });
+                }
+                Some(Child::Waiting(id)) => queued.push((id, format!("{dir}/{c}"))),
                 _ => {}
             }
         }
         view.readers.sort();
-        if queued.is_empty() {
-            return Ok(view);
+        view.delayed.sort_by(|a, b| a.id.cmp(&b.id));
+        // Every delay is timed by its stamp's write, sent now (they travel with the line's
+        // read, if any): a write term's keeps every attempt out, a read term's new writers,
+        // and each counts in `Busy` while it lasts; a grant deletes those that ran out.
+        let timed: Vec<(usize, i64, String)> = view
+            .delayed
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (i, d.delay_ms, delay::stamp_path(&d.gate)))
+            .collect();
+        let paths: Vec<String> = timed.iter().map(|t| t.2.clone()).collect();
+        let sent: Vec<_> = paths
+            .iter()
+            .map(|p| client.set_data(p, &[], None))
+            .collect();
+        if !queued.is_empty() {
+            self.rw_line(client, limit, dir, how, queued, &mut view, fail)?;
         }
+        let stamps = self.stamps(client, limit, &paths, sent, op, fail)?;
+        let mut gone = Vec::new();
+        for ((i, delay, _), stamp) in timed.into_iter().zip(stamps) {
+            match stamp {
+                Some(stamp) => view.delayed[i].left = Some(delay::left(&stamp, delay)),
+                None => gone.push(i), // taken since the read
+            }
+        }
+        for i in gone.into_iter().rev() {
+            view.delayed.remove(i);
+        }
+        Ok(view)
+    }
+
+    /// Reads the waiting writers' nodes `queued` with the server's clock into `view` (see
+    /// [`Sessions::rw_view`]).
+    #[allow(clippy::too_many_arguments)]
+    fn rw_line(
+        &self,
+        client: &zk::Client,
+        limit: Duration,
+        dir: &str,
+        how: How<'_>,
+        queued: Vec<(SessionId, String)>,
+        view: &mut View,
+        fail: &dyn Fn(zk::Error) -> Error,
+    ) -> Result<()> {
+        let op = how.op;
         let clock = format!("{}/clock", self.cfg.root);
         // The own registration, renewed after the read of the line: that write's `mtime` is
         // the clock then (no clock write).
@@ -324,7 +499,7 @@ impl Sessions {
                 });
             }
             view.waiting.sort_by_key(|w| w.czxid);
-            return Ok(view);
+            return Ok(());
         }
         Err(super::failure::error(
             op,
@@ -358,7 +533,8 @@ impl Sessions {
 
     /// Commits a multi built on `view`; a conflict (or a missing `{root}/rw`, created here)
     /// is [`Outcome::Again`]. `grant`: the term node a grant creates, left to the next
-    /// keep-alive to delete when the outcome cannot be known (no reply): see `take_up`.
+    /// keep-alive to delete when the outcome cannot be known (no reply), and held once done
+    /// (see [`OwnTerms`] and `take_up`).
     fn rw_commit(
         &self,
         s: &ZkSession,
@@ -366,13 +542,25 @@ impl Sessions {
         limit: Duration,
         mut w: zk::MultiWriter<'_>,
         view: &View,
-        grant: Option<&str>,
+        mut grant: Option<Grant<'_>>,
     ) -> Result<Outcome> {
-        let unknown = || {
-            if let Some(node) = grant {
-                s.orphans.lock().push((node.to_owned(), 0));
+        let granting = grant.is_some();
+        let mut unknown = || {
+            if let Some(g) = grant.as_mut() {
+                g.own.lost(g.node, g.gate);
             }
         };
+        let lost = || Error::Timeout {
+            operation: OP,
+            after: limit,
+            source: None,
+        };
+        if granting && lose(&self.rw_unsent_faults) {
+            // As if the connection was lost before the send: it never runs.
+            drop(w);
+            unknown();
+            return Err(lost());
+        }
         let sent = w.commit();
         let r = match call(OP, limit, sent) {
             Ok(r) => r,
@@ -381,16 +569,17 @@ impl Sessions {
                 return Err(e);
             }
         };
-        if r.is_ok() && grant.is_some() && lose(&self.rw_reply_faults) {
+        if r.is_ok() && granting && lose(&self.rw_reply_faults) {
             unknown();
-            return Err(Error::Timeout {
-                operation: OP,
-                after: limit,
-                source: None,
-            });
+            return Err(lost());
         }
         match r {
-            Ok(_) => Ok(Outcome::Done),
+            Ok(_) => {
+                if let Some(g) = grant {
+                    g.own.hold(g.node);
+                }
+                Ok(Outcome::Done)
+            }
             Err(zk::MultiWriteError::OperationFailed { index, source }) => match source {
                 zk::Error::NoNode if index == 0 && view.node.is_none() => {
                     self.cfg.mkdirs(client, &self.cfg.rw, limit)?;
@@ -434,7 +623,9 @@ impl Sessions {
             let sent = Instant::now();
             let how = How {
                 op: OP,
-                sync: false,
+                // Behind a sync: a release or an end that completed before the attempt is
+                // seen, even through a follower that lags (a stale `Busy`).
+                sync: true,
                 renew: (mode == RwMode::Write).then_some((session, patience_ms.as_bytes())),
             };
             let view = self.rw_view(&client, limit, &dir, how, &fail)?;
@@ -459,8 +650,9 @@ impl Sessions {
             let own = view.waiting.iter().find(|w| &w.id == session);
             let own_live = own.is_some_and(|o| o.live) && !lapsed;
             let own_path = format!("{dir}/q-{session}");
+            let writer = view.writer.is_some() || view.delaying(RwMode::Write).next().is_some();
             let next = match mode {
-                RwMode::Read if view.writer.is_some() || view.live_waiting() > 0 => Next::Busy,
+                RwMode::Read if writer || view.live_waiting() > 0 => Next::Busy,
                 RwMode::Read => Next::Grant,
                 RwMode::Write => {
                     let mine = own.filter(|_| own_live).map_or(i64::MAX, |o| o.czxid);
@@ -468,7 +660,9 @@ impl Sessions {
                         .waiting
                         .iter()
                         .any(|q| q.live && &q.id != session && q.czxid < mine);
-                    if view.writer.is_none() && view.readers.is_empty() && !ahead {
+                    let readers =
+                        !view.readers.is_empty() || view.delaying(RwMode::Read).next().is_some();
+                    if !writer && !readers && !ahead {
                         Next::Grant
                     } else if own_live {
                         Next::Renew
@@ -512,12 +706,18 @@ impl Sessions {
                 }
                 Next::Grant => {}
             }
-            // The grant: the counter + 1, the term's node named with it, the writer's own
-            // registration deleted, and the run-out registrations the decision ignored
-            // checked as read.
+            // The grant: the counter + 1, the term's node named with it (and its gate, for a
+            // session with a lock-delay), the writer's own registration deleted, the gates
+            // whose delay ran out deleted with their stamps, and the run-out registrations
+            // the decision ignored checked as read.
             let token = view.counter() + 1;
             let node = format!("{dir}/{}", term_node(mode, session, token));
             self.add_counter(&mut w, &dir, &view, 1)?;
+            for d in view.delayed.iter().filter(|d| !d.blocks()) {
+                w.add_delete(&delay::stamp_path(&d.gate), None)
+                    .map_err(|e| zk_err(OP, e))?;
+                w.add_delete(&d.gate, None).map_err(|e| zk_err(OP, e))?;
+            }
             if let (RwMode::Write, Some(o)) = (mode, own) {
                 w.add_delete(&own_path, Some(o.version))
                     .map_err(|e| zk_err(OP, e))?;
@@ -530,9 +730,41 @@ impl Sessions {
             let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&eacl));
             w.add_create(&node, &[], &ephemeral)
                 .map_err(|e| zk_err(OP, e))?;
-            match self.rw_commit(&s, &client, limit, w, &view, Some(&node))? {
+            let gate = (s.lock_delay_ms > 0)
+                .then(|| format!("{dir}/{}", gate_node(mode, session, token, s.lock_delay_ms)));
+            if let Some(gate) = &gate {
+                let gacl = self.cfg.acl.for_path(gate);
+                let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&gacl));
+                w.add_create(gate, &[], &persistent)
+                    .map_err(|e| zk_err(OP, e))?;
+            }
+            // From the send to the outcome, no orphan of this session is deleted: the path may
+            // be one a grant without a reply left (same token: that multi never ran), which
+            // this grant, once done, makes held.
+            let mut own = s.rw.lock();
+            if own.held.contains(&node) {
+                // Granted to a concurrent attempt of this session since the read (this multi
+                // would fail): read again, which finds it.
+                continue;
+            }
+            if let Some(gate) = &gate {
+                // Possibly held from now on: a close deletes it with its gate.
+                s.rw_gated.lock().insert(node.clone(), gate.clone());
+            }
+            let grant = Grant {
+                node: &node,
+                gate: gate.as_deref(),
+                own: &mut own,
+            };
+            match self.rw_commit(&s, &client, limit, w, &view, Some(grant))? {
                 Outcome::Done => return term(token),
-                Outcome::Again => continue,
+                Outcome::Again => {
+                    // Left as the orphan of an earlier attempt, it keeps its gate.
+                    if !own.is_orphan(&node) {
+                        s.rw_gated.lock().remove(&node);
+                    }
+                    continue;
+                }
             }
         }
         Err(super::failure::error(
@@ -541,8 +773,10 @@ impl Sessions {
         ))
     }
 
-    /// An own term found by an attempt: if a grant without a reply left it to a keep-alive
-    /// to delete, it is taken up (a write moves its version past the one the delete names).
+    /// An own term found by an attempt: held, unless a grant without a reply left it to the
+    /// keep-alive to delete; then it is taken up, by a write sent after any such delete
+    /// already sent (one client's requests run in the order sent), and held if it still
+    /// stands. Under the session's [`OwnTerms`] lock: no delete of it is sent from now on.
     /// Whether it is held.
     fn take_up(
         &self,
@@ -551,23 +785,24 @@ impl Sessions {
         limit: Duration,
         path: &str,
     ) -> Result<bool> {
-        let orphaned = {
-            let mut o = s.orphans.lock();
-            let before = o.len();
-            o.retain(|(p, _)| p != path);
-            o.len() < before
-        };
-        if !orphaned {
+        let mut own = s.rw.lock();
+        if !own.is_orphan(path) {
+            own.hold(path);
             return Ok(true);
         }
         match call(OP, limit, client.set_data(path, &[], None))? {
-            Ok(_) => Ok(true),
-            Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => {
-                // Still an orphan: its delete may have been sent already.
-                s.orphans.lock().push((path.to_owned(), 0));
-                Err(self.fail(s, OP, e))
+            Ok(_) => {
+                own.hold(path);
+                Ok(true)
             }
+            Err(zk::Error::NoNode) => {
+                // Deleted by a keep-alive whose reply was lost (with its gate).
+                own.orphans.retain(|o| o.0 != path);
+                s.rw_gated.lock().remove(path);
+                Ok(false)
+            }
+            // Still an orphan (the engine is not told of it).
+            Err(e) => Err(self.fail(s, OP, e)),
         }
     }
 
@@ -585,16 +820,119 @@ impl Sessions {
         let Ok(client) = s.client() else {
             return Ok(false);
         };
-        let path = format!(
-            "{}/{}",
-            self.rw_path(name),
-            term_node(mode, session, token.get())
-        );
-        s.orphans.lock().retain(|(p, _)| *p != path);
-        match call(OP, s.limit(&self.cfg), client.delete(&path, None))? {
-            Ok(()) => Ok(true),
-            Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => self.fail_unchanged(&s, OP, e),
+        let dir = self.rw_path(name);
+        let path = format!("{dir}/{}", term_node(mode, session, token.get()));
+        let limit = s.limit(&self.cfg);
+        {
+            let mut own = s.rw.lock();
+            own.held.remove(&path);
+            own.orphans.retain(|o| o.0 != path);
+        }
+        // A term of a session with a lock-delay ends with its gate, in one multi.
+        if s.lock_delay_ms > 0 {
+            let gate = format!(
+                "{dir}/{}",
+                gate_node(mode, session, token.get(), s.lock_delay_ms)
+            );
+            let mut w = client.new_multi_writer();
+            w.add_delete(&path, None).map_err(|e| zk_err(OP, e))?;
+            w.add_delete(&gate, None).map_err(|e| zk_err(OP, e))?;
+            let done = || drop(s.rw_gated.lock().remove(&path));
+            match call(OP, limit, w.commit())? {
+                Ok(_) => {
+                    done();
+                    return Ok(true);
+                }
+                Err(zk::MultiWriteError::OperationFailed {
+                    index: 0,
+                    source: zk::Error::NoNode,
+                }) => {
+                    done();
+                    return Ok(false);
+                }
+                // No gate (never expected): the term's node alone, below.
+                Err(zk::MultiWriteError::OperationFailed {
+                    index: 1,
+                    source: zk::Error::NoNode,
+                }) => {}
+                Err(e) => return self.fail_unchanged(&s, OP, zk::Error::from(e)),
+            }
+        }
+        let deleted = match call(OP, limit, client.delete(&path, None))? {
+            Ok(()) => true,
+            Err(zk::Error::NoNode) => false,
+            Err(e) => return self.fail_unchanged(&s, OP, e),
+        };
+        s.rw_gated.lock().remove(&path);
+        Ok(deleted)
+    }
+
+    /// Deletes this session's orphans (see [`OwnTerms`]), each with its gate in one multi:
+    /// one round trip each, only then; those that fail again wait for the next keep-alive.
+    /// Skipped while a grant or a take-up of the session is under way (the next keep-alive
+    /// does it). An orphan is not held (a grant or take-up that makes it held drops it under
+    /// the same lock), so it is deleted at any version: it is a stray term of this session.
+    pub(super) fn delete_rw_orphans(&self, s: &ZkSession, client: &zk::Client) {
+        let Some(mut own) = s.rw.try_lock() else {
+            return;
+        };
+        // Each dropped only once handled.
+        for (path, gate) in own.orphans.clone() {
+            if self.delete_orphan(s, client, &path, gate.as_deref()) {
+                own.orphans.retain(|o| o.0 != path);
+            }
+        }
+    }
+
+    /// Deletes an orphaned term, with its gate if it has one, in one multi; whether nothing is
+    /// left to do.
+    fn delete_orphan(
+        &self,
+        s: &ZkSession,
+        client: &zk::Client,
+        path: &str,
+        gate: Option<&str>,
+    ) -> bool {
+        const OP: &str = "releasing a read-write lock";
+        let limit = s.limit(&self.cfg);
+        let gone = || drop(s.rw_gated.lock().remove(path));
+        let r = match gate {
+            Some(gate) => {
+                let mut w = client.new_multi_writer();
+                if w.add_delete(path, None).is_err() || w.add_delete(gate, None).is_err() {
+                    return false;
+                }
+                match call(OP, limit, w.commit()) {
+                    Ok(Ok(_)) => Ok(Ok(())),
+                    // Never created (its gate neither).
+                    Ok(Err(zk::MultiWriteError::OperationFailed {
+                        index: 0,
+                        source: zk::Error::NoNode,
+                    })) => Ok(Err(zk::Error::NoNode)),
+                    // No gate (never expected): the term's node alone.
+                    Ok(Err(zk::MultiWriteError::OperationFailed {
+                        index: 1,
+                        source: zk::Error::NoNode,
+                    })) => call(OP, limit, client.delete(path, None)),
+                    Ok(Err(e)) => Ok(Err(zk::Error::from(e))),
+                    Err(e) => Err(e),
+                }
+            }
+            None => call(OP, limit, client.delete(path, None)),
+        };
+        match r {
+            Ok(Ok(()) | Err(zk::Error::NoNode)) => {
+                gone();
+                true
+            }
+            Ok(Err(e)) => {
+                log::debug!("deleting the read-write term {path}: {e}");
+                false
+            }
+            Err(e) => {
+                log::debug!("deleting the read-write term {path}: {}", e.report());
+                false
+            }
         }
     }
 
@@ -607,11 +945,46 @@ impl Sessions {
             return Ok(false);
         };
         let path = format!("{}/q-{session}", self.rw_path(name));
-        match call(OP, s.limit(&self.cfg), client.delete(&path, None))? {
-            Ok(()) => Ok(true),
-            Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => self.fail_unchanged(&s, OP, e),
+        let clock = format!("{}/clock", self.cfg.root);
+        let limit = s.limit(&self.cfg);
+        // Sent together (one round trip): the clock, the place's read, its delete. A place
+        // whose patience ran out is deleted too, but was not waiting any more.
+        let now = client.set_data(&clock, &[], None);
+        let read = client.get_data(&path);
+        let deleted = client.delete(&path, None);
+        let all = async move { (now.await, read.await, deleted.await) };
+        let (now, read, deleted) = block_on_for(all, limit).ok_or(Error::Timeout {
+            operation: OP,
+            after: limit,
+            source: None,
+        })?;
+        match deleted {
+            Ok(()) => {}
+            Err(zk::Error::NoNode) => return Ok(false),
+            Err(e) => return self.fail_unchanged(&s, OP, e),
         }
+        let Ok((data, stat)) = read else {
+            return Ok(true);
+        };
+        let now = match now {
+            Ok(now) => now.mtime,
+            // No clock yet: made now, read a round trip later (judges the lapse a little late).
+            Err(zk::Error::NoNode) => {
+                if self.cfg.mkdirs(&client, &clock, limit).is_err() {
+                    return Ok(true);
+                }
+                match call(OP, limit, client.set_data(&clock, &[], None)) {
+                    Ok(Ok(now)) => now.mtime,
+                    _ => return Ok(true),
+                }
+            }
+            Err(_) => return Ok(true),
+        };
+        let patience = std::str::from_utf8(&data)
+            .ok()
+            .and_then(|d| d.parse::<i64>().ok())
+            .unwrap_or(0);
+        Ok(stat.mtime.saturating_add(patience) > now)
     }
 
     /// Through the shared reader, after a sync (a term or registration that just returned on
@@ -630,6 +1003,19 @@ impl Sessions {
         let with_token = |(id, t): (SessionId, u64)| Token::new(t).map(|t| (id, t));
         Ok(RwState {
             last_token: view.counter(),
+            delayed: view
+                .delayed
+                .iter()
+                .filter_map(|d| {
+                    let left = d.left.filter(|l| *l > 0)?;
+                    Some(Token::new(d.token).map(|token| RwDelayed {
+                        session: d.id.clone(),
+                        mode: d.mode,
+                        token,
+                        remaining: delay::remaining(left),
+                    }))
+                })
+                .collect::<Result<_>>()?,
             writer: view.writer.clone().map(with_token).transpose()?,
             readers: view
                 .readers
@@ -656,14 +1042,27 @@ mod tests {
         let id = SessionId::from_u64(0x1234);
         for mode in [RwMode::Read, RwMode::Write] {
             let c = term_node(mode, &id, 42);
-            assert_eq!(parse_child(&c), Some((Some(mode), id.clone(), 42)));
+            assert_eq!(parse_child(&c), Some(Child::Term(mode, id.clone(), 42)));
+            let g = gate_node(mode, &id, 42, 1500);
+            assert_eq!(
+                parse_child(&g),
+                Some(Child::Gate(mode, id.clone(), 42, 1500))
+            );
         }
-        assert_eq!(parse_child(&format!("q-{id}")), Some((None, id.clone(), 0)));
+        assert_eq!(
+            parse_child(&format!("q-{id}")),
+            Some(Child::Waiting(id.clone()))
+        );
         for bad in [
             "x-1",
             "r-zz-1",
             &format!("r-{id}"),
             &format!("w-{id}-x"),
+            &format!("w-{id}-1-2"),
+            &format!("gw-{id}-1"),
+            &format!("gw-{id}-1--5"),
+            &format!("gx-{id}-1-5"),
+            &format!("gw-{id}-1-5-6"),
             "q-",
         ] {
             assert_eq!(parse_child(bad), None, "{bad}");

@@ -37,6 +37,13 @@ pub(super) struct ZkSession {
     /// Own queue places (path, data version) whose delete after a grant failed: the next
     /// keep-alive deletes them at that version (see `queue`).
     pub(super) orphans: Mutex<Vec<(String, i32)>>,
+    /// The read-write terms this session was told it holds and those whose grant got no
+    /// reply (see `rw`). Held across a grant's multi, a take-up and the keep-alive's deletes
+    /// of the latter, so none of those deletes ever meets a term the engine was told of.
+    pub(super) rw: Mutex<super::rw::OwnTerms>,
+    /// With a lock-delay: the possibly held read-write term nodes, each with its gate (see
+    /// `rw`), deleted together by a release, an orphan's delete and a clean close.
+    pub(super) rw_gated: Mutex<HashMap<String, String>>,
 }
 
 impl ZkSession {
@@ -156,6 +163,8 @@ pub(super) struct Sessions {
     pub(super) wake: crossbeam_channel::Sender<()>,
     /// Deletes of own queue places to fail on purpose (tests).
     pub(super) place_delete_faults: std::sync::atomic::AtomicU32,
+    /// Read-write grants to fail before they are sent, on purpose (tests).
+    pub(super) rw_unsent_faults: std::sync::atomic::AtomicU32,
     /// Replies of read-write grants to lose on purpose (tests).
     pub(super) rw_reply_faults: std::sync::atomic::AtomicU32,
 }

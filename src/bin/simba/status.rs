@@ -1,7 +1,7 @@
 //! `simba status` and `simba watch`: leases and groups as the backend sees them.
 
 use serde_json::{json, Value};
-use simba_lease::spi::{LeaseBackend, RwState};
+use simba_lease::spi::{LeaseBackend, RwDelayed, RwState};
 use simba_lease::{connect, Config, Event, GroupName, LeaseName, Result, Session, SessionId};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -154,20 +154,27 @@ fn rw_states(backend: &dyn LeaseBackend, names: &[String]) -> Result<Vec<(LeaseN
 }
 
 /// One read-write lock as JSON: `writer` (`{session, token}` or null), `readers`,
-/// `writers_waiting` (session ids, first in line first) and `last_token` (0: none yet).
+/// `writers_waiting` (session ids, first in line first), `last_token` (0: none yet) and
+/// `delayed` (terms of expired sessions in their lock-delay: `{session, mode, token,
+/// remaining_ms}`).
 fn rw_json(name: &LeaseName, s: &RwState) -> Value {
     let holder = |(id, token): &(SessionId, simba_lease::Token)| json!({"session": id.as_str(), "token": token.get()});
+    let delayed = |d: &RwDelayed| {
+        json!({"session": d.session.as_str(), "mode": d.mode.as_str(), "token": d.token.get(),
+               "remaining_ms": u64::try_from(d.remaining.as_millis()).unwrap_or(u64::MAX)})
+    };
     json!({
         "name": name.as_str(),
         "writer": s.writer.as_ref().map(holder),
         "readers": s.readers.iter().map(holder).collect::<Vec<_>>(),
         "writers_waiting": s.writers_waiting.iter().map(|id| id.as_str()).collect::<Vec<_>>(),
         "last_token": s.last_token,
+        "delayed": s.delayed.iter().map(delayed).collect::<Vec<_>>(),
     })
 }
 
 /// One read-write lock as text: a heading with the newest token, then a line per writer,
-/// reader and waiting writer (`(free)` when there is none).
+/// reader, waiting writer and term in its lock-delay (`(free)` when there is none).
 fn rw_text(name: &LeaseName, s: &RwState) -> String {
     let mut out = format!("rw lock {} (last token {})\n", name.as_str(), s.last_token);
     if let Some((id, token)) = &s.writer {
@@ -189,7 +196,17 @@ fn rw_text(name: &LeaseName, s: &RwState) -> String {
     for id in &s.writers_waiting {
         out += &format!("  {:<15} {}\n", "waiting writer", id.as_str());
     }
-    if s.writer.is_none() && s.readers.is_empty() && s.writers_waiting.is_empty() {
+    for d in &s.delayed {
+        out += &format!(
+            "  {:<15} {:<34} token {}, lock-delay {:.1} s left\n",
+            format!("delayed {}", d.mode.as_str()),
+            d.session.as_str(),
+            d.token.get(),
+            d.remaining.as_secs_f64()
+        );
+    }
+    let idle = s.writers_waiting.is_empty() && s.delayed.is_empty();
+    if s.writer.is_none() && s.readers.is_empty() && idle {
         out += "  (free)\n";
     }
     out
@@ -362,6 +379,7 @@ mod tests {
     use simba_lease::backends::MemoryBackend;
     use simba_lease::spi::{Call, Delegate, RwAcquire, RwMode};
     use simba_lease::{Error, Metadata};
+    use std::sync::Arc;
 
     fn open(b: &MemoryBackend) -> SessionId {
         b.open_session(Duration::from_secs(60), &Metadata::default())
@@ -472,7 +490,40 @@ mod tests {
         assert_eq!(
             rw_json(n, s),
             json!({"name": "fresh", "writer": null, "readers": [], "writers_waiting": [],
-                   "last_token": 0})
+                   "last_token": 0, "delayed": []})
+        );
+    }
+
+    /// A write term whose session expired with a lock-delay is shown with the delay left.
+    #[test]
+    fn a_term_in_its_lock_delay_is_shown_with_the_delay_left() {
+        let clock = Arc::new(simba_lease::ManualClock::new());
+        let b = MemoryBackend::with_clock(clock.clone());
+        let (lease, delay) = (Duration::from_secs(10), Duration::from_secs(30));
+        let s = b
+            .open_session_with_delay(lease, &Metadata::default(), delay)
+            .unwrap()
+            .id;
+        let name = LeaseName::new("catalog").unwrap();
+        let RwAcquire::Acquired(t) = take(&b, &s, &name, RwMode::Write) else {
+            panic!("a free name")
+        };
+        clock.advance(Duration::from_secs(15));
+        let states = rw_states(&b, &["catalog".to_owned()]).unwrap();
+        let (n, st) = &states[0];
+        assert_eq!(
+            rw_text(n, st),
+            format!(
+                "rw lock catalog (last token {0})\n  {1:<15} {2:<34} token {0}, lock-delay 25.0 s left\n",
+                t.token.get(),
+                "delayed write",
+                s.as_str()
+            )
+        );
+        assert_eq!(
+            rw_json(n, st)["delayed"],
+            json!([{"session": s.as_str(), "mode": "write", "token": t.token.get(),
+                    "remaining_ms": 25_000}])
         );
     }
 

@@ -1119,6 +1119,7 @@ fn a_read_write_term_no_guard_knows_is_found_and_released() {
             (SessionId::random(), Token::new(4).unwrap()),
         ],
         last_token: 4,
+        delayed: Vec::new(),
         ..RwState::default()
     };
     // While an attempt of the name is in flight (it may be that grant) nothing is judged.
@@ -1154,6 +1155,7 @@ fn a_read_write_term_no_guard_knows_is_found_and_released() {
     let mine = RwState {
         writer: Some((me.clone(), held.token)),
         last_token: 7,
+        delayed: Vec::new(),
         ..RwState::default()
     };
     c.take_outputs();

@@ -9,7 +9,7 @@ mod jobs;
 mod permits;
 mod rw;
 
-pub use delay::check_delays;
+pub use delay::{check_delays, check_rw_delays};
 pub use fair::check_queues;
 pub use jobs::check_jobs;
 pub use permits::check_permits;
@@ -160,6 +160,10 @@ pub enum Kind {
     /// A lease was granted anew within the lock-delay of a term of the name that ended with
     /// its session's expiry (backend clock).
     EarlyTakeover,
+    /// A read-write term began within the lock-delay of a conflicting term of the name (a
+    /// write term, or a read term for a new writer) that ended with its session's expiry
+    /// (backend clock).
+    RwEarlyTakeover,
 }
 
 /// One violation of the contract.

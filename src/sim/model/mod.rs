@@ -11,7 +11,7 @@
 
 mod rw;
 
-pub use rw::RwGrant;
+pub use rw::{RwDelayEntry, RwGrant};
 
 use crate::error::{Error, Result};
 use crate::spi::{Acquire, HeldLease, JobClaim, KeepAlive, Queued};
@@ -188,6 +188,11 @@ pub struct Model {
     delay_logged: BTreeSet<(LeaseName, Token)>,
     /// Every read-write lock grant, in true-time order.
     pub rw_log: Vec<RwGrant>,
+    /// Read-write terms ended by their session's expiry and new read-write terms, as the
+    /// backend learnt of them (each expiry before any later grant of its name).
+    pub rw_delay_log: Vec<RwDelayEntry>,
+    /// Read-write attempts refused because of a term in its lock-delay.
+    pub rw_delay_refusals: u64,
     /// When each term ended (backend time), with its session: its release, its session's
     /// end or expiry, a failover. The checker's knowledge, which a failover does not roll back.
     term_ends: BTreeMap<(LeaseName, Token), (SessionId, u64)>,
@@ -207,6 +212,9 @@ pub struct Model {
     /// Premise `lost_delays`: a name is free at once after its holder's expiry (the
     /// lock-delay is ignored).
     pub lost_delays: bool,
+    /// Premise `lost_rw_delays`: a read-write term that ended with its session's expiry
+    /// blocks nothing (the lock-delay is ignored).
+    pub lost_rw_delays: bool,
 }
 
 impl Model {
@@ -225,6 +233,8 @@ impl Model {
             delay_log: Vec::new(),
             delay_logged: BTreeSet::new(),
             rw_log: Vec::new(),
+            rw_delay_log: Vec::new(),
+            rw_delay_refusals: 0,
             term_ends: BTreeMap::new(),
             releases: 0,
             stale_values: false,
@@ -233,6 +243,7 @@ impl Model {
             false_misses: false,
             shared_writers: false,
             lost_delays: false,
+            lost_rw_delays: false,
         }
     }
 
@@ -341,7 +352,8 @@ impl Model {
                 }
             }
         }
-        freed.extend(self.remove_rw(id, now.min(row.expires)));
+        let expiry = expired.then_some((row.expires, row.lock_delay));
+        freed.extend(self.remove_rw(id, now, expiry));
         freed
     }
 

@@ -24,7 +24,7 @@ pub use outcome::{Outcome, Stats, TraceLine};
 
 use super::check::{self, Belief, Kind, Violation};
 use super::config::SimConfig;
-use super::model::{session_no, Model};
+use super::model::{session_no, DelayStep, Model};
 use super::rng::Rng;
 use crate::engine::core::{Core, HandleId, Task, Timing};
 use crate::engine::driver::reopen;
@@ -268,6 +268,13 @@ pub fn run(seed: u64, config: &SimConfig, trace: bool) -> Outcome {
     check::check_jobs(&w.model.job_log, &mut w.violations);
     check::check_rw(&beliefs, &w.model.rw_log, &mut w.violations);
     check::check_delays(&w.model.delay_log, &mut w.violations);
+    check::check_rw_delays(&w.model.rw_delay_log, &mut w.violations);
+    w.stats.rw_delays = (
+        (w.model.rw_delay_log.iter())
+            .filter(|e| matches!(e.step, DelayStep::Expired { delay } if delay > 0))
+            .count() as u64,
+        w.model.rw_delay_refusals,
+    );
     let semaphores: Vec<(String, u32)> = (0..config.semaphores)
         .map(|s| (format!("s{s}"), config.permits))
         .collect();

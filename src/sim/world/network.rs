@@ -347,6 +347,16 @@ impl World<'_> {
             Ok(Rep::Queued(Queued::Waiting { owner: Some(o), .. })) => Some(o),
             _ => None,
         };
+        if let (Ok(Rep::Rw(RwAcquire::Busy { .. })), Some(n), true) =
+            (&reply, op.name(), self.trace.is_some())
+        {
+            for d in self.model.rw_state(t, n).delayed {
+                let (s, mode, left) = (session_no(&d.session), d.mode.as_str(), d.remaining);
+                self.tr_at(Some(client), Some(n), false, || {
+                    format!("backend: kept by s{s}'s {mode} term in its read-write lock-delay ({left:?} left)")
+                });
+            }
+        }
         if let Some(o) = delayed.filter(|o| !self.model.is_live(t, &o.session)) {
             let (s, left) = (session_no(&o.session), o.remaining);
             self.tr_at(Some(client), name.as_ref(), false, || {

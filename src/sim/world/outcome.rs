@@ -55,6 +55,9 @@ pub struct Stats {
     /// The longest a write call waited for its term (true ns): writer preference's liveness
     /// figure (a writer that waits keeps new readers out, so it does not starve).
     pub longest_write_wait: u64,
+    /// Read-write terms that ended with their session's expiry and kept their name blocked
+    /// for a lock-delay, and attempts the backend refused because of such a term.
+    pub rw_delays: (u64, u64),
 }
 
 /// The result of one simulated run.
@@ -227,11 +230,22 @@ pub(super) fn show(r: &Result<Rep>) -> String {
                 format!("s{}:{t}", session_no(id))
             };
             let readers: Vec<String> = s.readers.iter().map(who).collect();
+            let delayed: Vec<String> = (s.delayed.iter())
+                .map(|d| {
+                    format!(
+                        "s{}:{}:{}",
+                        session_no(&d.session),
+                        d.mode.as_str(),
+                        d.token
+                    )
+                })
+                .collect();
             format!(
-                "rw state: writer {}, readers [{}], {} writer(s) waiting",
+                "rw state: writer {}, readers [{}], {} writer(s) waiting, delayed [{}]",
                 s.writer.as_ref().map_or("none".into(), who),
                 readers.join(" "),
-                s.writers_waiting.len()
+                s.writers_waiting.len(),
+                delayed.join(" ")
             )
         }
         Ok(Rep::Rw(RwAcquire::Busy {

@@ -141,6 +141,7 @@ impl World<'_> {
         self.model.false_misses = p.false_misses;
         self.model.shared_writers = p.shared_writers;
         self.model.lost_delays = p.lost_delays;
+        self.model.lost_rw_delays = p.lost_rw_delays;
     }
 
     pub(super) fn exp_delay(&mut self, per_sec: f64) -> Option<u64> {

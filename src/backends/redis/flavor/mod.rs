@@ -29,14 +29,14 @@ pub(super) enum Flavor {
     /// Every key of an operation on one node: one script an operation.
     OneNode(OneNode),
     /// Every script call to one hash slot.
-    Routed(Routed),
+    Routed(Box<Routed>),
 }
 
 impl Flavor {
     /// The flavor of a backend that `routed` by slot, or not.
     pub(super) fn new(routed: bool) -> Self {
         if routed {
-            Flavor::Routed(Routed::default())
+            Flavor::Routed(Box::default())
         } else {
             Flavor::OneNode(OneNode::default())
         }

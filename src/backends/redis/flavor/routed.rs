@@ -141,11 +141,19 @@ impl Routed {
         Ok(())
     }
 
-    /// Forgets what this backend knew of a session (closed or expired).
+    /// Forgets what this backend knew of a session (closed).
     pub(super) fn forget(&self, session: &SessionId) {
         self.stale.lock().remove(session);
         self.anchored.lock().remove(session);
         self.rw.forget(session);
+    }
+
+    /// Forgets what this backend knew of a session found expired (or gone) on its node; its
+    /// read-write names learn it with their next call here.
+    pub(super) fn forget_expired(&self, session: &SessionId) {
+        self.stale.lock().remove(session);
+        self.anchored.lock().remove(session);
+        self.rw.expired(session);
     }
 
     /// The session call, then `acquire_lease.lua` on the lease's slot, or with `patience`
@@ -212,6 +220,7 @@ impl Routed {
             &[name.to_string()],
         )?;
         let Some((left, lease, delay)) = session_call(OP, &r)? else {
+            self.forget_expired(sid);
             return Ok(Acquired::Expired);
         };
         let left = Duration::from_millis(left);
@@ -329,7 +338,7 @@ impl Routed {
                     );
                 }
             }
-            self.forget(sid);
+            self.forget_expired(sid);
             return Ok(Acquired::Expired);
         };
         let left = left.max(Duration::from_millis(server_left));
@@ -388,7 +397,7 @@ impl Routed {
         };
         let Some((server_left, _, _)) = session else {
             undo("its session ended");
-            self.forget(sid);
+            self.forget_expired(sid);
             return Ok(Acquired::Expired);
         };
         let deadline = (sent + left).max(indexed + Duration::from_millis(server_left));
@@ -642,7 +651,8 @@ impl Routed {
     }
 
     /// `close_session.lua` on the session's slot (it answers the session's leases and
-    /// groups), then one `close_slot.lua` per slot of those, as one batch, then the index.
+    /// groups, and whether it was live), then one `close_slot.lua` per slot of those, as one
+    /// batch (an expired session's read-write terms keep their lock-delay), then the index.
     pub(super) fn close(&self, b: &Base, session: &SessionId) -> Result<()> {
         const OP: &str = "closing a session";
         let index = b.keys.session_keys(session);
@@ -655,7 +665,12 @@ impl Routed {
             .collect();
         self.forget(session);
         let r = b.eval(Role::Other, &scripts().close_session, &index, &[])?;
-        let a = array_of(OP, &r, 2)?;
+        let a = array_of(OP, &r, 3)?;
+        let live = match a[2].as_int() {
+            Some(0) => "0",
+            Some(1) => "1",
+            _ => return Err(bad_reply(OP, &r)),
+        };
         let names = strings(OP, &a[0])?;
         let groups = strings(OP, &a[1])?;
         for n in &names {
@@ -674,6 +689,7 @@ impl Routed {
                     session.to_string(),
                     lk.len().to_string(),
                     rk.len().to_string(),
+                    live.to_owned(),
                 ],
                 keys: lk.into_iter().chain(rk).chain(gk).collect(),
             })

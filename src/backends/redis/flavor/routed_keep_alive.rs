@@ -121,7 +121,7 @@ impl Routed {
         let r = b.eval(Role::KeepAlive, &scripts().keep_alive_session, index, &args)?;
         let answered = Instant::now();
         if gone(&r) {
-            self.forget(session);
+            self.forget_expired(session);
             return Err(expired(session));
         }
         let a = array_of(OP, &r, 6)?;

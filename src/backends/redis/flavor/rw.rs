@@ -14,7 +14,7 @@ use super::super::scripts::scripts;
 use super::routed::Routed;
 use super::Flavor;
 use crate::error::{Error, Result};
-use crate::spi::{RwAcquire, RwMode};
+use crate::spi::{RwAcquire, RwDelayed, RwMode};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -97,6 +97,10 @@ pub(in super::super) struct RwKnown {
     stamps: AtomicU64,
     /// The size past which sessions whose deadline passed are dropped.
     cap: AtomicU64,
+    /// Per name, sessions found expired here that held or waited for it, each until their
+    /// entries there ended on their own: the next read-write call on the name sends them, and
+    /// its script ends their places and terms (a term with a lock-delay then starts it).
+    gone: Mutex<HashMap<LeaseName, Vec<(SessionId, Instant)>>>,
 }
 
 #[derive(Default)]
@@ -113,13 +117,17 @@ struct KnownSession {
 const KNOWN_CAP: u64 = 1024;
 
 impl RwKnown {
-    /// What `sid` has left at `now` by the deadline known, if it is ahead, and the lease
-    /// it asked for last (if known).
-    fn left(&self, sid: &SessionId, now: Instant) -> Option<(Duration, Option<Duration>)> {
+    /// What `sid` has left at `now` by the deadline known, if it is ahead, with the lease it
+    /// asked for last and its lock-delay in ms (each if known).
+    fn left(
+        &self,
+        sid: &SessionId,
+        now: Instant,
+    ) -> Option<(Duration, Option<Duration>, Option<u64>)> {
         let m = self.sessions.lock();
         let s = m.get(sid)?;
         let left = s.deadline?.saturating_duration_since(now);
-        (left.as_millis() > 0).then_some((left, s.lease))
+        (left.as_millis() > 0).then_some((left, s.lease, s.delay))
     }
 
     /// What `sid` has left at `now` by the deadline known, if it is ahead, with the lease its
@@ -215,7 +223,67 @@ impl RwKnown {
             .map(|s| s.names.into_keys().collect())
             .unwrap_or_default()
     }
+
+    /// Forgets `sid`, found expired on its session's node: the names it held or waited for
+    /// learn it with their next read-write call here (see [`Self::gone_for`]).
+    pub(super) fn expired(&self, sid: &SessionId) {
+        let Some(s) = self.sessions.lock().remove(sid) else {
+            return;
+        };
+        // Its entries end on their own within a lease of its last renewal or grant.
+        let until = Instant::now() + s.lease.unwrap_or(GONE_FOR).max(GONE_FOR);
+        let mut gone = self.gone.lock();
+        if gone.values().map(Vec::len).sum::<usize>() >= GONE_CAP {
+            let now = Instant::now();
+            gone.retain(|_, v| {
+                v.retain(|(_, u)| *u > now);
+                !v.is_empty()
+            });
+            if gone.values().map(Vec::len).sum::<usize>() >= GONE_CAP {
+                // Best effort: those entries end on their own.
+                gone.clear();
+            }
+        }
+        for name in s.names.into_keys() {
+            gone.entry(name).or_default().push((sid.clone(), until));
+        }
+    }
+
+    /// The sessions found expired here that may still have entries in `name`.
+    pub(super) fn gone_for(&self, name: &LeaseName) -> Vec<String> {
+        let mut gone = self.gone.lock();
+        let Some(v) = gone.get_mut(name) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        v.retain(|(_, u)| *u > now);
+        let out = v.iter().map(|(s, _)| s.to_string()).collect();
+        if v.is_empty() {
+            gone.remove(name);
+        }
+        out
+    }
+
+    /// A script on `name` ended the entries of the sessions `sent` ([`Self::gone_for`]).
+    pub(super) fn gone_ended(&self, name: &LeaseName, sent: &[String]) {
+        if sent.is_empty() {
+            return;
+        }
+        let mut gone = self.gone.lock();
+        if let Some(v) = gone.get_mut(name) {
+            v.retain(|(s, _)| !sent.iter().any(|x| x == s.as_str()));
+            if v.is_empty() {
+                gone.remove(name);
+            }
+        }
+    }
 }
+
+/// How long at least a session found expired is sent with the names it held.
+const GONE_FOR: Duration = Duration::from_secs(60);
+
+/// The most sessions found expired kept for their names.
+const GONE_CAP: usize = 4096;
 
 /// The term of a grant.
 fn term(name: &LeaseName, token: Token, remaining: Duration) -> RwAcquire {
@@ -242,8 +310,18 @@ impl Flavor {
         }
     }
 
+    /// The arguments of `rw_state.lua` on `name`: the session key prefix, then (routed) the
+    /// sessions found expired here that may still have entries there.
+    pub(in super::super) fn rw_state_args(&self, b: &Base, name: &LeaseName) -> Vec<String> {
+        let mut args = vec![b.keys.session_prefix()];
+        if let Flavor::Routed(f) = self {
+            args.extend(f.rw.gone_for(name));
+        }
+        args
+    }
+
     /// One attempt at the read-write lock `name` (one script; routed, one more call first,
-    /// a `PTTL` of the session, when this backend knows no deadline of it ahead).
+    /// `session_ttl.lua`, when this backend knows no deadline of the session ahead).
     pub(in super::super) fn acquire_rw(
         &self,
         b: &Base,
@@ -272,17 +350,32 @@ impl Flavor {
             }
             Flavor::Routed(f) => {
                 let sent = Instant::now();
-                let (left, lease) = match f.rw.left(sid, sent) {
-                    Some(known) => known,
-                    None => (f.session_left(b, sid, sent)?, None),
+                let (left, lease, delay) = match f.rw.left(sid, sent) {
+                    Some((left, lease, Some(delay))) => (left, lease, delay),
+                    Some((_, lease, None)) => {
+                        let (left, delay) = f.session_left(b, sid, sent)?;
+                        (left, lease, delay)
+                    }
+                    None => {
+                        let (left, delay) = f.session_left(b, sid, sent)?;
+                        (left, None, delay)
+                    }
                 };
                 // A new entry gets a full lease on the lock's node (what the session has left
                 // when its lease is not known): it then outlasts the deadline of every
                 // keep-alive sent before the script ran, even one whose renewal missed it.
+                // A new place ends with the session as known here, and a term with a
+                // lock-delay counts as ended from then on for the other sessions.
                 args.push(lease_ms(lease.unwrap_or(left).max(left)).to_string());
+                args.push(delay.to_string());
+                args.push(known_ms(left).to_string());
+                let gone = f.rw.gone_for(name);
+                args.extend(gone.iter().cloned());
                 // Noted before the call: a keep-alive running meanwhile renews it.
                 let pre = f.rw.note(sid, name);
-                match rw_call(b, sid, name, &[rw], &args)? {
+                let r = rw_call(b, sid, name, &[rw], &args)?;
+                f.rw.gone_ended(name, &gone);
+                match r {
                     // The lock's node answers about the lock only.
                     RwReply::Expired => Err(bad_reply(OP, &Reply::Nil)),
                     RwReply::Granted { token, new, .. } if sent.elapsed() > left => {
@@ -321,8 +414,8 @@ impl Flavor {
         }
     }
 
-    /// Ends `sid`'s `mode` term of `name` with `token` (one script; routed, a `PTTL` of the
-    /// session first when this backend knows no deadline of it ahead).
+    /// Ends `sid`'s `mode` term of `name` with `token` (one script; routed, `session_ttl.lua`
+    /// first when this backend knows no deadline of the session ahead).
     pub(in super::super) fn release_rw(
         &self,
         b: &Base,
@@ -377,7 +470,10 @@ impl Flavor {
             }
             Flavor::Routed(f) => {
                 let stamp = f.rw.stamp(sid, name);
+                let gone = f.rw.gone_for(name);
+                let args: Vec<String> = args.into_iter().chain(gone.iter().cloned()).collect();
                 let r = b.eval(Role::Other, &scripts().rw_leave, &keys, &args)?;
+                f.rw.gone_ended(name, &gone);
                 let (left, has) = done_has(OP, &r)?;
                 if !has {
                     f.rw.drop_if(sid, name, stamp);
@@ -386,6 +482,12 @@ impl Flavor {
             }
         }
     }
+}
+
+/// What the session has left as known here, in whole ms rounded down (never later than
+/// the server's end; at least 1: the call is sent only while some is left).
+fn known_ms(left: Duration) -> u64 {
+    u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// Patience in whole ms (zero stays zero: a one-time try).
@@ -447,19 +549,35 @@ fn rw_call(
 }
 
 impl Routed {
-    /// What `sid` has left by a `PTTL` of its session hash (the deadline from `sent` is kept);
-    /// `SessionExpired` (and the session forgotten) when it is gone.
-    fn session_left(&self, b: &Base, sid: &SessionId, sent: Instant) -> Result<Duration> {
-        match self.pttl(b, sid)? {
-            Some(ms) => {
-                let left = Duration::from_millis(ms);
+    /// What `sid` has left and its lock-delay in ms, read from its session hash
+    /// (`session_ttl.lua`: both are kept, the deadline from `sent`); `SessionExpired` (and
+    /// the session forgotten) when it is gone.
+    fn session_left(&self, b: &Base, sid: &SessionId, sent: Instant) -> Result<(Duration, u64)> {
+        const OP: &str = "reading a session's time to live";
+        let r = b.eval(
+            Role::Other,
+            &scripts().session_ttl,
+            &[b.keys.session(sid)],
+            &[],
+        )?;
+        let a = array_of(OP, &r, 2)?;
+        let (Some(ms), Some(delay)) = (a[0].as_int(), a[1].as_int()) else {
+            return Err(bad_reply(OP, &r));
+        };
+        let delay = u64::try_from(delay).map_err(|_| bad_reply(OP, &r))?;
+        match ms {
+            // -2: no such key, -1: no expiry (not a session hash of this backend)
+            ms if ms > 0 => {
+                let left = millis(OP, &r, ms)?;
                 self.rw.renewed(sid, sent + left, None);
-                Ok(left)
+                self.rw.delay_known(sid, delay);
+                Ok((left, delay))
             }
-            None => {
-                self.forget(sid);
+            -2..=0 => {
+                self.forget_expired(sid);
                 Err(expired(sid))
             }
+            _ => Err(bad_reply(OP, &r)),
         }
     }
 
@@ -474,12 +592,18 @@ impl Routed {
         token: Token,
     ) -> Result<bool> {
         let stamp = self.rw.stamp(sid, name);
+        let gone = self.rw.gone_for(name);
+        let args: Vec<String> = release_args(b, sid, mode, token)
+            .into_iter()
+            .chain(gone.iter().cloned())
+            .collect();
         let r = b.eval(
             Role::Other,
             &scripts().rw_release,
             &[b.keys.rw(name.as_str())],
-            &release_args(b, sid, mode, token),
+            &args,
         )?;
+        self.rw.gone_ended(name, &gone);
         let (freed, has) = done_has("releasing a read-write lock", &r)?;
         if !has {
             self.rw.drop_if(sid, name, stamp);
@@ -488,10 +612,11 @@ impl Routed {
     }
 }
 
-/// Decodes `rw_state.lua`'s reply: `{token, writer, its token, {reader, token…}, {waiting…}}`.
+/// Decodes `rw_state.lua`'s reply: `{token, writer, its token, {reader, token…}, {waiting…},
+/// {session, mode, token, ms left…} of the delayed terms}`.
 pub(in super::super) fn rw_state_reply(r: &Reply) -> Result<crate::spi::RwState> {
     const OP: &str = "reading a read-write lock";
-    let a = array_of(OP, r, 5)?;
+    let a = array_of(OP, r, 6)?;
     let last = u64::try_from(int_at(OP, r, 0)?).map_err(|_| bad_reply(OP, r))?;
     let writer = match a[1].as_str().ok_or_else(|| bad_reply(OP, r))? {
         "" => None,
@@ -516,11 +641,36 @@ pub(in super::super) fn rw_state_reply(r: &Reply) -> Result<crate::spi::RwState>
         .iter()
         .map(|x| session_in(OP, r, x.as_str().ok_or_else(|| bad_reply(OP, r))?))
         .collect::<Result<Vec<_>>>()?;
+    let flat = a[5].as_array().ok_or_else(|| bad_reply(OP, r))?;
+    if flat.len() % 4 != 0 {
+        return Err(bad_reply(OP, r));
+    }
+    let mut delayed = flat
+        .chunks_exact(4)
+        .map(|c| {
+            let sid = c[0].as_str().ok_or_else(|| bad_reply(OP, r))?;
+            let mode = match c[1].as_str() {
+                Some("read") => RwMode::Read,
+                Some("write") => RwMode::Write,
+                _ => return Err(bad_reply(OP, r)),
+            };
+            let t = c[2].as_int().ok_or_else(|| bad_reply(OP, r))?;
+            let left = c[3].as_int().ok_or_else(|| bad_reply(OP, r))?;
+            Ok(RwDelayed {
+                session: session_in(OP, r, sid)?,
+                mode,
+                token: token(OP, t)?,
+                remaining: millis(OP, r, left)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    delayed.sort_by(|x, y| x.session.cmp(&y.session));
     Ok(crate::spi::RwState {
         writer,
         readers,
         writers_waiting,
         last_token: last,
+        delayed,
     })
 }
 
@@ -583,7 +733,7 @@ mod tests {
     }
 
     #[test]
-    fn state_replies_sort_readers_and_keep_the_queue_order() {
+    fn state_replies_sort_readers_and_delayed_terms_and_keep_the_queue_order() {
         let (a, b, w) = (
             SessionId::random(),
             SessionId::random(),
@@ -591,40 +741,87 @@ mod tests {
         );
         let (first, second) = if a < b { (a, b) } else { (b, a) };
         let int = Reply::Int;
-        let r = Reply::Array(vec![
+        let arr = Reply::Array;
+        let r = arr(vec![
             int(9),
             data(""),
             int(0),
-            Reply::Array(vec![
+            arr(vec![
                 data(second.as_str()),
                 int(8),
                 data(first.as_str()),
                 int(9),
             ]),
-            Reply::Array(vec![data(w.as_str())]),
+            arr(vec![data(w.as_str())]),
+            arr(vec![
+                data(second.as_str()),
+                data("write"),
+                int(5),
+                int(1500),
+                data(first.as_str()),
+                data("read"),
+                int(4),
+                int(0),
+            ]),
         ]);
         let st = rw_state_reply(&r).unwrap();
         assert_eq!(st.writer, None);
         assert_eq!(st.last_token, 9);
         let tok = |t| Token::new(t).unwrap();
-        assert_eq!(st.readers, vec![(first, tok(9)), (second, tok(8))]);
+        assert_eq!(
+            st.readers,
+            vec![(first.clone(), tok(9)), (second.clone(), tok(8))]
+        );
         assert_eq!(st.writers_waiting, vec![w.clone()]);
-        let r = Reply::Array(vec![
+        assert_eq!(
+            st.delayed,
+            vec![
+                RwDelayed {
+                    session: first,
+                    mode: RwMode::Read,
+                    token: tok(4),
+                    remaining: Duration::ZERO,
+                },
+                RwDelayed {
+                    session: second,
+                    mode: RwMode::Write,
+                    token: tok(5),
+                    remaining: Duration::from_millis(1500),
+                },
+            ]
+        );
+        let empty = || arr(vec![]);
+        let r = arr(vec![
             int(3),
             data(w.as_str()),
             int(3),
-            Reply::Array(vec![]),
-            Reply::Array(vec![]),
+            empty(),
+            empty(),
+            empty(),
         ]);
-        assert_eq!(rw_state_reply(&r).unwrap().writer, Some((w, tok(3))));
-        let odd = Reply::Array(vec![
-            int(3),
-            data(""),
-            int(0),
-            Reply::Array(vec![data("x")]),
-            Reply::Array(vec![]),
-        ]);
-        assert!(rw_state_reply(&odd).is_err());
+        assert_eq!(
+            rw_state_reply(&r).unwrap().writer,
+            Some((w.clone(), tok(3)))
+        );
+        let delayed = |d: Vec<Reply>| arr(vec![int(3), data(""), int(0), empty(), empty(), arr(d)]);
+        for bad in [
+            arr(vec![
+                int(3),
+                data(""),
+                int(0),
+                arr(vec![data("x")]),
+                empty(),
+                empty(),
+            ]),
+            arr(vec![int(3), data(""), int(0), empty(), empty()]),
+            delayed(vec![data(w.as_str()), data("write"), int(3)]),
+            delayed(vec![data(w.as_str()), data("both"), int(3), int(10)]),
+            delayed(vec![data(w.as_str()), data("read"), int(0), int(10)]),
+            delayed(vec![data(w.as_str()), data("read"), int(3), int(-1)]),
+            delayed(vec![data("x"), data("read"), int(3), int(10)]),
+        ] {
+            assert!(rw_state_reply(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -640,7 +837,8 @@ mod tests {
             Some(Duration::from_secs(9)),
         );
         k.renewed(&s, now + Duration::from_secs(1), None);
-        let (left, lease) = k.left(&s, now).unwrap();
+        let (left, lease, delay) = k.left(&s, now).unwrap();
+        assert_eq!(delay, None, "no lock-delay known yet");
         assert!(left > Duration::from_secs(4), "kept the later");
         assert_eq!(lease, Some(Duration::from_secs(9)));
         assert_eq!(k.left(&s, now + Duration::from_secs(6)), None, "passed");
@@ -652,7 +850,33 @@ mod tests {
         k.drop_if(&s, &n, k.stamp(&s, &n));
         assert!(k.names(&s).is_empty());
         k.note(&s, &n);
-        assert_eq!(k.forget(&s), vec![n]);
+        assert_eq!(k.forget(&s), vec![n.clone()]);
         assert!(k.names(&s).is_empty() && k.left(&s, now).is_none());
+        assert!(k.gone_for(&n).is_empty(), "closed: nothing to send");
+    }
+
+    #[test]
+    fn sessions_found_expired_are_sent_with_their_names_until_a_script_ended_them() {
+        let k = RwKnown::default();
+        let (s, t) = (SessionId::random(), SessionId::random());
+        let (n, m) = (LeaseName::new("n").unwrap(), LeaseName::new("m").unwrap());
+        k.note(&s, &n);
+        k.note(&s, &m);
+        k.note(&t, &n);
+        k.expired(&s);
+        k.expired(&t);
+        assert!(k.names(&s).is_empty(), "forgotten");
+        let mut on_n = k.gone_for(&n);
+        on_n.sort();
+        let mut both = vec![s.to_string(), t.to_string()];
+        both.sort();
+        assert_eq!(on_n, both);
+        assert_eq!(k.gone_for(&m), vec![s.to_string()]);
+        k.gone_ended(&n, &[s.to_string()]);
+        assert_eq!(k.gone_for(&n), vec![t.to_string()]);
+        k.gone_ended(&n, &[t.to_string()]);
+        assert!(k.gone_for(&n).is_empty());
+        assert_eq!(k.gone_for(&m), vec![s.to_string()], "another name still");
+        k.expired(&SessionId::random()); // unknown: nothing
     }
 }

@@ -10,9 +10,10 @@
 //! 2. `lock`: an upsert of the name's row that bumps its counter: it takes the row's
 //!    exclusive lock (creating the row for a name never used) and holds it to the end, so
 //!    grants of one name are serialized;
-//! 3. `view`: one read of the counter, the live terms and the live waiting writers. It is the
-//!    transaction's first consistent read, so its snapshot is taken after the lock was
-//!    granted and holds every term granted before (grants commit under the lock);
+//! 3. `view`: one read of the counter, the terms (live, or in their session's lock-delay)
+//!    and the live waiting writers. It is the transaction's first consistent read, so its
+//!    snapshot is taken after the lock was granted and holds every term granted before
+//!    (grants commit under the lock);
 //! 4. a grant inserts the term (the bumped counter is its token; a writer that waited also
 //!    deletes its place) and commits; anything else rolls back (the bump with it), and a
 //!    writer that waits then adds or renews its place with one autocommit statement (a
@@ -57,6 +58,15 @@ impl RwSql {
             format!("JOIN {s} x ON x.session_id = {a}.session_id AND x.expires_at > {NOW}")
         };
         let (live_h, live_w) = (live("h"), live("w"));
+        // A term blocks its name while its session is live or in its lock-delay (0 without
+        // one, never negative); `x` is NULL-complemented for a term that no longer does.
+        let held_h = format!(
+            "JOIN {s} x ON x.session_id = h.session_id AND x.expires_at + x.lock_delay > {NOW}"
+        );
+        let ended_h = format!(
+            "LEFT JOIN {s} x ON x.session_id = h.session_id \
+             AND x.expires_at + x.lock_delay > {NOW}"
+        );
         RwSql {
             // name. The row's exclusive lock until the transaction ends; a new name's row is
             // inserted with the first token.
@@ -65,18 +75,19 @@ impl RwSql {
             ),
             // session, session, side, session, session, session, session, session, name: the
             // asker's remaining µs (NULL: not live), the (bumped) counter, the asker's term of
-            // that side, the live writer, the live readers, the other live places, the asker's
-            // live place and the live places before it (all others without a place). The
-            // subqueries refer to the locked row, so they run after its lock was granted.
+            // that side, the writer and the readers (live or in their lock-delay), the other
+            // live places, the asker's live place and the live places before it (all others
+            // without a place). The subqueries refer to the locked row, so they run after its
+            // lock was granted.
             view: format!(
                 "SELECT (SELECT m.expires_at * 1000 - {NOW_US} FROM {s} m \
                          WHERE m.session_id = ? AND m.expires_at > {NOW}), \
                         r.token, \
                         (SELECT h.token FROM {h} h {live_h} \
                          WHERE h.name = r.name AND h.session_id = ? AND h.writer = ?), \
-                        (SELECT h.session_id FROM {h} h {live_h} \
+                        (SELECT h.session_id FROM {h} h {held_h} \
                          WHERE h.name = r.name AND h.writer = 1 ORDER BY h.token DESC LIMIT 1), \
-                        (SELECT COUNT(*) FROM {h} h {live_h} WHERE h.name = r.name AND h.writer = 0), \
+                        (SELECT COUNT(*) FROM {h} h {held_h} WHERE h.name = r.name AND h.writer = 0), \
                         (SELECT COUNT(*) FROM {w} w {live_w} \
                          WHERE w.name = r.name AND w.expires_at > {NOW} AND w.session_id <> ?), \
                         (SELECT w.seq FROM {w} w \
@@ -114,20 +125,26 @@ impl RwSql {
                 "DELETE FROM {w} WHERE name = ? AND session_id = ? AND expires_at > {NOW}"
             ),
             // name, name, name: the counter (0), the live terms (1 read, 2 write), the live
-            // places (3, with their seq)
+            // places (3, with their seq), the terms in their lock-delay (4 read, 5 write), each
+            // with the µs left of its delay (0 for the others). `NOW` is the statement's start
+            // on both servers, the same in every branch.
             state: format!(
-                "SELECT 0, '', token FROM {rw} WHERE name = ? \
-                 UNION ALL SELECT 1 + h.writer, h.session_id, h.token FROM {h} h {live_h} \
-                   WHERE h.name = ? \
-                 UNION ALL SELECT 3, w.session_id, w.seq FROM {w} w {live_w} \
+                "SELECT 0, '', token, 0 FROM {rw} WHERE name = ? \
+                 UNION ALL SELECT CASE WHEN x.expires_at > {NOW} THEN 1 ELSE 4 END + h.writer, \
+                   h.session_id, h.token, (x.expires_at + x.lock_delay) * 1000 - {NOW_US} \
+                   FROM {h} h {held_h} WHERE h.name = ? \
+                 UNION ALL SELECT 3, w.session_id, w.seq, 0 FROM {w} w {live_w} \
                    WHERE w.name = ? AND w.expires_at > {NOW}"
             ),
-            end_holder: format!("DELETE FROM {h} WHERE session_id = ?"),
-            end_waiter: format!("DELETE FROM {w} WHERE session_id = ?"),
-            gc_holder: format!(
-                "DELETE h FROM {h} h LEFT JOIN {s} x ON x.session_id = h.session_id \
-                   AND x.expires_at > {NOW} WHERE x.session_id IS NULL"
+            // session: its terms, unless its row says they are in their lock-delay (an
+            // expired session's row stays until the delay ran out; the purge deletes them
+            // after it)
+            end_holder: format!(
+                "DELETE h FROM {h} h {ended_h} WHERE h.session_id = ? AND x.session_id IS NULL"
             ),
+            end_waiter: format!("DELETE FROM {w} WHERE session_id = ?"),
+            // the terms of sessions neither live nor in their lock-delay
+            gc_holder: format!("DELETE h FROM {h} h {ended_h} WHERE x.session_id IS NULL"),
             gc_waiter: format!(
                 "DELETE w FROM {w} w LEFT JOIN {s} x ON x.session_id = w.session_id \
                    AND x.expires_at > {NOW} WHERE x.session_id IS NULL OR w.expires_at <= {NOW}"
@@ -247,13 +264,15 @@ impl MyDriver {
                         kind: req_int(WHAT, &r, 0)?,
                         session: req_text(WHAT, &r, 1)?,
                         value: req_int(WHAT, &r, 2)?,
+                        remaining_us: req_int(WHAT, &r, 3)?,
                     })
                 })
                 .collect()
         })
     }
 
-    /// Two autocommit statements: the session's terms, then its places.
+    /// Two autocommit statements: the session's terms (but those in their lock-delay), then
+    /// its places.
     pub(super) fn rw_end_session_my(&self, id: &str) -> DbResult<()> {
         self.run(|c| {
             c.exec_drop(&self.rw_sql.end_holder, (id,))?;
@@ -261,8 +280,9 @@ impl MyDriver {
         })
     }
 
-    /// The collection run with every purge: the terms and places of sessions no longer live,
-    /// and the places whose patience ran out.
+    /// The collection run with every purge: the terms of sessions neither live nor in their
+    /// lock-delay, the places of sessions no longer live, and the places whose patience ran
+    /// out.
     pub(super) fn rw_gc_my(&self) -> DbResult<()> {
         self.run(|c| {
             c.exec_drop(&self.rw_sql.gc_holder, ())?;

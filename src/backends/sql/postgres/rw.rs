@@ -3,14 +3,15 @@
 //! serve everything else), and the driver calls that run them: every operation is one
 //! statement, so one round trip.
 //!
-//! The acquire reads the name's counter, its live terms and its live waiting writers from the
-//! statement's snapshot, decides, and takes a new term with an upsert of the name's row that
-//! bumps the counter only if it is still the one read (`x.token = cur.token`; the upsert locks
-//! the row, and under READ COMMITTED its `WHERE` sees the newest committed version). Every
-//! grant bumps the counter under that lock, so a grant that committed after the snapshot
-//! makes the upsert change nothing: the statement reports a race and the backend runs it
-//! again. Two grants of one name are so serialized, each seeing every term granted before it.
-//! The term's row is inserted from the upsert's result, in the same statement.
+//! The acquire reads the name's counter, its terms (live, or in their session's lock-delay)
+//! and its live waiting writers from the statement's snapshot, decides, and takes a new term
+//! with an upsert of the name's row that bumps the counter only if it is still the one read
+//! (`x.token = cur.token`; the upsert locks the row, and under READ COMMITTED its `WHERE`
+//! sees the newest committed version). Every grant bumps the counter under that lock, so a
+//! grant that committed after the snapshot makes the upsert change nothing: the statement
+//! reports a race and the backend runs it again. Two grants of one name are so serialized,
+//! each seeing every term granted before it. The term's row is inserted from the upsert's
+//! result, in the same statement.
 
 use super::conn::{classify, col};
 use super::statements::{NOW, NOW_US};
@@ -40,19 +41,35 @@ pub(super) fn sql(t: &Tables) -> [String; 6] {
             "JOIN {s} x ON x.session_id = {alias}.session_id AND x.expires_at > (SELECT ms FROM now)"
         )
     };
+    // A term blocks its name while its session is live or in its lock-delay (the delay is 0
+    // without one, and never negative).
+    let held = |alias: &str| {
+        format!(
+            "JOIN {s} x ON x.session_id = {alias}.session_id \
+             AND x.expires_at + x.lock_delay > (SELECT ms FROM now)"
+        )
+    };
+    // The term rows that no longer block (their session gone, or past expiry and delay).
+    let ended = |alias: &str| {
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {s} x WHERE x.session_id = {alias}.session_id \
+             AND x.expires_at + x.lock_delay > (SELECT ms FROM now))"
+        )
+    };
     [
         // acquire: $1 session, $2 name, $3 side (1 write, 0 read), $4 patience ms.
-        // `hold` and `wait` are the live terms and places (their sessions live; a place also
-        // within its patience). `ok`: the asker is live, holds no term of that side, and the
-        // rules let it in. `up` takes the term (see the module doc), `ins` records it, `dq`
-        // deletes the new writer's place. `reg` adds or renews a waiting writer's place: a
-        // place whose patience ran out gets a new seq (the back of the line).
+        // `hold` is the terms that block (their sessions live or in their lock-delay), `wait`
+        // the live places (their sessions live, and within their patience). `ok`: the asker
+        // is live, holds no term of that side, and the rules let it in. `up` takes the term
+        // (see the module doc), `ins` records it, `dq` deletes the new writer's place. `reg`
+        // adds or renews a waiting writer's place: a place whose patience ran out gets a new
+        // seq (the back of the line).
         format!(
             "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
              me AS MATERIALIZED (SELECT expires_at FROM {s} \
                     WHERE session_id = $1 AND expires_at > (SELECT ms FROM now)), \
              cur AS MATERIALIZED (SELECT token FROM {rw} WHERE name = $2), \
-             hold AS MATERIALIZED (SELECT h.session_id, h.writer, h.token FROM {h} h {live_h} \
+             hold AS MATERIALIZED (SELECT h.session_id, h.writer, h.token FROM {h} h {held_h} \
                     WHERE h.name = $2), \
              wait AS MATERIALIZED (SELECT w.session_id, w.seq FROM {w} w {live_w} \
                     WHERE w.name = $2 AND w.expires_at > (SELECT ms FROM now)), \
@@ -92,7 +109,7 @@ pub(super) fn sql(t: &Tables) -> [String; 6] {
                       + CASE WHEN EXISTS (SELECT 1 FROM reg) \
                                OR ($3 = 0 AND EXISTS (SELECT 1 FROM place)) THEN 1 ELSE 0 END, \
                     (SELECT count(*) FROM dq)",
-            live_h = live("h"),
+            held_h = held("h"),
             live_w = live("w"),
         ),
         // release: $1 name, $2 session, $3 side, $4 token. Only by a live session (an expired
@@ -115,41 +132,48 @@ pub(super) fn sql(t: &Tables) -> [String; 6] {
              note AS MATERIALIZED (SELECT pg_notify({ch}, 'r:' || name) FROM gone WHERE live) \
              SELECT (SELECT count(*) FROM gone WHERE live), (SELECT count(*) FROM note)"
         ),
-        // state: $1 name. The counter, the live terms (1 read, 2 write) and the live places
-        // (3, with their seq).
+        // state: $1 name. The counter, the live terms (1 read, 2 write), the live places
+        // (3, with their seq) and the terms in their lock-delay (4 read, 5 write, with the
+        // µs left).
         format!(
-            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms) \
-             SELECT 0::int8, ''::text, token FROM {rw} WHERE name = $1 \
-             UNION ALL SELECT 1 + h.writer::int8, h.session_id::text, h.token FROM {h} h {live_h} \
-                    WHERE h.name = $1 \
-             UNION ALL SELECT 3::int8, w.session_id::text, w.seq FROM {w} w {live_w} \
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us) \
+             SELECT 0::int8, ''::text, token, 0::int8 FROM {rw} WHERE name = $1 \
+             UNION ALL SELECT CASE WHEN x.expires_at > (SELECT ms FROM now) THEN 1 ELSE 4 END \
+                      + h.writer::int8, h.session_id::text, h.token, \
+                    (x.expires_at + x.lock_delay) * 1000 - (SELECT us FROM now) \
+                    FROM {h} h {held_h} WHERE h.name = $1 \
+             UNION ALL SELECT 3::int8, w.session_id::text, w.seq, 0::int8 FROM {w} w {live_w} \
                     WHERE w.name = $1 AND w.expires_at > (SELECT ms FROM now)",
-            live_h = live("h"),
+            held_h = held("h"),
             live_w = live("w"),
         ),
-        // end of a session: $1 session (already removed, or expired). Its terms and places
-        // go; each name is notified once.
+        // end of a session: $1 session (already removed, or expired). Its places go, and its
+        // terms unless its row says they are in their lock-delay (an expired session's row
+        // stays until its delay ran out; the purge deletes them after it); each name is
+        // notified once.
         format!(
-            "WITH h AS (DELETE FROM {h} WHERE session_id = $1 RETURNING name), \
+            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
+             h AS (DELETE FROM {h} h WHERE h.session_id = $1 AND {ended_h} RETURNING name), \
              w AS (DELETE FROM {w} WHERE session_id = $1 RETURNING name), \
              note AS MATERIALIZED (SELECT pg_notify({ch}, 'r:' || name) \
                     FROM (SELECT name FROM h UNION SELECT name FROM w) n) \
-             SELECT (SELECT count(*) FROM note)"
+             SELECT (SELECT count(*) FROM note)",
+            ended_h = ended("h"),
         ),
-        // collection (with the purge): the terms and places of sessions no longer live, and
-        // the places whose patience ran out; each name is notified once.
+        // collection (with the purge): the terms of sessions neither live nor in their
+        // lock-delay, the places of sessions no longer live, and the places whose patience
+        // ran out; each name is notified once.
         format!(
             "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
-             h AS (DELETE FROM {h} h WHERE NOT EXISTS (SELECT 1 FROM {s} x \
-                    WHERE x.session_id = h.session_id AND x.expires_at > (SELECT ms FROM now)) \
-                    RETURNING name), \
+             h AS (DELETE FROM {h} h WHERE {ended_h} RETURNING name), \
              w AS (DELETE FROM {w} w WHERE w.expires_at <= (SELECT ms FROM now) \
                     OR NOT EXISTS (SELECT 1 FROM {s} x \
                     WHERE x.session_id = w.session_id AND x.expires_at > (SELECT ms FROM now)) \
                     RETURNING name), \
              note AS MATERIALIZED (SELECT pg_notify({ch}, 'r:' || name) \
                     FROM (SELECT name FROM h UNION SELECT name FROM w) n) \
-             SELECT (SELECT count(*) FROM note)"
+             SELECT (SELECT count(*) FROM note)",
+            ended_h = ended("h"),
         ),
     ]
 }
@@ -259,6 +283,7 @@ impl PgDriver {
                         kind: col(r, 0)?,
                         session: col(r, 1)?,
                         value: col(r, 2)?,
+                        remaining_us: col(r, 3)?,
                     })
                 })
                 .collect()
