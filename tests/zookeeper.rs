@@ -456,11 +456,9 @@ mod ensemble {
     /// The tests of this module one at a time (the failover test stops nodes).
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    /// Read-write locks with sessions on followers (whose reads may lag the leader: the
-    /// compare-and-set of every grant catches a decision made on a stale read).
-    #[test]
-    fn rw_locks_exclude_and_follow_the_token_rule_on_the_ensemble() {
-        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    /// A harness of isolated backends on the ensemble with a 2 s lease, once every node
+    /// serves.
+    fn serving_harness() -> tck::Harness {
         let nodes = nodes();
         let h = tck::Harness::new(|| {
             Arc::new(zk::Isolated::new(&zk::ensemble_hosts(), None, |b| b)) as Arc<dyn LeaseBackend>
@@ -469,6 +467,15 @@ mod ensemble {
         h.until("all ensemble nodes serve", || {
             nodes.iter().all(|n| mode(n).is_some())
         });
+        h
+    }
+
+    /// Read-write locks with sessions on followers (whose reads may lag the leader: the
+    /// compare-and-set of every grant catches a decision made on a stale read).
+    #[test]
+    fn rw_locks_exclude_and_follow_the_token_rule_on_the_ensemble() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let h = serving_harness();
         tck::rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(&h);
         tck::rw_locks_exclude_under_contention(&h);
         tck::rw_a_waiting_writer_blocks_new_readers(&h);
@@ -479,14 +486,7 @@ mod ensemble {
     #[test]
     fn rw_lock_delay_holds_on_the_ensemble() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-        let nodes = nodes();
-        let h = tck::Harness::new(|| {
-            Arc::new(zk::Isolated::new(&zk::ensemble_hosts(), None, |b| b)) as Arc<dyn LeaseBackend>
-        })
-        .with_lease(Duration::from_secs(2));
-        h.until("all ensemble nodes serve", || {
-            nodes.iter().all(|n| mode(n).is_some())
-        });
+        let h = serving_harness();
         tck::rw_lock_delay_blocks_after_an_expired_writer_or_reader(&h);
         tck::rw_lock_delay_does_not_follow_a_release_a_close_or_a_wait(&h);
         tck::rw_lock_delay_holds_a_lost_write_term_of_an_engine_session(&h);
