@@ -3,13 +3,21 @@
 //! `delete`, keep-alive (1 and 1000 leases) ÷ raw `exists`; and the take-over after a clean
 //! release, on the backend (the waiter acquires on the `Released` notification) and through
 //! the engine (`Session::lock` waiting in one session while another unlocks), next to raw
-//! `exists` samples taken in the same rounds.
+//! `exists` samples taken in the same rounds. Two more backends on roots of their own
+//! measure an acquire without a delay where sessions with a lock-delay work: one right after
+//! another session's acquire and release with a delay (the gate's create wrote `{root}/delays`,
+//! so the acquire's `check` fails and it asserts again in full), one while such a session
+//! holds another name (a gate stands: the full assertion); and the acquire with a delay.
 //!
 //! The raw operations run on a `zookeeper-client` client of their own (the crate and
 //! runtime the backend uses, so the same client-side hops): `exists` of the bench root,
 //! `create` of an ephemeral node under it (open ACL, empty data), `delete` of that node
 //! (any version); "raw exists + delete" runs the two one after the other, the shape of a
-//! release that checks its node before deleting it. The ratio column is of the medians;
+//! release that checks its node before deleting it. "raw multi: …" rows send the acquire's
+//! multi shapes (the create alone, with the `check`, with the gate path's create and delete;
+//! a lease node's create with an `exists` queued behind it, not waited for and waited for,
+//! which is what an acquire waits for on a server before 3.8.2, see ZOOKEEPER-4026).
+//! The ratio column is of the medians;
 //! the spread is the lowest and highest ratio over five consecutive blocks of the run (the
 //! machine is shared: compare ratios, not µs).
 //!
@@ -80,6 +88,28 @@ fn main() {
     // `s1` acquires and releases `bench`; `one` holds one lease and `many` 1000, unchanged.
     let (s1, s2, one, many) = (open(), open(), open(), open());
     let name = LeaseName::new("bench").unwrap();
+    // Roots where sessions with a lock-delay work: `mixed` acquires and releases with a delay
+    // between the plain acquires; on `gated` a session with a delay holds a name throughout.
+    let mixed = ZooKeeperBackend::builder(hosts.as_str())
+        .root(format!("{root}-mixed"))
+        .build()
+        .expect("backend");
+    let gated = ZooKeeperBackend::builder(hosts.as_str())
+        .root(format!("{root}-gated"))
+        .build()
+        .expect("backend");
+    let m = Metadata::default();
+    let delay = Duration::from_secs(5);
+    let (mp, md) = (
+        mixed.open_session(lease, &m).unwrap().id,
+        mixed.open_session_with_delay(lease, &m, delay).unwrap().id,
+    );
+    let (gp, gd) = (
+        gated.open_session(lease, &m).unwrap().id,
+        gated.open_session_with_delay(lease, &m, delay).unwrap().id,
+    );
+    let dname = LeaseName::new("delayed").unwrap();
+    acquired(gated.acquire(&gd, &dname).unwrap());
     acquired(
         b.acquire(&one, &LeaseName::new("bench-held").unwrap())
             .unwrap(),
@@ -112,12 +142,25 @@ fn main() {
         "keep-alive, 1 lease",
         "keep-alive, 1000 leases",
         "keep-alive right after an acquire",
+        "acquire (free), right after a gate's create",
+        "acquire (free), while a gate stands",
+        "acquire with a lock-delay (free)",
+        "raw multi: create",
+        "raw multi: create, check",
+        "raw multi: create, create, delete",
+        "raw create, an exists queued behind",
+        "raw multi: create in leases, check; exists behind",
+        "  the same, waiting for the exists too",
     ];
+    let lease_node = format!("{root}/leases/raw");
+    let check_node = format!("{root}/delays");
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let gate_node = format!("{root}/delays/raw");
     let mut rows: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     for i in 0..iters + iters / 10 {
         let mut it: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
-        for unit in common::shuffled(6, &mut rng) {
+        for unit in common::shuffled(9, &mut rng) {
             match unit {
                 0 => {
                     time(&mut it[0], || block_on(raw.check_stat(&root)).unwrap());
@@ -143,6 +186,71 @@ fn main() {
                     assert!(time(&mut it[6], || b
                         .release(&s1, &name, term.token)
                         .unwrap()));
+                }
+                8 => {
+                    let multi = |ops: u8| {
+                        let mut w = raw.new_multi_writer();
+                        w.add_create(&raw_node, &[], &ephemeral).unwrap();
+                        if ops == 1 {
+                            w.add_check_version(&check_node, 0).unwrap();
+                        } else if ops == 2 {
+                            w.add_create(&gate_node, &[], &persistent).unwrap();
+                            w.add_delete(&gate_node, None).unwrap();
+                        }
+                        block_on(w.commit()).unwrap();
+                    };
+                    for (row, ops) in [(13, 0), (14, 1), (15, 2)] {
+                        time(&mut it[row], || multi(ops));
+                        block_on(raw.delete(&raw_node, None)).unwrap();
+                    }
+                    let seen = time(&mut it[16], || {
+                        let created = raw.create(&raw_node, &[], &ephemeral);
+                        let seen = raw.check_and_watch_stat(&raw_node);
+                        block_on(created).unwrap();
+                        seen
+                    });
+                    drop(block_on(seen));
+                    block_on(raw.delete(&raw_node, None)).unwrap();
+                    let seen = time(&mut it[17], || {
+                        let mut w = raw.new_multi_writer();
+                        w.add_create(&lease_node, b"0123456789abcdef\n", &ephemeral)
+                            .unwrap();
+                        w.add_check_version(&check_node, 0).unwrap();
+                        let created = w.commit();
+                        let seen = raw.check_and_watch_stat(&lease_node);
+                        block_on(created).unwrap();
+                        seen
+                    });
+                    drop(block_on(seen));
+                    block_on(raw.delete(&lease_node, None)).unwrap();
+                    // What an acquire waits for on a server whose multi answers a create
+                    // without its stat (ZOOKEEPER-4026, before 3.8.2): the `exists` reply.
+                    time(&mut it[18], || {
+                        let mut w = raw.new_multi_writer();
+                        w.add_create(&lease_node, b"0123456789abcdef\n", &ephemeral)
+                            .unwrap();
+                        w.add_check_version(&check_node, 0).unwrap();
+                        let created = w.commit();
+                        let seen = raw.check_and_watch_stat(&lease_node);
+                        block_on(created).unwrap();
+                        block_on(seen).unwrap()
+                    });
+                    block_on(raw.delete(&lease_node, None)).unwrap();
+                }
+                6 => {
+                    let t = acquired(time(&mut it[12], || mixed.acquire(&md, &dname).unwrap()));
+                    assert!(mixed.release(&md, &dname, t.token).unwrap());
+                    let t = acquired(time(&mut it[10], || mixed.acquire(&mp, &name).unwrap()));
+                    assert!(mixed.release(&mp, &name, t.token).unwrap());
+                    // Untimed: the sessions of the other roots live through a long run.
+                    for (x, id) in [(&mixed, &mp), (&mixed, &md), (&gated, &gp), (&gated, &gd)] {
+                        x.keep_alive(id, lease).unwrap();
+                    }
+                    b.keep_alive(&s2, lease).unwrap();
+                }
+                7 => {
+                    let t = acquired(time(&mut it[11], || gated.acquire(&gp, &name).unwrap()));
+                    assert!(gated.release(&gp, &name, t.token).unwrap());
                 }
                 4 => {
                     let k = time(&mut it[7], || b.keep_alive(&one, lease).unwrap());
@@ -197,12 +305,23 @@ fn main() {
     for id in [&s1, &s2, &one, &many] {
         b.close_session(id).unwrap();
     }
+    for (x, ids) in [(&mixed, [&mp, &md]), (&gated, [&gp, &gd])] {
+        for id in ids {
+            x.close_session(id).unwrap();
+        }
+    }
 
     println!("ZooKeeper at {hosts}, {iters} iterations");
     let vs = |n: &'static str| match n {
         EXISTS | CREATE | DELETE => None,
         "raw exists + delete" | "release" => Some(DELETE),
-        "acquire (free)" => Some(CREATE),
+        n if n.starts_with("acquire")
+            || n.starts_with("raw multi")
+            || n.starts_with("raw create")
+            || n.starts_with("  the same") =>
+        {
+            Some(CREATE)
+        }
         _ => Some(EXISTS),
     };
     let mut table: Vec<Row> = names
@@ -227,7 +346,15 @@ fn main() {
     print_ratios(&table, BLOCKS, None);
     drop(raw);
     drop(b);
-    raw::Raw::connect(&hosts).delete_tree(&root);
+    drop((mixed, gated));
+    let mut raw = raw::Raw::connect(&hosts);
+    for r in [
+        root.clone(),
+        format!("{root}-mixed"),
+        format!("{root}-gated"),
+    ] {
+        raw.delete_tree(&r);
+    }
 }
 
 /// Take-over after a clean release through the engine: one session's `lock` waits while
