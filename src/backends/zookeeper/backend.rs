@@ -313,10 +313,11 @@ impl LeaseBackend for ZooKeeperBackend {
         Ok(())
     }
 
-    /// One multi, with an `exists` with a watch queued behind it: the lease node's create,
-    /// with the gate's create and delete (no gate may stand: see `delay`), or with the gate
-    /// and its holder's child for a session with a lock-delay. A name in its delay adds a
-    /// read and a stamp write per attempt, and the take one more multi.
+    /// One multi, with an `exists` with a watch queued behind it (not waited for): the lease
+    /// node's create, with the gate's create, `setData` (its stat carries the token: see the
+    /// code) and delete (no gate may stand: see `delay`), or with the gate, its `setData` and
+    /// its holder's child for a session with a lock-delay. A name in its delay adds a read and
+    /// a stamp write per attempt, and the take one more multi.
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
         const OP: &str = "acquiring a lease";
         let inner = &self.inner;
@@ -349,15 +350,23 @@ impl LeaseBackend for ZooKeeperBackend {
             let at = w_len(&take);
             w.add_create(&path, &lease_data(session, ""), &opts)
                 .map_err(|e| zk_err(OP, e))?;
+            // No gate may stand (after a take, the one that did is deleted above). The
+            // `setData` of the gate just created answers with its stat on every server (a
+            // multi before 3.8.2 answers a create without it, ZOOKEEPER-4026): all the
+            // multi's operations share one zxid, so its `czxid` is the lease node's, the token.
+            let data = if s.lock_delay_ms > 0 {
+                &gate_data[..]
+            } else {
+                &[]
+            };
+            w.add_create(&gate, data, &gopts)
+                .map_err(|e| zk_err(OP, e))?;
+            w.add_set_data(&gate, data, None)
+                .map_err(|e| zk_err(OP, e))?;
             if s.lock_delay_ms > 0 {
-                w.add_create(&gate, &gate_data, &gopts)
-                    .map_err(|e| zk_err(OP, e))?;
                 w.add_create(&holder, &[], &hopts)
                     .map_err(|e| zk_err(OP, e))?;
-            } else if take.is_none() {
-                // No gate stands (a take just deleted the one that did).
-                w.add_create(&gate, &[], &gopts)
-                    .map_err(|e| zk_err(OP, e))?;
+            } else {
                 w.add_delete(&gate, None).map_err(|e| zk_err(OP, e))?;
             }
             // The name counts as possibly owned from the moment its create is sent. An `exists`
@@ -372,15 +381,18 @@ impl LeaseBackend for ZooKeeperBackend {
             };
             let failed = match call(OP, limit, created)? {
                 Ok(results) => {
-                    let stat = match results.into_iter().nth(at) {
-                        Some(zk::MultiWriteResult::Create { stat, .. }) if stat.czxid > 0 => {
+                    // The gate's stat after its `setData`: created and written by this
+                    // multi (one zxid), else not to be trusted as the token.
+                    let stat = match results.into_iter().nth(at + 2) {
+                        Some(zk::MultiWriteResult::SetData { stat })
+                            if stat.czxid > 0 && stat.czxid == stat.mzxid =>
+                        {
                             Some(stat)
                         }
                         _ => None,
                     };
                     let Some(stat) = stat else {
-                        // A server that answers a multi's create without its stat
-                        // (ZOOKEEPER-4026): the `exists` behind it has the node.
+                        // Not expected of any server: the `exists` behind it has the node.
                         let seen = match call(OP, limit, seen.reply())? {
                             Ok(seen) => seen,
                             Err(e) => return Err(fail(e)),

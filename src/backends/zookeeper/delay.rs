@@ -30,8 +30,9 @@
 //! disagree moves the end by the skew (as for run-once jobs). Processes of an earlier version
 //! ignore gates: upgrade every process on a root together.
 //!
-//! Cost: an acquire is still one multi (two more operations in it: the gate's create and
-//! delete, or the gate and its child), a release still two round trips (the gate's two
+//! Cost: an acquire is still one multi (three more operations in it: the gate's create,
+//! `setData` and delete, or the gate, its `setData` and its child; the `setData`'s stat is
+//! the token on servers whose multi answers a create without it), a release still two round trips (the gate's two
 //! deletes join the lease node's delete), a close of a live session with a delay one multi
 //! per possibly held lease more (sent at once), keep-alives nothing. A name in its delay
 //! costs an attempt one more read and one or two more writes (the stamp), and the take one
