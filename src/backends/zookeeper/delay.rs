@@ -32,11 +32,11 @@
 //!
 //! Cost: an acquire is still one multi (three more operations in it: the gate's create,
 //! `setData` and delete, or the gate, its `setData` and its child; the `setData`'s stat is
-//! the token on servers whose multi answers a create without it), a release still two round trips (the gate's two
-//! deletes join the lease node's delete), a close of a live session with a delay one multi
-//! per possibly held lease more (sent at once), keep-alives nothing. A name in its delay
-//! costs an attempt one more read and one or two more writes (the stamp), and the take one
-//! more multi. Each gate change is one more event for every backend's reader.
+//! the token on servers whose multi answers a create without it), a release still two round
+//! trips (the gate's two deletes join the lease node's delete), a close of a live session
+//! with a delay one multi per possibly held lease more (sent at once), keep-alives nothing.
+//! A name in its delay costs an attempt one more read and one or two more writes (the
+//! stamp), and the take one more multi. Each gate change is one more event for every backend's reader.
 //!
 //! Read-write terms keep their delay with gates of their own beside their term nodes (see
 //! `rw`), timed by the same stamps ([`Sessions::stamps`]) and ended by the same close.
