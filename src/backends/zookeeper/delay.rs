@@ -36,7 +36,8 @@
 //! trips (the gate's two deletes join the lease node's delete), a close of a live session
 //! with a delay one multi per possibly held lease more (sent at once), keep-alives nothing.
 //! A name in its delay costs an attempt one more read and one or two more writes (the
-//! stamp), and the take one more multi. Each gate change is one more event for every backend's reader.
+//! stamp), and the take one more multi. Each gate change is one more event for every
+//! backend's reader.
 //!
 //! Read-write terms keep their delay with gates of their own beside their term nodes (see
 //! `rw`), timed by the same stamps ([`Sessions::stamps`]) and ended by the same close.
