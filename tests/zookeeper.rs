@@ -1643,6 +1643,41 @@ mod rw {
         }
     }
 
+    /// A release of a term whose session has a lock-delay deletes the term and its gate in
+    /// one multi: subscribers hear one `Released`, not one per node. A later release of
+    /// another name bounds the wait (events arrive in zxid order).
+    #[test]
+    fn a_release_with_a_lock_delay_is_notified_once() {
+        let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
+        let (rx, _sub) = zk::notifications(&b);
+        let delayed = b
+            .open_session_with_delay(LONG, &Metadata::default(), LONG)
+            .unwrap()
+            .id;
+        let plain = open(&b);
+        let (name, marker) = (tck::lease_name("rw-note"), tck::lease_name("rw-note-end"));
+        let t = granted(b.acquire_rw(&delayed, &name, RwMode::Write, LONG).unwrap());
+        let m = granted(b.acquire_rw(&plain, &marker, RwMode::Read, LONG).unwrap());
+        assert!(b
+            .release_rw(&delayed, &name, RwMode::Write, t.token)
+            .unwrap());
+        assert!(b
+            .release_rw(&plain, &marker, RwMode::Read, m.token)
+            .unwrap());
+        let mut released = 0;
+        loop {
+            match rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(Notification::Released(n)) if n == marker => break,
+                Ok(Notification::Released(n)) if n == name => released += 1,
+                Ok(_) => {}
+                Err(_) => panic!("the later release was not notified"),
+            }
+        }
+        assert_eq!(released, 1, "one release, one notification");
+        b.close_session(&delayed).unwrap();
+        b.close_session(&plain).unwrap();
+    }
+
     #[test]
     fn a_writer_that_stopped_asking_frees_readers_after_its_patience_and_queues_again_at_the_back()
     {

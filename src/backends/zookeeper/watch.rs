@@ -108,11 +108,14 @@ pub(super) fn watch_loop(
                     }
                 }
             }
-            // A read-write term released, or a waiting writer gone: waiters may go now.
+            // A read-write term released, or a waiting writer gone: waiters may go now. A
+            // lock-delay gate (`g…`) or its stamp is deleted with its term (whose own delete
+            // is the release) or by a grant: no release of its own.
             zk::EventType::NodeDeleted if ev.path.starts_with(&rw) => {
                 let rest = &ev.path[rw.len()..];
-                if let Some((n, _child)) = rest.split_once('/') {
-                    if let Ok(name) = LeaseName::new(n) {
+                if let Some((n, child)) = rest.split_once('/') {
+                    let gate = child.starts_with('g') || child.contains('/');
+                    if let (false, Ok(name)) = (gate, LeaseName::new(n)) {
                         subs.publish(&Notification::Released(name));
                     }
                 }
