@@ -1995,7 +1995,9 @@ mod rw {
             ),
             "{busy:?}"
         );
-        std::thread::sleep(d + Duration::from_millis(500));
+        tck::until(Duration::from_secs(20), "the delay runs out", || {
+            b.rw_state(&name).is_ok_and(|s| s.delayed.is_empty())
+        });
         let r = open(&b);
         let busy = b
             .acquire_rw(&r, &name, RwMode::Read, Duration::ZERO)
@@ -2049,7 +2051,9 @@ mod rw {
             [gate.clone(), format!("r-{r1}-{}", t1.token)]
         );
         assert!(raw.ctime(&format!("{dir}/{gate}/ended")).is_some(), "timed");
-        std::thread::sleep(d + Duration::from_millis(500));
+        tck::until(Duration::from_secs(20), "the delay runs out", || {
+            b.rw_state(&name).is_ok_and(|s| s.delayed.is_empty())
+        });
         let r2 = open(&b);
         let t2 = granted(b.acquire_rw(&r2, &name, RwMode::Read, LONG).unwrap());
         let mut readers = [

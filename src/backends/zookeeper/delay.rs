@@ -92,6 +92,15 @@ pub(super) fn remaining(left_ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))
 }
 
+/// The replies of requests already sent, in the order sent (one round trip for all).
+async fn in_order<F: Future>(sent: Vec<F>) -> Vec<F::Output> {
+    let mut out = Vec::with_capacity(sent.len());
+    for f in sent {
+        out.push(f.await);
+    }
+    out
+}
+
 /// The nodes a take deletes: the stamp, the holder's child, the gate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Timed {
@@ -228,14 +237,7 @@ impl Sessions {
             after: limit,
             source: None,
         };
-        let all = |futs: Vec<F>| async move {
-            let mut out = Vec::with_capacity(futs.len());
-            for f in futs {
-                out.push(f.await);
-            }
-            out
-        };
-        let written = block_on_for(all(sent), limit).ok_or_else(timeout)?;
+        let written = block_on_for(in_order(sent), limit).ok_or_else(timeout)?;
         let mut out = vec![None; paths.len()];
         let mut missing = Vec::new();
         for (i, r) in written.into_iter().enumerate() {
@@ -256,17 +258,7 @@ impl Sessions {
                 client.create(&paths[i], &[], &opts)
             })
             .collect();
-        let created = block_on_for(
-            async move {
-                let mut out = Vec::with_capacity(created.len());
-                for f in created {
-                    out.push(f.await);
-                }
-                out
-            },
-            limit,
-        )
-        .ok_or_else(timeout)?;
+        let created = block_on_for(in_order(created), limit).ok_or_else(timeout)?;
         for (i, r) in missing.into_iter().zip(created) {
             out[i] = match r {
                 Ok((stat, _)) => Some(stat),

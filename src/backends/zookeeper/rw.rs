@@ -390,13 +390,11 @@ impl Sessions {
         // Every delay is timed by its stamp's write, sent now (they travel with the line's
         // read, if any): a write term's keeps every attempt out, a read term's new writers,
         // and each counts in `Busy` while it lasts; a grant deletes those that ran out.
-        let timed: Vec<(usize, i64, String)> = view
+        let paths: Vec<String> = view
             .delayed
             .iter()
-            .enumerate()
-            .map(|(i, d)| (i, d.delay_ms, delay::stamp_path(&d.gate)))
+            .map(|d| delay::stamp_path(&d.gate))
             .collect();
-        let paths: Vec<String> = timed.iter().map(|t| t.2.clone()).collect();
         let sent: Vec<_> = paths
             .iter()
             .map(|p| client.set_data(p, &[], None))
@@ -405,16 +403,16 @@ impl Sessions {
             self.rw_line(client, limit, dir, how, queued, &mut view, fail)?;
         }
         let stamps = self.stamps(client, limit, &paths, sent, op, fail)?;
-        let mut gone = Vec::new();
-        for ((i, delay, _), stamp) in timed.into_iter().zip(stamps) {
-            match stamp {
-                Some(stamp) => view.delayed[i].left = Some(delay::left(&stamp, delay)),
-                None => gone.push(i), // taken since the read
-            }
-        }
-        for i in gone.into_iter().rev() {
-            view.delayed.remove(i);
-        }
+        let delayed = std::mem::take(&mut view.delayed);
+        // A stamp whose gate is gone: taken since the read.
+        view.delayed = delayed
+            .into_iter()
+            .zip(stamps)
+            .filter_map(|(d, stamp)| {
+                let left = Some(delay::left(&stamp?, d.delay_ms));
+                Some(Delayed { left, ..d })
+            })
+            .collect();
         Ok(view)
     }
 

@@ -279,6 +279,24 @@ impl RwKnown {
     }
 }
 
+impl RwKnown {
+    /// Runs a script on `name` with `args` followed by the sessions found expired here that
+    /// may still have entries there ([`Self::gone_for`]); once it ran, their entries there
+    /// are ended ([`Self::gone_ended`]).
+    fn sending_gone<T>(
+        &self,
+        name: &LeaseName,
+        mut args: Vec<String>,
+        script: impl FnOnce(&[String]) -> Result<T>,
+    ) -> Result<T> {
+        let at = args.len();
+        args.extend(self.gone_for(name));
+        let r = script(&args)?;
+        self.gone_ended(name, &args[at..]);
+        Ok(r)
+    }
+}
+
 /// How long at least a session found expired is sent with the names it held.
 const GONE_FOR: Duration = Duration::from_secs(60);
 
@@ -352,13 +370,9 @@ impl Flavor {
                 let sent = Instant::now();
                 let (left, lease, delay) = match f.rw.left(sid, sent) {
                     Some((left, lease, Some(delay))) => (left, lease, delay),
-                    Some((_, lease, None)) => {
+                    known => {
                         let (left, delay) = f.session_left(b, sid, sent)?;
-                        (left, lease, delay)
-                    }
-                    None => {
-                        let (left, delay) = f.session_left(b, sid, sent)?;
-                        (left, None, delay)
+                        (left, known.and_then(|k| k.1), delay)
                     }
                 };
                 // A new entry gets a full lease on the lock's node (what the session has left
@@ -369,12 +383,10 @@ impl Flavor {
                 args.push(lease_ms(lease.unwrap_or(left).max(left)).to_string());
                 args.push(delay.to_string());
                 args.push(known_ms(left).to_string());
-                let gone = f.rw.gone_for(name);
-                args.extend(gone.iter().cloned());
                 // Noted before the call: a keep-alive running meanwhile renews it.
                 let pre = f.rw.note(sid, name);
-                let r = rw_call(b, sid, name, &[rw], &args)?;
-                f.rw.gone_ended(name, &gone);
+                let r =
+                    f.rw.sending_gone(name, args, |args| rw_call(b, sid, name, &[rw], args))?;
                 match r {
                     // The lock's node answers about the lock only.
                     RwReply::Expired => Err(bad_reply(OP, &Reply::Nil)),
@@ -470,10 +482,9 @@ impl Flavor {
             }
             Flavor::Routed(f) => {
                 let stamp = f.rw.stamp(sid, name);
-                let gone = f.rw.gone_for(name);
-                let args: Vec<String> = args.into_iter().chain(gone.iter().cloned()).collect();
-                let r = b.eval(Role::Other, &scripts().rw_leave, &keys, &args)?;
-                f.rw.gone_ended(name, &gone);
+                let r = f.rw.sending_gone(name, Vec::from(args), |args| {
+                    b.eval(Role::Other, &scripts().rw_leave, &keys, args)
+                })?;
                 let (left, has) = done_has(OP, &r)?;
                 if !has {
                     f.rw.drop_if(sid, name, stamp);
@@ -592,18 +603,15 @@ impl Routed {
         token: Token,
     ) -> Result<bool> {
         let stamp = self.rw.stamp(sid, name);
-        let gone = self.rw.gone_for(name);
-        let args: Vec<String> = release_args(b, sid, mode, token)
-            .into_iter()
-            .chain(gone.iter().cloned())
-            .collect();
-        let r = b.eval(
-            Role::Other,
-            &scripts().rw_release,
-            &[b.keys.rw(name.as_str())],
-            &args,
-        )?;
-        self.rw.gone_ended(name, &gone);
+        let args = release_args(b, sid, mode, token);
+        let r = self.rw.sending_gone(name, Vec::from(args), |args| {
+            b.eval(
+                Role::Other,
+                &scripts().rw_release,
+                &[b.keys.rw(name.as_str())],
+                args,
+            )
+        })?;
         let (freed, has) = done_has("releasing a read-write lock", &r)?;
         if !has {
             self.rw.drop_if(sid, name, stamp);
