@@ -372,11 +372,13 @@ fn engine_regression_seeds() {
 /// attempt that raced a change) and read-write locks (read and write terms taken, refused,
 /// a one-time try, a writer that gave up leaving the writers' queue, an unlock, a read of
 /// the lock's state finding a term no guard knows), and a name kept by a lock-delay after
-/// its holder's expiry (a lease's, a read-write term's).
+/// its holder's expiry (a lease's, a read-write term's); every lock, permit and read-write
+/// call runs the shipped acquire machine, cancelled calls and a second thread waiting for
+/// the name its sibling reserved included.
 #[test]
 fn the_simulation_takes_the_driver_paths_it_checks() {
     type Path = (&'static str, fn(&str) -> bool);
-    let paths: [Path; 26] = [
+    let paths: [Path; 28] = [
         ("unlock found its term gone", |t| {
             t.contains("Unlock") && t.contains("was held: false")
         }),
@@ -432,8 +434,12 @@ fn the_simulation_takes_the_driver_paths_it_checks() {
         ("read-write term no guard knows", |t| {
             t.contains("no guard knows")
         }),
+        ("lock call cancelled", |t| t.contains("cancels its call")),
+        ("a thread waited for the name its sibling reserved", |t| {
+            t.contains("another thread of its session has it")
+        }),
     ];
-    let mut seen = [0usize; 26];
+    let mut seen = [0usize; 28];
     // Until every path was taken (a value written back is rare: about one seed in 200).
     for seed in 0..1500 {
         if seen.iter().all(|n| *n > 0) {

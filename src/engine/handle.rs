@@ -7,34 +7,17 @@
 use super::cancel::Cancel;
 use super::config::Config;
 use super::core::{lease_lost, HandleId, Holder};
-use super::driver::{jobs, rw, values, wait};
+use super::driver::reserve::{self, Space, Taken};
+use super::driver::{jobs, values, wait};
 use super::event::Event;
-use super::session::{Inner, Shared};
+use super::session::Inner;
 use crate::error::{Error, Result};
 use crate::spi::LeaseBackend;
-use crate::spi::{Acquire, RwAcquire, RwMode};
+use crate::spi::RwMode;
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
-use parking_lot::MutexGuard;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What a waiting caller sees of the session while it waits (read-only).
-pub(crate) struct View<'a> {
-    s: &'a Shared,
-}
-
-impl View<'_> {
-    /// The releases of `name` seen while someone waited for it.
-    pub(crate) fn releases_of(&self, name: &LeaseName) -> u64 {
-        self.s.core.releases_of(name)
-    }
-
-    /// Whether the session is live (not expired, not closed).
-    pub(crate) fn is_live(&self) -> bool {
-        self.s.core.check_live().is_ok()
-    }
-}
 
 /// A session as the primitives see it: the narrow API below, nothing of the session's
 /// inside (its core, its lock, its listeners' map).
@@ -93,9 +76,9 @@ impl EngineHandle {
         self.0.wait_delivered(h)
     }
 
-    /// Frees a local reservation of `name` by `h`.
-    pub(crate) fn unreserve(&self, name: &LeaseName, h: HandleId) {
-        self.0.unreserve(name, h)
+    /// Frees a local reservation of `name` in `space` by `h`.
+    pub(crate) fn unreserve(&self, space: Space, name: &LeaseName, h: HandleId) {
+        self.0.unreserve(space, name, h)
     }
 
     /// Releases a term of session `id` now.
@@ -111,11 +94,6 @@ impl EngineHandle {
     /// Queues the release of a term of session `id` (for `Drop`).
     pub(crate) fn release_later(&self, id: &SessionId, name: &LeaseName, token: Token) {
         self.0.release_later(id, name, token)
-    }
-
-    /// Frees a local reservation of the read-write lock `name` by `h`.
-    pub(crate) fn unreserve_rw(&self, name: &LeaseName, h: HandleId) {
-        self.0.unreserve_rw(name, h)
     }
 
     /// Releases a read-write term of session `id` now.
@@ -158,76 +136,6 @@ impl EngineHandle {
     pub(crate) fn job_holds(&self, id: &SessionId, deadline: Instant) -> bool {
         let s = self.0.lock_shared();
         jobs::holds(&s.core, id, deadline, self.0.now())
-    }
-
-    // ---- names reserved by this session's handles ------------------------------------
-
-    /// Reserves `name` for lock `h` of the calling thread, waiting until `until` (`once`:
-    /// no wait) while another handle of this session uses it. `Ok(false)`: not reserved in
-    /// time. A name this thread holds gives [`Error::AlreadyHeld`] (it would wait forever).
-    pub(crate) fn reserve_for_lock(
-        &self,
-        name: &LeaseName,
-        h: HandleId,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-    ) -> Result<bool> {
-        self.reserve(false, name, h, until, once, cancel)
-    }
-
-    /// [`EngineHandle::reserve_for_lock`] for the read-write lock `name` (its own namespace:
-    /// a plain lock of the same name does not conflict).
-    pub(crate) fn reserve_for_rw_lock(
-        &self,
-        name: &LeaseName,
-        h: HandleId,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-    ) -> Result<bool> {
-        self.reserve(true, name, h, until, once, cancel)
-    }
-
-    fn reserve(
-        &self,
-        rw: bool,
-        name: &LeaseName,
-        h: HandleId,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-    ) -> Result<bool> {
-        const OP: &str = "taking a lock";
-        let me = std::thread::current().id();
-        let mut s = self.0.lock_shared();
-        loop {
-            Cancel::check(cancel, OP)?;
-            if once {
-                s.core.check_live()?;
-            } else {
-                // While an expired session is reopened, wait for the new one.
-                self.0.check_waitable(&s)?;
-            }
-            let map = if rw {
-                &mut s.rw_reserved
-            } else {
-                &mut s.reserved
-            };
-            match map.get(name) {
-                None => {
-                    map.insert(name.clone(), (h, me));
-                    return Ok(true);
-                }
-                Some((_, by)) if *by == me && !once => {
-                    return Err(Error::AlreadyHeld { name: name.clone() });
-                }
-                Some(_) => {}
-            }
-            if once || !self.0.wait_or_cancel(&mut s, until, cancel) {
-                return Ok(false);
-            }
-        }
     }
 
     // ---- groups joined through memberships and candidacies ---------------------------
@@ -279,11 +187,10 @@ impl EngineHandle {
         {
             let mut s = self.0.lock_shared();
             self.0.check_waitable(&s)?;
-            if s.reserved.contains_key(name) {
+            let thread = reserve::this_thread();
+            if s.reserved.reserve(Space::Lease, name, h, thread) != Taken::Now {
                 return Err(Error::AlreadyHeld { name: name.clone() });
             }
-            s.reserved
-                .insert(name.clone(), (h, std::thread::current().id()));
             *s.joined.entry(group.clone()).or_insert(0) += 1;
             if s.core.check_live().is_ok() {
                 let id = s.core.session().clone();
@@ -418,129 +325,7 @@ impl EngineHandle {
         self.0.with_core(|c| c.remove_watch(h));
     }
 
-    // ---- locks ----------------------------------------------------------------------------
-
-    /// Waits until the session is live (an expired one that will be reopened is waited
-    /// for; `once`: not waited for). `Ok(false)`: `until` passed first.
-    pub(crate) fn wait_live(
-        &self,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-        operation: &'static str,
-    ) -> Result<bool> {
-        let mut s = self.0.lock_shared();
-        self.wait_live_in(&mut s, until, once, cancel, operation)
-    }
-
-    /// [`EngineHandle::wait_live`] under the lock `s` (held again when it returns).
-    fn wait_live_in(
-        &self,
-        s: &mut MutexGuard<'_, Shared>,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-        operation: &'static str,
-    ) -> Result<bool> {
-        loop {
-            Cancel::check(cancel, operation)?;
-            if once {
-                s.core.check_live()?;
-            } else {
-                self.0.check_waitable(s)?;
-            }
-            if s.core.state().is_live() {
-                return Ok(true);
-            }
-            if !self.0.wait_or_cancel(s, until, cancel) {
-                return Ok(false);
-            }
-        }
-    }
-
-    /// A lock caller waits for releases of `name` from now on (they reach this session).
-    pub(crate) fn wait_for_release(&self, name: &LeaseName) {
-        self.0.with_core(|c| c.wait_for_release(name));
-    }
-
-    /// A lock caller stopped waiting for releases of `name`.
-    pub(crate) fn stop_waiting(&self, name: &LeaseName) {
-        self.0.with_core(|c| c.stop_waiting(name));
-    }
-
-    /// Whether an expired session will be reopened.
-    pub(crate) fn will_reopen(&self) -> bool {
-        self.0.reopen_coming(&self.0.lock_shared())
-    }
-
-    /// The releases of each of `names` seen so far (by callers waiting for them).
-    pub(crate) fn releases_seen(&self, names: &[LeaseName]) -> Vec<u64> {
-        let s = self.0.lock_shared();
-        names.iter().map(|n| s.core.releases_of(n)).collect()
-    }
-
-    /// Waits until the session is live (as [`EngineHandle::wait_live`]), then, under the same
-    /// lock, marks an acquire of `name` as in flight; returns the session it is sent for and
-    /// the releases of `name` seen so far (`None`: `until` passed first).
-    pub(crate) fn begin_lock_attempt(
-        &self,
-        name: &LeaseName,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-        operation: &'static str,
-    ) -> Result<Option<(SessionId, u64)>> {
-        let mut s = self.0.lock_shared();
-        if !self.wait_live_in(&mut s, until, once, cancel, operation)? {
-            return Ok(None);
-        }
-        // Nothing to dispatch: marking an acquire in flight has no outputs.
-        s.core.begin_acquire(name);
-        Ok(Some((s.core.session().clone(), s.core.releases_of(name))))
-    }
-
-    /// Takes a lock attempt's reply (sent for `id` at `sent`; `Ok(None)`: queued behind
-    /// another waiter) into the engine; a reply for a replaced session is `SessionExpired`.
-    pub(crate) fn finish_lock_attempt(
-        &self,
-        id: &SessionId,
-        h: HandleId,
-        name: &LeaseName,
-        sent: Instant,
-        reply: Result<Option<Acquire>>,
-    ) -> Result<Option<Acquire>> {
-        self.0
-            .with_session(id, |c| {
-                // Read under the lock: a reply that waited for it is judged when taken in.
-                let now = self.0.now();
-                let r = wait::take_reply(c, h, name, sent, now, reply);
-                if let Ok(Some(Acquire::Acquired(term))) = &r {
-                    self.0.check_token(c, None, term);
-                }
-                r
-            })
-            .unwrap_or_else(|| Err(wait::replaced(id)))
-    }
-
-    /// Waits until `changed` sees a change (a release seen, say), the session is no longer
-    /// live, `cancel` is cancelled or `until` passes.
-    pub(crate) fn wait_for_change(
-        &self,
-        until: Instant,
-        cancel: Option<&Cancel>,
-        mut changed: impl FnMut(&View<'_>) -> bool,
-    ) {
-        let mut s = self.0.lock_shared();
-        loop {
-            let view = View { s: &s };
-            if changed(&view) || !view.is_live() || cancel.is_some_and(Cancel::is_cancelled) {
-                return;
-            }
-            if !self.0.wait_or_cancel(&mut s, Some(until), cancel) {
-                return;
-            }
-        }
-    }
+    // ---- lock terms -----------------------------------------------------------------------
 
     /// Whether the lock term `name`/`token` of session `id` is valid now.
     pub(crate) fn lock_is_valid(&self, id: &SessionId, name: &LeaseName, token: Token) -> bool {
@@ -584,44 +369,6 @@ impl EngineHandle {
     }
 
     // ---- read-write locks -----------------------------------------------------------------
-
-    /// Waits until the session is live (as [`EngineHandle::wait_live`]), then, under the same
-    /// lock, marks a read-write lock's attempt of `name` as in flight; returns the session it
-    /// is sent for and the releases of `name` seen so far (`None`: `until` passed first).
-    pub(crate) fn begin_rw_attempt(
-        &self,
-        name: &LeaseName,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-        operation: &'static str,
-    ) -> Result<Option<(SessionId, u64)>> {
-        let mut s = self.0.lock_shared();
-        if !self.wait_live_in(&mut s, until, once, cancel, operation)? {
-            return Ok(None);
-        }
-        // Nothing to dispatch: marking an attempt in flight has no outputs.
-        s.core.begin_rw_acquire(name);
-        Ok(Some((s.core.session().clone(), s.core.releases_of(name))))
-    }
-
-    /// Takes a read-write lock attempt's reply (sent for `id`) into the engine, as the
-    /// driver's `rw::take_reply` reads it (`Ok(None)`: not granted); a reply for a replaced
-    /// session is `SessionExpired`.
-    pub(crate) fn finish_rw_attempt(
-        &self,
-        id: &SessionId,
-        h: HandleId,
-        name: &LeaseName,
-        mode: RwMode,
-        reply: Result<RwAcquire>,
-    ) -> Result<Option<Acquire>> {
-        self.0
-            .with_session(id, |c| {
-                rw::take_reply(c, h, name, mode, self.0.now(), reply)
-            })
-            .unwrap_or_else(|| Err(wait::replaced(id)))
-    }
 
     /// Whether the read-write term `name`/`token` of session `id` is valid now.
     pub(crate) fn rw_is_valid(&self, id: &SessionId, name: &LeaseName, token: Token) -> bool {

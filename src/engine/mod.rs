@@ -3,6 +3,7 @@
 //! shared timer, work and event pools (`executor`); one notification router per backend
 //! (`router`); backend calls guarded against panics (`guarded`).
 
+pub(crate) mod acquire;
 mod cancel;
 mod config;
 pub(crate) mod core;

@@ -1,6 +1,7 @@
 //! Leader election: a candidate that campaigns until it resigns.
 
 use super::IntoLeaseName;
+use crate::engine::driver::reserve::Space;
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, HandleId, Holder, Session};
 use crate::error::lease_lost;
@@ -247,7 +248,7 @@ impl Election {
             },
             None => Ok(()),
         });
-        inner.unreserve(&self.name, self.handle);
+        inner.unreserve(Space::Lease, &self.name, self.handle);
         if was {
             super::leader_value::leave_candidates(inner, &self.name, wait);
         }

@@ -1,11 +1,12 @@
 //! Distributed locks: `Session::lock`, `try_lock`, `lock_timeout` and the guard.
 
 use super::IntoLeaseName;
-use crate::engine::driver::wait::{self, LockWait, Step};
+use crate::engine::acquire::Won;
+use crate::engine::driver::acquire::{timed_out, Form, Spec, Want};
+use crate::engine::driver::reserve::Space;
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, HandleId, Session};
 use crate::error::{Error, Result};
-use crate::spi::Acquire;
 use crate::types::{LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use std::time::{Duration, Instant};
@@ -22,10 +23,8 @@ impl Session {
     /// exclude each other, like processes with different sessions do.
     pub fn lock(&self, name: impl IntoLeaseName) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        let fair = self.inner.config().fair_locks();
-        waiting("taking a lock", None, None, |until, once, cancel, last| {
-            lock_until(&self.inner, name, until, once, fair, cancel, last)
-        })
+        let op = "taking a lock";
+        waited(take_lock(&self.inner, name, Form::Wait(None), op, None), op)
     }
 
     /// Takes the lock `name` if it is free now; `Ok(None)` if someone holds it.
@@ -44,24 +43,14 @@ impl Session {
     /// ```
     pub fn try_lock(&self, name: impl IntoLeaseName) -> Result<Option<LockGuard>> {
         let name = name.into_lease_name()?;
-        let fair = self.inner.config().fair_locks();
-        try_once(|until, once, cancel, last| {
-            lock_until(&self.inner, name, until, once, fair, cancel, last)
-        })
+        take_lock(&self.inner, name, Form::Try, "taking a lock", None)
     }
 
     /// Takes the lock `name`, waiting at most `timeout`; [`Error::Timeout`] after that.
     pub fn lock_timeout(&self, name: impl IntoLeaseName, timeout: Duration) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        let fair = self.inner.config().fair_locks();
-        waiting(
-            "waiting for a lock",
-            Some(timeout),
-            None,
-            |until, once, cancel, last| {
-                lock_until(&self.inner, name, until, once, fair, cancel, last)
-            },
-        )
+        let (op, form) = ("waiting for a lock", Form::Wait(Some(timeout)));
+        waited(take_lock(&self.inner, name, form, op, None), op)
     }
 
     /// Takes the lock `name`, waiting until `timeout` passes (`None`: no deadline) or
@@ -77,15 +66,9 @@ impl Session {
         cancel: &Cancel,
     ) -> Result<LockGuard> {
         let name = name.into_lease_name()?;
-        let fair = self.inner.config().fair_locks();
-        waiting(
-            "taking a lock",
-            timeout,
-            Some(cancel),
-            |until, once, cancel, last| {
-                lock_until(&self.inner, name, until, once, fair, cancel, last)
-            },
-        )
+        let op = "taking a lock";
+        let r = take_lock(&self.inner, name, Form::Wait(timeout), op, Some(cancel));
+        waited(r, op)
     }
 
     /// The sessions waiting for the fair lock `name`, first first (see
@@ -106,194 +89,34 @@ impl Session {
     }
 }
 
-/// The timeout of a wait that ran out; the last failed attempt (if the last attempt failed)
-/// is its source, as `try_lock` would have returned it.
-pub(crate) fn timed_out(operation: &'static str, after: Duration, last: Option<Error>) -> Error {
-    Error::Timeout {
-        operation,
-        after,
-        source: last.map(|e| Box::new(e) as crate::error::BoxError),
-    }
-}
-
-/// One call of a lock, a read-write lock's side or a semaphore, that waits: at most
-/// `timeout` (`None`, or one too large for an `Instant`: no deadline) and until `cancel` is
-/// cancelled (if given). `take(until, once, cancel, last)` takes the lock by `until`
-/// (`None`: no deadline; `once`: one try, no waiting), `last` getting the error of its last
-/// attempt if that failed; a wait that runs out is [`Error::Timeout`] of `operation` after
-/// `timeout`, with that error as its source. The blocking, timeout and cancellable calls of
-/// every lock are this one.
-pub(crate) fn waiting<G>(
-    operation: &'static str,
-    timeout: Option<Duration>,
-    cancel: Option<&Cancel>,
-    take: impl FnOnce(Option<Instant>, bool, Option<&Cancel>, &mut Option<Error>) -> Result<Option<G>>,
-) -> Result<G> {
-    // A timeout too large for an `Instant` means no deadline.
-    let until = timeout.and_then(|t| Instant::now().checked_add(t));
-    let mut last = None;
-    take(until, false, cancel, &mut last)?
-        .ok_or_else(|| timed_out(operation, timeout.unwrap_or(Duration::MAX), last))
-}
-
-/// One try, now, through `take` (as [`waiting`] calls it): `Ok(None)` if the lock is taken.
-pub(crate) fn try_once<G>(
-    take: impl FnOnce(Option<Instant>, bool, Option<&Cancel>, &mut Option<Error>) -> Result<Option<G>>,
-) -> Result<Option<G>> {
-    take(Some(Instant::now()), true, None, &mut None)
-}
-
-/// Takes the lock `name` by `until` (`None`: no deadline); `once`: one try, no waiting.
-/// `fair`: through the name's queue (see [`ConfigBuilder::fair_locks`](crate::ConfigBuilder::fair_locks)).
-/// `last` is the error of the last attempt if it failed (`None` if it found the lock held).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn lock_until(
+/// Takes the lock `name` in `form` (plain or fair as the session's configuration says),
+/// through the engine's acquire call.
+fn take_lock(
     inner: &EngineHandle,
     name: LeaseName,
-    until: Option<Instant>,
-    once: bool,
-    fair: bool,
+    form: Form,
+    operation: &'static str,
     cancel: Option<&Cancel>,
-    last: &mut Option<Error>,
 ) -> Result<Option<LockGuard>> {
-    let started = inner.now();
-    let h = inner.next_handle();
-    if !inner.reserve_for_lock(&name, h, until, once, cancel)? {
-        return Ok(None);
-    }
-    let events = inner.channel(h);
-    let r = acquire_loop(inner, &name, h, until, once, fair, cancel, last);
-    match r {
-        Ok(Some((session, term))) => Ok(Some(LockGuard {
-            acquired: {
-                let now = inner.now();
-                crate::engine::metrics::lock_wait(now.saturating_duration_since(started));
-                now
-            },
-            inner: inner.clone(),
-            handle: h,
-            session,
-            term,
-            events,
-            done: false,
-        })),
-        other => {
-            if fair {
-                leave_queue(inner, &name);
-            }
-            inner.drop_listeners(h);
-            inner.unreserve(&name, h);
-            other.map(|_| None)
-        }
-    }
+    let want = match inner.config().fair_locks() {
+        true => Want::FairLock,
+        false => Want::Lock,
+    };
+    let spec = Spec {
+        want,
+        names: vec![name],
+        form,
+        operation,
+    };
+    Ok(inner
+        .acquire(spec, cancel)?
+        .map(|won| LockGuard::new(inner, won)))
 }
 
-/// Gives up this session's place in `name`'s queue (a waiter that timed out, was
-/// cancelled or failed). A failure only costs the place's patience: it is skipped once
-/// no longer renewed.
-pub(crate) fn leave_queue(inner: &EngineHandle, name: &LeaseName) {
-    let id = inner.id();
-    if let Err(e) = inner.backend().leave_queue(&id, name) {
-        log::warn!("leaving the queue of lock {name} failed: {}", e.report());
-    }
-}
-
-/// One lock call: acquires until the term is held, the deadline passes, or the driver's
-/// [`LockWait`] gives up; `last` gets the last failure (the timeout's source).
-#[allow(clippy::too_many_arguments)]
-fn acquire_loop(
-    inner: &EngineHandle,
-    name: &LeaseName,
-    h: HandleId,
-    until: Option<Instant>,
-    once: bool,
-    fair: bool,
-    cancel: Option<&Cancel>,
-    last: &mut Option<Error>,
-) -> Result<Option<(SessionId, Term)>> {
-    const OP: &str = "taking a lock";
-    let wait = LockWait::new(once, inner.config().retry_interval()).until(until);
-    attempts(inner, name, wait, cancel, last, || {
-        // While an expired session is reopened, wait for the new one.
-        let Some((id, seen)) = inner.begin_lock_attempt(name, until, once, cancel, OP)? else {
-            return Ok(None);
-        };
-        let sent = inner.now();
-        // `None`: queued behind another waiter while the lease is free.
-        let reply: Result<Option<Acquire>> = if fair {
-            inner
-                .backend()
-                .acquire_queued(&id, name, inner.config().lease())
-                .map(wait::queued)
-        } else {
-            inner.backend().acquire(&id, name).map(Some)
-        };
-        let r = inner.finish_lock_attempt(&id, h, name, sent, reply);
-        Ok(Some((id, seen, r)))
-    })
-}
-
-/// The wait-and-retry loop of one call of a lock or a read-write lock on `name`, through
-/// the driver's `wait` ([`LockWait`]): `attempt()` makes one attempt and returns the
-/// session it was sent for, the releases of `name` seen before it and its reply as the
-/// engine took it in (`Ok(None)`: not granted now), or `None` if the call's deadline passed
-/// first. A caller that waits listens for releases of this name only: other names'
-/// releases neither wake it nor reach this session. It registers once the name is found
-/// taken (then tries again at once, so a release in between is not missed). `last` gets
-/// the last failure (the timeout's source).
-pub(super) fn attempts(
-    inner: &EngineHandle,
-    name: &LeaseName,
-    mut wait: LockWait,
-    cancel: Option<&Cancel>,
-    last: &mut Option<Error>,
-    mut attempt: impl FnMut() -> Result<Option<(SessionId, u64, Result<Option<Acquire>>)>>,
-) -> Result<Option<(SessionId, Term)>> {
-    let mut waiting: Option<WaitingForRelease> = None;
-    loop {
-        let Some((id, seen, r)) = attempt()? else {
-            return Ok(None);
-        };
-        let expired = matches!(r, Err(Error::SessionExpired { .. }));
-        let coming = expired && inner.will_reopen();
-        let step = wait.on_reply(r, coming, inner.now(), crate::rand::jitter);
-        *last = wait.take_last();
-        let next = match step {
-            Step::Acquired(term) => return Ok(Some((id, term))),
-            Step::Busy => return Ok(None),
-            Step::Fail(e) => return Err(e),
-            Step::WaitForReleases => {
-                waiting = Some(WaitingForRelease::new(inner, name));
-                continue;
-            }
-            Step::RetryNow => continue,
-            Step::RetryAt(at) => at,
-        };
-        inner.wait_for_change(next, cancel, |v| v.releases_of(name) != seen);
-        if wait.timed_out(inner.now()) {
-            drop(waiting);
-            return Ok(None);
-        }
-    }
-}
-
-/// Registers a lock caller waiting for a release of `name` while it lives.
-pub(super) struct WaitingForRelease<'a> {
-    inner: &'a EngineHandle,
-    name: &'a LeaseName,
-}
-
-impl<'a> WaitingForRelease<'a> {
-    pub(super) fn new(inner: &'a EngineHandle, name: &'a LeaseName) -> Self {
-        inner.wait_for_release(name);
-        WaitingForRelease { inner, name }
-    }
-}
-
-impl Drop for WaitingForRelease<'_> {
-    fn drop(&mut self) {
-        self.inner.stop_waiting(self.name);
-    }
+/// The guard of a call that waits (it answers a term or an error, never "taken"; a "taken"
+/// would read as its timeout).
+pub(crate) fn waited<G>(r: Result<Option<G>>, operation: &'static str) -> Result<G> {
+    r?.ok_or_else(|| timed_out(operation, Duration::MAX, None))
 }
 
 /// A held lock. Dropping it ends the term at once and releases the lock on the backend from
@@ -315,6 +138,19 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
+    /// The guard of the term `won`.
+    pub(crate) fn new(inner: &EngineHandle, won: Won) -> Self {
+        LockGuard {
+            inner: inner.clone(),
+            handle: won.handle,
+            session: won.session,
+            term: won.term,
+            events: won.events,
+            done: false,
+            acquired: won.at,
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &LeaseName {
         &self.term.name
@@ -408,7 +244,7 @@ impl LockGuard {
             }
         });
         inner.drop_listeners(self.handle);
-        inner.unreserve(&self.term.name, self.handle);
+        inner.unreserve(Space::Lease, &self.term.name, self.handle);
         r
     }
 }

@@ -1,10 +1,12 @@
 //! Read-write locks: `Session::rw_lock`, its read and write calls and the guard. The
 //! contract and the token rule are on [`RwLock`].
 
-use super::lock::{attempts, try_once, waiting};
+use super::lock::waited;
 use super::IntoLeaseName;
+use crate::engine::acquire::Won;
+use crate::engine::driver::acquire::{Form, Spec, Want};
+use crate::engine::driver::reserve::Space;
 use crate::engine::driver::rw;
-use crate::engine::driver::wait::LockWait;
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, HandleId, Session};
 use crate::error::{Error, Result};
@@ -85,30 +87,25 @@ macro_rules! side {
     ($mode:expr, $what:literal, $take:ident, $try_take:ident, $timeout:ident, $cancellable:ident) => {
         #[doc = concat!("Takes a ", $what, " term, waiting as long as it takes (until the session is lost).")]
         pub fn $take(&self) -> Result<RwGuard> {
-            waiting(rw::operation($mode), None, None, |until, once, cancel, last| {
-                self.until($mode, until, once, cancel, last)
-            })
+            let op = rw::operation($mode);
+            waited(self.take($mode, Form::Wait(None), None), op)
         }
 
         #[doc = concat!("Takes a ", $what, " term if it can be had now; `Ok(None)` otherwise.")]
         pub fn $try_take(&self) -> Result<Option<RwGuard>> {
-            try_once(|until, once, cancel, last| self.until($mode, until, once, cancel, last))
+            self.take($mode, Form::Try, None)
         }
 
         #[doc = concat!("Takes a ", $what, " term, waiting at most `timeout`; [`Error::Timeout`] after that.")]
         pub fn $timeout(&self, timeout: Duration) -> Result<RwGuard> {
             let op = rw::operation($mode);
-            waiting(op, Some(timeout), None, |until, once, cancel, last| {
-                self.until($mode, until, once, cancel, last)
-            })
+            waited(self.take($mode, Form::Wait(Some(timeout)), None), op)
         }
 
         #[doc = concat!("Takes a ", $what, " term, waiting until `timeout` passes (`None`: no deadline) or `cancel` is cancelled ([`Error::Cancelled`]); [`Error::Timeout`] after the timeout.")]
         pub fn $cancellable(&self, timeout: Option<Duration>, cancel: &Cancel) -> Result<RwGuard> {
             let op = rw::operation($mode);
-            waiting(op, timeout, Some(cancel), |until, once, cancel, last| {
-                self.until($mode, until, once, cancel, last)
-            })
+            waited(self.take($mode, Form::Wait(timeout), Some(cancel)), op)
         }
     };
 }
@@ -136,88 +133,16 @@ impl RwLock {
         write_cancellable
     );
 
-    /// Takes a `mode` term by `until` (`None`: no deadline); `once`: one try, no waiting.
-    /// `last` is the error of the last attempt if it failed (`None` if it found the name
-    /// taken).
-    fn until(
-        &self,
-        mode: RwMode,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-        last: &mut Option<Error>,
-    ) -> Result<Option<RwGuard>> {
-        let inner = &self.inner;
-        if !inner.backend().supports_rw_locks() {
-            return Err(Error::Unsupported {
-                operation: "read-write locks",
-                backend: inner.backend().kind(),
-            });
-        }
-        let started = inner.now();
-        let h = inner.next_handle();
-        if !inner.reserve_for_rw_lock(&self.name, h, until, once, cancel)? {
-            return Ok(None);
-        }
-        let events = inner.channel(h);
-        match self.attempts(mode, h, until, once, cancel, last) {
-            Ok(Some((session, term))) => Ok(Some(RwGuard {
-                acquired: {
-                    let now = inner.now();
-                    crate::engine::metrics::lock_wait(now.saturating_duration_since(started));
-                    now
-                },
-                inner: inner.clone(),
-                handle: h,
-                session,
-                term,
-                mode,
-                events,
-                done: false,
-            })),
-            other => {
-                // A writer that gave up no longer blocks readers.
-                if rw::leaves_queue(mode, once) {
-                    let id = inner.id();
-                    if let Err(e) = inner.backend().leave_rw_queue(&id, &self.name) {
-                        log::warn!(
-                            "leaving the writers' queue of {} failed: {}",
-                            self.name,
-                            e.report()
-                        );
-                    }
-                }
-                inner.drop_listeners(h);
-                inner.unreserve_rw(&self.name, h);
-                other.map(|_| None)
-            }
-        }
-    }
-
-    /// One call's attempts, through the wait-and-retry loop locks and permits share (the
-    /// driver's `LockWait`, with the read-write lock's replies and patience of `rw`).
-    fn attempts(
-        &self,
-        mode: RwMode,
-        h: HandleId,
-        until: Option<Instant>,
-        once: bool,
-        cancel: Option<&Cancel>,
-        last: &mut Option<Error>,
-    ) -> Result<Option<(SessionId, Term)>> {
-        let inner = &self.inner;
-        let name = &self.name;
-        let op = rw::operation(mode);
-        let wait = LockWait::new(once, inner.config().retry_interval()).until(until);
-        let patience = rw::patience(once, inner.config().lease());
-        attempts(inner, name, wait, cancel, last, || {
-            let Some((id, seen)) = inner.begin_rw_attempt(name, until, once, cancel, op)? else {
-                return Ok(None);
-            };
-            let reply = inner.backend().acquire_rw(&id, name, mode, patience);
-            let r = inner.finish_rw_attempt(&id, h, name, mode, reply);
-            Ok(Some((id, seen, r)))
-        })
+    /// Takes a `mode` term in `form`, through the engine's acquire call.
+    fn take(&self, mode: RwMode, form: Form, cancel: Option<&Cancel>) -> Result<Option<RwGuard>> {
+        let spec = Spec {
+            want: Want::Rw(mode),
+            names: vec![self.name.clone()],
+            form,
+            operation: rw::operation(mode),
+        };
+        let won = self.inner.acquire(spec, cancel)?;
+        Ok(won.map(|won| RwGuard::new(&self.inner, won, mode)))
     }
 }
 
@@ -241,6 +166,20 @@ pub struct RwGuard {
 }
 
 impl RwGuard {
+    /// The guard of the `mode` term `won`.
+    fn new(inner: &EngineHandle, won: Won, mode: RwMode) -> Self {
+        RwGuard {
+            inner: inner.clone(),
+            handle: won.handle,
+            session: won.session,
+            term: won.term,
+            mode,
+            events: won.events,
+            done: false,
+            acquired: won.at,
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &LeaseName {
         &self.term.name
@@ -319,7 +258,7 @@ impl RwGuard {
             }
         });
         inner.drop_listeners(h);
-        inner.unreserve_rw(&self.term.name, h);
+        inner.unreserve(Space::Rw, &self.term.name, h);
         r
     }
 }

@@ -3,16 +3,16 @@
 //! [`Permit`] is dropped and lost with its session (a crashed holder's permits come back once
 //! its session expires: no orphaned permits), on every backend.
 
-use super::lock::{lock_until, try_once, waiting, LockGuard, WaitingForRelease};
+use super::lock::{waited, LockGuard};
 use super::IntoLeaseName;
-use crate::engine::driver::wait::{self, LockWait, PermitRound, Step};
+use crate::engine::driver::acquire::{Form, Spec, Want};
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, Session};
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Owner, Term, Token};
 use crate::Event;
 use crossbeam_channel::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1000;
@@ -87,25 +87,19 @@ impl Semaphore {
 
     /// A permit if one is free now; `Ok(None)` if all are held.
     pub fn try_acquire(&self) -> Result<Option<Permit>> {
-        try_once(|until, once, cancel, last| self.acquire_until(until, once, cancel, last))
+        self.take(Form::Try, "taking a permit", None)
     }
 
     /// A permit, waiting as long as it takes (until the session is lost).
     pub fn acquire(&self) -> Result<Permit> {
-        waiting(
-            "taking a permit",
-            None,
-            None,
-            |until, once, cancel, last| self.acquire_until(until, once, cancel, last),
-        )
+        let op = "taking a permit";
+        waited(self.take(Form::Wait(None), op, None), op)
     }
 
     /// A permit, waiting at most `timeout`; [`Error::Timeout`] after that.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
         let op = "waiting for a permit";
-        waiting(op, Some(timeout), None, |until, once, cancel, last| {
-            self.acquire_until(until, once, cancel, last)
-        })
+        waited(self.take(Form::Wait(Some(timeout)), op, None), op)
     }
 
     /// A permit, waiting until `timeout` passes (`None`: no deadline) or `cancel` is
@@ -116,9 +110,7 @@ impl Semaphore {
         cancel: &Cancel,
     ) -> Result<Permit> {
         let op = "waiting for a permit";
-        waiting(op, timeout, Some(cancel), |until, once, cancel, last| {
-            self.acquire_until(until, once, cancel, last)
-        })
+        waited(self.take(Form::Wait(timeout), op, Some(cancel)), op)
     }
 
     /// The live holders, by permit index (one backend read per permit).
@@ -132,85 +124,25 @@ impl Semaphore {
         Ok(out)
     }
 
-    fn acquire_until(
+    /// A permit in `form`, through the engine's acquire call: rounds over the permits from
+    /// a random one on (plain acquires: a queue per permit would order nothing), waiting
+    /// for a release of any.
+    fn take(
         &self,
-        until: Option<Instant>,
-        once: bool,
+        form: Form,
+        operation: &'static str,
         cancel: Option<&Cancel>,
-        last: &mut Option<Error>,
     ) -> Result<Option<Permit>> {
-        const OP: &str = "taking a permit";
-        let inner = &self.inner;
-        let n = self.slots.len();
-        let start = wait::first_permit(crate::rand::u64(), n);
-        let mut wait = LockWait::new(once, inner.config().retry_interval())
-            .waiting_from_start()
-            .until(until);
-        // Registered before the first round, so a release during it is not missed.
-        let _waiting: Vec<WaitingForRelease<'_>> = if once {
-            Vec::new()
-        } else {
-            self.slots
-                .iter()
-                .map(|s| WaitingForRelease::new(inner, s))
-                .collect()
+        let spec = Spec {
+            want: Want::Permit,
+            names: self.slots.clone(),
+            form,
+            operation,
         };
-        loop {
-            Cancel::check(cancel, OP)?;
-            // While an expired session is reopened, wait for the new one.
-            if !once && !inner.wait_live(until, false, cancel, OP)? {
-                Cancel::check(cancel, OP)?;
-                return Ok(None);
-            }
-            let seen = inner.releases_seen(&self.slots);
-            // One round over the permits, each tried once; the round's outcome goes through
-            // the lock calls' wait-and-retry policy.
-            let mut round = PermitRound::new(start, n);
-            while let Some(i) = round.next() {
-                // Plain acquires: a queue per permit would order nothing.
-                let slot = self.slots[i].clone();
-                match lock_until(
-                    inner,
-                    slot,
-                    Some(Instant::now()),
-                    true,
-                    false,
-                    None,
-                    &mut None,
-                ) {
-                    Ok(Some(guard)) => {
-                        return Ok(Some(Permit {
-                            guard,
-                            index: i as u32,
-                        }))
-                    }
-                    Ok(None) => round.busy(),
-                    Err(e) => round.failed(e),
-                }
-            }
-            let round = round.outcome();
-            let expired = matches!(round, Err(Error::SessionExpired { .. }));
-            let coming = expired && inner.will_reopen();
-            let next = match wait.on_reply(round, coming, inner.now(), crate::rand::jitter) {
-                Step::Busy => return Ok(None),
-                Step::Fail(e) => return Err(e),
-                Step::RetryNow | Step::WaitForReleases | Step::Acquired(_) => continue,
-                Step::RetryAt(at) => at,
-            };
-            *last = wait.take_last();
-            if wait.timed_out(inner.now()) {
-                return Ok(None);
-            }
-            inner.wait_for_change(next, cancel, |v| {
-                self.slots
-                    .iter()
-                    .zip(&seen)
-                    .any(|(n, seen)| v.releases_of(n) != *seen)
-            });
-            if wait.timed_out(inner.now()) {
-                return Ok(None);
-            }
-        }
+        Ok(self.inner.acquire(spec, cancel)?.map(|won| Permit {
+            index: won.index as u32,
+            guard: LockGuard::new(&self.inner, won),
+        }))
     }
 }
 

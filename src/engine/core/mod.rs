@@ -388,12 +388,18 @@ impl Core {
         (leases, groups)
     }
 
-    /// Takes the queued outputs.
-    /// Whether outputs wait to be taken.
+    /// Whether outputs wait to be taken or the interest may have changed (a dispatch has
+    /// work to do).
+    pub fn needs_dispatch(&self) -> bool {
+        self.has_outputs() || self.interest_dirty
+    }
+
+    /// Whether outputs are waiting to be taken.
     pub fn has_outputs(&self) -> bool {
         !self.out.is_empty()
     }
 
+    /// Takes the queued outputs.
     pub fn take_outputs(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.out)
     }

@@ -7,8 +7,10 @@
 //! [`Session`](crate::Session), its primitives and the deterministic simulation all call
 //! them, so the simulation checks the driver that ships.
 
+pub(crate) mod acquire;
 pub(crate) mod jobs;
 pub(crate) mod reopen;
+pub(crate) mod reserve;
 pub(crate) mod rw;
 pub(crate) mod values;
 pub(crate) mod wait;

@@ -69,7 +69,7 @@ impl LockWait {
     }
 
     /// Whether the caller waits for releases of the name (and must stop when it ends).
-    #[cfg(any(test, feature = "sim"))]
+    #[cfg(test)]
     pub(crate) fn is_waiting(&self) -> bool {
         self.waiting
     }

@@ -7,6 +7,7 @@
 
 use super::config::Config;
 use super::core::{Core, HandleId, Health, State, Task, Timing};
+use super::driver::reserve::Reserved;
 use super::driver::{self, reopen, values, Route};
 use super::event::Event;
 use super::executor::{Pool, Serial, Tick, Timer};
@@ -44,12 +45,10 @@ enum Work {
 /// What the core and the local lock table share under one mutex.
 pub(crate) struct Shared {
     pub(super) core: Core,
-    /// Names in use by a handle of this session (locks are not reentrant).
-    /// Names held or being taken by a lock or election handle of this session, with the
-    /// thread that asked (a lock of a name its own thread holds fails instead of waiting).
-    pub(super) reserved: BTreeMap<LeaseName, (HandleId, std::thread::ThreadId)>,
-    /// The same for read-write lock names (a namespace of their own).
-    pub(super) rw_reserved: BTreeMap<LeaseName, (HandleId, std::thread::ThreadId)>,
+    /// Names held or being taken by a lock, read-write lock or election handle of this
+    /// session, with the thread that asked (locks are not reentrant: a lock of a name its
+    /// own thread holds fails instead of waiting).
+    pub(super) reserved: Reserved,
     /// Groups joined through live [`Membership`](crate::Membership) guards, with their count;
     /// re-joined when the session is reopened.
     pub(super) joined: BTreeMap<GroupName, usize>,
@@ -193,8 +192,7 @@ impl Session {
             timing,
             shared: Mutex::new(Shared {
                 core,
-                reserved: BTreeMap::new(),
-                rw_reserved: BTreeMap::new(),
+                reserved: Reserved::default(),
                 joined: BTreeMap::new(),
                 values: BTreeMap::new(),
                 value_changes: 0,

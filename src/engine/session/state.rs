@@ -3,6 +3,7 @@
 //! leaves and joins queued for the work pool.
 
 use super::*;
+use crate::engine::driver::reserve::Space;
 
 impl Inner {
     pub(crate) fn now(&self) -> Instant {
@@ -95,8 +96,17 @@ impl Inner {
         }
     }
 
+    /// Sends the core's outputs on (as [`Inner::dispatch`]) if it has any or its interest
+    /// may have changed: a caller that only looked wakes nobody (two waiters looking in
+    /// turn would wake each other for ever).
+    pub(in crate::engine) fn dispatch_pending(&self, s: &mut Shared) {
+        if s.core.needs_dispatch() {
+            self.dispatch(s, true);
+        }
+    }
+
     /// Sends the core's outputs on; wakes the ticker unless the ticker itself dispatches.
-    pub(super) fn dispatch(&self, s: &mut Shared, wake_ticker: bool) {
+    pub(in crate::engine) fn dispatch(&self, s: &mut Shared, wake_ticker: bool) {
         let now = self.now();
         let id = s.core.session().clone();
         for o in s.core.take_outputs() {
@@ -186,13 +196,9 @@ impl Inner {
         self.listeners.remove(handle);
     }
 
-    /// Frees a local reservation and wakes waiters.
-    pub(crate) fn unreserve(&self, name: &LeaseName, handle: HandleId) {
-        let mut s = self.shared.lock();
-        if s.reserved.get(name).map(|r| r.0) == Some(handle) {
-            s.reserved.remove(name);
-        }
-        drop(s);
+    /// Frees a local reservation of `name` in `space` by `handle` and wakes waiters.
+    pub(crate) fn unreserve(&self, space: Space, name: &LeaseName, handle: HandleId) {
+        self.shared.lock().reserved.unreserve(space, name, handle);
         self.changed.notify_all();
     }
 
@@ -203,16 +209,6 @@ impl Inner {
             id.clone(),
             driver::Work::Release(name.clone(), token),
         ));
-    }
-
-    /// Frees a local reservation of the read-write lock `name` and wakes waiters.
-    pub(crate) fn unreserve_rw(&self, name: &LeaseName, handle: HandleId) {
-        let mut s = self.shared.lock();
-        if s.rw_reserved.get(name).map(|r| r.0) == Some(handle) {
-            s.rw_reserved.remove(name);
-        }
-        drop(s);
-        self.changed.notify_all();
     }
 
     /// Queues the release of a read-write term of session `id` on the work queue (for

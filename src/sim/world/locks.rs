@@ -1,231 +1,82 @@
 //! Lock callers: threads that take a lock (plain or fair) or a semaphore's permit, hold it a
-//! while, unlock it, and again. Each call runs the driver's wait-and-retry loop
-//! ([`LockWait`]): a lock call registers for releases after its first refusal, a semaphore
-//! call from the start over all its permits, and some calls have a deadline. A semaphore
-//! call tries its permits in rounds ([`PermitRound`]), each permit once (a one-try
-//! [`LockWait`]); a fair lock's call that ends without the lock leaves the queue.
+//! while, unlock it, and again. Each call is the driver's acquire machine (pumped in
+//! [`calls`](super::calls)): a lock call registers for releases after its first refusal, a
+//! semaphore call from the start over all its permits, some calls have a deadline, some are
+//! cancelled, and a second thread of a session may wait for the name its sibling reserved.
 
+use super::calls::Who;
 use super::network::{Chan, Op, Rep};
 use super::{Takes, Thread, World, MS};
-use crate::engine::core::HandleId;
-use crate::engine::driver::reopen;
-use crate::engine::driver::wait::{self, LockWait, PermitRound, Step};
+use crate::engine::driver::acquire::{Acquisition, Form, Spec, Want};
+use crate::engine::driver::reserve::Space;
+use crate::engine::driver::wait;
 use crate::error::Result;
 use crate::sim::check::{Held, Kind};
-use crate::spi::Acquire;
 use crate::types::{LeaseName, Term};
 use std::time::Duration;
 
 impl World<'_> {
-    /// Begins the lock calls that are due, tries again those whose retry is due or that saw a
-    /// release, ends those past their deadline, and unlocks what was held long enough.
+    /// Begins the lock calls that are due, asks those in progress what to do (a retry due,
+    /// a release seen, a deadline passed), cancels those whose cancel is due, and unlocks
+    /// what was held long enough.
     pub(super) fn lock_step(&mut self, c: usize) {
         let t = self.now;
-        let local = self.local(c, t);
         for i in 0..self.clients[c].lockers.len() {
-            let cl = &mut self.clients[c];
-            let Some(core) = cl.core.as_mut().filter(|k| k.state().is_live()) else {
+            let cl = &self.clients[c];
+            let Some(core) = cl.core.as_ref() else {
                 return;
             };
-            let l = &mut cl.lockers[i];
-            match l.thread {
-                Thread::Idle => {
-                    let seen = l.seen.as_ref();
-                    let notified = seen.is_some_and(|seen| {
-                        (l.names.iter().zip(seen)).any(|(n, s)| core.releases_of(n) != *s)
-                    });
-                    if t < l.next && !notified {
-                        continue;
-                    }
-                    match &l.wait {
-                        None => self.begin_call(c, i),
-                        Some(w) if w.timed_out(local) => self.end_call(c, i, "timed out"),
-                        Some(_) => self.try_again(c, i),
-                    }
+            let live = core.state().is_live();
+            let l = &cl.lockers[i];
+            match (l.thread, &l.call) {
+                (Thread::Idle, None) if live && t >= l.next => self.begin_call(c, i),
+                (Thread::Idle, Some(_)) if l.cancel_at.is_some_and(|at| t >= at) => {
+                    self.clients[c].lockers[i].cancel_at = None;
+                    self.cancel_call(c, Who::Lock(i));
                 }
-                Thread::Holding(until) if t >= until => self.unlock(c, i),
+                (Thread::Idle, Some(_)) => self.pump(c, Who::Lock(i)),
+                (Thread::Holding(until), _) if t >= until => self.unlock(c, i),
                 _ => {}
             }
         }
     }
 
-    /// A new call of locker `i`: a new handle, maybe a deadline (`lock_timeout`); a
-    /// semaphore's call listens for releases of all its permits from the start.
+    /// A new call of locker `i`: a new handle, maybe a deadline (`lock_timeout`), maybe a
+    /// cancel later (`lock_cancellable`).
     fn begin_call(&mut self, c: usize, i: usize) {
         let local = self.local(c, self.now);
         let lease = self.cfg.lease.as_nanos() as u64;
-        let until = self
-            .rng
-            .chance(0.3)
-            .then(|| local + Duration::from_nanos(self.rng.range(lease / 2, 2 * lease)));
+        let timeout = (self.rng.chance(0.3))
+            .then(|| Duration::from_nanos(self.rng.range(lease / 2, 2 * lease)));
+        let cancel_at = (self.rng.chance(0.1)).then(|| self.now + self.rng.range(MS, lease));
         let random = self.rng.next_u64();
-        let retry = self.timing.retry;
+        let (retry, lease) = (self.timing.retry, self.cfg.lease);
         let cl = &mut self.clients[c];
-        let l = &mut cl.lockers[i];
-        l.handle = cl.next_handle;
+        let h = cl.next_handle;
         cl.next_handle += 1;
-        let mut w = LockWait::new(false, retry).until(until);
-        if l.takes == Takes::Permit {
-            w = w.waiting_from_start();
-            l.start = wait::first_permit(random, l.names.len());
-            if let Some(core) = cl.core.as_mut() {
-                for n in &l.names {
-                    core.wait_for_release(n);
-                }
-            }
-        }
-        l.wait = Some(w);
+        let l = &mut cl.lockers[i];
+        l.cancel_at = cancel_at;
+        let (want, operation) = match l.takes {
+            Takes::Plain => (Want::Lock, "taking a lock"),
+            Takes::Fair => (Want::FairLock, "taking a lock"),
+            Takes::Permit => (Want::Permit, "taking a permit"),
+        };
+        let spec = Spec {
+            want,
+            names: l.names.clone(),
+            form: Form::Wait(timeout),
+            operation,
+        };
+        let m = Acquisition::new(spec, h, l.thread_key, local, retry, lease, random);
         let name = l.names[0].clone();
-        let timeout = until.map(|u| u.saturating_duration_since(local));
         self.tr(Some(c), Some(&name), || {
             format!("calls lock {name} (timeout {timeout:?})")
         });
-        self.try_again(c, i);
-    }
-
-    /// The call of locker `i` tries (again): one acquire of a lock, or a new round over a
-    /// semaphore's permits.
-    fn try_again(&mut self, c: usize, i: usize) {
-        let cl = &mut self.clients[c];
-        let Some(core) = cl.core.as_mut() else {
-            return;
-        };
-        let l = &mut cl.lockers[i];
-        l.seen = Some(l.names.iter().map(|n| core.releases_of(n)).collect());
-        if l.takes == Takes::Permit {
-            l.round = Some(PermitRound::new(l.start, l.names.len()));
-            self.try_permit(c, i);
-            return;
-        }
-        let (h, name) = (l.handle, l.names[0].clone());
-        l.thread = Thread::Acquiring;
-        core.begin_acquire(&name);
-        let op = match l.takes {
-            Takes::Fair => Op::LockQueued(h, name),
-            _ => Op::Lock(h, name),
-        };
-        self.send(c, op, Chan::Caller);
-    }
-
-    /// The round of locker `i`'s semaphore call tries its next permit (one try, as
-    /// `try_lock`), or ends.
-    fn try_permit(&mut self, c: usize, i: usize) {
-        let retry = self.timing.retry;
-        let cl = &mut self.clients[c];
-        let l = &mut cl.lockers[i];
-        let Some(round) = l.round.as_mut() else {
-            return;
-        };
-        let Some(k) = round.next() else {
-            return self.round_over(c, i);
-        };
-        // A try on a session that is not live fails at once (`begin_lock_attempt`).
-        let live = cl.core.as_ref().map(|core| core.check_live());
-        if let Some(Err(e)) = live {
-            round.failed(e);
-            return self.round_over(c, i);
-        }
-        l.handle = cl.next_handle;
-        cl.next_handle += 1;
-        l.slot = Some(LockWait::new(true, retry));
-        l.thread = Thread::Acquiring;
-        let (h, name) = (l.handle, l.names[k].clone());
-        if let Some(core) = cl.core.as_mut() {
-            core.begin_acquire(&name);
-        }
-        self.send(c, Op::Lock(h, name), Chan::Caller);
-    }
-
-    /// A round over the permits ended without one: the call's [`LockWait`] says what next.
-    fn round_over(&mut self, c: usize, i: usize) {
-        let local = self.local(c, self.now);
-        let coming = reopen::reopen_coming(self.flags(c));
-        let t = self.now;
-        let rng = &mut self.rng;
-        let jitter = |max: Duration| Duration::from_nanos(rng.below(max.as_nanos() as u64));
-        let l = &mut self.clients[c].lockers[i];
-        l.thread = Thread::Idle;
-        let outcome = l.round.take().map_or(Ok(None), PermitRound::outcome);
-        let Some(w) = l.wait.as_mut() else {
-            return;
-        };
-        let name = l.names[0].clone();
-        match w.on_reply(outcome, coming, local, jitter) {
-            Step::Busy | Step::Fail(_) => self.end_call(c, i, "failed"),
-            Step::RetryNow | Step::WaitForReleases | Step::Acquired(_) => l.next = t,
-            Step::RetryAt(at) => {
-                if w.timed_out(local) {
-                    return self.end_call(c, i, "timed out");
-                }
-                self.tr(Some(c), Some(&name), || "all permits taken".into());
-                let at = self.true_of(c, at);
-                self.clients[c].lockers[i].next = at;
-            }
-        }
-    }
-
-    /// A lock call's (or a permit try's) acquire answered `r`, after the engine took it in
-    /// (`wait::take_reply`): the driver's [`LockWait`] says what the caller does next.
-    pub(super) fn lock_reply(
-        &mut self,
-        c: usize,
-        h: HandleId,
-        n: &LeaseName,
-        r: Result<Option<Acquire>>,
-    ) {
-        let t = self.now;
-        let local = self.local(c, t);
-        let Some(i) = self.clients[c].lockers.iter().position(|l| l.handle == h) else {
-            return;
-        };
-        if matches!(r, Ok(None)) {
-            self.tr(Some(c), Some(n), || "queued behind another waiter".into());
-        }
-        let coming = reopen::reopen_coming(self.flags(c));
-        let rng = &mut self.rng;
-        let jitter = |max: Duration| Duration::from_nanos(rng.below(max.as_nanos() as u64));
-        let l = &mut self.clients[c].lockers[i];
-        l.thread = Thread::Idle;
-        l.next = t;
-        let permit = l.takes == Takes::Permit;
-        let w = if permit { l.slot.take() } else { l.wait.take() };
-        let Some(mut w) = w else {
-            return;
-        };
-        let step = w.on_reply(r, coming, local, jitter);
-        if !permit {
-            l.wait = Some(w);
-        }
-        match step {
-            Step::Acquired(term) => self.acquired(c, i, term),
-            Step::Busy if permit => {
-                if let Some(round) = l.round.as_mut() {
-                    round.busy();
-                }
-                self.try_permit(c, i);
-            }
-            Step::Fail(e) if permit => {
-                if let Some(round) = l.round.as_mut() {
-                    round.failed(e);
-                }
-                self.round_over(c, i);
-            }
-            Step::WaitForReleases => {
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.wait_for_release(n);
-                }
-            }
-            Step::RetryNow => {}
-            Step::RetryAt(at) => {
-                let at = self.true_of(c, at);
-                self.clients[c].lockers[i].next = at;
-            }
-            Step::Busy | Step::Fail(_) => self.end_call(c, i, "failed"),
-        }
+        self.start_call(c, Who::Lock(i), m);
     }
 
     /// Locker `i` holds `term` (of its handle): the call ends, the term is believed.
-    fn acquired(&mut self, c: usize, i: usize, term: Term) {
+    pub(super) fn acquired(&mut self, c: usize, i: usize, term: Term) {
         let t = self.now;
         let n = term.name.clone();
         let what = match self.clients[c].lockers[i].takes {
@@ -235,7 +86,6 @@ impl World<'_> {
         self.tr(Some(c), Some(&n), || {
             format!("{what} {n} token {}", term.token)
         });
-        self.stop_call(c, i);
         let lease = self.cfg.lease.as_nanos() as u64;
         let hold = self.rng.range(10 * MS, 2 * lease);
         let h = self.clients[c].lockers[i].handle;
@@ -245,35 +95,11 @@ impl World<'_> {
         l.term = Some(term);
     }
 
-    /// Locker `i`'s call ends: it stops waiting for releases.
-    fn stop_call(&mut self, c: usize, i: usize) {
-        let cl = &mut self.clients[c];
-        let l = &mut cl.lockers[i];
-        let w = l.wait.take();
-        l.seen = None;
-        l.round = None;
-        l.slot = None;
-        let Some(core) = cl.core.as_mut() else {
-            return;
-        };
-        if l.takes == Takes::Permit {
-            for n in &l.names {
-                core.stop_waiting(n);
-            }
-        } else if w.is_some_and(|w| w.is_waiting()) {
-            core.stop_waiting(&l.names[0]);
-        }
-    }
-
-    /// Locker `i`'s call ends without the lock (`why`): a fair lock leaves its queue; the
+    /// Locker `i`'s call ended without the lock (`why`; a fair lock left its queue): the
     /// thread calls again a little later.
-    fn end_call(&mut self, c: usize, i: usize, why: &'static str) {
-        self.stop_call(c, i);
+    pub(super) fn end_call(&mut self, c: usize, i: usize, why: &'static str) {
         let name = self.clients[c].lockers[i].names[0].clone();
         self.tr(Some(c), Some(&name), || format!("gives up {name}: {why}"));
-        if self.clients[c].lockers[i].takes == Takes::Fair {
-            self.send(c, Op::LeaveQueue(name), Chan::Caller);
-        }
         let retry = self.timing.retry.as_nanos() as u64;
         let pause = self.rng.range(retry, retry + retry / 2);
         let l = &mut self.clients[c].lockers[i];
@@ -295,6 +121,8 @@ impl World<'_> {
         let term = l.term.take().expect("a held lock has its term");
         let name = term.name.clone();
         let token = core.unlock(h, &term, local).ok();
+        // The guard's name is free once it ends (as a dropped guard's).
+        cl.reserved.unreserve(Space::Lease, &term.name, h);
         l.unlocking = token.map(|_| term.clone());
         self.tr(Some(c), Some(&name), || format!("unlocks {name}"));
         // A term found past its deadline by the unlock is reported first.

@@ -9,6 +9,7 @@
 //! [`beliefs`] (the checker's side of events) and [`outcome`] (trace, counters, report).
 
 mod beliefs;
+mod calls;
 mod clock;
 mod jobs;
 mod locks;
@@ -27,8 +28,9 @@ use super::config::SimConfig;
 use super::model::{session_no, DelayStep, Model};
 use super::rng::Rng;
 use crate::engine::core::{Core, HandleId, Task, Timing};
+use crate::engine::driver::acquire::Acquisition;
 use crate::engine::driver::reopen;
-use crate::engine::driver::wait::{LockWait, PermitRound};
+use crate::engine::driver::reserve::Reserved;
 use crate::engine::driver::{self, Route};
 use crate::error::Error;
 use crate::spi::{Acquire, Notification};
@@ -71,20 +73,18 @@ struct Locker {
     /// The lock's name, or the semaphore's permit leases (as many as this process counts).
     names: Vec<LeaseName>,
     takes: Takes,
+    /// The simulated thread (its key for the session's reservations).
+    thread_key: u64,
     thread: Thread,
-    /// When the next call begins, or the call in progress tries again (true time).
+    /// When the next call begins, or the call in progress wants to be asked again (true
+    /// time).
     next: u64,
-    /// The handle of the lock call or of the permit try in flight, then of the held term.
+    /// The handle of the call in progress, then of the held term.
     handle: HandleId,
-    /// The releases of each name seen when the call last tried.
-    seen: Option<Vec<u64>>,
-    /// The call in progress (the driver's wait-and-retry policy), if any.
-    wait: Option<LockWait>,
-    /// A semaphore call's round over its permits, its first permit, and the one-try wait of
-    /// the permit tried now.
-    round: Option<PermitRound>,
-    start: usize,
-    slot: Option<LockWait>,
+    /// The call in progress: the driver's acquire machine, pumped as the session pumps it.
+    call: Option<Acquisition>,
+    /// When the call in progress is cancelled (true time), if it is.
+    cancel_at: Option<u64>,
     /// The term while holding.
     term: Option<Term>,
     /// The term being unlocked (its release in flight).
@@ -157,6 +157,8 @@ struct Client {
     /// Values this process made (each new value is unique).
     values_made: u64,
     lockers: Vec<Locker>,
+    /// The names the session's handles reserved (its callers are its threads).
+    reserved: Reserved,
     /// Read-write lock callers, one per name it uses.
     rw: Vec<rw::RwCaller>,
     jobbers: Vec<Jobber>,

@@ -6,8 +6,9 @@
 use super::network::{Chan, Ev, Op, Rep};
 use super::outcome::show;
 use super::{acquire_of, Thread, World};
+use crate::engine::driver::acquire::Reply;
 use crate::engine::driver::reopen::{self, AfterOpenError};
-use crate::engine::driver::{self, rw, wait};
+use crate::engine::driver::{self, wait};
 use crate::error::Result;
 use crate::types::SessionId;
 use std::time::Duration;
@@ -131,30 +132,29 @@ impl World<'_> {
                     cand.releasing = false;
                 }
             }
-            Op::Lock(h, n) | Op::LockQueued(h, n) => {
-                let r = match reply {
-                    Ok(Rep::Acquire(a)) => Ok(Some(a)),
-                    Ok(Rep::Queued(q)) => Ok(wait::queued(q)),
+            Op::Lock(h, _) => {
+                let reply = match reply {
+                    Ok(Rep::Acquire(a)) => Reply::Plain(Ok(a)),
                     Ok(other) => unreachable!("lock reply {other:?}"),
-                    Err(e) => Err(e),
+                    Err(e) => Reply::Plain(Err(e)),
                 };
-                let Some(core) = self.clients[c].core.as_mut() else {
-                    return;
+                self.call_reply(c, h, reply);
+            }
+            Op::LockQueued(h, _) => {
+                let reply = match reply {
+                    Ok(Rep::Queued(q)) => Reply::Queued(Ok(q)),
+                    Ok(other) => unreachable!("fair lock reply {other:?}"),
+                    Err(e) => Reply::Queued(Err(e)),
                 };
-                let r = wait::take_reply(core, h, &n, sent, local, r);
-                self.lock_reply(c, h, &n, r);
+                self.call_reply(c, h, reply);
             }
             Op::Unlock(n, _) => self.unlocked(c, id, &n, reply),
-            Op::AcquireRw(h, n, mode, _) => {
+            Op::AcquireRw(h, ..) => {
                 let r = reply.map(|r| match r {
                     Rep::Rw(a) => a,
                     other => unreachable!("read-write lock reply {other:?}"),
                 });
-                let Some(core) = self.clients[c].core.as_mut() else {
-                    return;
-                };
-                let r = rw::take_reply(core, h, &n, mode, local, r);
-                self.rw_reply(c, h, &n, r);
+                self.call_reply(c, h, Reply::Rw(r));
             }
             Op::RwState(n) => {
                 let r = reply.map(|r| match r {
@@ -203,9 +203,11 @@ impl World<'_> {
     /// hears its session expired (as `with_session` answers it), an unlock or a resign ends.
     fn stale_reply(&mut self, c: usize, op: &Op, chan: Chan, for_session: Option<SessionId>) {
         match op {
-            Op::Lock(h, n) | Op::LockQueued(h, n) => {
-                let sent_for = for_session.expect("stale replies have a session");
-                self.lock_reply(c, *h, n, Err(wait::replaced(&sent_for)));
+            Op::Lock(h, _) | Op::LockQueued(h, _) => {
+                if let Some(sent_for) = for_session {
+                    let reply = Reply::Plain(Err(wait::replaced(&sent_for)));
+                    self.call_reply(c, *h, reply);
+                }
             }
             Op::Unlock(n, _) => {
                 let t = self.now;

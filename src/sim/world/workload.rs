@@ -8,6 +8,7 @@ use super::rw::RwCaller;
 use super::{group, Cand, Client, JobThread, Jobber, Locker, Takes, Thread, World, MS, PPM};
 use crate::engine::core::Core;
 use crate::engine::driver::reopen;
+use crate::engine::driver::reserve::Reserved;
 use crate::sim::check::Kind;
 use crate::sim::model::session_no;
 use crate::types::{LeaseName, SessionId};
@@ -70,15 +71,24 @@ impl World<'_> {
                     lockers.push(locker(names, takes));
                 }
             }
+            // Now and then a second thread of the session takes the first lock too: it
+            // waits for the name its sibling reserved (locks are not reentrant).
+            if cfg.locks > 0 && self.rng.chance(0.3) {
+                lockers.push(locker(vec![name("l0".into())], Takes::Plain));
+            }
             for s in 0..cfg.semaphores {
                 // Premise `permit_miscount`: the first process counts one permit more.
                 let n = cfg.permits + u32::from(c == 0 && cfg.premises.permit_miscount);
                 let names = (0..n).map(|i| name(format!("s{s}.permit-{i}"))).collect();
                 lockers.push(locker(names, Takes::Permit));
             }
+            for (k, l) in lockers.iter_mut().enumerate() {
+                l.thread_key = k as u64 + 1;
+            }
             let rw = (0..cfg.rw_locks)
                 .filter(|_| c < 3 || self.rng.chance(0.7))
-                .map(|r| RwCaller::new(name(format!("rw{r}"))))
+                .enumerate()
+                .map(|(k, r)| RwCaller::new(name(format!("rw{r}")), k))
                 .collect();
             let jobbers = (0..cfg.jobs)
                 .filter(|_| c < 2 || self.rng.chance(0.7))
@@ -108,6 +118,7 @@ impl World<'_> {
                 value_changes: 0,
                 values_made: 0,
                 lockers,
+                reserved: Reserved::default(),
                 rw,
                 jobbers,
                 observes,
@@ -222,13 +233,12 @@ impl World<'_> {
                 core.add_candidate(h, cand.name.clone(), local);
             }
         }
+        // A new process-level session: lock calls start afresh.
+        cl.reserved = Reserved::default();
         for l in cl.lockers.iter_mut() {
-            // A new process-level session: lock calls start afresh.
             l.thread = Thread::Idle;
-            l.seen = None;
-            l.wait = None;
-            l.round = None;
-            l.slot = None;
+            l.call = None;
+            l.cancel_at = None;
             l.term = None;
             l.unlocking = None;
         }
@@ -377,14 +387,12 @@ fn locker(names: Vec<LeaseName>, takes: Takes) -> Locker {
     Locker {
         names,
         takes,
+        thread_key: 0,
         thread: Thread::Idle,
         next: 0,
         handle: 0,
-        seen: None,
-        wait: None,
-        round: None,
-        start: 0,
-        slot: None,
+        call: None,
+        cancel_at: None,
         term: None,
         unlocking: None,
     }
