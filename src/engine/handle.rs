@@ -7,13 +7,14 @@
 use super::cancel::Cancel;
 use super::config::Config;
 use super::core::{lease_lost, HandleId, Holder};
+use super::driver::release::{self, TermKind, Unlock};
 use super::driver::reserve::{self, Space, Taken};
 use super::driver::{jobs, values, wait};
 use super::event::Event;
 use super::session::Inner;
 use crate::error::{Error, Result};
 use crate::spi::LeaseBackend;
-use crate::spi::RwMode;
+
 use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use std::sync::Arc;
@@ -79,43 +80,6 @@ impl EngineHandle {
     /// Frees a local reservation of `name` in `space` by `h`.
     pub(crate) fn unreserve(&self, space: Space, name: &LeaseName, h: HandleId) {
         self.0.unreserve(space, name, h)
-    }
-
-    /// Releases a term of session `id` now.
-    pub(crate) fn release_now(
-        &self,
-        id: &SessionId,
-        name: &LeaseName,
-        token: Token,
-    ) -> Result<bool> {
-        self.0.release_now(id, name, token)
-    }
-
-    /// Queues the release of a term of session `id` (for `Drop`).
-    pub(crate) fn release_later(&self, id: &SessionId, name: &LeaseName, token: Token) {
-        self.0.release_later(id, name, token)
-    }
-
-    /// Releases a read-write term of session `id` now.
-    pub(crate) fn release_rw_now(
-        &self,
-        id: &SessionId,
-        name: &LeaseName,
-        mode: RwMode,
-        token: Token,
-    ) -> Result<bool> {
-        self.0.release_rw_now(id, name, mode, token)
-    }
-
-    /// Queues the release of a read-write term of session `id` (for `Drop`).
-    pub(crate) fn release_rw_later(
-        &self,
-        id: &SessionId,
-        name: &LeaseName,
-        mode: RwMode,
-        token: Token,
-    ) {
-        self.0.release_rw_later(id, name, mode, token)
     }
 
     /// Queues leaving `group` as session `id` (for `Drop`).
@@ -325,18 +289,13 @@ impl EngineHandle {
         self.0.with_core(|c| c.remove_watch(h));
     }
 
-    // ---- lock terms -----------------------------------------------------------------------
+    // ---- guards' terms ----------------------------------------------------------------
 
-    /// Whether the lock term `name`/`token` of session `id` is valid now.
-    pub(crate) fn lock_is_valid(&self, id: &SessionId, name: &LeaseName, token: Token) -> bool {
-        let s = self.0.lock_shared();
-        let now = self.0.now();
-        s.core.session() == id && s.core.is_valid(name, token, now)
-    }
-
-    /// How long the lock term `name`/`token` of session `id` stays valid from now.
-    pub(crate) fn lock_valid_for(
+    /// How long `kind`'s term `name`/`token` of session `id` stays valid from now if no
+    /// keep-alive succeeds meanwhile (`None`: not valid now).
+    pub(crate) fn term_valid_for(
         &self,
+        kind: TermKind,
         id: &SessionId,
         name: &LeaseName,
         token: Token,
@@ -346,63 +305,58 @@ impl EngineHandle {
         if s.core.session() != id {
             return None;
         }
-        s.core.valid_for(name, token, now)
+        release::valid_for(&s.core, kind, name, token, now)
     }
 
-    /// Ends lock `h`'s term locally; returns its token to release. A term of a replaced
+    /// Ends guard `h`'s `kind` term of session `id`: ended locally at once, then released on
+    /// the backend now (`wait`; a term the release found gone is reported as `LockLost`
+    /// with `Missing` unless the session ended or was replaced meanwhile, and is the
+    /// unlock's [`Error::LeaseLost`]) or from the work queue. A term of a replaced
     /// (expired) session, or one lost meanwhile, is [`Error::LeaseLost`] (reported once).
-    pub(crate) fn end_lock_term(&self, id: &SessionId, h: HandleId, term: &Term) -> Result<Token> {
-        let now = self.0.now();
-        self.0
-            .with_session(id, |c| c.unlock(h, term, now))
-            .unwrap_or_else(|| Err(lease_lost(term)))
-    }
-
-    /// The backend found lock `h`'s term of session `id` gone at its release: reported
-    /// (`LockLost` with `Missing`) unless the session ended or was replaced meanwhile
-    /// (nothing follows its `SessionExpired`; see `wait::lost_on_release`), and the
-    /// unlock's error.
-    pub(crate) fn lock_lost_on_release(&self, id: &SessionId, h: HandleId, term: &Term) -> Error {
-        self.0
-            .with_session(id, |c| wait::lost_on_release(c, h, term.clone()))
-            .unwrap_or_else(|| lease_lost(term))
-    }
-
-    // ---- read-write locks -----------------------------------------------------------------
-
-    /// Whether the read-write term `name`/`token` of session `id` is valid now.
-    pub(crate) fn rw_is_valid(&self, id: &SessionId, name: &LeaseName, token: Token) -> bool {
-        let s = self.0.lock_shared();
-        let now = self.0.now();
-        s.core.session() == id && s.core.is_rw_valid(name, token, now)
-    }
-
-    /// How long the read-write term `name`/`token` of session `id` stays valid from now.
-    pub(crate) fn rw_valid_for(
+    /// Its name's reservation is freed either way.
+    pub(crate) fn end_term(
         &self,
-        id: &SessionId,
-        name: &LeaseName,
-        token: Token,
-    ) -> Option<Duration> {
-        let s = self.0.lock_shared();
-        let now = self.0.now();
-        if s.core.session() != id {
-            return None;
-        }
-        s.core.rw_valid_for(name, token, now)
-    }
-
-    /// Ends read-write guard `h`'s term locally; returns its mode and token to release. A
-    /// term of a replaced (expired) session, or one lost meanwhile, is [`Error::LeaseLost`].
-    pub(crate) fn end_rw_term(
-        &self,
+        kind: TermKind,
         id: &SessionId,
         h: HandleId,
         term: &Term,
-    ) -> Result<(RwMode, Token)> {
+        wait: bool,
+    ) -> Result<()> {
         let now = self.0.now();
-        self.0
-            .with_session(id, |c| c.rw_unlock(h, term, now))
-            .unwrap_or_else(|| Err(lease_lost(term)))
+        let ended = self
+            .0
+            .with_session(id, |c| release::end(c, kind, h, term, now))
+            .unwrap_or_else(|| Err(lease_lost(term)));
+        let r = ended.and_then(|unlock| {
+            if !wait {
+                self.0.release_later(id, &unlock);
+                return Ok(());
+            }
+            match self.0.release_now(id, &unlock)? {
+                true => Ok(()),
+                false => Err(self
+                    .0
+                    .with_session(id, |c| wait::lost_on_release(c, h, term.clone()))
+                    .unwrap_or_else(|| lease_lost(term))),
+            }
+        });
+        self.0.drop_listeners(h);
+        self.0.unreserve(kind.space(), &term.name, h);
+        r
+    }
+
+    /// Releases a leader's term of session `id` now (`wait`) or from the work queue:
+    /// whether it was still held (`true` when queued).
+    pub(crate) fn release_leader(&self, id: &SessionId, term: &Term, wait: bool) -> Result<bool> {
+        let unlock = Unlock {
+            name: term.name.clone(),
+            token: term.token,
+            mode: None,
+        };
+        if !wait {
+            self.0.release_later(id, &unlock);
+            return Ok(true);
+        }
+        self.0.release_now(id, &unlock)
     }
 }

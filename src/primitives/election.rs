@@ -238,11 +238,7 @@ impl Election {
         let inner = &self.inner;
         let (id, was, held) = inner.withdraw_candidate(self.handle);
         let r = held.and_then(|held| match held {
-            Some(term) if !wait => {
-                inner.release_later(&id, &term.name, term.token);
-                Ok(())
-            }
-            Some(term) => match inner.release_now(&id, &term.name, term.token)? {
+            Some(term) => match inner.release_leader(&id, &term, wait)? {
                 true => Ok(()),
                 false => Err(lease_lost(&term)),
             },

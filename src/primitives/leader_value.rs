@@ -203,18 +203,19 @@ impl LockGuard {
     pub fn set_value(&self, value: impl Into<String>) -> Result<()> {
         let value = value.into();
         check_value(&value)?;
-        check_supported(&self.inner)?;
+        check_supported(&self.g.inner)?;
+        let g = &self.g;
         if !self.is_valid() {
-            return Err(lease_lost(&self.term));
+            return Err(lease_lost(g.term()));
         }
-        let (name, token) = (&self.term.name, self.term.token);
-        match self
+        let (name, token) = (&g.term().name, g.term().token);
+        match g
             .inner
             .backend()
-            .set_value(&self.session, name, token, &value)?
+            .set_value(&g.session, name, token, &value)?
         {
             true => Ok(()),
-            false => Err(lease_lost(&self.term)),
+            false => Err(lease_lost(g.term())),
         }
     }
 }

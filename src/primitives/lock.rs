@@ -1,15 +1,18 @@
 //! Distributed locks: `Session::lock`, `try_lock`, `lock_timeout` and the guard.
 
+use super::guard::TermGuard;
 use super::IntoLeaseName;
 use crate::engine::acquire::Won;
 use crate::engine::driver::acquire::{timed_out, Form, Spec, Want};
-use crate::engine::driver::reserve::Space;
+use crate::engine::driver::release::TermKind;
 use crate::engine::handle::EngineHandle;
-use crate::engine::{Cancel, HandleId, Session};
-use crate::error::{Error, Result};
+use crate::engine::{Cancel, Session};
+use crate::error::Result;
+#[cfg(doc)]
+use crate::Error;
 use crate::types::{LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::Event;
 
@@ -127,50 +130,36 @@ pub(crate) fn waited<G>(r: Result<Option<G>>, operation: &'static str) -> Result
 /// Check [`LockGuard::is_valid`] (or pass [`LockGuard::token`] to the protected resource)
 /// before acting on the lock: it ends without the guard being dropped if the session is lost.
 pub struct LockGuard {
-    pub(super) inner: EngineHandle,
-    handle: HandleId,
-    pub(super) session: SessionId,
-    pub(super) term: Term,
-    events: Receiver<Event>,
-    done: bool,
-    /// When the guard was made (for the hold time metric).
-    acquired: Instant,
+    pub(super) g: TermGuard,
 }
 
 impl LockGuard {
     /// The guard of the term `won`.
     pub(crate) fn new(inner: &EngineHandle, won: Won) -> Self {
         LockGuard {
-            inner: inner.clone(),
-            handle: won.handle,
-            session: won.session,
-            term: won.term,
-            events: won.events,
-            done: false,
-            acquired: won.at,
+            g: TermGuard::new(inner, won, TermKind::Lock),
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &LeaseName {
-        &self.term.name
+        &self.g.term().name
     }
 
     /// The term's fencing token.
     pub fn token(&self) -> Token {
-        self.term.token
+        self.g.term().token
     }
 
     /// The term as granted (its `remaining` is from the acquire reply).
     pub fn term(&self) -> &Term {
-        &self.term
+        self.g.term()
     }
 
     /// Whether the lock is still held: the session is live and the term's local deadline is
     /// ahead.
     pub fn is_valid(&self) -> bool {
-        self.inner
-            .lock_is_valid(&self.session, &self.term.name, self.term.token)
+        self.g.valid_for().is_some()
     }
 
     /// How long the lock stays valid from now if no keep-alive succeeds meanwhile (each one
@@ -185,26 +174,18 @@ impl LockGuard {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn valid_for(&self) -> Option<Duration> {
-        self.inner
-            .lock_valid_for(&self.session, &self.term.name, self.term.token)
+        self.g.valid_for()
     }
 
     /// The fencing token if the lock is still held ([`LockGuard::is_valid`]), otherwise
     /// [`Error::LeaseLost`]: `let token = guard.check()?;` before every protected write.
     pub fn check(&self) -> Result<Token> {
-        if self.is_valid() {
-            Ok(self.term.token)
-        } else {
-            Err(Error::LeaseLost {
-                name: self.term.name.clone(),
-                token: self.term.token,
-            })
-        }
+        self.g.check()
     }
 
     /// Receives [`Event::LockLost`] if the lock is lost before the guard is dropped.
     pub fn lost(&self) -> &Receiver<Event> {
-        &self.events
+        self.g.lost()
     }
 
     /// Releases the lock now, reporting a backend failure (dropping the guard only logs it).
@@ -214,56 +195,15 @@ impl LockGuard {
     /// the backend's release (reported as `LockLost` with
     /// [`LossReason::Missing`](crate::LossReason::Missing)). Either way the loss is reported
     /// exactly once.
-    pub fn unlock(mut self) -> Result<()> {
-        let r = self.release(true);
-        // A `LockLost` it reported has reached the session's callbacks when it returns.
-        self.inner.wait_delivered(self.handle);
-        r
-    }
-
-    /// Ends the term locally; releases it on the backend now if `wait`, else queues the
-    /// release on the session's work queue.
-    fn release(&mut self, wait: bool) -> Result<()> {
-        if std::mem::replace(&mut self.done, true) {
-            return Ok(());
-        }
-        let inner = &self.inner;
-        let now = inner.now();
-        crate::engine::metrics::lock_hold(now.saturating_duration_since(self.acquired));
-        let (id, term, h) = (&self.session, &self.term, self.handle);
-        // A term of a replaced (expired) session was lost and reported with it.
-        let token = inner.end_lock_term(id, h, term);
-        let r = token.and_then(|token| {
-            if !wait {
-                inner.release_later(id, &term.name, token);
-                return Ok(());
-            }
-            match inner.release_now(id, &term.name, token)? {
-                true => Ok(()),
-                false => Err(inner.lock_lost_on_release(id, h, term)),
-            }
-        });
-        inner.drop_listeners(self.handle);
-        inner.unreserve(Space::Lease, &self.term.name, self.handle);
-        r
-    }
-}
-
-impl Drop for LockGuard {
-    /// Ends the term at once; the backend release runs on the session's work queue.
-    fn drop(&mut self) {
-        match self.release(false) {
-            Ok(()) => {}
-            Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a lost lock: {}", e.report()),
-            Err(e) => log::warn!("releasing lock {} failed: {}", self.term.name, e.report()),
-        }
+    pub fn unlock(self) -> Result<()> {
+        self.g.unlock()
     }
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("term", &self.term)
+            .field("term", self.g.term())
             .finish()
     }
 }

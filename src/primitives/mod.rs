@@ -2,6 +2,7 @@
 
 mod election;
 mod group;
+mod guard;
 mod leader_value;
 mod lock;
 mod observer;

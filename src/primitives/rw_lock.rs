@@ -1,20 +1,23 @@
 //! Read-write locks: `Session::rw_lock`, its read and write calls and the guard. The
 //! contract and the token rule are on [`RwLock`].
 
+use super::guard::TermGuard;
 use super::lock::waited;
 use super::IntoLeaseName;
 use crate::engine::acquire::Won;
 use crate::engine::driver::acquire::{Form, Spec, Want};
-use crate::engine::driver::reserve::Space;
+use crate::engine::driver::release::TermKind;
 use crate::engine::driver::rw;
 use crate::engine::handle::EngineHandle;
-use crate::engine::{Cancel, HandleId, Session};
-use crate::error::{Error, Result};
+use crate::engine::{Cancel, Session};
+use crate::error::Result;
+#[cfg(doc)]
+use crate::Error;
 use crate::spi::RwMode;
-use crate::types::{LeaseName, SessionId, Term, Token};
+use crate::types::{LeaseName, Term, Token};
 use crate::Event;
 use crossbeam_channel::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl Session {
     /// The read-write lock `name` (cheap: no backend call until a read or write). See
@@ -154,35 +157,22 @@ impl RwLock {
 /// [`Event::LockLost`]): check [`RwGuard::is_valid`], or pass [`RwGuard::token`] to the
 /// protected resource (see [`RwLock`] for the token rule).
 pub struct RwGuard {
-    inner: EngineHandle,
-    handle: HandleId,
-    session: SessionId,
-    term: Term,
+    g: TermGuard,
     mode: RwMode,
-    events: Receiver<Event>,
-    done: bool,
-    /// When the guard was made (for the hold time metric).
-    acquired: Instant,
 }
 
 impl RwGuard {
     /// The guard of the `mode` term `won`.
     fn new(inner: &EngineHandle, won: Won, mode: RwMode) -> Self {
         RwGuard {
-            inner: inner.clone(),
-            handle: won.handle,
-            session: won.session,
-            term: won.term,
+            g: TermGuard::new(inner, won, TermKind::Rw(mode)),
             mode,
-            events: won.events,
-            done: false,
-            acquired: won.at,
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &LeaseName {
-        &self.term.name
+        &self.g.term().name
     }
 
     /// Read or write.
@@ -192,92 +182,40 @@ impl RwGuard {
 
     /// The term's fencing token.
     pub fn token(&self) -> Token {
-        self.term.token
+        self.g.term().token
     }
 
     /// The term as granted (its `remaining` is from the acquire reply).
     pub fn term(&self) -> &Term {
-        &self.term
+        self.g.term()
     }
 
     /// Whether the term is still held: the session is live and was not lost.
     pub fn is_valid(&self) -> bool {
-        self.inner
-            .rw_is_valid(&self.session, &self.term.name, self.term.token)
+        self.g.valid_for().is_some()
     }
 
     /// How long the term stays valid from now if no keep-alive succeeds meanwhile (the
     /// session's local deadline), or `None` if it is not valid now.
     pub fn valid_for(&self) -> Option<Duration> {
-        self.inner
-            .rw_valid_for(&self.session, &self.term.name, self.term.token)
+        self.g.valid_for()
     }
 
     /// The fencing token if the term is still held, otherwise [`Error::LeaseLost`].
     pub fn check(&self) -> Result<Token> {
-        if self.is_valid() {
-            Ok(self.term.token)
-        } else {
-            Err(crate::error::lease_lost(&self.term))
-        }
+        self.g.check()
     }
 
     /// Receives [`Event::LockLost`] if the term is lost before the guard is dropped.
     pub fn lost(&self) -> &Receiver<Event> {
-        &self.events
+        self.g.lost()
     }
 
     /// Releases the term now, reporting a backend failure (dropping the guard only logs
     /// it). A term already lost gives [`Error::LeaseLost`]; one the backend found gone is
     /// reported as `LockLost` with [`LossReason::Missing`](crate::LossReason::Missing).
-    pub fn unlock(mut self) -> Result<()> {
-        let r = self.release(true);
-        // A `LockLost` it reported has reached the session's callbacks when it returns.
-        self.inner.wait_delivered(self.handle);
-        r
-    }
-
-    /// Ends the term locally; releases it on the backend now if `wait`, else queues the
-    /// release on the session's work queue.
-    fn release(&mut self, wait: bool) -> Result<()> {
-        if std::mem::replace(&mut self.done, true) {
-            return Ok(());
-        }
-        let inner = &self.inner;
-        let now = inner.now();
-        crate::engine::metrics::lock_hold(now.saturating_duration_since(self.acquired));
-        let (id, term, h) = (&self.session, &self.term, self.handle);
-        let r = inner.end_rw_term(id, h, term).and_then(|(mode, token)| {
-            if !wait {
-                inner.release_rw_later(id, &term.name, mode, token);
-                return Ok(());
-            }
-            match inner.release_rw_now(id, &term.name, mode, token)? {
-                true => Ok(()),
-                false => Err(inner.lock_lost_on_release(id, h, term)),
-            }
-        });
-        inner.drop_listeners(h);
-        inner.unreserve(Space::Rw, &self.term.name, h);
-        r
-    }
-}
-
-impl Drop for RwGuard {
-    /// Ends the term at once; the backend release runs on the session's work queue.
-    fn drop(&mut self) {
-        match self.release(false) {
-            Ok(()) => {}
-            Err(e @ Error::LeaseLost { .. }) => {
-                log::debug!("dropped a lost read-write term: {}", e.report())
-            }
-            Err(e) => log::warn!(
-                "releasing the {} term of {} failed: {}",
-                self.mode.as_str(),
-                self.term.name,
-                e.report()
-            ),
-        }
+    pub fn unlock(self) -> Result<()> {
+        self.g.unlock()
     }
 }
 
@@ -285,7 +223,7 @@ impl std::fmt::Debug for RwGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RwGuard")
             .field("mode", &self.mode)
-            .field("term", &self.term)
+            .field("term", self.g.term())
             .finish()
     }
 }

@@ -9,6 +9,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod jobs;
+pub(crate) mod release;
 pub(crate) mod reopen;
 pub(crate) mod reserve;
 pub(crate) mod rw;

@@ -18,7 +18,7 @@ use super::router::{Interest, Router};
 use crate::error::{Error, Result};
 use crate::spi::{LeaseBackend, Notification, SessionGrant};
 use crate::types::{Clock, SystemClock};
-use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
+use crate::types::{GroupName, LeaseName, SessionId, Term};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;

@@ -3,6 +3,7 @@
 //! leaves and joins queued for the work pool.
 
 use super::*;
+use crate::engine::driver::release::Unlock;
 use crate::engine::driver::reserve::Space;
 
 impl Inner {
@@ -202,40 +203,19 @@ impl Inner {
         self.changed.notify_all();
     }
 
-    /// Queues the release of a term of session `id` on the work queue (for `Drop`, which
-    /// never does network I/O on the caller's thread).
-    pub(crate) fn release_later(&self, id: &SessionId, name: &LeaseName, token: Token) {
-        self.queue(Work::Core(
-            id.clone(),
-            driver::Work::Release(name.clone(), token),
-        ));
+    /// Queues the release `unlock` of a term of session `id` on the work queue (for `Drop`,
+    /// which never does network I/O on the caller's thread).
+    pub(crate) fn release_later(&self, id: &SessionId, unlock: &Unlock) {
+        self.queue(Work::Core(id.clone(), unlock.work()));
     }
 
-    /// Queues the release of a read-write term of session `id` on the work queue (for
-    /// `Drop`).
-    pub(crate) fn release_rw_later(
-        &self,
-        id: &SessionId,
-        name: &LeaseName,
-        mode: crate::spi::RwMode,
-        token: Token,
-    ) {
-        let release = driver::Work::ReleaseRw(name.clone(), mode, token);
-        self.queue(Work::Core(id.clone(), release));
-    }
-
-    /// Releases a read-write term of session `id` on the backend from the calling thread.
-    pub(crate) fn release_rw_now(
-        &self,
-        id: &SessionId,
-        name: &LeaseName,
-        mode: crate::spi::RwMode,
-        token: Token,
-    ) -> Result<bool> {
-        let r = self.backend.release_rw(id, name, mode, token);
-        self.with_session(id, |c| c.on_rw_released(name, mode, token, r.is_ok()));
+    /// Releases a term of session `id` (`unlock`) on the backend from the calling thread:
+    /// whether it was still held there.
+    pub(crate) fn release_now(&self, id: &SessionId, unlock: &Unlock) -> Result<bool> {
+        let r = unlock.send(id, &*self.backend);
+        self.with_session(id, |c| unlock.answered(c, r.is_ok()));
         if matches!(r, Ok(true)) {
-            self.router.released_here(name);
+            self.router.released_here(&unlock.name);
         }
         r
     }
@@ -248,20 +228,5 @@ impl Inner {
     /// Queues joining `group` as session `id` on the work queue (an election's candidates).
     pub(in crate::engine) fn join_later(&self, id: &SessionId, group: &GroupName) {
         self.queue(Work::Join(id.clone(), group.clone()));
-    }
-
-    /// Releases a term of session `id` on the backend from the calling thread.
-    pub(crate) fn release_now(
-        &self,
-        id: &SessionId,
-        name: &LeaseName,
-        token: Token,
-    ) -> Result<bool> {
-        let r = self.backend.release(id, name, token);
-        self.with_session(id, |c| c.on_released(name, r.is_ok()));
-        if matches!(r, Ok(true)) {
-            self.router.released_here(name);
-        }
-        r
     }
 }

@@ -2,6 +2,7 @@
 //! expiry, the serial work queue, event delivery and election attempts.
 
 use super::*;
+use crate::engine::driver::release::Unlock;
 
 impl Inner {
     /// Starts a keep-alive thread serving `rx`.
@@ -129,6 +130,21 @@ impl Inner {
         }
     }
 
+    /// Runs a queued release, logging a failure (nobody waits for it).
+    fn release_queued(&self, id: &SessionId, unlock: &Unlock) {
+        if let Err(e) = self.release_now(id, unlock) {
+            let (name, token) = (&unlock.name, unlock.token);
+            match unlock.mode {
+                None => log::warn!("releasing {name} (token {token}) failed: {}", e.report()),
+                Some(mode) => log::warn!(
+                    "releasing the {} term of {name} (token {token}) failed: {}",
+                    mode.as_str(),
+                    e.report()
+                ),
+            }
+        }
+    }
+
     /// Queues backend work on this session's serial work queue.
     pub(super) fn queue(&self, w: Work) {
         if let Some(i) = self.me.upgrade() {
@@ -188,18 +204,20 @@ impl Inner {
                     self.with_session(&id, |c| c.on_members(h, now, reply));
                 }
                 Work::Core(id, driver::Work::Release(name, token)) => {
-                    if let Err(e) = self.release_now(&id, &name, token) {
-                        log::warn!("releasing {name} (token {token}) failed: {}", e.report());
-                    }
+                    let unlock = Unlock {
+                        name,
+                        token,
+                        mode: None,
+                    };
+                    self.release_queued(&id, &unlock);
                 }
                 Work::Core(id, driver::Work::ReleaseRw(name, mode, token)) => {
-                    if let Err(e) = self.release_rw_now(&id, &name, mode, token) {
-                        log::warn!(
-                            "releasing the {} term of {name} (token {token}) failed: {}",
-                            mode.as_str(),
-                            e.report()
-                        );
-                    }
+                    let unlock = Unlock {
+                        name,
+                        token,
+                        mode: Some(mode),
+                    };
+                    self.release_queued(&id, &unlock);
                 }
                 Work::Leave(id, group) => {
                     if let Err(e) = self.backend.leave(&id, &group) {
