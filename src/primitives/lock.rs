@@ -8,9 +8,9 @@ use crate::engine::driver::release::TermKind;
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, Session};
 use crate::error::Result;
+use crate::types::{LeaseName, SessionId, Term, Token};
 #[cfg(doc)]
 use crate::Error;
-use crate::types::{LeaseName, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use std::time::Duration;
 

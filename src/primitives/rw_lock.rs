@@ -11,10 +11,10 @@ use crate::engine::driver::rw;
 use crate::engine::handle::EngineHandle;
 use crate::engine::{Cancel, Session};
 use crate::error::Result;
-#[cfg(doc)]
-use crate::Error;
 use crate::spi::RwMode;
 use crate::types::{LeaseName, Term, Token};
+#[cfg(doc)]
+use crate::Error;
 use crate::Event;
 use crossbeam_channel::Receiver;
 use std::time::Duration;
