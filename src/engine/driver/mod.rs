@@ -8,6 +8,7 @@
 //! them, so the simulation checks the driver that ships.
 
 pub(crate) mod acquire;
+pub(crate) mod attempt;
 pub(crate) mod jobs;
 pub(crate) mod release;
 pub(crate) mod reopen;

@@ -8,7 +8,7 @@
 use super::config::Config;
 use super::core::{Core, HandleId, Health, State, Task, Timing};
 use super::driver::reserve::Reserved;
-use super::driver::{self, reopen, values, Route};
+use super::driver::{self, reopen, Route};
 use super::event::Event;
 use super::executor::{Pool, Serial, Tick, Timer};
 use super::guarded::PanicGuard;

@@ -2,6 +2,7 @@
 //! expiry, the serial work queue, event delivery and election attempts.
 
 use super::*;
+use crate::engine::driver::attempt::{self, Attempt};
 use crate::engine::driver::release::Unlock;
 
 impl Inner {
@@ -248,11 +249,8 @@ impl Inner {
         }
     }
 
-    /// A candidate's attempt, with the candidate's term value. A value changed while the
-    /// attempt was in flight is set on the term it won (the change and the adoption are
-    /// ordered by the lock: whichever comes second sees the other), and set again if it
-    /// changed once more while that write was in flight (whose arrival may then follow the
-    /// newer value's own write).
+    /// A candidate's attempt: the driver's [`Attempt`] (the acquire with the candidate's
+    /// value, then the write of a value changed meanwhile), pumped on the work thread.
     pub(super) fn attempt(&self, id: SessionId, h: HandleId, name: LeaseName) {
         let value = self
             .shared
@@ -261,47 +259,22 @@ impl Inner {
             .get(&h)
             .cloned()
             .unwrap_or_default();
-        let sent = self.now();
-        let reply = if value.is_empty() {
-            self.backend.acquire(&id, &name)
-        } else {
-            self.backend.acquire_with_value(&id, &name, &value)
-        };
-        let granted = match &reply {
-            Ok(crate::spi::Acquire::Acquired(t)) => Some(t.token),
-            _ => None,
-        };
-        // A reply for an expired predecessor is dropped: its grants die with it.
-        let fix = self.with_session_shared(&id, |s| {
+        let mut m = Attempt::new(id, h, name, value);
+        while let Some(call) = m.next(self.now()) {
+            let reply = call.send(&*self.backend);
             // Read under the lock: a reply that waited for it is judged when it is taken in.
-            let now = self.now();
-            s.core.on_attempt(h, &name, sent, now, reply);
-            let held = s.core.term_of(&name, crate::engine::Holder::Election(h));
-            if let Some(t) = held.as_ref().filter(|t| Some(t.token) == granted) {
-                self.check_token(&mut s.core, Some(h), t);
+            let mut s = self.shared.lock();
+            let shared = &mut *s;
+            let cx = attempt::Ctx {
+                core: &mut shared.core,
+                current: shared.values.get(&h).map_or("", String::as_str),
+                changes: shared.value_changes,
+                now: self.now(),
+            };
+            if let Some(t) = m.on_reply(cx, reply) {
+                self.check_token(&mut shared.core, Some(h), &t);
             }
-            let current = s.values.get(&h).map_or("", String::as_str);
-            values::write_back(granted, held.as_ref(), &value, current)
-                .map(|g| (g, current.to_owned(), s.value_changes))
-        });
-        let Some((token, mut v, mut seen)) = fix.flatten() else {
-            return;
-        };
-        for _ in 0..values::MAX_WRITES {
-            if let Err(e) = self.backend.set_value(&id, &name, token, &v) {
-                log::warn!("setting the value of {name} failed: {}", e.report());
-                return;
-            }
-            let s = self.shared.lock();
-            let held = s.core.session() == &id
-                && s.core
-                    .term_of(&name, crate::engine::Holder::Election(h))
-                    .is_some_and(|t| t.token == token);
-            let current = s.values.get(&h).map_or("", String::as_str);
-            match values::write_again(held, seen, s.value_changes, &v, current) {
-                Some(next) => (v, seen) = (next, s.value_changes),
-                None => return,
-            }
+            self.dispatch(&mut s, true);
         }
     }
 }

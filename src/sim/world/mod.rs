@@ -29,6 +29,7 @@ use super::model::{session_no, DelayStep, Model};
 use super::rng::Rng;
 use crate::engine::core::{Core, HandleId, Task, Timing};
 use crate::engine::driver::acquire::Acquisition;
+use crate::engine::driver::attempt::Attempt;
 use crate::engine::driver::reopen;
 use crate::engine::driver::reserve::Reserved;
 use crate::engine::driver::{self, Route};
@@ -151,6 +152,8 @@ struct Client {
     wake_at: Option<u64>,
     work: VecDeque<(Op, Option<SessionId>)>,
     work_busy: bool,
+    /// The work thread's candidate attempt in progress.
+    attempt: Option<Attempt>,
     cands: Vec<Cand>,
     /// Changes of the candidates' values (the session's count).
     value_changes: u64,
@@ -553,12 +556,12 @@ impl World<'_> {
         }
         let cl = &mut self.clients[c];
         if !cl.work_busy {
-            if let Some((mut op, sid)) = cl.work.pop_front() {
+            if let Some((op, sid)) = cl.work.pop_front() {
                 cl.work_busy = true;
-                if let Op::Attempt(h, _, value) = &mut op {
-                    *value = self.value_of(c, *h);
+                match (op, sid) {
+                    (Op::Attempt(h, name, _), Some(id)) => self.start_attempt(c, id, h, name),
+                    (op, sid) => self.send_for(c, op, Chan::Work, sid),
                 }
-                self.send_for(c, op, Chan::Work, sid);
             }
         }
     }

@@ -33,10 +33,9 @@ pub(super) enum Op {
     Resign(LeaseName, Token),
     /// `Election::set_value` on the candidate's term.
     SetValue(LeaseName, Token, String),
-    /// The work thread's write of a value that changed while candidate `h`'s attempt was in
-    /// flight: the term's token, the value, the count of value changes when the write began,
-    /// and the writes made so far.
-    WriteBack(HandleId, LeaseName, Token, String, u64, usize),
+    /// The work thread's write of a value that changed while a candidate's attempt was in
+    /// flight, on the term (token) it won.
+    WriteBack(LeaseName, Token, String),
     ClaimJob(LeaseName, Duration),
     FinishJob(LeaseName, Token, Duration),
     /// A read-write lock's attempt of guard `h` in a mode, with the writer's patience.
@@ -62,7 +61,7 @@ impl Op {
             | Op::Unlock(n, _)
             | Op::Resign(n, _)
             | Op::SetValue(n, _, _)
-            | Op::WriteBack(_, n, _, _, _, _)
+            | Op::WriteBack(n, _, _)
             | Op::ClaimJob(n, _)
             | Op::FinishJob(n, _, _)
             | Op::AcquireRw(_, n, _, _)
@@ -299,7 +298,7 @@ impl World<'_> {
                 }
                 Ok(Rep::Released(held))
             }
-            Op::SetValue(n, tok, v) | Op::WriteBack(_, n, tok, v, _, _) => {
+            Op::SetValue(n, tok, v) | Op::WriteBack(n, tok, v) => {
                 let set = self.model.set_value(t, &sid(), n, *tok, v);
                 if set {
                     acquired.push(n.clone());

@@ -7,6 +7,7 @@ use super::network::{Chan, Ev, Op, Rep};
 use super::outcome::show;
 use super::{acquire_of, Thread, World};
 use crate::engine::driver::acquire::Reply;
+use crate::engine::driver::attempt;
 use crate::engine::driver::reopen::{self, AfterOpenError};
 use crate::engine::driver::{self, wait};
 use crate::error::Result;
@@ -96,13 +97,17 @@ impl World<'_> {
                     core.on_keep_alive(sent, local, r);
                 }
             }
-            Op::Attempt(h, n, value) => {
-                if self.attempted(c, h, &n, &value, sent, reply, for_session) {
+            Op::Attempt(..) => {
+                if self.attempt_answered(c, attempt::Reply::Acquire(reply.map(acquire_of))) {
                     return; // the work thread writes the value on first
                 }
             }
-            Op::WriteBack(h, n, token, v, seen, writes) => {
-                if self.written_back(c, h, &n, token, &v, seen, writes, reply, for_session) {
+            Op::WriteBack(..) => {
+                let r = reply.map(|r| match r {
+                    Rep::Flag(set) => set,
+                    other => unreachable!("value write reply {other:?}"),
+                });
+                if self.attempt_answered(c, attempt::Reply::SetValue(r)) {
                     return; // and writes once more
                 }
             }
@@ -227,20 +232,8 @@ impl World<'_> {
                 }
             }
             Op::AcquireRw(..) | Op::ReleaseRw(..) => self.rw_stale(c, op, chan, for_session),
+            Op::Attempt(..) => self.clients[c].attempt = None,
             _ => {}
         }
     }
-}
-
-/// A grant's token, if `reply` is one.
-pub(super) fn granted(reply: &Result<Rep>) -> Option<crate::types::Token> {
-    match reply {
-        Ok(Rep::Acquire(crate::spi::Acquire::Acquired(t))) => Some(t.token),
-        _ => None,
-    }
-}
-
-/// An attempt's reply as the core takes it.
-pub(super) fn attempt_reply(reply: Result<Rep>) -> Result<crate::spi::Acquire> {
-    reply.map(acquire_of)
 }

@@ -1,18 +1,16 @@
-//! Candidates' term values, as the driver handles them: an attempt carries the value the
-//! work thread read when it ran it; a value set meanwhile is written on the term the attempt
-//! won (and again while it keeps changing: the driver's `values::write_back` and
-//! `write_again`); `Election::set_value` writes on the candidate's valid term
+//! Candidates' attempts and term values: the work thread pumps the driver's `Attempt`, the
+//! machine the session's work thread pumps (the acquire carries the value read when it
+//! runs; a value set meanwhile is written on the term it won, and again while it keeps
+//! changing); `Election::set_value` writes on the candidate's valid term
 //! (`values::target`). Every value is unique, so the checker knows which term it was
 //! written for.
 
-use super::network::{Chan, Op, Rep};
-use super::replies::{attempt_reply, granted};
+use super::network::{Chan, Op};
 use super::World;
-use crate::engine::core::{HandleId, Holder};
+use crate::engine::core::HandleId;
+use crate::engine::driver::attempt::{Attempt, Call, Ctx, Reply};
 use crate::engine::driver::values;
-use crate::error::Result;
-use crate::types::{LeaseName, SessionId, Token};
-use std::time::Instant;
+use crate::types::{LeaseName, SessionId};
 
 impl World<'_> {
     /// The value candidate `h` of client `c` gives its terms now (empty: none).
@@ -35,89 +33,62 @@ impl World<'_> {
     /// The attempt of candidate `h` for `name`, sent at `sent` with `value`, was answered:
     /// the engine takes it in; if it won a term while the value changed, the work thread
     /// writes the new value on the term before its next work (true: it does).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn attempted(
-        &mut self,
-        c: usize,
-        h: HandleId,
-        name: &LeaseName,
-        value: &str,
-        sent: Instant,
-        reply: Result<Rep>,
-        for_session: Option<SessionId>,
-    ) -> bool {
+    /// Starts the work thread's attempt of candidate `h` at `name` for session `id`, with
+    /// the value it reads now.
+    pub(super) fn start_attempt(&mut self, c: usize, id: SessionId, h: HandleId, name: LeaseName) {
+        let value = self.value_of(c, h);
+        self.clients[c].attempt = Some(Attempt::new(id, h, name, value));
+        self.attempt_step(c);
+    }
+
+    /// Sends what the work thread's attempt asks for next: whether it sent anything (if
+    /// not, the attempt is over).
+    pub(super) fn attempt_step(&mut self, c: usize) -> bool {
         let local = self.local(c, self.now);
-        let won = granted(&reply);
-        let current = self.value_of(c, h);
-        let Some(core) = self.clients[c].core.as_mut() else {
+        let cl = &mut self.clients[c];
+        let Some(m) = cl.attempt.as_mut() else {
             return false;
         };
-        core.on_attempt(h, name, sent, local, attempt_reply(reply));
-        let held = core.term_of(name, Holder::Election(h));
-        let Some(token) = values::write_back(won, held.as_ref(), value, &current) else {
-            return false;
+        let (h, session) = (m.handle(), Some(m.session().clone()));
+        let op = match m.next(local) {
+            None => {
+                cl.attempt = None;
+                return false;
+            }
+            Some(Call::Acquire { name, value, .. }) => Op::Attempt(h, name, value),
+            Some(Call::SetValue {
+                name, token, value, ..
+            }) => {
+                self.written(&name, token, &value);
+                Op::WriteBack(name, token, value)
+            }
         };
-        let seen = self.clients[c].value_changes;
-        self.write_back(c, h, name, token, current, seen, 1, for_session);
+        self.send_for(c, op, Chan::Work, session);
         true
     }
 
-    /// The work thread writes `value` on candidate `h`'s term `name`/`token` (write number
-    /// `writes` of this attempt).
-    #[allow(clippy::too_many_arguments)]
-    fn write_back(
-        &mut self,
-        c: usize,
-        h: HandleId,
-        name: &LeaseName,
-        token: Token,
-        value: String,
-        seen: u64,
-        writes: usize,
-        for_session: Option<SessionId>,
-    ) {
-        self.written(name, token, &value);
-        let op = Op::WriteBack(h, name.clone(), token, value, seen, writes);
-        self.send_for(c, op, Chan::Work, for_session);
-    }
-
-    /// A write-back's reply: the driver writes again if the candidate still holds the term
-    /// and its value changed since (true: it does).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn written_back(
-        &mut self,
-        c: usize,
-        h: HandleId,
-        name: &LeaseName,
-        token: Token,
-        value: &str,
-        seen: u64,
-        writes: usize,
-        reply: Result<Rep>,
-        for_session: Option<SessionId>,
-    ) -> bool {
-        if reply.is_err() || writes >= values::MAX_WRITES {
-            return false; // a failed write ends the write-back (logged)
-        }
+    /// The work thread's attempt was answered `reply`: whether it sends once more.
+    pub(super) fn attempt_answered(&mut self, c: usize, reply: Reply) -> bool {
+        let local = self.local(c, self.now);
+        let Some(h) = self.clients[c].attempt.as_ref().map(Attempt::handle) else {
+            return false;
+        };
         let current = self.value_of(c, h);
-        let cl = &self.clients[c];
-        let held = cl.core.as_ref().is_some_and(|k| {
-            Some(k.session()) == for_session.as_ref()
-                && k.term_of(name, Holder::Election(h))
-                    .is_some_and(|t| t.token == token)
-        });
-        let changes = cl.value_changes;
-        match values::write_again(held, seen, changes, value, &current) {
-            Some(next) => {
-                self.write_back(c, h, name, token, next, changes, writes + 1, for_session);
-                true
-            }
-            None => false,
-        }
+        let cl = &mut self.clients[c];
+        let (Some(m), Some(core)) = (cl.attempt.as_mut(), cl.core.as_mut()) else {
+            cl.attempt = None;
+            return false;
+        };
+        let cx = Ctx {
+            core,
+            current: &current,
+            changes: cl.value_changes,
+            now: local,
+        };
+        m.on_reply(cx, reply);
+        self.attempt_step(c)
     }
 
-    /// `Election::set_value` by client `c`'s candidate `i`: a new value for its terms,
-    /// written at once on the term it leads with, if any.
     pub(super) fn set_value(&mut self, c: usize, i: usize) {
         let local = self.local(c, self.now);
         let value = self.new_value(c);

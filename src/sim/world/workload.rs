@@ -114,6 +114,7 @@ impl World<'_> {
                 wake_at: None,
                 work: VecDeque::new(),
                 work_busy: false,
+                attempt: None,
                 cands,
                 value_changes: 0,
                 values_made: 0,
