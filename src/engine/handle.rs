@@ -7,18 +7,60 @@
 use super::cancel::Cancel;
 use super::config::Config;
 use super::core::{lease_lost, HandleId, Holder};
+use super::driver::jobs::{self, Claimed};
 use super::driver::release::{self, TermKind, Unlock};
 use super::driver::reserve::{self, Space, Taken};
-use super::driver::{jobs, values, wait};
+use super::driver::{groups, values, wait};
 use super::event::Event;
 use super::session::Inner;
 use crate::error::{Error, Result};
 use crate::spi::LeaseBackend;
 
-use crate::types::{GroupName, LeaseName, SessionId, Term, Token};
+use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The backend's reads and capabilities: all of it a primitive reaches directly (every call
+/// that changes the backend goes through the session).
+#[derive(Clone, Copy)]
+pub(crate) struct Reads<'a>(&'a dyn LeaseBackend);
+
+impl Reads<'_> {
+    /// Who holds `name` now.
+    pub(crate) fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
+        self.0.owner(name)
+    }
+
+    /// The live members of `group`.
+    pub(crate) fn members(&self, group: &GroupName) -> Result<Vec<Member>> {
+        self.0.members(group)
+    }
+
+    /// The waiters queued for `name`.
+    pub(crate) fn queue(&self, name: &LeaseName) -> Result<Vec<SessionId>> {
+        self.0.queue(name)
+    }
+
+    /// Whether the backend stores term values.
+    pub(crate) fn supports_values(&self) -> bool {
+        self.0.supports_values()
+    }
+
+    /// The backend's kind.
+    pub(crate) fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+}
+
+/// A callback a handle's events are delivered to.
+pub(crate) type EventCallback = Box<dyn FnMut(&Event) + Send>;
+
+/// What a watch follows: a lease's owner (an observer) or a group's members.
+pub(crate) enum Watch {
+    Owner(LeaseName),
+    Members(GroupName),
+}
 
 /// A session as the primitives see it: the narrow API below, nothing of the session's
 /// inside (its core, its lock, its listeners' map).
@@ -32,9 +74,9 @@ impl std::fmt::Debug for EngineHandle {
 }
 
 impl EngineHandle {
-    /// The backend.
-    pub(crate) fn backend(&self) -> &Arc<dyn LeaseBackend> {
-        &self.0.backend
+    /// What the primitives may read of the backend (they change nothing on it themselves).
+    pub(crate) fn reads(&self) -> Reads<'_> {
+        Reads(&*self.0.backend)
     }
 
     /// The session's configuration.
@@ -47,24 +89,15 @@ impl EngineHandle {
         self.0.now()
     }
 
-    /// A new handle id.
-    pub(crate) fn next_handle(&self) -> HandleId {
-        self.0.next_handle()
-    }
-
-    /// The current backend session's id.
-    pub(crate) fn id(&self) -> SessionId {
-        self.0.id()
-    }
-
-    /// A channel listening to handle `h`'s events.
-    pub(crate) fn channel(&self, h: HandleId) -> Receiver<Event> {
-        self.0.listeners.channel(h)
-    }
-
-    /// A callback listening to handle `h`'s events.
-    pub(crate) fn callback(&self, h: HandleId, f: impl FnMut(&Event) + Send + 'static) {
-        self.0.listeners.callback(h, f)
+    /// A new handle, listening to its events: on a channel, and through `callback` too if
+    /// given.
+    pub(crate) fn listen(&self, callback: Option<EventCallback>) -> (HandleId, Receiver<Event>) {
+        let h = self.0.next_handle();
+        let events = self.0.listeners.channel(h);
+        if let Some(f) = callback {
+            self.0.listeners.callback(h, f);
+        }
+        (h, events)
     }
 
     /// Forgets handle `h`'s listeners.
@@ -76,24 +109,36 @@ impl EngineHandle {
     pub(crate) fn wait_delivered(&self, h: HandleId) {
         self.0.wait_delivered(h)
     }
-
-    /// Frees a local reservation of `name` in `space` by `h`.
-    pub(crate) fn unreserve(&self, space: Space, name: &LeaseName, h: HandleId) {
-        self.0.unreserve(space, name, h)
-    }
-
-    /// Queues leaving `group` as session `id` (for `Drop`).
-    pub(crate) fn leave_later(&self, id: &SessionId, group: &GroupName) {
-        self.0.leave_later(id, group)
-    }
 }
 
 impl EngineHandle {
-    /// The current backend session, if it is live.
-    pub(crate) fn live_session(&self) -> Result<SessionId> {
-        let s = self.0.lock_shared();
-        s.core.check_live()?;
-        Ok(s.core.session().clone())
+    /// Claims job `name` for at most `at_most` as the live session: `None` while another
+    /// node runs it or its window has not passed.
+    pub(crate) fn claim_job(&self, name: &LeaseName, at_most: Duration) -> Result<Option<Claimed>> {
+        let id = {
+            let s = self.0.lock_shared();
+            s.core.check_live()?;
+            s.core.session().clone()
+        };
+        let sent = self.0.now();
+        let reply = self.0.backend.claim_job(&id, name, at_most)?;
+        Ok(jobs::claimed(
+            id,
+            reply,
+            sent,
+            at_most,
+            self.0.config.drift(),
+        ))
+    }
+
+    /// Finishes claim `c` of job `name`: the name stays taken until `at_least` after the
+    /// claim began (a failure is logged: nobody waits for it).
+    pub(crate) fn finish_job(&self, name: &LeaseName, c: &Claimed, at_least: Duration) {
+        let reply = self
+            .0
+            .backend
+            .finish_job(&c.session, name, c.token, at_least);
+        jobs::finished(name, c.token, reply);
     }
 
     /// Whether a job claim of session `id` whose local deadline is `deadline` still holds.
@@ -104,44 +149,55 @@ impl EngineHandle {
 
     // ---- groups joined through memberships and candidacies ---------------------------
 
-    /// Counts `group` as joined once more (a reopen re-joins it) and returns the live
-    /// session to join it as; counted under the lock that reads the id, so a reopen either
-    /// sees the count or has already swapped the session in.
-    pub(crate) fn count_join(&self, group: &GroupName) -> Result<SessionId> {
-        let mut s = self.0.lock_shared();
-        s.core.check_live()?;
-        *s.joined.entry(group.clone()).or_insert(0) += 1;
-        Ok(s.core.session().clone())
-    }
-
-    /// Counts `group` as joined once less; returns the live session to leave it as if that
-    /// was the last count.
-    pub(crate) fn count_leave(&self, group: &GroupName) -> Option<SessionId> {
-        let mut s = self.0.lock_shared();
-        let last = match s.joined.get_mut(group) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            Some(_) => {
-                s.joined.remove(group);
-                true
-            }
-            None => false,
+    /// Joins `group` as the live session, counted once more (a reopen re-joins it); counted
+    /// under the lock that reads the id, so a reopen either sees the count or has already
+    /// swapped the session in. A join that failed is uncounted.
+    pub(crate) fn join(&self, group: &GroupName) -> Result<()> {
+        let id = {
+            let mut s = self.0.lock_shared();
+            s.core.check_live()?;
+            groups::count_join(&mut s.joined, group);
+            s.core.session().clone()
         };
-        (last && s.core.check_live().is_ok()).then(|| s.core.session().clone())
+        let r = self.0.backend.join(&id, group);
+        if r.is_err() {
+            groups::count_leave(&mut self.0.lock_shared().joined, group);
+        }
+        r
     }
 
-    /// Forgets every count of `group` (it is not re-joined after a reopen).
-    pub(crate) fn forget_joined(&self, group: &GroupName) {
+    /// Counts `group` as joined once less; if that was the last count, leaves it as the
+    /// live session now (`wait`) or from the work queue (`Ok(true)`). `Ok(false)`: not
+    /// left (other counts remain, or no session is live).
+    pub(crate) fn leave(&self, group: &GroupName, wait: bool) -> Result<bool> {
+        let id = {
+            let mut s = self.0.lock_shared();
+            let last = groups::count_leave(&mut s.joined, group);
+            match last && s.core.check_live().is_ok() {
+                true => s.core.session().clone(),
+                false => return Ok(false),
+            }
+        };
+        if !wait {
+            self.0.leave_later(&id, group);
+            return Ok(true);
+        }
+        self.0.backend.leave(&id, group)
+    }
+
+    /// Leaves `group` now whatever its count (every count is forgotten: it is not re-joined
+    /// after a reopen): whether the session was a member.
+    pub(crate) fn leave_all(&self, group: &GroupName) -> Result<bool> {
         self.0.lock_shared().joined.remove(group);
+        self.0.backend.leave(&self.0.id(), group)
     }
 
     // ---- election candidates ------------------------------------------------------------
 
-    /// Enters candidate `h` for `name`: reserves the name (or [`Error::AlreadyHeld`]), counts
-    /// the candidates `group` as joined (joined on the work thread), and registers the
-    /// candidate with the core. While an expired session is reopened it joins the new one.
+    /// Enters candidate `h` for `name` (nothing to do if it is a candidate already):
+    /// reserves the name (or [`Error::AlreadyHeld`]), counts the candidates `group` as
+    /// joined (joined on the work thread), and registers the candidate with the core. While
+    /// an expired session is reopened it joins the new one.
     pub(crate) fn enter_candidate(
         &self,
         name: &LeaseName,
@@ -150,12 +206,15 @@ impl EngineHandle {
     ) -> Result<()> {
         {
             let mut s = self.0.lock_shared();
+            if s.core.is_candidate(h) {
+                return Ok(());
+            }
             self.0.check_waitable(&s)?;
             let thread = reserve::this_thread();
             if s.reserved.reserve(Space::Lease, name, h, thread) != Taken::Now {
                 return Err(Error::AlreadyHeld { name: name.clone() });
             }
-            *s.joined.entry(group.clone()).or_insert(0) += 1;
+            groups::count_join(&mut s.joined, group);
             if s.core.check_live().is_ok() {
                 let id = s.core.session().clone();
                 self.0.join_later(&id, group);
@@ -166,31 +225,33 @@ impl EngineHandle {
         Ok(())
     }
 
-    /// Withdraws candidate `h`: the session it was withdrawn from, whether it was a
-    /// candidate, and the term it held (to release) or the loss of its last term.
+    /// Withdraws candidate `h` of `name`: the term it holds ends and is released on the
+    /// backend now (`wait`) or from the work queue, its reservation is freed, and, if it was
+    /// a candidate, the candidates `group` is counted as left once. [`Error::LeaseLost`]
+    /// if its last term was lost (locally, or found gone by the release).
     pub(crate) fn withdraw_candidate(
         &self,
         h: HandleId,
-    ) -> (SessionId, bool, Result<Option<Term>>) {
+        name: &LeaseName,
+        group: &GroupName,
+        wait: bool,
+    ) -> Result<()> {
         let now = self.0.now();
-        self.0.with_core(|c| {
+        let (id, was, held) = self.0.with_core(|c| {
             let was = c.is_candidate(h);
             (c.session().clone(), was, c.remove_candidate(h, now))
-        })
-    }
-
-    /// Whether `h` is a registered candidate.
-    pub(crate) fn is_candidate(&self, h: HandleId) -> bool {
-        self.0.lock_shared().core.is_candidate(h)
-    }
-
-    /// The term `holder` holds of `name` if it is valid now.
-    pub(crate) fn valid_term_of(&self, name: &LeaseName, holder: Holder) -> Option<Term> {
-        let s = self.0.lock_shared();
-        let now = self.0.now();
-        s.core
-            .term_of(name, holder)
-            .filter(|t| s.core.is_valid(&t.name, t.token, now))
+        });
+        let r = held.and_then(|held| match held {
+            Some(term) => self.release_leader(&id, &term, wait),
+            None => Ok(()),
+        });
+        self.0.unreserve(Space::Lease, name, h);
+        if was {
+            if let Err(e) = self.leave(group, wait) {
+                log::warn!("leaving {group} failed: {}", e.report());
+            }
+        }
+        r
     }
 
     /// The term `holder` holds of `name` and how long it stays valid from now, read
@@ -241,23 +302,46 @@ impl EngineHandle {
 
     // ---- candidates' term values --------------------------------------------------------
 
-    /// Sets the value candidate `h` gives its terms (`None`: none); returns the session and
-    /// the term it holds of `name` now, if valid (to write the value on).
-    pub(crate) fn set_candidate_value(
+    /// Sets the value candidate `h` gives its terms and writes it on the term it holds of
+    /// `name` now, if valid ([`Error::LeaseLost`] if that term was lost on the backend
+    /// meanwhile). `None` forgets the value locally and writes nothing (no I/O: for `Drop`).
+    pub(crate) fn set_value(
         &self,
         h: HandleId,
         name: &LeaseName,
         value: Option<String>,
-    ) -> Option<(SessionId, Term)> {
+    ) -> Result<()> {
         let now = self.0.now();
-        let mut s = self.0.lock_shared();
-        match value {
-            Some(v) if !v.is_empty() => s.values.insert(h, v),
-            _ => s.values.remove(&h),
+        let target = {
+            let mut s = self.0.lock_shared();
+            let write = value.clone();
+            match value {
+                Some(v) if !v.is_empty() => s.values.insert(h, v),
+                _ => s.values.remove(&h),
+            };
+            s.value_changes += 1;
+            let term = values::target(&s.core, h, name, now);
+            write
+                .zip(term)
+                .map(|(v, t)| (s.core.session().clone(), t, v))
         };
-        s.value_changes += 1;
-        let target = values::target(&s.core, h, name, now);
-        target.map(|t| (s.core.session().clone(), t))
+        match target {
+            Some((id, term, value)) => self.write_value(&id, &term, &value),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `value` on `term` of session `id` on the backend: [`Error::LeaseLost`] if the
+    /// term is not held there.
+    pub(crate) fn write_value(&self, id: &SessionId, term: &Term, value: &str) -> Result<()> {
+        match self
+            .0
+            .backend
+            .set_value(id, &term.name, term.token, value)?
+        {
+            true => Ok(()),
+            false => Err(lease_lost(term)),
+        }
     }
 
     /// The value candidate `h` gives its terms (empty for none).
@@ -268,25 +352,23 @@ impl EngineHandle {
 
     // ---- observers and group watches ----------------------------------------------------
 
-    /// Registers observer `h` of `name` (it reads the owner at once).
-    pub(crate) fn add_observer(&self, h: HandleId, name: LeaseName) -> Result<()> {
+    /// Starts watch `w` (it reads the backend at once): its handle and its events.
+    pub(crate) fn watch(&self, w: Watch) -> Result<(HandleId, Receiver<Event>)> {
         self.0.lock_shared().core.check_live()?;
+        let h = self.0.next_handle();
+        let events = self.0.listeners.channel(h);
         let now = self.0.now();
-        self.0.with_core(|c| c.add_observer(h, name, now));
-        Ok(())
+        self.0.with_core(|c| match w {
+            Watch::Owner(name) => c.add_observer(h, name, now),
+            Watch::Members(group) => c.add_group_watch(h, group, now),
+        });
+        Ok((h, events))
     }
 
-    /// Registers watch `h` of `group` (it reads the members at once).
-    pub(crate) fn add_group_watch(&self, h: HandleId, group: GroupName) -> Result<()> {
-        self.0.lock_shared().core.check_live()?;
-        let now = self.0.now();
-        self.0.with_core(|c| c.add_group_watch(h, group, now));
-        Ok(())
-    }
-
-    /// Ends observer or watch `h`.
-    pub(crate) fn remove_watch(&self, h: HandleId) {
+    /// Ends watch `h` and forgets its listeners.
+    pub(crate) fn unwatch(&self, h: HandleId) {
         self.0.with_core(|c| c.remove_watch(h));
+        self.0.drop_listeners(h);
     }
 
     // ---- guards' terms ----------------------------------------------------------------
@@ -345,9 +427,9 @@ impl EngineHandle {
         r
     }
 
-    /// Releases a leader's term of session `id` now (`wait`) or from the work queue:
-    /// whether it was still held (`true` when queued).
-    pub(crate) fn release_leader(&self, id: &SessionId, term: &Term, wait: bool) -> Result<bool> {
+    /// Releases a leader's term of session `id` now (`wait`; [`Error::LeaseLost`] if it was
+    /// found gone) or from the work queue.
+    fn release_leader(&self, id: &SessionId, term: &Term, wait: bool) -> Result<()> {
         let unlock = Unlock {
             name: term.name.clone(),
             token: term.token,
@@ -355,8 +437,11 @@ impl EngineHandle {
         };
         if !wait {
             self.0.release_later(id, &unlock);
-            return Ok(true);
+            return Ok(());
         }
-        self.0.release_now(id, &unlock)
+        match self.0.release_now(id, &unlock)? {
+            true => Ok(()),
+            false => Err(lease_lost(term)),
+        }
     }
 }

@@ -1,17 +1,13 @@
 //! Leader election: a candidate that campaigns until it resigns.
 
 use super::IntoLeaseName;
-use crate::engine::driver::reserve::Space;
-use crate::engine::handle::EngineHandle;
+use crate::engine::handle::{EngineHandle, EventCallback};
 use crate::engine::{Cancel, HandleId, Holder, Session};
-use crate::error::lease_lost;
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Term};
 use crate::Event;
 use crossbeam_channel::Receiver;
 use std::time::{Duration, Instant};
-
-pub(super) type EventCallback = Box<dyn FnMut(&Event) + Send>;
 
 impl Session {
     /// Enters the election `name` as a candidate. The candidate tries at once, then every
@@ -53,17 +49,16 @@ impl Session {
         value: Option<String>,
     ) -> Result<Election> {
         let inner = &self.inner;
-        let h = inner.next_handle();
-        if let Some(v) = value.filter(|v| !v.is_empty()) {
-            inner.set_candidate_value(h, &name, Some(v));
-        }
         // Listening before the candidate enters: its first attempt may win at once.
-        let events = inner.channel(h);
-        if let Some(cb) = cb {
-            inner.callback(h, cb);
+        let (h, events) = inner.listen(cb);
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            if let Err(e) = inner.set_value(h, &name, Some(v)) {
+                inner.drop_listeners(h);
+                return Err(e);
+            }
         }
         if let Err(e) = enter(inner, &name, h) {
-            inner.set_candidate_value(h, &name, None);
+            let _ = inner.set_value(h, &name, None);
             inner.drop_listeners(h);
             return Err(e);
         }
@@ -104,8 +99,7 @@ impl Election {
 
     /// The term this candidate holds, if it is the leader now (locally valid).
     pub fn term(&self) -> Option<Term> {
-        self.inner
-            .valid_term_of(&self.name, Holder::Election(self.handle))
+        self.valid_term().map(|(t, _)| t)
     }
 
     /// How long this candidate's term stays valid from now if no keep-alive succeeds
@@ -227,28 +221,13 @@ impl Election {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn campaign(&self) -> Result<()> {
-        if self.inner.is_candidate(self.handle) {
-            return Ok(());
-        }
         enter(&self.inner, &self.name, self.handle)
     }
 
     /// Withdraws the candidate; a term is released now if `wait`, else on the work queue.
     fn withdraw(&self, wait: bool) -> Result<()> {
-        let inner = &self.inner;
-        let (id, was, held) = inner.withdraw_candidate(self.handle);
-        let r = held.and_then(|held| match held {
-            Some(term) => match inner.release_leader(&id, &term, wait)? {
-                true => Ok(()),
-                false => Err(lease_lost(&term)),
-            },
-            None => Ok(()),
-        });
-        inner.unreserve(Space::Lease, &self.name, self.handle);
-        if was {
-            super::leader_value::leave_candidates(inner, &self.name, wait);
-        }
-        r
+        let group = super::leader_value::candidates_group(&self.name);
+        (self.inner).withdraw_candidate(self.handle, &self.name, &group, wait)
     }
 }
 
@@ -260,8 +239,7 @@ impl Drop for Election {
             Err(e @ Error::LeaseLost { .. }) => log::debug!("dropped a candidate: {}", e.report()),
             Err(e) => log::warn!("resigning from {} failed: {}", self.name, e.report()),
         }
-        self.inner
-            .set_candidate_value(self.handle, &self.name, None);
+        let _ = self.inner.set_value(self.handle, &self.name, None);
         self.inner.drop_listeners(self.handle);
     }
 }

@@ -1,7 +1,7 @@
 //! Group membership: join (a guard that leaves on drop), list and watch the live members.
 
 use super::IntoGroupName;
-use crate::engine::handle::EngineHandle;
+use crate::engine::handle::{EngineHandle, Watch};
 use crate::engine::{HandleId, Session};
 use crate::error::Result;
 use crate::types::{GroupName, Member};
@@ -51,14 +51,7 @@ impl Group {
     /// Joins with this session (idempotent on the backend). The membership lasts until the
     /// guard is dropped, [`Group::leave`] is called, or the session ends.
     pub fn join(&self) -> Result<Membership> {
-        // Counted under the same lock that reads the id: a reopen either sees the count
-        // (and re-joins) or has already swapped the session in.
-        let id = self.inner.count_join(&self.name)?;
-        if let Err(e) = self.inner.backend().join(&id, &self.name) {
-            // Not joined: uncounted (a leave of the last count would leave on the backend).
-            let _ = self.inner.count_leave(&self.name);
-            return Err(e);
-        }
+        self.inner.join(&self.name)?;
         Ok(Membership {
             inner: self.inner.clone(),
             name: self.name.clone(),
@@ -69,13 +62,12 @@ impl Group {
     /// Leaves; returns whether this session was a member. Memberships of this group held
     /// by [`Membership`] guards are not re-joined after a reopen.
     pub fn leave(&self) -> Result<bool> {
-        self.inner.forget_joined(&self.name);
-        self.inner.backend().leave(&self.inner.id(), &self.name)
+        self.inner.leave_all(&self.name)
     }
 
     /// The live members, read from the backend.
     pub fn members(&self) -> Result<Vec<Member>> {
-        self.inner.backend().members(&self.name)
+        self.inner.reads().members(&self.name)
     }
 
     /// [`Event::MembersChanged`] events: first the members now, then every change (read
@@ -96,12 +88,7 @@ impl Group {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn watch(&self) -> Result<Receiver<Event>> {
-        let h = self.inner.next_handle();
-        let rx = self.inner.channel(h);
-        if let Err(e) = self.inner.add_group_watch(h, self.name.clone()) {
-            self.inner.drop_listeners(h);
-            return Err(e);
-        }
+        let (h, rx) = self.inner.watch(Watch::Members(self.name.clone()))?;
         self.watches.lock().push(h);
         Ok(rx)
     }
@@ -110,8 +97,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         for h in std::mem::take(&mut *self.watches.lock()) {
-            self.inner.remove_watch(h);
-            self.inner.drop_listeners(h);
+            self.inner.unwatch(h);
         }
     }
 }
@@ -141,14 +127,7 @@ impl Membership {
         if std::mem::replace(&mut self.done, true) {
             return Ok(false);
         }
-        let Some(id) = self.inner.count_leave(&self.name) else {
-            return Ok(false);
-        };
-        if !wait {
-            self.inner.leave_later(&id, &self.name);
-            return Ok(true);
-        }
-        self.inner.backend().leave(&id, &self.name)
+        self.inner.leave(&self.name, wait)
     }
 }
 

@@ -13,8 +13,7 @@ use super::lock::LockGuard;
 use super::IntoLeaseName;
 use crate::engine::handle::EngineHandle;
 use crate::engine::Session;
-use crate::error::lease_lost;
-use crate::error::{Error, Result};
+use crate::error::{lease_lost, Error, Result};
 use crate::types::{check_value, GroupName, LeaseName, Member, Owner, MAX_NAME_LEN};
 
 /// The suffix of an election's candidates group.
@@ -40,26 +39,13 @@ pub(crate) fn candidates_group(name: &LeaseName) -> GroupName {
 
 /// Leaves the candidates group of `name` (unless another candidate of this session for the
 /// name, or a membership, still counts): now if `wait`, else on the work queue.
-pub(super) fn leave_candidates(inner: &EngineHandle, name: &LeaseName, wait: bool) {
-    let group = candidates_group(name);
-    let Some(id) = inner.count_leave(&group) else {
-        return;
-    };
-    if !wait {
-        inner.leave_later(&id, &group);
-    } else if let Err(e) = inner.backend().leave(&id, &group) {
-        log::warn!("leaving {group} failed: {}", e.report());
-    }
-}
-
-/// Refuses values on a backend that does not keep them, before any wait.
 fn check_supported(inner: &EngineHandle) -> Result<()> {
-    if inner.backend().supports_values() {
+    if inner.reads().supports_values() {
         return Ok(());
     }
     Err(Error::Unsupported {
         operation: "term values",
-        backend: inner.backend().kind(),
+        backend: inner.reads().kind(),
     })
 }
 
@@ -119,17 +105,7 @@ impl Election {
         check_value(&value)?;
         let inner = &self.inner;
         check_supported(inner)?;
-        let target = inner.set_candidate_value(self.handle, &self.name, Some(value.clone()));
-        let Some((id, term)) = target else {
-            return Ok(());
-        };
-        match inner
-            .backend()
-            .set_value(&id, &self.name, term.token, &value)?
-        {
-            true => Ok(()),
-            false => Err(lease_lost(&term)),
-        }
+        inner.set_value(self.handle, &self.name, Some(value))
     }
 
     /// The value this candidate gives its terms (empty for none).
@@ -140,7 +116,7 @@ impl Election {
     /// The current leader (of any session) with its token and term value, read from the
     /// backend; `None` while nobody leads.
     pub fn leader(&self) -> Result<Option<Owner>> {
-        self.inner.backend().owner(&self.name)
+        self.inner.reads().owner(&self.name)
     }
 
     /// The live sessions campaigning in this election (the leader among them), with their
@@ -167,7 +143,7 @@ impl Election {
     /// # Ok::<(), simba_lease::Error>(())
     /// ```
     pub fn candidates(&self) -> Result<Vec<Member>> {
-        let mut members = self.inner.backend().members(&self.candidates_group())?;
+        let mut members = self.inner.reads().members(&self.candidates_group())?;
         members.sort();
         Ok(members)
     }
@@ -208,15 +184,7 @@ impl LockGuard {
         if !self.is_valid() {
             return Err(lease_lost(g.term()));
         }
-        let (name, token) = (&g.term().name, g.term().token);
-        match g
-            .inner
-            .backend()
-            .set_value(&g.session, name, token, &value)?
-        {
-            true => Ok(()),
-            false => Err(lease_lost(g.term())),
-        }
+        g.inner.write_value(&g.session, g.term(), &value)
     }
 }
 

@@ -88,7 +88,7 @@ impl Session {
     /// ```
     pub fn lock_queue(&self, name: impl IntoLeaseName) -> Result<Vec<SessionId>> {
         let name = name.into_lease_name()?;
-        self.inner.backend().queue(&name)
+        self.inner.reads().queue(&name)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Watching who holds a lease, without being a candidate.
 
 use super::IntoLeaseName;
-use crate::engine::handle::EngineHandle;
+use crate::engine::handle::{EngineHandle, Watch};
 use crate::engine::{HandleId, Session};
 use crate::error::Result;
 use crate::types::{LeaseName, Owner};
@@ -26,12 +26,7 @@ impl Session {
     pub fn observe(&self, name: impl IntoLeaseName) -> Result<Observer> {
         let name = name.into_lease_name()?;
         let inner = &self.inner;
-        let h = inner.next_handle();
-        let events = inner.channel(h);
-        if let Err(e) = inner.add_observer(h, name.clone()) {
-            inner.drop_listeners(h);
-            return Err(e);
-        }
+        let (h, events) = inner.watch(Watch::Owner(name.clone()))?;
         Ok(Observer {
             inner: inner.clone(),
             handle: h,
@@ -63,14 +58,13 @@ impl Observer {
 
     /// Reads the current holder from the backend.
     pub fn leader(&self) -> Result<Option<Owner>> {
-        self.inner.backend().owner(&self.name)
+        self.inner.reads().owner(&self.name)
     }
 }
 
 impl Drop for Observer {
     fn drop(&mut self) {
         let h = self.handle;
-        self.inner.remove_watch(h);
-        self.inner.drop_listeners(h);
+        self.inner.unwatch(h);
     }
 }

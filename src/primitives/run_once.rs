@@ -15,11 +15,10 @@
 //! name no longer depends on the session.
 
 use super::IntoLeaseName;
-use crate::engine::driver::jobs;
+use crate::engine::driver::jobs::Claimed;
 use crate::engine::handle::EngineHandle;
 use crate::engine::Session;
 use crate::error::{Error, Result};
-use crate::spi::JobClaim;
 use crate::types::{LeaseName, SessionId, Token};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -94,23 +93,19 @@ impl Session {
         let name = name.into_lease_name()?;
         check_job_window(at_most, at_least)?;
         let inner = &self.inner;
-        let id = inner.live_session()?;
-        let sent = inner.now();
-        let (token, remaining) = match inner.backend().claim_job(&id, &name, at_most)? {
-            JobClaim::Busy { .. } => return Ok(None),
-            JobClaim::Claimed { token, remaining } => (token, remaining),
+        let Some(claim) = inner.claim_job(&name, at_most)? else {
+            return Ok(None);
         };
-        let drift = inner.config().drift();
         let handle = Job {
             inner: inner.clone(),
-            session: id,
             name,
-            token,
-            deadline: jobs::deadline(sent, remaining, at_most, drift),
+            claim,
             lost: AtomicBool::new(false),
         };
         let out = job(&handle);
-        handle.finish(at_least);
+        handle
+            .inner
+            .finish_job(&handle.name, &handle.claim, at_least);
         Ok(Some(out))
     }
 }
@@ -118,10 +113,8 @@ impl Session {
 /// A claimed run of a job, handed to the job by [`Session::run_once`].
 pub struct Job {
     inner: EngineHandle,
-    session: SessionId,
     name: LeaseName,
-    token: Token,
-    deadline: Instant,
+    claim: Claimed,
     lost: AtomicBool,
 }
 
@@ -129,8 +122,8 @@ impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Job")
             .field("name", &self.name)
-            .field("token", &self.token)
-            .field("session", &self.session)
+            .field("token", &self.claim.token)
+            .field("session", &self.claim.session)
             .finish_non_exhaustive()
     }
 }
@@ -143,18 +136,18 @@ impl Job {
 
     /// The claim's fencing token: > 0, increasing with every claim of the name, never reset.
     pub fn token(&self) -> Token {
-        self.token
+        self.claim.token
     }
 
     /// The session that claimed the job.
     pub fn session(&self) -> &SessionId {
-        &self.session
+        &self.claim.session
     }
 
     /// The local instant at which the claim's `at_most` ends at the latest (sent +
     /// `at_most` × (1 − drift)); the claim can end sooner with its session.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.claim.deadline
     }
 
     /// Whether the claim still holds: before [`Job::deadline`], and while the session that
@@ -163,7 +156,9 @@ impl Job {
         if self.lost.load(Ordering::SeqCst) {
             return false;
         }
-        let valid = self.inner.job_holds(&self.session, self.deadline);
+        let valid = self
+            .inner
+            .job_holds(&self.claim.session, self.claim.deadline);
         if !valid {
             self.lost.store(true, Ordering::SeqCst);
         }
@@ -173,11 +168,11 @@ impl Job {
     /// The fencing token while the claim holds, otherwise [`Error::LeaseLost`].
     pub fn check(&self) -> Result<Token> {
         if self.is_valid() {
-            Ok(self.token)
+            Ok(self.claim.token)
         } else {
             Err(Error::LeaseLost {
                 name: self.name.clone(),
-                token: self.token,
+                token: self.claim.token,
             })
         }
     }
@@ -185,33 +180,11 @@ impl Job {
     /// Time left before [`Job::deadline`] (zero once the claim no longer holds).
     pub fn remaining(&self) -> Duration {
         if self.is_valid() {
-            self.deadline.saturating_duration_since(self.inner.now())
+            self.claim
+                .deadline
+                .saturating_duration_since(self.inner.now())
         } else {
             Duration::ZERO
-        }
-    }
-
-    /// Finishes the claim on the backend (on the calling thread).
-    fn finish(&self, at_least: Duration) {
-        let r = self
-            .inner
-            .backend()
-            .finish_job(&self.session, &self.name, self.token, at_least);
-        match r {
-            Ok(true) => {}
-            Ok(false) => log::warn!(
-                "job {} (token {}) finished after its claim ended (at_most passed or the \
-                 session ended): another node may run it",
-                self.name,
-                self.token
-            ),
-            Err(e) => log::warn!(
-                "finishing job {} (token {}) failed; the name stays taken until at_most or \
-                 the session's end: {}",
-                self.name,
-                self.token,
-                e.report()
-            ),
         }
     }
 }

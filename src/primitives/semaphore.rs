@@ -117,7 +117,7 @@ impl Semaphore {
     pub fn holders(&self) -> Result<Vec<(u32, Owner)>> {
         let mut out = Vec::new();
         for (i, slot) in self.slots.iter().enumerate() {
-            if let Some(o) = self.inner.backend().owner(slot)? {
+            if let Some(o) = self.inner.reads().owner(slot)? {
                 out.push((i as u32, o));
             }
         }

@@ -3,7 +3,9 @@
 //! shortened by the drift bound, and with the session that made it.
 
 use crate::engine::core::Core;
-use crate::types::SessionId;
+use crate::error::Result;
+use crate::spi::JobClaim;
+use crate::types::{LeaseName, SessionId, Token};
 use std::time::{Duration, Instant};
 
 /// The local instant a claim sent at `sent` ends at the latest: `remaining` (the backend's
@@ -25,6 +27,49 @@ pub(crate) fn deadline(
 /// `a_claim_ends_at_its_sessions_local_deadline_before_the_timer_ticks`).
 pub(crate) fn holds(core: &Core, id: &SessionId, deadline: Instant, now: Instant) -> bool {
     now < deadline && now < core.deadline() && core.session() == id && core.check_live().is_ok()
+}
+
+/// A claim taken: the session that made it, its token, and its local deadline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Claimed {
+    pub(crate) session: SessionId,
+    pub(crate) token: Token,
+    pub(crate) deadline: Instant,
+}
+
+/// What session `session`'s claim, sent at `sent` for at most `at_most`, was answered:
+/// `None` while another node runs the job or its window has not passed.
+pub(crate) fn claimed(
+    session: SessionId,
+    reply: JobClaim,
+    sent: Instant,
+    at_most: Duration,
+    drift: f64,
+) -> Option<Claimed> {
+    match reply {
+        JobClaim::Busy { .. } => None,
+        JobClaim::Claimed { token, remaining } => Some(Claimed {
+            session,
+            token,
+            deadline: deadline(sent, remaining, at_most, drift),
+        }),
+    }
+}
+
+/// Takes in the answer to finishing job `name`'s claim (nobody waits for it: logged).
+pub(crate) fn finished(name: &LeaseName, token: Token, reply: Result<bool>) {
+    match reply {
+        Ok(true) => {}
+        Ok(false) => log::warn!(
+            "job {name} (token {token}) finished after its claim ended (at_most passed or \
+             the session ended): another node may run it"
+        ),
+        Err(e) => log::warn!(
+            "finishing job {name} (token {token}) failed; the name stays taken until at_most \
+             or the session's end: {}",
+            e.report()
+        ),
+    }
 }
 
 #[cfg(test)]

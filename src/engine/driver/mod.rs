@@ -9,6 +9,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod attempt;
+pub(crate) mod groups;
 pub(crate) mod jobs;
 pub(crate) mod release;
 pub(crate) mod reopen;

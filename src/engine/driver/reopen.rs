@@ -2,8 +2,6 @@
 
 use crate::engine::core::State;
 use crate::error::Error;
-use crate::types::GroupName;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// What the driver knows about a session besides its core's state.
@@ -55,15 +53,6 @@ pub(crate) fn after_open_error(e: &Error) -> AfterOpenError {
 /// interval `retry` plus jitter drawn by `jitter` (given its bound).
 pub(crate) fn retry_in(retry: Duration, jitter: impl FnOnce(Duration) -> Duration) -> Duration {
     super::retry_delay(retry, jitter)
-}
-
-/// The groups a reopened session joins: every group joined through a live membership.
-pub(crate) fn rejoin(joined: &BTreeMap<GroupName, usize>) -> Vec<GroupName> {
-    joined
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(g, _)| g.clone())
-        .collect()
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ pub(crate) struct Shared {
     pub(super) reserved: Reserved,
     /// Groups joined through live [`Membership`](crate::Membership) guards, with their count;
     /// re-joined when the session is reopened.
-    pub(super) joined: BTreeMap<GroupName, usize>,
+    pub(super) joined: driver::groups::Joined,
     /// The term value of each election candidate that has one (see
     /// [`Election::set_value`](crate::Election::set_value)): a new term starts with it.
     pub(super) values: BTreeMap<HandleId, String>,

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::engine::driver::attempt::{self, Attempt};
+use crate::engine::driver::groups;
 use crate::engine::driver::release::Unlock;
 
 impl Inner {
@@ -87,18 +88,12 @@ impl Inner {
                     if let Err(e) = self.spawn_keep_alive(&id, rx) {
                         log::error!("no keep-alive thread for session {id}: {e}");
                     }
-                    let groups = reopen::rejoin(&s.joined);
+                    let groups = groups::rejoin(&s.joined);
                     self.dispatch(&mut s, true);
                     drop(s);
                     log::info!("session {old} expired; reopened as {id}");
                     for g in groups {
-                        if let Err(e) = self.backend.join(&id, &g) {
-                            log::warn!("re-joining {g} as {id} failed: {}", e.report());
-                        }
-                        // Left meanwhile (its leave may have reached the backend first).
-                        if !self.shared.lock().joined.contains_key(&g) {
-                            let _ = self.backend.leave(&id, &g);
-                        }
+                        self.join_now(&id, &g, "re-joining");
                     }
                     return;
                 }
@@ -128,6 +123,20 @@ impl Inner {
                     }
                 },
             }
+        }
+    }
+
+    /// Joins `group` as session `id` (a queued join, a reopen's re-join), logging a failure
+    /// (an expired session's at debug level: the reopen that follows re-joins), and leaves
+    /// it again if it was left meanwhile (its leave may have reached the backend first).
+    fn join_now(&self, id: &SessionId, group: &GroupName, doing: &str) {
+        match self.backend.join(id, group) {
+            Ok(()) => {}
+            Err(e @ Error::SessionExpired { .. }) => log::debug!("{doing} {group}: {}", e.report()),
+            Err(e) => log::warn!("{doing} {group} as {id} failed: {}", e.report()),
+        }
+        if groups::left_meanwhile(&self.shared.lock().joined, group) {
+            let _ = self.backend.leave(id, group);
         }
     }
 
@@ -225,20 +234,7 @@ impl Inner {
                         log::warn!("leaving {group} failed: {}", e.report());
                     }
                 }
-                Work::Join(id, group) => {
-                    match self.backend.join(&id, &group) {
-                        Ok(()) => {}
-                        // Re-joined by the reopen that follows, if any.
-                        Err(e @ Error::SessionExpired { .. }) => {
-                            log::debug!("joining {group}: {}", e.report())
-                        }
-                        Err(e) => log::warn!("joining {group} failed: {}", e.report()),
-                    }
-                    // Left meanwhile (its leave may have reached the backend first).
-                    if !self.shared.lock().joined.contains_key(&group) {
-                        let _ = self.backend.leave(&id, &group);
-                    }
-                }
+                Work::Join(id, group) => self.join_now(&id, &group, "joining"),
                 Work::Core(id, driver::Work::CloseBackend) => {
                     if let Err(e) = self.backend.close_session(&id) {
                         log::warn!("closing session {id} failed: {}", e.report());

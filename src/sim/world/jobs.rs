@@ -9,8 +9,7 @@ use super::{JobThread, Run, World};
 use crate::engine::driver::jobs;
 use crate::error::Result;
 use crate::sim::check::Held;
-use crate::spi::JobClaim;
-use crate::types::{LeaseName, SessionId};
+use crate::types::{LeaseName, SessionId, Token};
 use std::time::Instant;
 
 impl World<'_> {
@@ -66,8 +65,16 @@ impl World<'_> {
         let Some(i) = self.clients[c].jobbers.iter().position(|j| &j.name == name) else {
             return;
         };
-        let (Ok(Rep::Job(JobClaim::Claimed { token, remaining })), Some(session)) =
-            (reply, session)
+        let drift = self.timing.drift;
+        let claim = match (reply, session) {
+            (Ok(Rep::Job(r)), Some(session)) => jobs::claimed(session, r, sent, at_most, drift),
+            _ => None,
+        };
+        let Some(jobs::Claimed {
+            session,
+            token,
+            deadline,
+        }) = claim
         else {
             let pause = self.rng.range(ns / 4, ns);
             let j = &mut self.clients[c].jobbers[i];
@@ -75,7 +82,6 @@ impl World<'_> {
             j.next = t + pause;
             return;
         };
-        let deadline = jobs::deadline(sent, remaining, at_most, self.timing.drift);
         let runs = self.rng.range(ns / 8, ns + ns / 4);
         let holds = (self.clients[c].core.as_ref())
             .is_some_and(|k| jobs::holds(k, &session, deadline, local));
@@ -94,7 +100,18 @@ impl World<'_> {
     }
 
     /// The finish of job `name` was answered: the caller runs it again on its next schedule.
-    pub(super) fn finished(&mut self, c: usize, name: &LeaseName) {
+    pub(super) fn finished(
+        &mut self,
+        c: usize,
+        name: &LeaseName,
+        token: Token,
+        reply: Result<Rep>,
+    ) {
+        let reply = reply.map(|r| match r {
+            Rep::Flag(done) => done,
+            other => unreachable!("finish reply {other:?}"),
+        });
+        jobs::finished(name, token, reply);
         let ns = self.cfg.at_most.as_nanos() as u64;
         let pause = self.rng.range(ns / 4, ns);
         let t = self.now;

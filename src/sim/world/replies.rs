@@ -190,7 +190,7 @@ impl World<'_> {
             }
             Op::ReleaseRw(n, mode, token) => self.rw_unlocked(c, id, &n, mode, token, reply),
             Op::ClaimJob(n, _) => self.claimed(c, &n, sent, reply, for_session),
-            Op::FinishJob(n, _, _) => self.finished(c, &n),
+            Op::FinishJob(n, token, _) => self.finished(c, &n, token, reply),
             Op::Join(_)
             | Op::CloseBackend
             | Op::Close

@@ -7,8 +7,8 @@ use super::network::{Chan, Ev, Op};
 use super::rw::RwCaller;
 use super::{group, Cand, Client, JobThread, Jobber, Locker, Takes, Thread, World, MS, PPM};
 use crate::engine::core::Core;
-use crate::engine::driver::reopen;
 use crate::engine::driver::reserve::Reserved;
+use crate::engine::driver::{groups, reopen};
 use crate::sim::check::Kind;
 use crate::sim::model::session_no;
 use crate::types::{LeaseName, SessionId};
@@ -295,7 +295,7 @@ impl World<'_> {
         self.tr(Some(c), None, || format!("engine reopened s{a} as s{b}"));
         // The reopen re-joins the groups joined through a live membership.
         let joined = BTreeMap::from([(group(), usize::from(self.clients[c].member))]);
-        for g in reopen::rejoin(&joined) {
+        for g in groups::rejoin(&joined) {
             self.send(c, Op::Join(g), Chan::Caller);
         }
         self.settle(c);
