@@ -175,11 +175,7 @@ fn every_import_follows_the_layer_rule() {
                 let Some(to) = layer_of(&segment, &roots) else {
                     continue;
                 };
-                // A module's public path kept as a re-export (e.g. `backends::connect`)
-                // names the item, it does not use it.
-                let reexport =
-                    rel.ends_with("mod.rs") && line.trim().starts_with("pub use crate::");
-                if !allowed(from).contains(&to) && !reexport {
+                if !allowed(from).contains(&to) {
                     breaks.push(format!(
                         "src/{}: `crate::{segment}` ({to}) used from the {from} layer, which may \
                          use only {:?}: `{}`",

@@ -17,7 +17,6 @@ mod sql;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-pub use crate::connect::connect;
 pub use crate::spi::url::BackendUrl;
 pub use memory::MemoryBackend;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -78,7 +78,7 @@ pub fn election_failover_after_crash(h: &Harness) {
     assert!(!ec.is_leader());
     // A crash: no resign, no close; the lease stays held until a's session expires.
     std::mem::forget(ea);
-    a.crash();
+    a.abandon();
     let tc = ec
         .wait_elected(h.patience + h.lease * 2)
         .expect("c takes over");

@@ -60,7 +60,7 @@ pub fn semaphore_admits_at_most_its_permits(h: &Harness) {
     // A crashed holder's permit comes back once its session expires.
     let crashed_index = pc.index();
     std::mem::forget(pc);
-    c.crash();
+    c.abandon();
     let again = sa.acquire_timeout(h.patience).expect("a permit");
     let other = sd
         .acquire_timeout(h.patience)

@@ -278,7 +278,7 @@ fn failovers(
         let next = Session::open(b.clone(), config.clone())?;
         let candidate = next.election(name.clone())?;
         let t0 = Instant::now();
-        leader.crash();
+        leader.abandon();
         candidate.wait_elected(lease * 10)?;
         out.record(t0.elapsed());
         // The crashed session's handle does nothing any more (no release).

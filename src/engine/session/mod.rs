@@ -88,7 +88,7 @@ pub(crate) struct Inner {
     timer: AtomicU64,
     next_handle: AtomicU64,
     closed: AtomicBool,
-    /// Stopped like a crashed process (TCK): queued work is dropped.
+    /// Stopped like a crashed process (`Session::abandon`): queued work is dropped.
     crashed: AtomicBool,
     /// A reopen after expiry failed with an error retrying cannot fix: expiry is terminal.
     reopen_failed: AtomicBool,
@@ -331,11 +331,29 @@ impl Session {
         self.inner.0.close()
     }
 
-    /// Stops the session's threads without closing it on the backend, as a crashed process
-    /// would: its leases stay held until the session expires there.
-    #[cfg(feature = "tck")]
-    #[doc(hidden)]
-    pub fn crash(self) {
+    /// Abandons the session as a crashed process would: its threads stop and nothing more
+    /// reaches the backend (no release, no close, queued work dropped), so its terms and
+    /// memberships stay held there until the session expires (other sessions then take
+    /// over after the lease). For failover drills and tests of take-over; a program that
+    /// means to stop uses [`Session::close`].
+    ///
+    /// ```
+    /// use simba_lease::{Config, Session, backends::MemoryBackend};
+    /// use std::{sync::Arc, time::Duration};
+    /// let backend = Arc::new(MemoryBackend::new());
+    /// let lease = Duration::from_millis(300);
+    /// let config = Config::builder().lease(lease).renew_interval(lease / 3).build()?;
+    /// let a = Session::open(backend.clone(), config.clone())?;
+    /// let guard = a.lock("job")?;
+    /// std::mem::forget(guard);
+    /// a.abandon();
+    /// let b = Session::open(backend, config)?;
+    /// // Held by the abandoned session until it expires on the backend.
+    /// assert!(b.try_lock("job")?.is_none());
+    /// assert!(b.lock_timeout("job", Duration::from_secs(10)).is_ok());
+    /// # Ok::<(), simba_lease::Error>(())
+    /// ```
+    pub fn abandon(self) {
         self.inner.0.crashed.store(true, Ordering::SeqCst);
         self.inner.0.closed.store(true, Ordering::SeqCst);
         self.inner.0.stop_threads();
