@@ -145,6 +145,13 @@ fn a_hanging_keep_alive_leads_to_jeopardy_then_loss_at_the_local_deadline() {
     let session = Session::open(gate.clone(), terminal()).unwrap();
     let events = session.events();
     let guard = session.lock("job").unwrap();
+    // A keep-alive sent after the grant renewed the term with its session (two: the first
+    // may have been sent before the grant), so the term ends with the session: under load
+    // the term's own deadline could come first (`Expired`).
+    let seen = gate.keep_alives.load(Ordering::SeqCst);
+    until("two keep-alives after the grant", || {
+        gate.keep_alives.load(Ordering::SeqCst) >= seen + 2
+    });
     gate.hang_keep_alive.store(true, Ordering::SeqCst);
     let jeopardy = events.recv_timeout(PATIENCE).unwrap();
     assert!(matches!(jeopardy, Event::Jeopardy { .. }), "{jeopardy:?}");

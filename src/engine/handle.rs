@@ -286,13 +286,8 @@ impl EngineHandle {
             // The timer may not have ticked yet: settle first, so only a term valid now
             // is handed out.
             self.0.settle(&mut s);
-            let now = self.0.now();
-            let held = s.core.term_of(name, Holder::Election(h));
-            if let Some(t) = held.filter(|t| s.core.is_valid(&t.name, t.token, now)) {
+            if let Some(t) = wait::elected(&s.core, name, h, self.0.now())? {
                 return Ok(Some(t));
-            }
-            if !s.core.is_candidate(h) {
-                return Err(Error::NotCandidate { name: name.clone() });
             }
             if !self.0.wait_or_cancel(&mut s, until, cancel) {
                 return Ok(None);

@@ -35,6 +35,23 @@ impl Core {
         }
     }
 
+    /// The core of the session that replaces this (expired) one, opened by a request sent
+    /// at `sent` that reported `remaining`: it takes over this one's registrations
+    /// ([`Core::handover`], [`Core::take_over`]), with this one's timing.
+    pub fn successor(
+        &mut self,
+        session: SessionId,
+        sent: Instant,
+        remaining: Duration,
+        seed: u64,
+        now: Instant,
+    ) -> Core {
+        let handover = self.handover();
+        let mut next = Core::new(self.t, session, sent, remaining, seed);
+        next.take_over(handover, self.session.clone(), now);
+        next
+    }
+
     /// Hands the registrations of this (expired) session over to the next one.
     pub fn handover(&mut self) -> Handover {
         self.interest_dirty = true;

@@ -1,9 +1,10 @@
 //! The wait-and-retry loop of a lock call (plain, fair) and of a semaphore permit: what to do
 //! after each acquire's reply, how a fair acquire's reply and a replaced session's reply
-//! read, and the round of a semaphore's acquire over its permits. One copy, for every
+//! read, the round of a semaphore's acquire over its permits, and what a candidate waiting
+//! to be elected finds. One copy, for every
 //! primitive and for the simulation.
 
-use crate::engine::core::{Core, HandleId};
+use crate::engine::core::{Core, HandleId, Holder};
 use crate::error::Error;
 use crate::spi::{Acquire, Queued};
 use crate::types::{LeaseName, SessionId, Term};
@@ -217,6 +218,24 @@ impl PermitRound {
     }
 }
 
+/// What candidate `h` waiting to be elected to `name` finds now (the core settled first):
+/// its term if valid now, [`Error::NotCandidate`] if it is no candidate, `None` to wait on.
+pub(crate) fn elected(
+    core: &Core,
+    name: &LeaseName,
+    h: HandleId,
+    now: Instant,
+) -> Result<Option<Term>, Error> {
+    let held = core.term_of(name, Holder::Election(h));
+    if let Some(t) = held.filter(|t| core.is_valid(&t.name, t.token, now)) {
+        return Ok(Some(t));
+    }
+    match core.is_candidate(h) {
+        true => Ok(None),
+        false => Err(Error::NotCandidate { name: name.clone() }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,6 +282,37 @@ mod tests {
             w.on_reply(expired(), false, now, |_| Duration::ZERO),
             Step::Fail(_)
         ));
+    }
+
+    #[test]
+    fn a_candidate_is_elected_only_with_a_term_valid_now() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let timing = crate::engine::core::Timing {
+            lease: s,
+            renew: s / 3,
+            retry: s / 6,
+            drift: 0.01,
+            lock_delay: Duration::ZERO,
+        };
+        let name = LeaseName::new("e").unwrap();
+        let mut core = Core::new(timing, SessionId::random(), t0, s, 1);
+        assert!(matches!(
+            elected(&core, &name, 3, t0),
+            Err(Error::NotCandidate { .. })
+        ));
+        core.add_candidate(3, name.clone(), t0);
+        assert!(matches!(elected(&core, &name, 3, t0), Ok(None)));
+        let term = Term {
+            name: name.clone(),
+            token: crate::types::Token::new(4).unwrap(),
+            remaining: s,
+        };
+        core.on_attempt(3, &name, t0, t0, Ok(Acquire::Acquired(term)));
+        let won = elected(&core, &name, 3, t0).unwrap().expect("elected");
+        assert_eq!(won.token.get(), 4);
+        // Past the session's local deadline the term is not handed out, even untimed.
+        assert!(matches!(elected(&core, &name, 3, t0 + 2 * s), Ok(None)));
     }
 
     #[test]

@@ -78,7 +78,6 @@ pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn LeaseBackend>,
     clock: SystemClock,
     pub(crate) config: Config,
-    timing: Timing,
     shared: Mutex<Shared>,
     changed: Condvar,
     pub(crate) listeners: Listeners,
@@ -189,7 +188,6 @@ impl Session {
             backend,
             clock,
             config,
-            timing,
             shared: Mutex::new(Shared {
                 core,
                 reserved: Reserved::default(),

@@ -69,17 +69,9 @@ impl Inner {
                         return;
                     }
                     let old = s.core.session().clone();
-                    let handover = s.core.handover();
                     let id = grant.id.clone();
-                    let mut core = Core::new(
-                        self.timing,
-                        grant.id,
-                        sent,
-                        grant.remaining,
-                        crate::rand::u64(),
-                    );
-                    core.take_over(handover, old.clone(), now);
-                    s.core = core;
+                    let seed = crate::rand::u64();
+                    s.core = s.core.successor(grant.id, sent, grant.remaining, seed, now);
                     s.reopening = false;
                     // A fresh keep-alive thread; the old one ends once its (maybe hanging)
                     // call returns, and its reply is dropped as a predecessor's.

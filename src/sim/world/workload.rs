@@ -279,17 +279,13 @@ impl World<'_> {
     pub(super) fn reopened(&mut self, c: usize, id: SessionId, sent: Instant, rem: Duration) {
         let seed = self.rng.next_u64();
         let local = self.local(c, self.now);
-        let timing = self.timing_of(c);
         let cl = &mut self.clients[c];
         cl.reopening = false;
         let Some(old) = cl.core.as_mut() else {
             return;
         };
         let old_id = old.session().clone();
-        let handover = old.handover();
-        let mut core = Core::new(timing, id.clone(), sent, rem, seed);
-        core.take_over(handover, old_id.clone(), local);
-        cl.core = Some(core);
+        cl.core = Some(old.successor(id.clone(), sent, rem, seed, local));
         cl.ended = false;
         let (a, b) = (session_no(&old_id), session_no(&id));
         self.tr(Some(c), None, || format!("engine reopened s{a} as s{b}"));
