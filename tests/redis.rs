@@ -2531,15 +2531,33 @@ impl PrivateCluster {
         Self::start_with(3, 0)
     }
 
+    /// A port free for a node and for its cluster bus (the port + 10 000, so at most
+    /// 55 535), with both bound: the caller releases them for the server once every port of
+    /// the cluster is picked (so no two are the same).
+    fn free_cluster_port() -> (u16, [std::net::TcpListener; 2]) {
+        loop {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = l.local_addr().unwrap().port();
+            if p > 55_535 {
+                continue;
+            }
+            if let Ok(bus) = std::net::TcpListener::bind(("127.0.0.1", p + 10_000)) {
+                return (p, [l, bus]);
+            }
+        }
+    }
+
     /// `masters` masters with `replicas` replicas each (`redis-cli --cluster create` assigns
     /// them), once every replica's link to its master is up.
     fn start_with(masters: usize, replicas: usize) -> Self {
         let nodes = masters * (1 + replicas);
         let ports: Vec<u16> = (0..nodes)
-            .map(|_| {
-                // A free port: bound, then released for the server.
-                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                l.local_addr().unwrap().port()
+            .map(|_| Self::free_cluster_port())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|(p, held)| {
+                drop(held);
+                p
             })
             .collect();
         let dir = std::env::temp_dir().join(format!("simba-private-cluster-{}", random_prefix()));
