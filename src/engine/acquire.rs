@@ -4,11 +4,11 @@
 //! ended without a term. Every decision is the machine's; the simulation pumps the same one.
 
 use super::cancel::Cancel;
+use super::core::HandleId;
 use super::driver::acquire::{Acquisition, Ctx, Done, Spec, Step, Want};
 use super::driver::reserve;
 use super::event::Event;
 use super::handle::EngineHandle;
-use super::HandleId;
 use crate::error::{Error, Result};
 use crate::types::{SessionId, Term};
 use crossbeam_channel::Receiver;

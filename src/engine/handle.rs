@@ -6,9 +6,9 @@
 
 use super::cancel::Cancel;
 use super::config::Config;
-use super::core::{lease_lost, HandleId, Holder};
-use super::driver::jobs::{self, Claimed};
-use super::driver::release::{self, TermKind, Unlock};
+use super::core::lease_lost;
+use super::driver::jobs;
+use super::driver::release::{self, Unlock};
 use super::driver::reserve::{self, Space, Taken};
 use super::driver::{groups, values, wait};
 use super::event::Event;
@@ -20,6 +20,16 @@ use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Term, Token};
 use crossbeam_channel::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+// What the primitives name of the engine: they reach it through this handle only (the
+// machines, the core and the session's internals stay the engine's).
+pub(crate) use super::acquire::Won;
+pub(crate) use super::core::{HandleId, Holder};
+pub(crate) use super::driver::acquire::{timed_out, Form, Spec, Want};
+pub(crate) use super::driver::jobs::Claimed;
+pub(crate) use super::driver::release::TermKind;
+pub(crate) use super::driver::rw::operation as rw_operation;
+pub(crate) use super::metrics::lock_hold;
 
 /// The backend's reads and capabilities: all of it a primitive reaches directly (every call
 /// that changes the backend goes through the session).

@@ -3,22 +3,30 @@
 //! shared timer, work and event pools (`executor`); one notification router per backend
 //! (`router`); backend calls guarded against panics (`guarded`).
 
-pub(crate) mod acquire;
+mod acquire;
 mod cancel;
 mod config;
+// The simulation pumps the core and the call machines themselves; to everything else in the
+// crate they are the engine's own (the primitives reach the engine through `handle`).
+#[cfg(feature = "sim")]
 pub(crate) mod core;
+#[cfg(not(feature = "sim"))]
+mod core;
+#[cfg(feature = "sim")]
 pub(crate) mod driver;
+#[cfg(not(feature = "sim"))]
+mod driver;
 mod event;
 mod executor;
 mod guarded;
 pub(crate) mod handle;
 mod listeners;
-pub(crate) mod metrics;
+mod metrics;
 mod router;
-pub(crate) mod session;
+mod session;
 mod watermark;
 
-pub use self::core::{HandleId, Health, Holder};
+pub use self::core::Health;
 pub use crate::types::{Clock, ManualClock, SystemClock};
 pub use cancel::Cancel;
 pub use config::{Config, ConfigBuilder};

@@ -1,8 +1,8 @@
 //! Leader election: a candidate that campaigns until it resigns.
 
 use super::IntoLeaseName;
-use crate::engine::handle::{EngineHandle, EventCallback};
-use crate::engine::{Cancel, HandleId, Holder, Session};
+use crate::engine::handle::{EngineHandle, EventCallback, HandleId, Holder};
+use crate::engine::{Cancel, Session};
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Term};
 use crate::Event;

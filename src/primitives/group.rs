@@ -1,8 +1,8 @@
 //! Group membership: join (a guard that leaves on drop), list and watch the live members.
 
 use super::IntoGroupName;
-use crate::engine::handle::{EngineHandle, Watch};
-use crate::engine::{HandleId, Session};
+use crate::engine::handle::{EngineHandle, HandleId, Watch};
+use crate::engine::Session;
 use crate::error::Result;
 use crate::types::{GroupName, Member};
 use crate::Event;

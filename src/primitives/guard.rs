@@ -3,10 +3,7 @@
 //! channel, and its end (unlock now, or drop: ended at once, released from the session's
 //! work queue).
 
-use crate::engine::acquire::Won;
-use crate::engine::driver::release::TermKind;
-use crate::engine::handle::EngineHandle;
-use crate::engine::HandleId;
+use crate::engine::handle::{lock_hold, EngineHandle, HandleId, TermKind, Won};
 use crate::error::{lease_lost, Result};
 use crate::types::{SessionId, Term, Token};
 use crate::Event;
@@ -77,7 +74,7 @@ impl TermGuard {
             return Ok(());
         }
         let now = self.inner.now();
-        crate::engine::metrics::lock_hold(now.saturating_duration_since(self.acquired));
+        lock_hold(now.saturating_duration_since(self.acquired));
         let (id, h) = (&self.session, self.handle);
         self.inner.end_term(self.kind, id, h, &self.term, wait)
     }

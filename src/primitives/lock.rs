@@ -2,10 +2,7 @@
 
 use super::guard::TermGuard;
 use super::IntoLeaseName;
-use crate::engine::acquire::Won;
-use crate::engine::driver::acquire::{timed_out, Form, Spec, Want};
-use crate::engine::driver::release::TermKind;
-use crate::engine::handle::EngineHandle;
+use crate::engine::handle::{timed_out, EngineHandle, Form, Spec, TermKind, Want, Won};
 use crate::engine::{Cancel, Session};
 use crate::error::Result;
 use crate::types::{LeaseName, SessionId, Term, Token};

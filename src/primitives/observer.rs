@@ -1,8 +1,8 @@
 //! Watching who holds a lease, without being a candidate.
 
 use super::IntoLeaseName;
-use crate::engine::handle::{EngineHandle, Watch};
-use crate::engine::{HandleId, Session};
+use crate::engine::handle::{EngineHandle, HandleId, Watch};
+use crate::engine::Session;
 use crate::error::Result;
 use crate::types::{LeaseName, Owner};
 use crate::Event;

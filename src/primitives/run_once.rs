@@ -15,8 +15,7 @@
 //! name no longer depends on the session.
 
 use super::IntoLeaseName;
-use crate::engine::driver::jobs::Claimed;
-use crate::engine::handle::EngineHandle;
+use crate::engine::handle::{Claimed, EngineHandle};
 use crate::engine::Session;
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, SessionId, Token};

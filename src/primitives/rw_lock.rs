@@ -4,11 +4,7 @@
 use super::guard::TermGuard;
 use super::lock::waited;
 use super::IntoLeaseName;
-use crate::engine::acquire::Won;
-use crate::engine::driver::acquire::{Form, Spec, Want};
-use crate::engine::driver::release::TermKind;
-use crate::engine::driver::rw;
-use crate::engine::handle::EngineHandle;
+use crate::engine::handle::{rw_operation, EngineHandle, Form, Spec, TermKind, Want, Won};
 use crate::engine::{Cancel, Session};
 use crate::error::Result;
 use crate::spi::RwMode;
@@ -90,7 +86,7 @@ macro_rules! side {
     ($mode:expr, $what:literal, $take:ident, $try_take:ident, $timeout:ident, $cancellable:ident) => {
         #[doc = concat!("Takes a ", $what, " term, waiting as long as it takes (until the session is lost).")]
         pub fn $take(&self) -> Result<RwGuard> {
-            let op = rw::operation($mode);
+            let op = rw_operation($mode);
             waited(self.take($mode, Form::Wait(None), None), op)
         }
 
@@ -101,13 +97,13 @@ macro_rules! side {
 
         #[doc = concat!("Takes a ", $what, " term, waiting at most `timeout`; [`Error::Timeout`] after that.")]
         pub fn $timeout(&self, timeout: Duration) -> Result<RwGuard> {
-            let op = rw::operation($mode);
+            let op = rw_operation($mode);
             waited(self.take($mode, Form::Wait(Some(timeout)), None), op)
         }
 
         #[doc = concat!("Takes a ", $what, " term, waiting until `timeout` passes (`None`: no deadline) or `cancel` is cancelled ([`Error::Cancelled`]); [`Error::Timeout`] after the timeout.")]
         pub fn $cancellable(&self, timeout: Option<Duration>, cancel: &Cancel) -> Result<RwGuard> {
-            let op = rw::operation($mode);
+            let op = rw_operation($mode);
             waited(self.take($mode, Form::Wait(timeout), Some(cancel)), op)
         }
     };
@@ -142,7 +138,7 @@ impl RwLock {
             want: Want::Rw(mode),
             names: vec![self.name.clone()],
             form,
-            operation: rw::operation(mode),
+            operation: rw_operation(mode),
         };
         let won = self.inner.acquire(spec, cancel)?;
         Ok(won.map(|won| RwGuard::new(&self.inner, won, mode)))

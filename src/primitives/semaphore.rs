@@ -5,8 +5,7 @@
 
 use super::lock::{waited, LockGuard};
 use super::IntoLeaseName;
-use crate::engine::driver::acquire::{Form, Spec, Want};
-use crate::engine::handle::EngineHandle;
+use crate::engine::handle::{EngineHandle, Form, Spec, Want};
 use crate::engine::{Cancel, Session};
 use crate::error::{Error, Result};
 use crate::types::{LeaseName, Owner, Term, Token};

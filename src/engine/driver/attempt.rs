@@ -126,13 +126,13 @@ impl Attempt {
     }
 
     /// The session the attempt is made for.
-    #[cfg(any(test, feature = "sim"))]
+    #[cfg(feature = "sim")]
     pub(crate) fn session(&self) -> &SessionId {
         &self.session
     }
 
     /// The candidate.
-    #[cfg(any(test, feature = "sim"))]
+    #[cfg(feature = "sim")]
     pub(crate) fn handle(&self) -> HandleId {
         self.handle
     }

@@ -241,13 +241,13 @@ impl Acquisition {
     }
 
     /// The call's handle.
-    #[cfg(any(test, feature = "sim"))]
+    #[cfg(feature = "sim")]
     pub(crate) fn handle(&self) -> HandleId {
         self.handle
     }
 
     /// What it takes.
-    #[cfg(any(test, feature = "sim"))]
+    #[cfg(feature = "sim")]
     pub(crate) fn spec(&self) -> &Spec {
         &self.spec
     }
