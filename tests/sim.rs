@@ -428,8 +428,8 @@ fn the_simulation_takes_the_driver_paths_it_checks() {
             "read-write attempt refused by a term in its lock-delay",
             |t| t.contains("in its read-write lock-delay"),
         ),
-        ("read-write state read", |t| {
-            t.contains("backend <-") && t.contains("RwState")
+        ("read-write term listed by a keep-alive", |t| {
+            t.contains("kept alive") && !t.contains("read-write []")
         }),
         ("read-write term no guard knows", |t| {
             t.contains("no guard knows")

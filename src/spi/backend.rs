@@ -25,6 +25,18 @@ pub struct HeldLease {
     pub remaining: Duration,
 }
 
+/// A read-write lock term a session holds, as listed in a keep-alive reply (it lasts as
+/// long as its session: the reply's `remaining`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldRw {
+    /// The read-write lock (a name of its own, apart from the lease of the same name).
+    pub name: LeaseName,
+    /// Which side the term is on.
+    pub mode: RwMode,
+    /// Its token.
+    pub token: Token,
+}
+
 /// Reply to [`LeaseBackend::keep_alive`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeepAlive {
@@ -32,6 +44,11 @@ pub struct KeepAlive {
     pub remaining: Duration,
     /// Every lease the session holds after the renewal.
     pub leases: Vec<HeldLease>,
+    /// Every read-write lock term the session holds after the renewal (none on a backend
+    /// without read-write locks), so a term the engine does not know (a grant whose reply
+    /// was lost, a release that failed) is found and released as a lease's is, and one the
+    /// engine holds that is not listed is lost.
+    pub rw: Vec<HeldRw>,
 }
 
 /// Reply to [`LeaseBackend::acquire`].
@@ -78,7 +95,7 @@ pub enum JobClaim {
 }
 
 /// Which side of a read-write lock a term is on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RwMode {
     /// Shared: any number of readers together, never with a writer.
     Read,

@@ -477,6 +477,7 @@ mod tests {
             Ok(KeepAlive {
                 remaining: lease,
                 leases: Vec::new(),
+                rw: Vec::new(),
             })
         }
         fn close_session(&self, _: &SessionId) -> Result<()> {

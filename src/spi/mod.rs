@@ -11,8 +11,8 @@ pub mod options;
 pub(crate) mod url;
 
 pub use backend::{
-    Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing, Queued,
-    RwAcquire, RwDelayed, RwMode, RwState, SessionGrant, SessionInfo,
+    Acquire, GroupInfo, HeldLease, HeldRw, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
+    Queued, RwAcquire, RwDelayed, RwMode, RwState, SessionGrant, SessionInfo,
 };
 pub use delegate::{Call, Delegate};
 pub use notify::{Notification, NotifySink, Subscribers, Subscription};

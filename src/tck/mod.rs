@@ -268,6 +268,7 @@ macro_rules! tck_suite {
             lock_delay_does_not_follow_a_release_or_a_close,
             lock_delay_holds_a_lost_lock_of_an_engine_session,
             rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule,
+            rw_keep_alive_lists_the_sessions_read_and_write_terms,
             rw_locks_exclude_under_contention,
             rw_readers_hold_in_parallel,
             rw_a_waiting_writer_blocks_new_readers,

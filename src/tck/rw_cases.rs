@@ -4,9 +4,10 @@
 
 use super::{lease_name, Harness};
 use crate::engine::{Cancel, Event, Session};
-use crate::spi::{LeaseBackend, RwAcquire, RwMode, RwState};
-use crate::types::{SessionId, Term};
+use crate::spi::{Acquire, LeaseBackend, RwAcquire, RwMode, RwState};
+use crate::types::{LeaseName, SessionId, Term, Token};
 use crate::Error;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -152,6 +153,90 @@ pub fn rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(h: &Harn
     ));
     assert!(!b.release_rw(&r3, &name, RwMode::Read, t4.token).unwrap());
     for s in [r1, r2, w] {
+        b.close_session(&s).unwrap();
+    }
+}
+
+/// A keep-alive lists every read-write term its session holds, read and write, of any number
+/// of names, apart from its leases of the same names; each keep-alive after a grant or a
+/// release lists the change (a backend that answers "unchanged" from a cache must count
+/// read-write terms too), and a writer that only waits holds nothing.
+pub fn rw_keep_alive_lists_the_sessions_read_and_write_terms(h: &Harness) {
+    let b = h.backend();
+    if !rw_or_refused(h, &b) {
+        return;
+    }
+    let long = h.long_lease();
+    let [a, r, w] = [(); 3].map(|_| h.open(&*b, long));
+    let (x, y) = (lease_name("rw-ka-x"), lease_name("rw-ka-y"));
+    let listed = |s: &SessionId| -> BTreeSet<(LeaseName, RwMode, Token)> {
+        let ka = b.keep_alive(s, long).unwrap();
+        ka.rw
+            .into_iter()
+            .map(|t| (t.name, t.mode, t.token))
+            .collect()
+    };
+    let leases = |s: &SessionId| -> BTreeSet<LeaseName> {
+        let ka = b.keep_alive(s, long).unwrap();
+        ka.leases.into_iter().map(|l| l.name).collect()
+    };
+    assert_eq!(listed(&a), BTreeSet::new(), "a new session holds no term");
+    let read = |s: &SessionId, n: &LeaseName| b.acquire_rw(s, n, RwMode::Read, long).unwrap();
+    let ax = granted(read(&a, &x), "a reader of x");
+    assert_eq!(
+        listed(&a),
+        BTreeSet::from([(x.clone(), RwMode::Read, ax.token)])
+    );
+    let ay = granted(
+        b.acquire_rw(&a, &y, RwMode::Write, long).unwrap(),
+        "a writer of y",
+    );
+    let rx = granted(read(&r, &x), "a second reader of x");
+    let both = BTreeSet::from([
+        (x.clone(), RwMode::Read, ax.token),
+        (y.clone(), RwMode::Write, ay.token),
+    ]);
+    assert_eq!(listed(&a), both, "after a grant");
+    assert_eq!(listed(&a), both, "unchanged");
+    assert_eq!(
+        listed(&r),
+        BTreeSet::from([(x.clone(), RwMode::Read, rx.token)])
+    );
+    // A lease of the same name is a name of its own: listed with the leases only.
+    assert!(matches!(b.acquire(&a, &x).unwrap(), Acquire::Acquired(_)));
+    assert_eq!(leases(&a), BTreeSet::from([x.clone()]));
+    assert_eq!(
+        listed(&a),
+        both,
+        "a lease of the same name is not a read-write term"
+    );
+    // A writer that waits holds nothing.
+    assert!(busy(&b.acquire_rw(&w, &x, RwMode::Write, long).unwrap()));
+    assert_eq!(listed(&w), BTreeSet::new(), "a waiting writer");
+    assert!(b.release_rw(&a, &x, RwMode::Read, ax.token).unwrap());
+    assert_eq!(
+        listed(&a),
+        BTreeSet::from([(y.clone(), RwMode::Write, ay.token)]),
+        "after a release"
+    );
+    assert!(b.release_rw(&a, &y, RwMode::Write, ay.token).unwrap());
+    assert_eq!(listed(&a), BTreeSet::new(), "after the last release");
+    assert_eq!(
+        leases(&a),
+        BTreeSet::from([x.clone()]),
+        "the lease is still held"
+    );
+    assert!(b.release_rw(&r, &x, RwMode::Read, rx.token).unwrap());
+    let wx = granted(
+        b.acquire_rw(&w, &x, RwMode::Write, long).unwrap(),
+        "the writer",
+    );
+    assert_eq!(
+        listed(&w),
+        BTreeSet::from([(x.clone(), RwMode::Write, wx.token)])
+    );
+    assert_eq!(listed(&r), BTreeSet::new());
+    for s in [a, r, w] {
         b.close_session(&s).unwrap();
     }
 }

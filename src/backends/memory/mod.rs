@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, GroupInfo, HeldLease, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
+    Acquire, GroupInfo, HeldLease, HeldRw, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
     Notification, NotifySink, Queued, RwAcquire, RwDelayed, RwMode, RwState, SessionGrant,
     SessionInfo, Subscribers, Subscription,
 };
@@ -41,6 +41,17 @@ struct RwRow {
 }
 
 impl RwRow {
+    /// The term `session` holds of this lock `name`, if any.
+    fn held_by(&self, name: &LeaseName, session: &SessionId) -> Option<HeldRw> {
+        let (mode, token) = match &self.writer {
+            Some((id, token)) if id == session => (RwMode::Write, *token),
+            _ => (RwMode::Read, *self.readers.get(session)?),
+        };
+        let token = Token::new(token).expect("tokens start at 1");
+        let name = name.clone();
+        Some(HeldRw { name, mode, token })
+    }
+
     /// Drops holders and waiters whose session ended (or whose patience ran out); a holder
     /// whose session expired with a lock-delay still running moves to `delayed`.
     fn prune(&mut self, sessions: &HashMap<SessionId, SessionRow>, now: Instant) {
@@ -450,9 +461,14 @@ impl LeaseBackend for MemoryBackend {
                         })
                     })
                     .collect();
+                let rw = row
+                    .rw
+                    .iter()
+                    .filter_map(|name| t.rw.get(name)?.held_by(name, session));
                 Ok(KeepAlive {
                     remaining: lease,
                     leases,
+                    rw: rw.collect(),
                 })
             }
             None => {

@@ -383,6 +383,7 @@ impl LeaseBackend for SqlBackend {
                         remaining,
                     })
                     .collect(),
+                rw: Vec::new(),
             };
             let reply = match r.leases {
                 Some(rows) => {

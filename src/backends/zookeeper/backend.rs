@@ -295,7 +295,11 @@ impl LeaseBackend for ZooKeeperBackend {
                 remaining,
             })
             .collect();
-        Ok(KeepAlive { remaining, leases })
+        Ok(KeepAlive {
+            remaining,
+            leases,
+            rw: Vec::new(),
+        })
     }
 
     /// Closing a live session with a lock-delay first deletes its lease nodes and read-write

@@ -156,7 +156,7 @@ impl Core {
                         self.out.push(Output::Release(l.name.clone(), l.token));
                     }
                 }
-                self.retry_rw_releases();
+                self.on_rw_listed(&ka.rw, sent);
                 if now >= self.deadline {
                     self.expire(now, true);
                 }

@@ -54,9 +54,6 @@ pub enum Task {
     Owner(HandleId, LeaseName),
     /// A group watcher's read of the members.
     Members(HandleId, GroupName),
-    /// A read of a read-write lock's state, to find a term of this session no guard holds
-    /// (see [`Core::on_rw_state`]).
-    RwState(LeaseName),
 }
 
 /// What the core asks the driver to do.
@@ -238,15 +235,6 @@ pub struct Core {
     rw_released: BTreeMap<LeaseName, Memo>,
     /// Read-write lock attempts in flight, by name.
     rw_acquiring: BTreeMap<LeaseName, usize>,
-    /// Read-write releases that failed (the term may still be held on the backend, where
-    /// nothing else ends it while the session lives): sent again after the next keep-alive
-    /// that succeeds.
-    rw_retry: BTreeMap<LeaseName, (crate::spi::RwMode, Token)>,
-    /// Read-write lock names whose attempt went unanswered (it may have been granted, to a
-    /// term no guard knows, even after a read showed none: the request may land late), with
-    /// how many more reads of their state find nothing before they are trusted. Read after
-    /// each keep-alive that succeeds.
-    rw_unsure: BTreeMap<LeaseName, u8>,
     acquiring: BTreeMap<LeaseName, u32>,
     releasing: BTreeSet<LeaseName>,
     /// The last token the engine asked the backend to release, per name. A release can reach
@@ -296,8 +284,6 @@ impl Core {
             rw: BTreeMap::new(),
             rw_released: BTreeMap::new(),
             rw_acquiring: BTreeMap::new(),
-            rw_retry: BTreeMap::new(),
-            rw_unsure: Default::default(),
             acquiring: BTreeMap::new(),
             releasing: BTreeSet::new(),
             released: BTreeMap::new(),

@@ -3,12 +3,7 @@
 //! the session's expiry.
 
 use super::*;
-use crate::spi::RwMode;
-
-/// How many reads of a read-write lock's state (one per successful keep-alive, so about a
-/// lease) must find no unknown term of the session after an unanswered attempt: the attempt
-/// may still land after the first read.
-const RW_STATE_READS: u8 = 3;
+use crate::spi::{HeldRw, RwMode};
 
 /// A read-write lock term a guard of this session holds.
 #[derive(Clone, Debug)]
@@ -16,6 +11,8 @@ pub(super) struct RwHeld {
     term: Term,
     mode: RwMode,
     handle: HandleId,
+    /// When the grant was taken in: a keep-alive sent before may not list it yet.
+    since: Instant,
 }
 
 impl Core {
@@ -46,67 +43,11 @@ impl Core {
                 self.rw_acquiring.remove(name);
             }
         }
-        match &reply {
-            // Unanswered (a timeout, a failure): the backend may have granted it.
-            Err(e) if !matches!(e, Error::SessionExpired { .. } | Error::Unsupported { .. }) => {
-                self.rw_unsure.insert(name.clone(), RW_STATE_READS);
-            }
-            _ => {}
-        }
+        // Unanswered (a timeout, a failure), the backend may have granted it: the next
+        // keep-alive lists the term and it is released then ([`Core::on_rw_listed`]).
         let r = self.rw_reply(handle, mode, now, reply);
         self.forget_settled_rw_release(name);
         r
-    }
-
-    /// The state of the read-write lock `name` as the backend reported it (a read the core
-    /// asked for after an unanswered attempt, [`Task::RwState`]): a term it shows for this
-    /// session that no guard holds (a grant whose reply was lost) is released, since nothing
-    /// else would end it while the session lives, and the session's own next write would
-    /// wait behind it (found by the simulation; scenario
-    /// `a_read_write_term_no_guard_knows_is_found_and_released`). Judged only while no
-    /// attempt of the name is in flight (one may be that very grant); read again later
-    /// otherwise, or after a failure, and a few times after a read that found none (the
-    /// unanswered attempt may land later still). A backend without `rw_state` ends the
-    /// search.
-    pub fn on_rw_state(&mut self, name: &LeaseName, reply: Result<crate::spi::RwState>) {
-        if !self.state.is_live() {
-            return;
-        }
-        let state = match reply {
-            Ok(state) if !self.rw_acquiring.contains_key(name) => state,
-            Err(Error::Unsupported { .. }) => {
-                self.rw_unsure.remove(name);
-                return;
-            }
-            _ => return,
-        };
-        let me = &self.session;
-        let writer = (state.writer.iter()).map(|(s, t)| (s, RwMode::Write, *t));
-        let readers = (state.readers.iter()).map(|(s, t)| (s, RwMode::Read, *t));
-        let mine: Vec<(RwMode, Token)> = writer
-            .chain(readers)
-            .filter(|(s, _, _)| *s == me)
-            .map(|(_, m, t)| (m, t))
-            .collect();
-        match self.rw_unsure.get_mut(name) {
-            Some(n) if *n > 1 && mine.is_empty() => *n -= 1,
-            _ => {
-                self.rw_unsure.remove(name);
-            }
-        }
-        for (mode, token) in mine {
-            let held = self.rw.get(name).is_some_and(|h| h.term.token == token);
-            let releasing = (self.rw_released.get(name))
-                .is_some_and(|m| m.token == token && m.state == MemoState::Pending);
-            if !held && !releasing {
-                log::debug!(
-                    "releasing the {} term of {name} (token {token}): held but unknown",
-                    mode.as_str()
-                );
-                self.remember_rw_release(name, token);
-                self.out.push(Output::ReleaseRw(name.clone(), mode, token));
-            }
-        }
     }
 
     fn rw_reply(
@@ -126,7 +67,6 @@ impl Core {
                         // In flight, it frees the term when it lands; settled, the term is
                         // gone. Only a release that failed may not have happened: again.
                         if m.state == MemoState::Uncertain {
-                            self.rw_retry.remove(&name);
                             self.remember_rw_release(&name, term.token);
                             self.out.push(Output::ReleaseRw(name, mode, term.token));
                         }
@@ -137,7 +77,6 @@ impl Core {
                         if let Some(m) = self.rw_released.get_mut(&name) {
                             m.state = MemoState::Settled;
                         }
-                        self.rw_retry.remove(&name);
                     }
                     None => {}
                 }
@@ -145,6 +84,7 @@ impl Core {
                     term: term.clone(),
                     mode,
                     handle,
+                    since: now,
                 };
                 self.rw.insert(name, held);
                 Ok(Some(term))
@@ -194,45 +134,65 @@ impl Core {
         }
     }
 
-    /// This session's release of its `mode` term `name`/`token` finished: `definitive` when
+    /// This session's release of its term `name`/`token` finished: `definitive` when
     /// the backend answered (either way: the term is then gone for good, its token never
     /// granted again), so no release of it can undo a grant any more; a failed or timed-out
-    /// release may still land, or may not have happened: then it is sent again after the
-    /// next keep-alive that succeeds (nothing else would end the term while the session
+    /// release may still land, or may not have happened: then the next keep-alive that
+    /// lists the term sends it again (nothing else would end the term while the session
     /// lives; found by the simulation, scenario
     /// `a_failed_read_write_release_is_sent_again_after_the_next_keep_alive`). Its callers
     /// waiting for the name see a release.
-    pub fn on_rw_released(
-        &mut self,
-        name: &LeaseName,
-        mode: RwMode,
-        token: Token,
-        definitive: bool,
-    ) {
+    pub fn on_rw_released(&mut self, name: &LeaseName, token: Token, definitive: bool) {
         if let Some(m) = self.rw_released.get_mut(name).filter(|m| m.token == token) {
-            if definitive {
-                m.state = MemoState::Settled;
-                self.rw_retry.remove(name);
-            } else {
-                m.state = MemoState::Uncertain;
-                if self.state.is_live() {
-                    self.rw_retry.insert(name.clone(), (mode, token));
-                }
-            }
+            m.state = match definitive {
+                true => MemoState::Settled,
+                false => MemoState::Uncertain,
+            };
         }
         self.forget_settled_rw_release(name);
         self.seen_release(name);
     }
 
-    /// A keep-alive succeeded: the read-write releases that failed are sent again, and the
-    /// names whose attempt went unanswered are read.
-    pub(super) fn retry_rw_releases(&mut self) {
-        for (name, (mode, token)) in std::mem::take(&mut self.rw_retry) {
-            self.remember_rw_release(&name, token);
-            self.out.push(Output::ReleaseRw(name, mode, token));
+    /// A keep-alive sent at `sent` succeeded and listed `listed`, every read-write term of
+    /// the session, as leases are judged: a term a guard holds that is not listed (and was
+    /// granted before the keep-alive was sent) is lost ([`LossReason::Missing`]); a listed
+    /// term no guard holds (a grant whose reply was lost, a release that failed) is
+    /// released, unless an attempt of its name is in flight (it may be that very grant) or
+    /// its release is (scenario `a_read_write_term_no_guard_knows_is_found_and_released`).
+    pub(super) fn on_rw_listed(&mut self, listed: &[HeldRw], sent: Instant) {
+        let lost: Vec<LeaseName> = (self.rw.iter())
+            .filter(|(name, h)| {
+                h.since <= sent
+                    && !listed
+                        .iter()
+                        .any(|l| &l.name == *name && l.token == h.term.token)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in lost {
+            if let Some(h) = self.rw.remove(&name) {
+                let (term, reason) = (h.term, LossReason::Missing);
+                self.emit(Some(h.handle), Event::LockLost { term, reason });
+            }
         }
-        for name in self.rw_unsure.keys() {
-            self.out.push(Output::Run(Task::RwState(name.clone())));
+        for l in listed {
+            let held = self
+                .rw
+                .get(&l.name)
+                .is_some_and(|h| h.term.token == l.token);
+            let releasing = (self.rw_released.get(&l.name))
+                .is_some_and(|m| m.token == l.token && m.state != MemoState::Uncertain);
+            if !held && !releasing && !self.rw_acquiring.contains_key(&l.name) {
+                log::debug!(
+                    "releasing the {} term of {} (token {}): held but unknown",
+                    l.mode.as_str(),
+                    l.name,
+                    l.token
+                );
+                self.remember_rw_release(&l.name, l.token);
+                self.out
+                    .push(Output::ReleaseRw(l.name.clone(), l.mode, l.token));
+            }
         }
     }
 

@@ -46,6 +46,7 @@ fn ka(leases: &[(&str, u64)]) -> KeepAlive {
                 remaining: 1000 * MS,
             })
             .collect(),
+        rw: Vec::new(),
     }
 }
 
@@ -962,10 +963,11 @@ fn a_read_write_term_is_valid_with_its_session_survives_keep_alives_and_is_lost_
     assert_eq!(got.unwrap(), Some(t.clone()));
     assert!(c.is_rw_valid(&t.name, t.token, t0));
     // A plain lease of the same name is another thing: not valid, and a keep-alive that
-    // lists no lease does not end the read-write term.
+    // lists the read-write term and no lease does not end it.
     assert!(!c.is_valid(&t.name, t.token, t0));
     c.tick(t0 + 300 * MS);
-    c.on_keep_alive(t0 + 300 * MS, t0 + 310 * MS, Ok(ka(&[])));
+    let listed = ka_rw(&[("rw", RwMode::Read, 3)]);
+    c.on_keep_alive(t0 + 300 * MS, t0 + 310 * MS, Ok(listed));
     assert!(c.is_rw_valid(&t.name, t.token, t0 + 900 * MS));
     c.take_outputs();
     // Expiry ends it with `LockLost` to its guard; unlocking then says it was lost.
@@ -995,7 +997,7 @@ fn a_read_write_grant_of_a_term_whose_release_is_in_flight_is_not_taken() {
     let again = c.on_rw_acquire(2, n, RwMode::Write, t0, Ok(Some(t.clone())));
     assert_eq!(again.unwrap(), None);
     assert!(c.take_outputs().is_empty());
-    c.on_rw_released(n, RwMode::Write, t.token, true);
+    c.on_rw_released(n, t.token, true);
     assert_eq!(c.remembered_rw_releases(), 0);
     let newer = Term {
         token: Token::new(5).unwrap(),
@@ -1023,7 +1025,7 @@ fn a_read_write_grant_of_a_token_whose_release_timed_out_is_released_again() {
         .unwrap();
     c.rw_unlock(1, &t, t0).unwrap();
     // The release timed out: it may still land.
-    c.on_rw_released(n, RwMode::Read, t.token, false);
+    c.on_rw_released(n, t.token, false);
     c.begin_rw_acquire(n);
     let again = c.on_rw_acquire(2, n, RwMode::Read, t0, Ok(Some(t.clone())));
     assert_eq!(again.unwrap(), None);
@@ -1034,7 +1036,7 @@ fn a_read_write_grant_of_a_token_whose_release_timed_out_is_released_again() {
     );
     // Still remembered while a grant sent before that release answered may come back.
     c.begin_rw_acquire(n);
-    c.on_rw_released(n, RwMode::Read, t.token, true);
+    c.on_rw_released(n, t.token, true);
     assert_eq!(c.remembered_rw_releases(), 1);
     let late = c.on_rw_acquire(2, n, RwMode::Read, t0, Ok(Some(t.clone())));
     assert_eq!(late.unwrap(), None);
@@ -1042,11 +1044,24 @@ fn a_read_write_grant_of_a_token_whose_release_timed_out_is_released_again() {
     assert_eq!(c.remembered_rw_releases(), 0);
 }
 
+/// A keep-alive that lists read-write terms `rw` (name, mode, token) and no lease.
+fn ka_rw(rw: &[(&str, crate::spi::RwMode, u64)]) -> KeepAlive {
+    let mut k = ka(&[]);
+    k.rw = (rw.iter())
+        .map(|(n, mode, t)| crate::spi::HeldRw {
+            name: name(n),
+            mode: *mode,
+            token: Token::new(*t).unwrap(),
+        })
+        .collect();
+    k
+}
+
 /// Found by the simulation (seed 186, mix `lossy`, once it measured how long write calls
 /// wait): an unlock's release of a write term was lost; the backend kept the term, bound to
 /// the session, which lived on, so no reader and no other writer got the name for 6.5 s (the
 /// session's own read was refused too: a writer holds it). A release that failed is sent
-/// again after the next keep-alive that succeeds, until the backend answers it.
+/// again when the next keep-alive that succeeds lists the term, until the backend answers.
 #[test]
 fn a_failed_read_write_release_is_sent_again_after_the_next_keep_alive() {
     use crate::spi::RwMode;
@@ -1057,7 +1072,19 @@ fn a_failed_read_write_release_is_sent_again_after_the_next_keep_alive() {
     c.on_rw_acquire(1, n, RwMode::Write, t0, Ok(Some(t.clone())))
         .unwrap();
     c.rw_unlock(1, &t, t0).unwrap();
-    c.on_rw_released(n, RwMode::Write, t.token, false);
+    // A keep-alive listing it while the release is in flight sends nothing more.
+    c.tick(t0 + 200 * MS);
+    c.take_outputs();
+    c.on_keep_alive(
+        t0 + 200 * MS,
+        t0 + 210 * MS,
+        Ok(ka_rw(&[("rw", RwMode::Write, 1)])),
+    );
+    assert!(!c
+        .take_outputs()
+        .iter()
+        .any(|o| matches!(o, Output::ReleaseRw(..))));
+    c.on_rw_released(n, t.token, false);
     assert!(c.take_outputs().is_empty());
     // A failed keep-alive sends nothing; the next one that succeeds sends the release again.
     c.tick(t0 + 300 * MS);
@@ -1070,11 +1097,15 @@ fn a_failed_read_write_release_is_sent_again_after_the_next_keep_alive() {
         .any(|o| matches!(o, Output::ReleaseRw(..))));
     c.tick(t0 + 400 * MS);
     c.take_outputs();
-    c.on_keep_alive(t0 + 400 * MS, t0 + 410 * MS, Ok(ka(&[])));
+    c.on_keep_alive(
+        t0 + 400 * MS,
+        t0 + 410 * MS,
+        Ok(ka_rw(&[("rw", RwMode::Write, 1)])),
+    );
     let out = c.take_outputs();
     assert!(out.contains(&Output::ReleaseRw(n.clone(), RwMode::Write, t.token)));
     // Answered: nothing more is sent, nothing remembered.
-    c.on_rw_released(n, RwMode::Write, t.token, true);
+    c.on_rw_released(n, t.token, true);
     c.tick(t0 + 700 * MS);
     c.take_outputs();
     c.on_keep_alive(t0 + 700 * MS, t0 + 710 * MS, Ok(ka(&[])));
@@ -1088,11 +1119,12 @@ fn a_failed_read_write_release_is_sent_again_after_the_next_keep_alive() {
 /// Found by the simulation (seed 332, mix `slow`): a one-time read's grant came back after
 /// its caller gave up; the session held a read term no guard knew, bound to the session;
 /// its next write waited behind that read, and every writer and reader behind it, for 6.1 s.
-/// An attempt that went unanswered makes the engine read the lock's state after the next
-/// keep-alive that succeeds, and release a term of this session no guard holds.
+/// A keep-alive lists every read-write term of the session: one no guard holds is released
+/// (not while an attempt of its name is in flight: it may be that grant); one a guard holds
+/// that is not listed is lost, unless it was granted after the keep-alive was sent.
 #[test]
 fn a_read_write_term_no_guard_knows_is_found_and_released() {
-    use crate::spi::{RwMode, RwState};
+    use crate::spi::RwMode;
     let t0 = Instant::now();
     let mut c = core(t0);
     let n = name("rw");
@@ -1105,36 +1137,19 @@ fn a_read_write_term_no_guard_knows_is_found_and_released() {
     };
     c.begin_rw_acquire(&n);
     assert!(c.on_rw_acquire(1, &n, RwMode::Read, t0, timeout()).is_err());
-    c.tick(t0 + 300 * MS);
-    c.take_outputs();
-    c.on_keep_alive(t0 + 300 * MS, t0 + 310 * MS, Ok(ka(&[])));
-    assert!(c
-        .take_outputs()
-        .contains(&Output::Run(Task::RwState(n.clone()))));
-    let me = c.session().clone();
-    let tok = Token::new(3).unwrap();
-    let state = || RwState {
-        readers: vec![
-            (me.clone(), tok),
-            (SessionId::random(), Token::new(4).unwrap()),
-        ],
-        last_token: 4,
-        delayed: Vec::new(),
-        ..RwState::default()
-    };
+    let listed = || Ok(ka_rw(&[("rw", RwMode::Read, 3)]));
     // While an attempt of the name is in flight (it may be that grant) nothing is judged.
     c.begin_rw_acquire(&n);
-    c.on_rw_state(&n, Ok(state()));
+    c.tick(t0 + 300 * MS);
+    c.take_outputs();
+    c.on_keep_alive(t0 + 300 * MS, t0 + 310 * MS, listed());
     assert!(c.take_outputs().is_empty());
     let busy = c.on_rw_acquire(2, &n, RwMode::Write, t0, Ok(None));
     assert!(matches!(busy, Ok(None)));
     c.tick(t0 + 600 * MS);
     c.take_outputs();
-    c.on_keep_alive(t0 + 600 * MS, t0 + 610 * MS, Ok(ka(&[])));
-    assert!(c
-        .take_outputs()
-        .contains(&Output::Run(Task::RwState(n.clone()))));
-    c.on_rw_state(&n, Ok(state()));
+    c.on_keep_alive(t0 + 600 * MS, t0 + 610 * MS, listed());
+    let tok = Token::new(3).unwrap();
     assert_eq!(
         c.take_outputs(),
         vec![Output::ReleaseRw(n.clone(), RwMode::Read, tok)]
@@ -1148,17 +1163,27 @@ fn a_read_write_term_no_guard_knows_is_found_and_released() {
     c.begin_rw_acquire(&n);
     let r = c.on_rw_acquire(3, &n, RwMode::Read, t0 + 700 * MS, Ok(Some(late)));
     assert!(matches!(r, Ok(None)));
-    // A term a guard holds is not released.
+    // A term a guard holds and the keep-alive lists is kept.
     let held = term("rw2", 7);
-    c.on_rw_acquire(4, &held.name, RwMode::Write, t0, Ok(Some(held.clone())))
+    let at = t0 + 800 * MS;
+    c.on_rw_acquire(4, &held.name, RwMode::Write, at, Ok(Some(held.clone())))
         .unwrap();
-    let mine = RwState {
-        writer: Some((me.clone(), held.token)),
-        last_token: 7,
-        delayed: Vec::new(),
-        ..RwState::default()
-    };
+    c.tick(t0 + 900 * MS);
     c.take_outputs();
-    c.on_rw_state(&held.name, Ok(mine));
+    let mine = || Ok(ka_rw(&[("rw2", RwMode::Write, 7)]));
+    c.on_keep_alive(t0 + 900 * MS, t0 + 910 * MS, mine());
     assert!(c.take_outputs().is_empty());
+    assert!(c.is_rw_valid(&held.name, held.token, t0 + 910 * MS));
+    // Not listed by a keep-alive sent before its grant: still held; by one sent after: lost.
+    c.on_keep_alive(t0 + 700 * MS, t0 + 1000 * MS, Ok(ka(&[])));
+    assert!(c.is_rw_valid(&held.name, held.token, t0 + 1000 * MS));
+    c.tick(t0 + 1200 * MS);
+    c.take_outputs();
+    c.on_keep_alive(t0 + 1200 * MS, t0 + 1210 * MS, Ok(ka(&[])));
+    let out = c.take_outputs();
+    assert!(matches!(
+        events(&out)[..],
+        [Event::LockLost { term, reason: LossReason::Missing }] if term == &held
+    ));
+    assert!(!c.is_rw_valid(&held.name, held.token, t0 + 1210 * MS));
 }

@@ -103,7 +103,7 @@ impl Unlock {
     pub(crate) fn answered(&self, core: &mut Core, definitive: bool) {
         match self.mode {
             None => core.on_released(&self.name, definitive),
-            Some(mode) => core.on_rw_released(&self.name, mode, self.token, definitive),
+            Some(_) => core.on_rw_released(&self.name, self.token, definitive),
         }
     }
 }

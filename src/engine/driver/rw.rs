@@ -110,7 +110,7 @@ mod tests {
         assert!(core.is_rw_valid(&name, term.token, t0));
         // Its release timed out: the same term granted again is not taken, but released.
         assert!(core.rw_unlock(7, &term, t0).is_ok());
-        core.on_rw_released(&name, RwMode::Read, term.token, false);
+        core.on_rw_released(&name, term.token, false);
         let again = Ok(RwAcquire::Acquired(term.clone()));
         let r = take_reply(&mut core, 8, &name, RwMode::Read, t0, again);
         assert!(matches!(r, Ok(None)));

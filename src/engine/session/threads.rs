@@ -196,10 +196,6 @@ impl Inner {
                     let now = self.now();
                     self.with_session(&id, |c| c.on_owner(h, now, reply));
                 }
-                Work::Core(id, driver::Work::Run(Task::RwState(name))) => {
-                    let reply = self.backend.rw_state(&name);
-                    self.with_session(&id, |c| c.on_rw_state(&name, reply));
-                }
                 Work::Core(id, driver::Work::Run(Task::Members(h, group))) => {
                     let reply = self.backend.members(&group);
                     let now = self.now();

@@ -411,10 +411,12 @@ impl Model {
                 })
             })
             .collect();
+        let rw = self.rw_held_by(id);
         (
             Ok(KeepAlive {
                 remaining: lease,
                 leases,
+                rw,
             }),
             Vec::new(),
         )

@@ -6,7 +6,7 @@
 
 use super::{DelayStep, Model, Tables};
 use crate::error::Result;
-use crate::spi::{RwAcquire, RwDelayed, RwMode, RwState};
+use crate::spi::{HeldRw, RwAcquire, RwDelayed, RwMode, RwState};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -211,6 +211,20 @@ impl Model {
         }
         self.end_term(name, token, id, now);
         true
+    }
+
+    /// Every read-write term session `id` holds, as a keep-alive lists them.
+    pub(super) fn rw_held_by(&self, id: &SessionId) -> Vec<HeldRw> {
+        let rows = self.tables.rw.iter();
+        let mine = rows.flat_map(|(name, row)| {
+            let of_id = row.holders().filter(|(s, _, _)| *s == id);
+            of_id.map(|(_, mode, t)| HeldRw {
+                name: name.clone(),
+                mode,
+                token: Token::new(t).expect("tokens start at 1"),
+            })
+        });
+        mine.collect()
     }
 
     /// The read-write lock `name` at true time `t`, as `MemoryBackend::rw_state`: its live

@@ -540,7 +540,6 @@ impl World<'_> {
                     }
                     Route::Work(driver::Work::Run(Task::Owner(h, n))) => Some(Op::Owner(h, n)),
                     Route::Work(driver::Work::Run(Task::Members(h, g))) => Some(Op::Members(h, g)),
-                    Route::Work(driver::Work::Run(Task::RwState(n))) => Some(Op::RwState(n)),
                     Route::Work(driver::Work::Release(n, t)) => Some(Op::Release(n, t)),
                     Route::Work(driver::Work::ReleaseRw(n, m, t)) => Some(Op::ReleaseRw(n, m, t)),
                     Route::Work(driver::Work::CloseBackend) => Some(Op::CloseBackend),

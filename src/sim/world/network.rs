@@ -8,7 +8,7 @@ use super::{World, MS};
 use crate::engine::core::HandleId;
 use crate::error::Result;
 use crate::sim::model::session_no;
-use crate::spi::{Acquire, JobClaim, KeepAlive, Notification, Queued, RwAcquire, RwMode, RwState};
+use crate::spi::{Acquire, JobClaim, KeepAlive, Notification, Queued, RwAcquire, RwMode};
 use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Token};
 use std::cmp::Ordering;
 use std::time::{Duration, Instant};
@@ -44,8 +44,6 @@ pub(super) enum Op {
     ReleaseRw(LeaseName, RwMode, Token),
     /// A writer that gave up leaves the writers' queue.
     LeaveRwQueue(LeaseName),
-    /// The engine's read of a read-write lock's state (after an unanswered attempt).
-    RwState(LeaseName),
     Close,
 }
 
@@ -66,8 +64,7 @@ impl Op {
             | Op::FinishJob(n, _, _)
             | Op::AcquireRw(_, n, _, _)
             | Op::ReleaseRw(n, _, _)
-            | Op::LeaveRwQueue(n)
-            | Op::RwState(n) => Some(n),
+            | Op::LeaveRwQueue(n) => Some(n),
             _ => None,
         }
     }
@@ -89,7 +86,6 @@ impl Op {
                 | Op::Resign(..)
                 | Op::AcquireRw(..)
                 | Op::ReleaseRw(..)
-                | Op::RwState(..)
         )
     }
 }
@@ -113,7 +109,6 @@ pub(super) enum Rep {
     Queued(Queued),
     Job(JobClaim),
     Rw(RwAcquire),
-    RwState(RwState),
     /// Whether a value was set, a place left, a job finished.
     Flag(bool),
     Done,
@@ -327,7 +322,6 @@ impl World<'_> {
                 }
                 Ok(Rep::Released(held))
             }
-            Op::RwState(n) => Ok(Rep::RwState(self.model.rw_state(t, n))),
             Op::LeaveRwQueue(n) => {
                 let left = self.model.leave_rw_queue(&sid(), n);
                 if left {

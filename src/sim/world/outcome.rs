@@ -180,7 +180,15 @@ pub(super) fn show(r: &Result<Rep>) -> String {
                 .iter()
                 .map(|h| format!("{}:{}", h.name, h.token))
                 .collect();
-            format!("kept alive {:?}, holds [{}]", k.remaining, l.join(" "))
+            let rw: Vec<String> = (k.rw.iter())
+                .map(|h| format!("{}:{}:{}", h.name, h.mode.as_str(), h.token))
+                .collect();
+            format!(
+                "kept alive {:?}, holds [{}], read-write [{}]",
+                k.remaining,
+                l.join(" "),
+                rw.join(" ")
+            )
         }
         Ok(Rep::Acquire(Acquire::Acquired(t))) => {
             format!(
@@ -223,29 +231,6 @@ pub(super) fn show(r: &Result<Rep>) -> String {
             format!(
                 "rw Acquired {} token {} ({:?} left)",
                 t.name, t.token, t.remaining
-            )
-        }
-        Ok(Rep::RwState(s)) => {
-            let who = |(id, t): &(crate::types::SessionId, crate::types::Token)| {
-                format!("s{}:{t}", session_no(id))
-            };
-            let readers: Vec<String> = s.readers.iter().map(who).collect();
-            let delayed: Vec<String> = (s.delayed.iter())
-                .map(|d| {
-                    format!(
-                        "s{}:{}:{}",
-                        session_no(&d.session),
-                        d.mode.as_str(),
-                        d.token
-                    )
-                })
-                .collect();
-            format!(
-                "rw state: writer {}, readers [{}], {} writer(s) waiting, delayed [{}]",
-                s.writer.as_ref().map_or("none".into(), who),
-                readers.join(" "),
-                s.writers_waiting.len(),
-                delayed.join(" ")
             )
         }
         Ok(Rep::Rw(RwAcquire::Busy {

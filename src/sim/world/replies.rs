@@ -93,6 +93,16 @@ impl World<'_> {
                     Rep::KeepAlive(k) => k,
                     other => unreachable!("keep-alive reply {other:?}"),
                 });
+                if let (Some(core), Ok(k)) = (self.clients[c].core.as_ref(), &r) {
+                    let unknown =
+                        (k.rw.iter()).find(|h| !core.is_rw_valid(&h.name, h.token, local));
+                    if let Some(h) = unknown {
+                        let n = h.name.clone();
+                        self.tr(Some(c), Some(&n), || {
+                            format!("{n}: the keep-alive lists a term no guard knows")
+                        });
+                    }
+                }
                 if let Some(core) = self.clients[c].core.as_mut() {
                     core.on_keep_alive(sent, local, r);
                 }
@@ -161,34 +171,13 @@ impl World<'_> {
                 });
                 self.call_reply(c, h, Reply::Rw(r));
             }
-            Op::RwState(n) => {
-                let r = reply.map(|r| match r {
-                    Rep::RwState(s) => s,
-                    other => unreachable!("read-write state reply {other:?}"),
-                });
-                if let (Some(core), Ok(s)) = (self.clients[c].core.as_ref(), &r) {
-                    let me = core.session();
-                    let terms = s.writer.iter().chain(&s.readers);
-                    let unknown = terms
-                        .filter(|(id, _)| id == me)
-                        .any(|(_, t)| !core.is_rw_valid(&n, *t, local));
-                    if unknown {
-                        self.tr(Some(c), Some(&n), || {
-                            format!("{n}: the backend shows a term no guard knows")
-                        });
-                    }
-                }
-                if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_rw_state(&n, r);
-                }
-            }
-            Op::ReleaseRw(n, mode, token) if chan == Chan::Work => {
+            Op::ReleaseRw(n, _, token) if chan == Chan::Work => {
                 // The engine's release of a grant it did not take, or of a failed release.
                 if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_rw_released(&n, mode, token, reply.is_ok());
+                    core.on_rw_released(&n, token, reply.is_ok());
                 }
             }
-            Op::ReleaseRw(n, mode, token) => self.rw_unlocked(c, id, &n, mode, token, reply),
+            Op::ReleaseRw(n, _, token) => self.rw_unlocked(c, id, &n, token, reply),
             Op::ClaimJob(n, _) => self.claimed(c, &n, sent, reply, for_session),
             Op::FinishJob(n, token, _) => self.finished(c, &n, token, reply),
             Op::Join(_)

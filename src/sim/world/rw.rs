@@ -226,14 +226,13 @@ impl World<'_> {
         c: usize,
         id: u64,
         name: &LeaseName,
-        mode: RwMode,
         token: Token,
         reply: Result<Rep>,
     ) {
         let t = self.now;
         let held = matches!(reply, Ok(Rep::Released(true)));
         if let Some(core) = self.clients[c].core.as_mut() {
-            core.on_rw_released(name, mode, token, reply.is_ok());
+            core.on_rw_released(name, token, reply.is_ok());
         }
         let lease = self.cfg.lease.as_nanos() as u64;
         let pause = self.rng.range(10 * MS, lease / 2);

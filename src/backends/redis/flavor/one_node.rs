@@ -148,6 +148,7 @@ impl OneNode {
                     remaining,
                 })
                 .collect(),
+            rw: Vec::new(),
         };
         if listed == 0 {
             if !rest.is_empty() {

@@ -198,10 +198,18 @@ impl Routed {
             .collect();
         let mut leases = Vec::with_capacity(names.len());
         if names.is_empty() && group_keys.is_empty() && rw.is_empty() {
-            return Ok(KeepAlive { remaining, leases });
+            return Ok(KeepAlive {
+                remaining,
+                leases,
+                rw: Vec::new(),
+            });
         }
         let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
-            return Ok(KeepAlive { remaining, leases });
+            return Ok(KeepAlive {
+                remaining,
+                leases,
+                rw: Vec::new(),
+            });
         };
         let left = Duration::from_millis(left_ms);
         let round = Round {
@@ -248,7 +256,11 @@ impl Routed {
         if !missed.is_empty() {
             stale.insert(session.clone(), missed);
         }
-        Ok(KeepAlive { remaining, leases })
+        Ok(KeepAlive {
+            remaining,
+            leases,
+            rw: Vec::new(),
+        })
     }
 
     /// One `keep_alive_anchor.lua` per node (the `CLUSTER SLOTS` map, read at most every
