@@ -274,7 +274,7 @@ impl EngineHandle {
         let s = self.0.lock_shared();
         let now = self.0.now();
         let t = s.core.term_of(name, holder)?;
-        let left = s.core.valid_for(&t.name, t.token, now)?;
+        let left = s.core.valid_for(Space::Lease, &t.name, t.token, now)?;
         Some((t, left))
     }
 

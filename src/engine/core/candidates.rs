@@ -27,14 +27,16 @@ impl Core {
             return Ok(None);
         };
         self.interest_dirty = true;
-        match self.leases.get(&c.key) {
+        match self.terms.lease.get(&c.key) {
             Some(held) if held.holder == Holder::Election(handle) => {}
             _ => return lost.map_or(Ok(None), |t| Err(lease_lost(&t))),
         }
-        let held = self.leases.remove(&c.key).expect("checked above");
+        let Some(held) = self.terms.lease.remove(&c.key) else {
+            return Ok(None);
+        };
         let token = held.term.token;
-        self.releasing.insert(c.key.clone());
-        self.remember_release(&c.key, token);
+        self.releasing.lease.insert(c.key.clone());
+        self.remember_release(Space::Lease, &c.key, token);
         self.cool_down(&c.key, now);
         self.observers_due(&c.key, now);
         let term = held.term;
@@ -58,11 +60,11 @@ impl Core {
         now: Instant,
         reply: Result<Acquire>,
     ) {
-        self.end_acquire(name);
+        self.end_acquire(Space::Lease, name);
         // A held term past its deadline is lost first: a re-grant never revives it silently.
         self.settle(now);
         self.attempt_reply(handle, name, sent, now, reply);
-        self.forget_settled_release(name);
+        self.forget_settled_release(Space::Lease, name);
     }
 
     pub(super) fn attempt_reply(
@@ -76,7 +78,7 @@ impl Core {
         let due = self.retry_at(now);
         let Some(c) = self.candidates.get_mut(&handle) else {
             if let Ok(Acquire::Acquired(term)) = reply {
-                self.release_stray(&term);
+                self.release_stray(TermKind::Lock, &term);
             }
             return;
         };
@@ -94,7 +96,7 @@ impl Core {
                 if self.adopt(term.clone(), sent, now, Holder::Election(handle)) {
                     self.emit(Some(handle), Event::Elected { term });
                 } else {
-                    self.release_stray(&term);
+                    self.release_stray(TermKind::Lock, &term);
                     if let Some(c) = self.candidates.get_mut(&handle) {
                         c.due = now; // again once the release in flight has finished
                     }

@@ -111,16 +111,17 @@ impl Core {
         if self.state == State::Closed {
             return false;
         }
-        let leases = std::mem::take(&mut self.leases);
-        for (_, held) in leases {
+        let terms = std::mem::take(&mut self.terms);
+        for (_, held) in terms.lease.into_iter().chain(terms.rw) {
             let (term, reason) = (held.term, LossReason::Closed);
             let h = held.holder.handle();
             match held.holder {
                 Holder::Election(_) => self.emit(Some(h), Event::Revoked { term, reason }),
-                Holder::Lock(_) => self.emit(Some(h), Event::LockLost { term, reason }),
+                Holder::Lock(_) | Holder::Rw(..) => {
+                    self.emit(Some(h), Event::LockLost { term, reason })
+                }
             }
         }
-        self.lose_rw_terms(LossReason::Closed);
         self.candidates.clear();
         self.interest_dirty = true;
         self.lost_terms.clear();

@@ -21,12 +21,13 @@ impl Core {
         }
         let mut run = Vec::new();
         for (h, c) in self.candidates.iter_mut() {
-            let blocked = self.leases.contains_key(&c.key) || self.releasing.contains(&c.key);
+            let blocked =
+                self.terms.lease.contains_key(&c.key) || self.releasing.lease.contains(&c.key);
             // Not even a notification (of its own release, say) ends a cool-down early.
             let cooling = self.cooldown.get(&c.key).is_some_and(|until| *until > now);
             if !c.running && c.due <= now && !blocked && !cooling {
                 c.running = true;
-                *self.acquiring.entry(c.key.clone()).or_insert(0) += 1;
+                *self.acquiring.lease.entry(c.key.clone()).or_insert(0) += 1;
                 run.push(Task::Attempt(*h, c.key.clone()));
             }
         }
@@ -56,14 +57,14 @@ impl Core {
             self.expire(now, true);
             return false;
         }
-        let due: Vec<LeaseName> = self
-            .leases
-            .iter()
-            .filter(|(_, h)| h.deadline <= now)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in due {
-            self.lose(&name, LossReason::Expired, now);
+        for space in [Space::Lease, Space::Rw] {
+            let due: Vec<LeaseName> = (self.terms[space].iter())
+                .filter(|(_, h)| h.deadline <= now)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for name in due {
+                self.lose(space, &name, LossReason::Expired, now);
+            }
         }
         true
     }
@@ -80,11 +81,13 @@ impl Core {
             Some(sent) if self.state == State::Valid => consider(sent + self.t.renew),
             Some(_) => {}
         }
-        self.leases.values().for_each(|h| consider(h.deadline));
+        (self.terms.lease.values())
+            .chain(self.terms.rw.values())
+            .for_each(|h| consider(h.deadline));
         self.candidates
             .values()
-            .filter(|c| !c.running && !self.leases.contains_key(&c.key))
-            .filter(|c| !self.releasing.contains(&c.key))
+            .filter(|c| !c.running && !self.terms.lease.contains_key(&c.key))
+            .filter(|c| !self.releasing.lease.contains(&c.key))
             .for_each(|c| {
                 let cooling = self.cooldown.get(&c.key).copied();
                 consider(cooling.map_or(c.due, |until| until.max(c.due)))
@@ -126,37 +129,47 @@ impl Core {
                     let session = self.session.clone();
                     self.emit(None, Event::Recovered { session });
                 }
-                let listed: BTreeMap<&LeaseName, _> =
-                    ka.leases.iter().map(|h| (&h.name, h)).collect();
+                // Every term is judged alike, whatever its kind: one listed with its token
+                // lives on; one not listed is lost, unless taken after the keep-alive was
+                // sent (the reply may predate it); one listed that no handle holds (a grant
+                // whose reply was lost, a release that failed) is released.
+                let rw_left = ka.remaining;
+                let listed = (ka.leases.iter())
+                    .map(|l| (Space::Lease, &l.name, l.token, l.remaining, TermKind::Lock))
+                    .chain(
+                        (ka.rw.iter())
+                            .map(|l| (Space::Rw, &l.name, l.token, rw_left, TermKind::Rw(l.mode))),
+                    );
+                let listed: BTreeMap<(Space, &LeaseName), _> = listed
+                    .map(|(space, name, token, left, kind)| ((space, name), (token, left, kind)))
+                    .collect();
                 let mut lost = Vec::new();
-                for (name, held) in self.leases.iter_mut() {
-                    match listed.get(name) {
-                        Some(l) if l.token == held.term.token => {
-                            held.deadline = held.deadline.max(self.t.local(sent, l.remaining));
+                for space in [Space::Lease, Space::Rw] {
+                    for (name, held) in self.terms[space].iter_mut() {
+                        match listed.get(&(space, name)) {
+                            Some((token, left, _)) if *token == held.term.token => {
+                                held.deadline = held.deadline.max(self.t.local(sent, *left));
+                            }
+                            _ if held.confirmed > sent => {}
+                            _ => lost.push((space, name.clone())),
                         }
-                        // Acquired after the keep-alive was sent: the reply may predate it.
-                        _ if held.confirmed > sent => {}
-                        _ => lost.push(name.clone()),
                     }
                 }
-                for name in lost {
-                    self.lose(&name, LossReason::Missing, now);
+                for (space, name) in lost {
+                    self.lose(space, &name, LossReason::Missing, now);
                 }
-                for l in &ka.leases {
-                    let known = self
-                        .leases
-                        .get(&l.name)
-                        .is_some_and(|h| h.term.token == l.token);
+                for ((space, name), (token, _, kind)) in listed {
+                    let known =
+                        (self.terms[space].get(name)).is_some_and(|h| h.term.token == token);
                     if !known
-                        && !self.acquiring.contains_key(&l.name)
-                        && self.releasing.insert(l.name.clone())
+                        && !self.acquiring[space].contains_key(name)
+                        && self.releasing[space].insert(name.clone())
                     {
-                        log::debug!("releasing {} (token {}): held but unknown", l.name, l.token);
-                        self.remember_release(&l.name, l.token);
-                        self.out.push(Output::Release(l.name.clone(), l.token));
+                        log::debug!("releasing {name} (token {token}): held but unknown");
+                        self.remember_release(space, name, token);
+                        self.out.push(terms::release(kind, name, token));
                     }
                 }
-                self.on_rw_listed(&ka.rw, sent);
                 if now >= self.deadline {
                     self.expire(now, true);
                 }
@@ -176,11 +189,12 @@ impl Core {
     }
 
     pub(super) fn expire(&mut self, now: Instant, locally: bool) {
-        let names: Vec<LeaseName> = self.leases.keys().cloned().collect();
-        for name in names {
-            self.lose(&name, LossReason::SessionExpired, now);
+        for space in [Space::Lease, Space::Rw] {
+            let names: Vec<LeaseName> = self.terms[space].keys().cloned().collect();
+            for name in names {
+                self.lose(space, &name, LossReason::SessionExpired, now);
+            }
         }
-        self.lose_rw_terms(LossReason::SessionExpired);
         self.state = State::Expired;
         // Closing would end the terms cleanly, without the lock-delay they are owed.
         if locally && self.t.lock_delay.is_zero() {
@@ -190,8 +204,14 @@ impl Core {
         self.emit(None, Event::SessionExpired { session });
     }
 
-    pub(super) fn lose(&mut self, name: &LeaseName, reason: LossReason, now: Instant) {
-        let Some(held) = self.leases.remove(name) else {
+    pub(super) fn lose(
+        &mut self,
+        space: Space,
+        name: &LeaseName,
+        reason: LossReason,
+        now: Instant,
+    ) {
+        let Some(held) = self.terms[space].remove(name) else {
             return;
         };
         let term = held.term;
@@ -204,9 +224,13 @@ impl Core {
                 }
                 self.emit(Some(h), Event::Revoked { term, reason });
             }
-            Holder::Lock(h) => self.emit(Some(h), Event::LockLost { term, reason }),
+            Holder::Lock(h) | Holder::Rw(h, _) => {
+                self.emit(Some(h), Event::LockLost { term, reason })
+            }
         }
-        self.observers_due(name, now);
+        if space == Space::Lease {
+            self.observers_due(name, now);
+        }
     }
 
     /// Wakes the observers of `name`; whether there were any.

@@ -5,21 +5,22 @@
 //! next. It reads no clock of its own, so tests and the simulation run it on virtual time.
 //!
 //! One type, one state machine; its methods sit in one file per concern: `liveness`
-//! (keep-alive, jeopardy, expiry), `terms` (lock terms and the release memo), `candidates`
-//! (elections), `watches` (observers and group watches), `handover` (notifications, reopen,
-//! close).
+//! (keep-alive, jeopardy, expiry), `terms` (every term, whatever its kind: a lock's, a
+//! permit's, a candidate's, a read-write lock's read or write; and the release memo),
+//! `candidates` (elections), `watches` (observers and group watches), `handover`
+//! (notifications, reopen, close).
 
 use super::event::{Event, LossReason};
 use crate::error::{Error, Result};
-use crate::spi::{Acquire, KeepAlive, Notification};
+use crate::spi::{Acquire, KeepAlive, Notification, RwMode};
 use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Term, Token};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Index, IndexMut};
 use std::time::{Duration, Instant};
 
 mod candidates;
 mod handover;
 mod liveness;
-mod rw;
 mod terms;
 #[cfg(test)]
 mod tests;
@@ -28,19 +29,92 @@ mod watches;
 /// Identifies a handle (election, lock guard, observer, group) within a session.
 pub type HandleId = u64;
 
-/// Who in this process holds a lease.
+/// Which names a term is of: read-write locks have their own (a plain lock of the same
+/// name is another term).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Space {
+    /// Locks, permits and election candidates: exclusive terms (leases).
+    Lease,
+    /// Read-write locks.
+    Rw,
+}
+
+/// What kind of term a guard holds: its mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TermKind {
+    /// Exclusive: a lock's (or a semaphore's permit).
+    Lock,
+    /// A read-write lock's, read or write.
+    Rw(RwMode),
+}
+
+impl TermKind {
+    /// The names its term is of.
+    pub(crate) fn space(self) -> Space {
+        match self {
+            TermKind::Lock => Space::Lease,
+            TermKind::Rw(_) => Space::Rw,
+        }
+    }
+}
+
+/// One value per [`Space`].
+#[derive(Clone, Debug, Default)]
+struct Spaces<T> {
+    lease: T,
+    rw: T,
+}
+
+impl<T> Index<Space> for Spaces<T> {
+    type Output = T;
+    fn index(&self, s: Space) -> &T {
+        match s {
+            Space::Lease => &self.lease,
+            Space::Rw => &self.rw,
+        }
+    }
+}
+
+impl<T> IndexMut<Space> for Spaces<T> {
+    fn index_mut(&mut self, s: Space) -> &mut T {
+        match s {
+            Space::Lease => &mut self.lease,
+            Space::Rw => &mut self.rw,
+        }
+    }
+}
+
+/// Who in this process holds a term.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Holder {
     /// An election candidate.
     Election(HandleId),
-    /// A lock guard.
+    /// A lock guard (or a permit's).
     Lock(HandleId),
+    /// A read-write lock guard, of a mode.
+    Rw(HandleId, RwMode),
 }
 
 impl Holder {
     fn handle(self) -> HandleId {
         match self {
-            Holder::Election(h) | Holder::Lock(h) => h,
+            Holder::Election(h) | Holder::Lock(h) | Holder::Rw(h, _) => h,
+        }
+    }
+
+    /// The kind of term it holds (a candidate's is a lease, as a lock's).
+    fn kind(self) -> TermKind {
+        match self {
+            Holder::Election(_) | Holder::Lock(_) => TermKind::Lock,
+            Holder::Rw(_, mode) => TermKind::Rw(mode),
+        }
+    }
+
+    /// Guard `h`'s, of `kind`.
+    fn guard(h: HandleId, kind: TermKind) -> Self {
+        match kind {
+            TermKind::Lock => Holder::Lock(h),
+            TermKind::Rw(mode) => Holder::Rw(h, mode),
         }
     }
 }
@@ -65,9 +139,8 @@ pub enum Output {
     Run(Task),
     /// Release a lease on the backend.
     Release(LeaseName, Token),
-    /// Release a read-write lock's term (of a mode) on the backend: a grant of a token the
-    /// engine asked to release (see [`Core::on_rw_acquire`]).
-    ReleaseRw(LeaseName, crate::spi::RwMode, Token),
+    /// Release a read-write lock's term (of a mode) on the backend.
+    ReleaseRw(LeaseName, RwMode, Token),
     /// The session was lost locally: close it on the backend, best effort.
     CloseBackend,
     /// Deliver an event to the session's listeners and, if given, to one handle's.
@@ -226,24 +299,20 @@ pub struct Core {
     deadline: Instant,
     next_keep_alive: Instant,
     keep_alive_sent: Option<Instant>,
-    leases: BTreeMap<LeaseName, Held>,
-    /// Read-write lock terms, by name (apart from the leases: a name of their own).
-    rw: BTreeMap<LeaseName, rw::RwHeld>,
-    /// The last release of each read-write lock's term, as for leases: a grant of its token
-    /// is never taken (found by the simulation; scenario
-    /// `a_read_write_grant_of_a_token_whose_release_timed_out_is_released_again`).
-    rw_released: BTreeMap<LeaseName, Memo>,
-    /// Read-write lock attempts in flight, by name.
-    rw_acquiring: BTreeMap<LeaseName, usize>,
-    acquiring: BTreeMap<LeaseName, u32>,
-    releasing: BTreeSet<LeaseName>,
+    /// Every term a handle of this session holds, by space and name.
+    terms: Spaces<BTreeMap<LeaseName, Held>>,
+    /// Acquires in flight (a grant sent before a release landed may still come back).
+    acquiring: Spaces<BTreeMap<LeaseName, u32>>,
+    /// Releases in flight.
+    releasing: Spaces<BTreeSet<LeaseName>>,
     /// The last token the engine asked the backend to release, per name. A release can reach
     /// the backend late, even after its caller timed out, so a grant of that same token may be
-    /// undone at any moment: it is never adopted (found by the simulation; scenario
-    /// `same_term_after_an_unfinished_release_is_not_adopted`). Forgotten once that can no
-    /// longer happen ([`Memo`]), so a session locking ever new names keeps no memory of old
-    /// ones.
-    released: BTreeMap<LeaseName, Memo>,
+    /// undone at any moment: it is never adopted (found by the simulation; scenarios
+    /// `same_term_after_an_unfinished_release_is_not_adopted`,
+    /// `a_read_write_grant_of_a_token_whose_release_timed_out_is_released_again`). Forgotten
+    /// once that can no longer happen ([`Memo`]), so a session locking ever new names keeps
+    /// no memory of old ones.
+    released: Spaces<BTreeMap<LeaseName, Memo>>,
     /// After a voluntary unlock or resign, this session's new candidates for the name wait
     /// until the instant given, so candidates of other sessions (which may only poll) get
     /// their turn.
@@ -280,13 +349,10 @@ impl Core {
             deadline: t.local(sent, remaining),
             next_keep_alive: sent + t.renew,
             keep_alive_sent: None,
-            leases: BTreeMap::new(),
-            rw: BTreeMap::new(),
-            rw_released: BTreeMap::new(),
-            rw_acquiring: BTreeMap::new(),
-            acquiring: BTreeMap::new(),
-            releasing: BTreeSet::new(),
-            released: BTreeMap::new(),
+            terms: Spaces::default(),
+            acquiring: Spaces::default(),
+            releasing: Spaces::default(),
+            released: Spaces::default(),
             cooldown: BTreeMap::new(),
             candidates: BTreeMap::new(),
             lost_terms: BTreeMap::new(),

@@ -5,32 +5,14 @@
 //! ([`Unlock::answered`]; a release that found the term gone is reported by
 //! [`super::wait::lost_on_release`]). One copy for every guard and for the simulation.
 
-use super::reserve::Space;
 use super::Work;
-use crate::engine::core::{Core, HandleId};
+use crate::engine::core::{Core, HandleId, Space};
 use crate::error::Result;
 use crate::spi::{LeaseBackend, RwMode};
 use crate::types::{LeaseName, SessionId, Term, Token};
 use std::time::{Duration, Instant};
 
-/// What kind of term a guard holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TermKind {
-    /// A lock's (or a semaphore's permit).
-    Lock,
-    /// A read-write lock's, of a mode.
-    Rw(RwMode),
-}
-
-impl TermKind {
-    /// The names its guard reserves its name in.
-    pub(crate) fn space(self) -> Space {
-        match self {
-            TermKind::Lock => Space::Lease,
-            TermKind::Rw(_) => Space::Rw,
-        }
-    }
-}
+pub(crate) use crate::engine::core::TermKind;
 
 /// A term ended locally, whose release goes to the backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,19 +33,13 @@ pub(crate) fn end(
     term: &Term,
     now: Instant,
 ) -> Result<Unlock> {
+    let token = core.unlock(h, kind, term, now)?;
+    let mode = match kind {
+        TermKind::Lock => None,
+        TermKind::Rw(mode) => Some(mode),
+    };
     let name = term.name.clone();
-    match kind {
-        TermKind::Lock => core.unlock(h, term, now).map(|token| Unlock {
-            name,
-            token,
-            mode: None,
-        }),
-        TermKind::Rw(_) => core.rw_unlock(h, term, now).map(|(mode, token)| Unlock {
-            name,
-            token,
-            mode: Some(mode),
-        }),
-    }
+    Ok(Unlock { name, token, mode })
 }
 
 /// Whether `kind`'s term `name`/`token` is valid in `core` at `now`, and for how long.
@@ -74,10 +50,7 @@ pub(crate) fn valid_for(
     token: Token,
     now: Instant,
 ) -> Option<Duration> {
-    match kind {
-        TermKind::Lock => core.valid_for(name, token, now),
-        TermKind::Rw(_) => core.rw_valid_for(name, token, now),
-    }
+    core.valid_for(kind.space(), name, token, now)
 }
 
 impl Unlock {
@@ -101,10 +74,11 @@ impl Unlock {
     /// Takes the release's reply into `core`: `definitive` when the backend answered
     /// (either way), so it can no longer land later.
     pub(crate) fn answered(&self, core: &mut Core, definitive: bool) {
-        match self.mode {
-            None => core.on_released(&self.name, definitive),
-            Some(_) => core.on_rw_released(&self.name, self.token, definitive),
-        }
+        let space = match self.mode {
+            None => Space::Lease,
+            Some(_) => Space::Rw,
+        };
+        core.on_released(space, &self.name, definitive);
     }
 }
 
@@ -133,7 +107,7 @@ mod tests {
             token: Token::new(5).unwrap(),
             remaining: s,
         };
-        core.begin_acquire(&name);
+        core.begin_acquire(Space::Lease, &name);
         let granted = Ok(Some(Acquire::Acquired(term.clone())));
         assert!(wait::take_reply(&mut core, 1, &name, t0, t0, granted).is_ok());
         assert!(valid_for(&core, TermKind::Lock, &name, term.token, t0).is_some());
@@ -150,9 +124,9 @@ mod tests {
             token: Token::new(6).unwrap(),
             ..term.clone()
         };
-        core.begin_rw_acquire(&name);
+        core.begin_acquire(Space::Rw, &name);
         let granted = Ok(RwAcquire::Acquired(other.clone()));
-        let r = super::super::rw::take_reply(&mut core, 2, &name, RwMode::Read, t0, granted);
+        let r = super::super::rw::take_reply(&mut core, 2, &name, RwMode::Read, t0, t0, granted);
         assert!(matches!(r, Ok(Some(_))));
         assert!(valid_for(&core, rw, &name, other.token, t0).is_some());
         let u = end(&mut core, rw, 2, &other, t0).unwrap();

@@ -10,15 +10,7 @@ use crate::types::LeaseName;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Which names a reservation is in: read-write locks have their own (a plain lock of the
-/// same name does not conflict with a read-write lock's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Space {
-    /// Locks, permits and election candidates.
-    Lease,
-    /// Read-write locks.
-    Rw,
-}
+pub(crate) use crate::engine::core::Space;
 
 /// What [`Reserved::reserve`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

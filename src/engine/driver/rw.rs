@@ -5,7 +5,7 @@
 //! retried after a release of the name, or after the retry interval). One copy, for
 //! `RwLock` and for the simulation.
 
-use crate::engine::core::{Core, HandleId};
+use crate::engine::core::{Core, HandleId, TermKind};
 use crate::spi::{Acquire, RwAcquire, RwMode};
 use crate::types::LeaseName;
 use std::time::{Duration, Instant};
@@ -29,8 +29,9 @@ pub(crate) fn patience(once: bool, lease: Duration) -> Duration {
     }
 }
 
-/// Takes read-write guard `h`'s attempt of `name` in `mode`, answered `reply`, into `core`
-/// at `now` (the caller marked it in flight with `Core::begin_rw_acquire` and checked that
+/// Takes read-write guard `h`'s attempt of `name` in `mode`, sent at `sent` and answered
+/// `reply`, into `core` at `now` (the caller marked it in flight with `Core::begin_acquire`
+/// and checked that
 /// `core` is the session it was sent for), as the wait reads it: a term the guard now holds,
 /// or `Ok(None)` for one not granted now (also a grant of a token the engine asked to
 /// release, which it releases again: tried again after that release, for a new token).
@@ -39,6 +40,7 @@ pub(crate) fn take_reply(
     h: HandleId,
     name: &LeaseName,
     mode: RwMode,
+    sent: Instant,
     now: Instant,
     reply: crate::Result<RwAcquire>,
 ) -> crate::Result<Option<Acquire>> {
@@ -46,7 +48,7 @@ pub(crate) fn take_reply(
         RwAcquire::Acquired(term) => Some(term),
         RwAcquire::Busy { .. } => None,
     });
-    core.on_rw_acquire(h, name, mode, now, reply)
+    core.on_guard_acquire(h, TermKind::Rw(mode), name, sent, now, reply)
         .map(|t| t.map(Acquire::Acquired))
 }
 
@@ -102,22 +104,23 @@ mod tests {
             readers: 1,
             writers_waiting: 0,
         };
-        let r = take_reply(&mut core, 7, &name, RwMode::Write, t0, Ok(busy));
+        let r = take_reply(&mut core, 7, &name, RwMode::Write, t0, t0, Ok(busy));
         assert!(matches!(r, Ok(None)));
         let granted = Ok(RwAcquire::Acquired(term.clone()));
-        let r = take_reply(&mut core, 7, &name, RwMode::Read, t0, granted);
+        let r = take_reply(&mut core, 7, &name, RwMode::Read, t0, t0, granted);
         assert!(matches!(r, Ok(Some(Acquire::Acquired(t))) if t == term));
-        assert!(core.is_rw_valid(&name, term.token, t0));
+        let rw = TermKind::Rw(RwMode::Read);
+        assert!(core.is_valid(rw.space(), &name, term.token, t0));
         // Its release timed out: the same term granted again is not taken, but released.
-        assert!(core.rw_unlock(7, &term, t0).is_ok());
-        core.on_rw_released(&name, term.token, false);
+        assert!(core.unlock(7, rw, &term, t0).is_ok());
+        core.on_released(rw.space(), &name, false);
         let again = Ok(RwAcquire::Acquired(term.clone()));
-        let r = take_reply(&mut core, 8, &name, RwMode::Read, t0, again);
+        let r = take_reply(&mut core, 8, &name, RwMode::Read, t0, t0, again);
         assert!(matches!(r, Ok(None)));
         let released = Output::ReleaseRw(name.clone(), RwMode::Read, term.token);
         assert_eq!(core.take_outputs(), vec![released]);
         let expired = Err(Error::SessionExpired { session: id });
-        let r = take_reply(&mut core, 8, &name, RwMode::Read, t0, expired);
+        let r = take_reply(&mut core, 8, &name, RwMode::Read, t0, t0, expired);
         assert!(matches!(r, Err(Error::SessionExpired { .. })));
         assert!(!core.state().is_live());
     }

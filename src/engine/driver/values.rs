@@ -2,7 +2,7 @@
 //! attempt that won a term while its candidate's value changed writes after it (again, if
 //! the value changed once more while that write was in flight).
 
-use crate::engine::core::{Core, HandleId, Holder};
+use crate::engine::core::{Core, HandleId, Holder, Space};
 use crate::types::{LeaseName, Term, Token};
 use std::time::Instant;
 
@@ -14,7 +14,7 @@ pub(crate) const MAX_WRITES: usize = 16;
 /// now (else the value waits for its next term).
 pub(crate) fn target(core: &Core, h: HandleId, name: &LeaseName, now: Instant) -> Option<Term> {
     let held = core.term_of(name, Holder::Election(h));
-    held.filter(|t| core.is_valid(&t.name, t.token, now))
+    held.filter(|t| core.is_valid(Space::Lease, &t.name, t.token, now))
 }
 
 /// After a candidate's attempt sent with the value `sent` was taken in: the token to write

@@ -4,7 +4,7 @@
 //! to be elected finds. One copy, for every
 //! primitive and for the simulation.
 
-use crate::engine::core::{Core, HandleId, Holder};
+use crate::engine::core::{Core, HandleId, Holder, Space};
 use crate::error::Error;
 use crate::spi::{Acquire, Queued};
 use crate::types::{LeaseName, SessionId, Term};
@@ -227,7 +227,7 @@ pub(crate) fn elected(
     now: Instant,
 ) -> Result<Option<Term>, Error> {
     let held = core.term_of(name, Holder::Election(h));
-    if let Some(t) = held.filter(|t| core.is_valid(&t.name, t.token, now)) {
+    if let Some(t) = held.filter(|t| core.is_valid(Space::Lease, &t.name, t.token, now)) {
         return Ok(Some(t));
     }
     match core.is_candidate(h) {
@@ -239,6 +239,7 @@ pub(crate) fn elected(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::core::TermKind;
     use crate::types::{Owner, SessionId, Token};
 
     fn held() -> crate::Result<Option<Acquire>> {
@@ -328,7 +329,7 @@ mod tests {
         };
         let name = LeaseName::new("l").unwrap();
         let mut core = Core::new(timing, SessionId::random(), t0, s, 1);
-        core.begin_acquire(&name);
+        core.begin_acquire(Space::Lease, &name);
         let term = Term {
             name: name.clone(),
             token: crate::types::Token::new(1).unwrap(),
@@ -337,7 +338,7 @@ mod tests {
         let granted = Ok(Acquire::Acquired(term.clone()));
         let r = take_reply(&mut core, 7, &name, t0, t0, granted.map(Some));
         assert!(matches!(r, Ok(Some(Acquire::Acquired(_)))));
-        assert!(core.unlock(7, &term, t0).is_ok());
+        assert!(core.unlock(7, TermKind::Lock, &term, t0).is_ok());
         let _ = core.take_outputs();
         // While live, the loss the release found is reported once.
         let e = lost_on_release(&mut core, 7, term.clone());

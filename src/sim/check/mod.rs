@@ -49,7 +49,7 @@ impl Held {
 /// A session believes it holds `name` with `token` at a local instant exactly when the engine's
 /// `Core::is_valid(name, token, now)` is true, from the `Elected` event (or a lock's acquire)
 /// until its loss event, its resign, unlock or close; a read-write lock's term likewise while
-/// `Core::is_rw_valid` is true (what `RwGuard::is_valid` answers); a job claim while the
+/// `Core::is_valid(Space::Rw, ..)` is true (what `RwGuard::is_valid` answers); a job claim while the
 /// driver's `jobs::holds` is true (what `Job::is_valid` answers), until the job returns. The simulation evaluates that oracle after
 /// every step of the engine and maps the instant where it turns false from the client's clock to
 /// true (backend) time: the belief is the union of `segments`.

@@ -6,7 +6,7 @@
 
 use super::outcome::{reason_str, show_event};
 use super::{JobThread, World};
-use crate::engine::core::HandleId;
+use crate::engine::core::{HandleId, Space};
 use crate::engine::driver::jobs;
 use crate::engine::{Event, LossReason};
 use crate::sim::check::{Belief, Held, Kind, Violation};
@@ -270,18 +270,13 @@ impl World<'_> {
             .collect();
         for (name, b) in open {
             let (token, rw) = (self.beliefs[b].token, self.beliefs[b].held.is_rw());
+            let space = if rw { Space::Rw } else { Space::Lease };
             let cl = &self.clients[c];
             let Some(core) = cl.core.as_ref() else {
                 continue;
             };
             // What `LockGuard::is_valid` / `Election::is_leader`, or `RwGuard::is_valid`, answer.
-            let valid = |at: Instant| {
-                if rw {
-                    core.is_rw_valid(&name, token, at)
-                } else {
-                    core.is_valid(&name, token, at)
-                }
-            };
+            let valid = |at: Instant| core.is_valid(space, &name, token, at);
             if !valid(local) {
                 self.violation(
                     Kind::SilentLoss,

@@ -8,6 +8,7 @@ use super::calls::Who;
 use super::network::{Chan, Op, Rep};
 use super::{Takes, Thread, World, MS};
 use crate::engine::driver::acquire::{Acquisition, Form, Spec, Want};
+use crate::engine::driver::release::{self, TermKind};
 use crate::engine::driver::reserve::Space;
 use crate::engine::driver::wait;
 use crate::error::Result;
@@ -120,7 +121,7 @@ impl World<'_> {
         let h = l.handle;
         let term = l.term.take().expect("a held lock has its term");
         let name = term.name.clone();
-        let token = core.unlock(h, &term, local).ok();
+        let token = (release::end(core, TermKind::Lock, h, &term, local).ok()).map(|u| u.token);
         // The guard's name is free once it ends (as a dropped guard's).
         cl.reserved.unreserve(Space::Lease, &term.name, h);
         l.unlocking = token.map(|_| term.clone());
@@ -158,7 +159,7 @@ impl World<'_> {
         let t = self.now;
         let held = matches!(reply, Ok(Rep::Released(true)));
         if let Some(core) = self.clients[c].core.as_mut() {
-            core.on_released(name, reply.is_ok());
+            core.on_released(Space::Lease, name, reply.is_ok());
         }
         let lease = self.cfg.lease.as_nanos() as u64;
         let pause = self.rng.range(10 * MS, lease);

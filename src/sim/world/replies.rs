@@ -6,6 +6,7 @@
 use super::network::{Chan, Ev, Op, Rep};
 use super::outcome::show;
 use super::{acquire_of, Thread, World};
+use crate::engine::core::Space;
 use crate::engine::driver::acquire::Reply;
 use crate::engine::driver::attempt;
 use crate::engine::driver::reopen::{self, AfterOpenError};
@@ -95,7 +96,7 @@ impl World<'_> {
                 });
                 if let (Some(core), Ok(k)) = (self.clients[c].core.as_ref(), &r) {
                     let unknown =
-                        (k.rw.iter()).find(|h| !core.is_rw_valid(&h.name, h.token, local));
+                        (k.rw.iter()).find(|h| !core.is_valid(Space::Rw, &h.name, h.token, local));
                     if let Some(h) = unknown {
                         let n = h.name.clone();
                         self.tr(Some(c), Some(&n), || {
@@ -141,7 +142,7 @@ impl World<'_> {
             }
             Op::Release(n, _) | Op::Resign(n, _) => {
                 if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_released(&n, reply.is_ok());
+                    core.on_released(Space::Lease, &n, reply.is_ok());
                 }
                 if let Some(cand) = self.clients[c].cands.iter_mut().find(|k| k.name == n) {
                     cand.releasing = false;
@@ -171,13 +172,13 @@ impl World<'_> {
                 });
                 self.call_reply(c, h, Reply::Rw(r));
             }
-            Op::ReleaseRw(n, _, token) if chan == Chan::Work => {
+            Op::ReleaseRw(n, ..) if chan == Chan::Work => {
                 // The engine's release of a grant it did not take, or of a failed release.
                 if let Some(core) = self.clients[c].core.as_mut() {
-                    core.on_rw_released(&n, token, reply.is_ok());
+                    core.on_released(Space::Rw, &n, reply.is_ok());
                 }
             }
-            Op::ReleaseRw(n, _, token) => self.rw_unlocked(c, id, &n, token, reply),
+            Op::ReleaseRw(n, ..) => self.rw_unlocked(c, id, &n, reply),
             Op::ClaimJob(n, _) => self.claimed(c, &n, sent, reply, for_session),
             Op::FinishJob(n, token, _) => self.finished(c, &n, token, reply),
             Op::Join(_)

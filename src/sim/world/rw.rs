@@ -8,12 +8,13 @@ use super::network::{Chan, Op, Rep};
 use super::{Thread, World, MS};
 use crate::engine::core::HandleId;
 use crate::engine::driver::acquire::{Acquisition, Form, Reply, Spec, Want};
+use crate::engine::driver::release::{self, TermKind};
 use crate::engine::driver::reserve::Space;
 use crate::engine::driver::{rw, wait};
 use crate::error::Result;
 use crate::sim::check::{Held, Kind};
 use crate::spi::RwMode;
-use crate::types::{LeaseName, SessionId, Term, Token};
+use crate::types::{LeaseName, SessionId, Term};
 use std::time::Duration;
 
 /// A caller thread of one read-write lock, reading most of the time and writing now and
@@ -175,7 +176,7 @@ impl World<'_> {
         r.next = self.now + pause;
     }
 
-    /// Caller `i` unlocks the term it held: the engine ends it (`rw_unlock`; a term lost
+    /// Caller `i` unlocks the term it held: the engine ends it (`release::end`; a term lost
     /// meanwhile is reported first), then the release goes to the backend.
     fn rw_unlock(&mut self, c: usize, i: usize) {
         let t = self.now;
@@ -188,7 +189,8 @@ impl World<'_> {
         let h = r.handle;
         let term = r.term.take().expect("a held term has its term");
         let name = term.name.clone();
-        let ended = core.rw_unlock(h, &term, local).ok();
+        let mode = r.mode;
+        let ended = (release::end(core, TermKind::Rw(mode), h, &term, local).ok()).map(|u| u.token);
         cl.reserved.unreserve(Space::Rw, &term.name, h);
         r.unlocking = ended.map(|_| term.clone());
         self.tr(Some(c), Some(&name), || format!("unlocks {name}"));
@@ -207,7 +209,7 @@ impl World<'_> {
         }
         let r = &mut self.clients[c].rw[i];
         match ended {
-            Some((mode, token)) => {
+            Some(token) => {
                 r.thread = Thread::Unlocking;
                 self.send(c, Op::ReleaseRw(name, mode, token), Chan::Caller);
             }
@@ -219,20 +221,13 @@ impl World<'_> {
     }
 
     /// Request `id`, an unlock's release of `name`, was answered (for the current session):
-    /// the engine hears the release finished (`on_rw_released`); one that found the term
+    /// the engine hears the release finished (`on_released`); one that found the term
     /// gone is reported (`LockLost{Missing}`, once), as `RwGuard::unlock` does.
-    pub(super) fn rw_unlocked(
-        &mut self,
-        c: usize,
-        id: u64,
-        name: &LeaseName,
-        token: Token,
-        reply: Result<Rep>,
-    ) {
+    pub(super) fn rw_unlocked(&mut self, c: usize, id: u64, name: &LeaseName, reply: Result<Rep>) {
         let t = self.now;
         let held = matches!(reply, Ok(Rep::Released(true)));
         if let Some(core) = self.clients[c].core.as_mut() {
-            core.on_rw_released(name, token, reply.is_ok());
+            core.on_released(Space::Rw, name, reply.is_ok());
         }
         let lease = self.cfg.lease.as_nanos() as u64;
         let pause = self.rng.range(10 * MS, lease / 2);

@@ -410,8 +410,8 @@ impl Acquisition {
             Want::Rw(mode) => Ask::Rw(mode, rw::patience(self.once, self.lease)),
         };
         match ask {
-            Ask::Rw(..) => cx.core.begin_rw_acquire(&name),
-            _ => cx.core.begin_acquire(&name),
+            Ask::Rw(..) => cx.core.begin_acquire(Space::Rw, &name),
+            _ => cx.core.begin_acquire(Space::Lease, &name),
         }
         let session = cx.core.session().clone();
         self.state = State::Sent {
@@ -446,7 +446,7 @@ impl Acquisition {
                     wait::take_reply(cx.core, h, name, sent, now, r)
                 }
                 Reply::Rw(r) => match self.spec.want {
-                    Want::Rw(mode) => rw::take_reply(cx.core, h, name, mode, now, r),
+                    Want::Rw(mode) => rw::take_reply(cx.core, h, name, mode, sent, now, r),
                     _ => Err(Error::Closed),
                 },
             }
