@@ -142,6 +142,81 @@ fn strip(source: &str) -> String {
     out
 }
 
+/// The first segment of a path that follows (`engine::X` gives `engine`), or of each item
+/// of a grouped import (`{engine::X, spi::{A, B}}` gives `engine` and `spi`).
+fn heads(rest: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let rest = rest.trim_start();
+    let Some(group) = rest.strip_prefix('{') else {
+        return vec![ident(rest)];
+    };
+    let (mut items, mut item, mut depth) = (Vec::new(), String::new(), 0);
+    for c in group.chars() {
+        match c {
+            '}' if depth == 0 => break,
+            ',' if depth == 0 => {
+                items.push(std::mem::take(&mut item));
+                continue;
+            }
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        item.push(c);
+    }
+    items.push(item);
+    (items.iter().map(|i| ident(i)))
+        .filter(|i| !i.is_empty() && i != "self")
+        .collect()
+}
+
+/// Whether the text before a path ends in a part of a longer path or name.
+fn continues(before: &str) -> bool {
+    before.ends_with("::") || before.ends_with(|c: char| c.is_alphanumeric() || c == '_')
+}
+
+/// The crate-level modules `code` reaches: through `crate::` paths (grouped imports
+/// expanded), and through `super::` chains that climb out of the file's top module
+/// (`module`: the file's module path, e.g. `["engine", "driver", "release"]`).
+fn reached(code: &str, module: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("crate::") {
+        if !continues(&code[..i]) {
+            out.extend(heads(&code[i + 7..]));
+        }
+    }
+    for (i, _) in code.match_indices("super::") {
+        if continues(&code[..i]) {
+            continue; // counted from the chain's first `super`
+        }
+        let (mut rest, mut up) = (&code[i..], 0);
+        while let Some(r) = rest.strip_prefix("super::") {
+            (rest, up) = (r, up + 1);
+        }
+        if up == module.len() {
+            out.extend(heads(rest)); // the crate root: a module of its own layer
+        }
+    }
+    out
+}
+
+/// The module path of a file under `src/` (`engine/mod.rs` is `["engine"]`, `lib.rs` none).
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -166,24 +241,17 @@ fn every_import_follows_the_layer_rule() {
             continue;
         };
         let code = strip(&std::fs::read_to_string(&file).unwrap());
-        for line in code.lines() {
-            for (i, _) in line.match_indices("crate::") {
-                let segment: String = line[i + 7..]
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                let Some(to) = layer_of(&segment, &roots) else {
-                    continue;
-                };
-                if !allowed(from).contains(&to) {
-                    breaks.push(format!(
-                        "src/{}: `crate::{segment}` ({to}) used from the {from} layer, which may \
-                         use only {:?}: `{}`",
-                        rel.display(),
-                        allowed(from),
-                        line.trim()
-                    ));
-                }
+        for segment in reached(&code, &module_of(&rel)) {
+            let Some(to) = layer_of(&segment, &roots) else {
+                continue;
+            };
+            if !allowed(from).contains(&to) {
+                breaks.push(format!(
+                    "src/{}: `crate::{segment}` ({to}) reached from the {from} layer, which may \
+                     use only {:?}",
+                    rel.display(),
+                    allowed(from),
+                ));
             }
         }
         // The primitives reach the session only through its handle (engine/handle.rs).
@@ -235,4 +303,15 @@ fn the_checker_sees_a_break() {
     assert!(code.contains("fn f()"));
     assert!(!allowed("backends").contains(&"engine"));
     assert!(!allowed("fence").contains(&"engine") && !allowed("fence").contains(&"backends"));
+    // Grouped imports and `super::` chains out of the file's top module are seen too.
+    let release = module_of(Path::new("engine/driver/release.rs"));
+    assert_eq!(release, ["engine", "driver", "release"]);
+    let code = "use crate::{spi::{A, B}, backends::X};\nuse super::super::super::fence::F;\n\
+                use super::super::core::Core;\nuse other_crate::engine;";
+    assert_eq!(reached(code, &release), ["spi", "backends", "fence"]);
+    assert_eq!(module_of(Path::new("engine/mod.rs")), ["engine"]);
+    assert_eq!(
+        reached("use super::backends::Y;", &["engine".into()]),
+        ["backends"]
+    );
 }
