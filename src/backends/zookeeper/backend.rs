@@ -4,15 +4,17 @@
 //! beside it: `session`, `connect`, `codec`, `watch`, `queue`, `jobs`.
 
 use super::acl::Acl;
-use super::codec::{lease_data, read_leases, token};
+use super::codec::{lease_data, read_nodes, token};
+use super::connect::Cfg;
 use super::facade::{backend as zk_err, call};
+use super::rw::TermNode;
 use super::session::{Sessions, ZkSession};
 use super::{delay, failure, held};
 use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued,
-    RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
+    Acquire, GroupInfo, HeldLease, HeldRw, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink,
+    Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
@@ -133,6 +135,18 @@ impl ZooKeeperBackend {
     }
 }
 
+/// The paths of the lease nodes `leases`, then of the read-write term nodes `terms`.
+fn paths(
+    cfg: &Cfg,
+    leases: &held::Numbered<LeaseName>,
+    terms: &held::Numbered<TermNode>,
+) -> Vec<String> {
+    let leases = leases.iter().map(|(n, _)| cfg.lease_path(n));
+    leases
+        .chain(terms.iter().map(|(t, _)| t.path.clone()))
+        .collect()
+}
+
 /// The number of deletes a take puts before the lease node's create.
 fn w_len(take: &Option<delay::Timed>) -> usize {
     if take.is_some() {
@@ -225,8 +239,7 @@ impl LeaseBackend for ZooKeeperBackend {
             releasing: Mutex::new(()),
             closed: Mutex::new(false),
             orphans: Mutex::new(Vec::new()),
-            rw: Mutex::new(Default::default()),
-            rw_gated: Mutex::new(Default::default()),
+            terms: Mutex::new(Default::default()),
         });
         let remaining = s.remaining_at(sent);
         inner.sessions.lock().insert(id.clone(), s);
@@ -234,6 +247,9 @@ impl LeaseBackend for ZooKeeperBackend {
         Ok(SessionGrant { id, remaining })
     }
 
+    /// One `exists` (of `{root}/leases`, or of the few lease and read-write term nodes whose
+    /// create's outcome is unknown), plus one round trip when the watch of a held lease or
+    /// term fired: the held ones are listed from their watches (see `held`).
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         crate::backends::options::check_lease(lease)?;
         const OP: &str = "keep-alive";
@@ -243,16 +259,20 @@ impl LeaseBackend for ZooKeeperBackend {
         let client = s.client()?;
         let sent = Instant::now();
         let limit = s.limit(&inner.cfg);
-        // The names to read are chosen and their reads (or the one `exists`) sent under one
-        // lock, so every create counted was queued before them: see `held` for why the
-        // watches of the other held leases make reading them unnecessary.
-        let (reads, mark, fut) = {
+        // The nodes to read are chosen and their reads (or the one `exists`) sent under the
+        // locks creates are sent under, so every create counted was queued before them: see
+        // `held` for why the watches of the other held leases and read-write terms make
+        // reading them unnecessary.
+        let (reads, mark, term_reads, term_mark, fut) = {
             let mut p = s.possibly.lock();
+            let mut t = s.terms.lock();
             let (reads, mark) = p.unsure();
-            let fut = read_leases(&client, &inner.cfg, &reads);
-            (reads, mark, fut)
+            let (term_reads, term_mark) = t.unsure();
+            let paths = paths(&inner.cfg, &reads, &term_reads);
+            let fut = read_nodes(&client, &inner.cfg, &paths);
+            (reads, mark, term_reads, term_mark, fut)
         };
-        let seen = match call(OP, limit, fut)? {
+        let mut seen = match call(OP, limit, fut)? {
             Ok(r) => r,
             Err(e) => return Err(inner.fail(&s, OP, e)),
         };
@@ -260,30 +280,22 @@ impl LeaseBackend for ZooKeeperBackend {
             // The watchdog (or a close) won the race: the nodes may be gone already.
             return Err(s.expired());
         }
-        let (mut held, again) = {
-            let mut p = s.possibly.lock();
-            for ((name, seq), seen) in reads.iter().zip(seen) {
-                p.observe(name, *seq, s.raw, seen)?;
-            }
-            let mut again = p.collect_sent(mark, s.raw)?;
-            let (held, fired) = p.settled();
-            again.extend(fired);
-            (held, again)
-        };
-        if !again.is_empty() {
-            // Watches fired (those nodes changed, maybe after the requests), or an acquire's
+        let term_seen = seen.split_off(reads.len().min(seen.len()));
+        let (mut held, again) = s.possibly.lock().after_reads(&reads, seen, mark, s.raw)?;
+        let (mut terms, terms_again) =
+            (s.terms.lock()).after_reads(&term_reads, term_seen, term_mark, s.raw)?;
+        if !again.is_empty() || !terms_again.is_empty() {
+            // Watches fired (those nodes changed, maybe after the requests), or a grant's
             // `exists` failed: read them again.
-            let fut = read_leases(&client, &inner.cfg, &again);
-            let seen = match call(OP, limit, fut)? {
+            let paths = paths(&inner.cfg, &again, &terms_again);
+            let fut = read_nodes(&client, &inner.cfg, &paths);
+            let mut seen = match call(OP, limit, fut)? {
                 Ok(r) => r,
                 Err(e) => return Err(inner.fail(&s, OP, e)),
             };
-            let mut p = s.possibly.lock();
-            for ((name, seq), seen) in again.into_iter().zip(seen) {
-                if let Some(token) = p.observe(&name, seq, s.raw, seen)? {
-                    held.push((name, token));
-                }
-            }
+            let term_seen = seen.split_off(again.len().min(seen.len()));
+            (s.possibly.lock()).after_rereads(again, seen, s.raw, &mut held)?;
+            (s.terms.lock()).after_rereads(terms_again, term_seen, s.raw, &mut terms)?;
         }
         inner.delete_orphans(&s, &client);
         let remaining = lease.min(s.negotiated);
@@ -295,10 +307,18 @@ impl LeaseBackend for ZooKeeperBackend {
                 remaining,
             })
             .collect();
+        let rw = terms
+            .into_iter()
+            .map(|(t, token)| HeldRw {
+                name: t.name,
+                mode: t.mode,
+                token,
+            })
+            .collect();
         Ok(KeepAlive {
             remaining,
             leases,
-            rw: Vec::new(),
+            rw,
         })
     }
 
@@ -769,9 +789,10 @@ impl LeaseBackend for ZooKeeperBackend {
     /// A multi read of the name's counter node and its children; with writers waiting, the
     /// clock write and a multi read of their nodes (sent together); then the grant or the
     /// registration (one multi) or the renewal (one write), unless the reply is known by
-    /// then: 1 to 3 round trips (see `rw`). Terms in their lock-delay add their stamps'
-    /// writes (sent with the waiting writers' read, else one round trip more; one more at
-    /// the first look).
+    /// then: 1 to 3 round trips (see `rw`); a grant's multi has an `exists` with a watch of
+    /// its term node queued behind it, not waited for (the keep-alive lists the term). Terms
+    /// in their lock-delay add their stamps' writes (sent with the waiting writers' read, else
+    /// one round trip more; one more at the first look).
     fn acquire_rw(
         &self,
         session: &SessionId,

@@ -44,12 +44,14 @@
 //! together); the state one sync with a multi read, plus the clock and the waiting writers'
 //! reads, and the stamps, when there are any.
 //!
-//! A grant whose reply is lost leaves its path to the keep-alive as an orphan; the same path
-//! may be granted again, and held: see [`OwnTerms`].
+//! Each grant's multi has an `exists` with a watch of its term node queued right behind it
+//! (not waited for), so the session's keep-alive lists its terms without reading them, as it
+//! does its leases (see `held` and [`TermNode`]); a grant whose reply is lost is read by the
+//! next keep-alive, and listed if it ran (the engine then releases it).
 
-use super::delay;
 use super::facade::{backend as zk_err, block_on_for, call};
 use super::session::{Sessions, ZkSession};
+use super::{delay, held};
 use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{RwAcquire, RwDelayed, RwMode, RwState};
@@ -65,48 +67,45 @@ const OP: &str = "taking a read-write lock";
 /// How many times an attempt reads again after a conflicting change.
 const TRIES: usize = 32;
 
-/// A session's own read-write term nodes, as far as it knows ([`ZkSession::rw`]); a path is
-/// never in both.
-///
-/// A term's path names its token, but the token is only handed out once its grant's multi
-/// ran: a grant that never reached the server leaves the counter where it was, and the
-/// session's next attempt builds the same path. So an orphan is only a belief about one
-/// attempt, and a path the session was told it holds is never deleted as one.
-#[derive(Debug, Default)]
-pub(super) struct OwnTerms {
-    /// Paths the engine was told this session holds (granted, or taken up), until released.
-    held: HashSet<String>,
-    /// Paths whose grant got no reply, each with its gate (a session with a lock-delay):
-    /// they may exist, unknown to the engine; the keep-alive deletes them.
-    orphans: Vec<(String, Option<String>)>,
+/// A read-write term node of a session, as its bookkeeping ([`ZkSession::terms`]) knows it:
+/// one possibly held from its grant's send (the grant may run without its reply coming back)
+/// until its release, its deletion or the `exists` behind its grant's multi says it is not
+/// there. Its path names the session and the token: a token is handed out by one multi that
+/// ran only (the counter's compare-and-set), so a path stands for one term ever (a grant that
+/// never ran leaves the counter as it was, and a later grant of the session may build the same
+/// path: that is the same term as far as anyone can tell, since the first never existed).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct TermNode {
+    pub(super) name: LeaseName,
+    pub(super) mode: RwMode,
+    pub(super) token: u64,
+    /// `{root}/rw/{name}/{r|w}-{sessionId}-{token}`.
+    pub(super) path: String,
 }
 
-impl OwnTerms {
-    /// The grant of `node` may have run (no reply): an orphan unless the path is held.
-    fn lost(&mut self, node: &str, gate: Option<&str>) {
-        if !self.held.contains(node) && !self.orphans.iter().any(|o| o.0 == node) {
-            self.orphans
-                .push((node.to_owned(), gate.map(str::to_owned)));
+impl TermNode {
+    fn new(dir: &str, name: &LeaseName, mode: RwMode, id: &SessionId, token: u64) -> TermNode {
+        TermNode {
+            name: name.clone(),
+            mode,
+            token,
+            path: format!("{dir}/{}", term_node(mode, id, token)),
         }
     }
 
-    /// `node` is held: no longer an orphan, whichever attempt left that belief.
-    fn hold(&mut self, node: &str) {
-        self.orphans.retain(|o| o.0 != node);
-        self.held.insert(node.to_owned());
-    }
-
-    fn is_orphan(&self, node: &str) -> bool {
-        self.orphans.iter().any(|o| o.0 == node)
+    /// Its lock-delay gate's path, for a session with a delay of `delay_ms`: `g`, the term
+    /// node's name, and the delay.
+    pub(super) fn gate(&self, delay_ms: i64) -> String {
+        let (dir, node) = self.path.rsplit_once('/').unwrap_or(("", &self.path));
+        format!("{dir}/g{node}-{delay_ms}")
     }
 }
 
-/// A grant's multi as [`Sessions::rw_commit`] sends it: its term node and gate, and the
-/// session's own terms (locked) where an unknown outcome leaves an orphan.
-struct Grant<'a> {
-    node: &'a str,
-    gate: Option<&'a str>,
-    own: &'a mut OwnTerms,
+impl held::Node for TermNode {
+    /// The token its path names (a node of the session at that path is that term).
+    fn token(&self, _: &zk::Stat) -> Result<Token> {
+        Token::new(self.token)
+    }
 }
 
 /// A waiting writer's node as read.
@@ -215,11 +214,6 @@ fn term_node(mode: RwMode, id: &SessionId, token: u64) -> String {
         RwMode::Write => 'w',
     };
     format!("{tag}-{id}-{token}")
-}
-
-/// A term's lock-delay gate's name: `g`, the term node's name, and the delay in ms.
-fn gate_node(mode: RwMode, id: &SessionId, token: u64, delay_ms: i64) -> String {
-    format!("g{}-{delay_ms}", term_node(mode, id, token))
 }
 
 /// A child of a name's node.
@@ -530,9 +524,11 @@ impl Sessions {
     }
 
     /// Commits a multi built on `view`; a conflict (or a missing `{root}/rw`, created here)
-    /// is [`Outcome::Again`]. `grant`: the term node a grant creates, left to the next
-    /// keep-alive to delete when the outcome cannot be known (no reply), and held once done
-    /// (see [`OwnTerms`] and `take_up`).
+    /// is [`Outcome::Again`]. `grant`: the term node a grant creates, possibly held from the
+    /// send: an `exists` with a watch of it is queued right behind the multi, under the lock a
+    /// keep-alive sends its reads under, and its reply (the node as it stands after the multi
+    /// and any earlier grant of the same path, whatever the outcome) is left to the next
+    /// keep-alive. Without a reply (the outcome unknown) the keep-alive reads the node.
     fn rw_commit(
         &self,
         s: &ZkSession,
@@ -540,60 +536,61 @@ impl Sessions {
         limit: Duration,
         mut w: zk::MultiWriter<'_>,
         view: &View,
-        mut grant: Option<Grant<'_>>,
+        grant: Option<&TermNode>,
     ) -> Result<Outcome> {
-        let granting = grant.is_some();
-        let mut unknown = || {
-            if let Some(g) = grant.as_mut() {
-                g.own.lost(g.node, g.gate);
-            }
-        };
         let lost = || Error::Timeout {
             operation: OP,
             after: limit,
             source: None,
         };
-        if granting && lose(&self.rw_unsent_faults) {
-            // As if the connection was lost before the send: it never runs.
-            drop(w);
-            unknown();
+        let (sent, watched) = match grant {
+            Some(node) => {
+                let mut terms = s.terms.lock();
+                let seq = terms.creating(node);
+                if lose(&self.rw_unsent_faults) {
+                    // As if the connection was lost before the send: it never runs.
+                    return Err(lost());
+                }
+                let sent = w.commit();
+                (
+                    sent,
+                    Some((node, seq, held::Sent::exists(client, node.path.clone()))),
+                )
+            }
+            None => (w.commit(), None),
+        };
+        let r = call(OP, limit, sent)?;
+        if r.is_ok() && grant.is_some() && lose(&self.rw_reply_faults) {
             return Err(lost());
         }
-        let sent = w.commit();
-        let r = match call(OP, limit, sent) {
-            Ok(r) => r,
-            Err(e) => {
-                unknown();
-                return Err(e);
+        let stash = || {
+            if let Some((node, seq, seen)) = watched {
+                let mut terms = s.terms.lock();
+                // It holds a clone of the client: never stashed once closing began.
+                if s.client.lock().is_some() {
+                    terms.stash(node, seq, seen);
+                }
             }
         };
-        if r.is_ok() && granting && lose(&self.rw_reply_faults) {
-            unknown();
-            return Err(lost());
-        }
         match r {
             Ok(_) => {
-                if let Some(g) = grant {
-                    g.own.hold(g.node);
-                }
+                stash();
                 Ok(Outcome::Done)
             }
-            Err(zk::MultiWriteError::OperationFailed { index, source }) => match source {
-                zk::Error::NoNode if index == 0 && view.node.is_none() => {
-                    self.cfg.mkdirs(client, &self.cfg.rw, limit)?;
-                    Ok(Outcome::Again)
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                stash();
+                match source {
+                    zk::Error::NoNode if index == 0 && view.node.is_none() => {
+                        self.cfg.mkdirs(client, &self.cfg.rw, limit)?;
+                        Ok(Outcome::Again)
+                    }
+                    zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
+                        Ok(Outcome::Again)
+                    }
+                    e => Err(self.fail(s, OP, e)),
                 }
-                zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
-                    Ok(Outcome::Again)
-                }
-                e => Err(self.fail(s, OP, e)),
-            },
-            Err(zk::MultiWriteError::RequestFailed { source }) => {
-                if matches!(source, zk::Error::ConnectionLoss | zk::Error::Timeout) {
-                    unknown();
-                }
-                Err(self.fail(s, OP, source))
             }
+            Err(zk::MultiWriteError::RequestFailed { source }) => Err(self.fail(s, OP, source)),
         }
     }
 
@@ -639,11 +636,8 @@ impl Sessions {
                 RwMode::Write => view.writer.as_ref().filter(|w| &w.0 == session),
             };
             if let Some(&(_, token)) = held {
-                let path = format!("{dir}/{}", term_node(mode, session, token));
-                if self.take_up(&s, &client, limit, &path)? {
-                    return term(token);
-                }
-                continue;
+                self.found(&s, &client, TermNode::new(&dir, name, mode, session, token));
+                return term(token);
             }
             let own = view.waiting.iter().find(|w| &w.id == session);
             let own_live = own.is_some_and(|o| o.live) && !lapsed;
@@ -709,7 +703,7 @@ impl Sessions {
             // whose delay ran out deleted with their stamps, and the run-out registrations
             // the decision ignored checked as read.
             let token = view.counter() + 1;
-            let node = format!("{dir}/{}", term_node(mode, session, token));
+            let node = TermNode::new(&dir, name, mode, session, token);
             self.add_counter(&mut w, &dir, &view, 1)?;
             for d in view.delayed.iter().filter(|d| !d.blocks()) {
                 w.add_delete(&delay::stamp_path(&d.gate), None)
@@ -724,45 +718,20 @@ impl Sessions {
                 w.add_check_version(&format!("{dir}/q-{}", q.id), q.version)
                     .map_err(|e| zk_err(OP, e))?;
             }
-            let eacl = self.cfg.acl.for_path(&node);
+            let eacl = self.cfg.acl.for_path(&node.path);
             let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&eacl));
-            w.add_create(&node, &[], &ephemeral)
+            w.add_create(&node.path, &[], &ephemeral)
                 .map_err(|e| zk_err(OP, e))?;
-            let gate = (s.lock_delay_ms > 0)
-                .then(|| format!("{dir}/{}", gate_node(mode, session, token, s.lock_delay_ms)));
-            if let Some(gate) = &gate {
-                let gacl = self.cfg.acl.for_path(gate);
+            if s.lock_delay_ms > 0 {
+                let gate = node.gate(s.lock_delay_ms);
+                let gacl = self.cfg.acl.for_path(&gate);
                 let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&gacl));
-                w.add_create(gate, &[], &persistent)
+                w.add_create(&gate, &[], &persistent)
                     .map_err(|e| zk_err(OP, e))?;
             }
-            // From the send to the outcome, no orphan of this session is deleted: the path may
-            // be one a grant without a reply left (same token: that multi never ran), which
-            // this grant, once done, makes held.
-            let mut own = s.rw.lock();
-            if own.held.contains(&node) {
-                // Granted to a concurrent attempt of this session since the read (this multi
-                // would fail): read again, which finds it.
-                continue;
-            }
-            if let Some(gate) = &gate {
-                // Possibly held from now on: a close deletes it with its gate.
-                s.rw_gated.lock().insert(node.clone(), gate.clone());
-            }
-            let grant = Grant {
-                node: &node,
-                gate: gate.as_deref(),
-                own: &mut own,
-            };
-            match self.rw_commit(&s, &client, limit, w, &view, Some(grant))? {
+            match self.rw_commit(&s, &client, limit, w, &view, Some(&node))? {
                 Outcome::Done => return term(token),
-                Outcome::Again => {
-                    // Left as the orphan of an earlier attempt, it keeps its gate.
-                    if !own.is_orphan(&node) {
-                        s.rw_gated.lock().remove(&node);
-                    }
-                    continue;
-                }
+                Outcome::Again => continue,
             }
         }
         Err(super::failure::error(
@@ -771,36 +740,19 @@ impl Sessions {
         ))
     }
 
-    /// An own term found by an attempt: held, unless a grant without a reply left it to the
-    /// keep-alive to delete; then it is taken up, by a write sent after any such delete
-    /// already sent (one client's requests run in the order sent), and held if it still
-    /// stands. Under the session's [`OwnTerms`] lock: no delete of it is sent from now on.
-    /// Whether it is held.
-    fn take_up(
-        &self,
-        s: &ZkSession,
-        client: &zk::Client,
-        limit: Duration,
-        path: &str,
-    ) -> Result<bool> {
-        let mut own = s.rw.lock();
-        if !own.is_orphan(path) {
-            own.hold(path);
-            return Ok(true);
+    /// An own term an attempt found, which it returns as held: watched from now on, in the
+    /// rare case the session's bookkeeping does not know it (a node of its session at that
+    /// path is that term: see [`TermNode`]), by an `exists` with a watch that the next
+    /// keep-alive applies (no round trip here).
+    fn found(&self, s: &ZkSession, client: &zk::Client, node: TermNode) {
+        let mut terms = s.terms.lock();
+        if terms.knows(&node) {
+            return;
         }
-        match call(OP, limit, client.set_data(path, &[], None))? {
-            Ok(_) => {
-                own.hold(path);
-                Ok(true)
-            }
-            Err(zk::Error::NoNode) => {
-                // Deleted by a keep-alive whose reply was lost (with its gate).
-                own.orphans.retain(|o| o.0 != path);
-                s.rw_gated.lock().remove(path);
-                Ok(false)
-            }
-            // Still an orphan (the engine is not told of it).
-            Err(e) => Err(self.fail(s, OP, e)),
+        let seq = terms.creating(&node);
+        if s.client.lock().is_some() {
+            let seen = held::Sent::exists(client, node.path.clone());
+            terms.stash(&node, seq, seen);
         }
     }
 
@@ -818,36 +770,32 @@ impl Sessions {
         let Ok(client) = s.client() else {
             return Ok(false);
         };
-        let dir = self.rw_path(name);
-        let path = format!("{dir}/{}", term_node(mode, session, token.get()));
+        let node = TermNode::new(&self.rw_path(name), name, mode, session, token.get());
+        let path = &node.path;
         let limit = s.limit(&self.cfg);
-        {
-            let mut own = s.rw.lock();
-            own.held.remove(&path);
-            own.orphans.retain(|o| o.0 != path);
-        }
+        // Forgotten once its node is gone (deleted now, or not there: any grant of it was
+        // sent before, so ran before). A release without an answer leaves the term to the
+        // keep-alive: its watch (or its read) says whether it went, and while it stands it is
+        // listed, so the engine releases it again.
+        let seq = s.terms.lock().seq_of(&node);
+        let gone = |deleted: bool| {
+            if let Some(seq) = seq {
+                s.terms.lock().forget(&node, seq);
+            }
+            Ok(deleted)
+        };
         // A term of a session with a lock-delay ends with its gate, in one multi.
         if s.lock_delay_ms > 0 {
-            let gate = format!(
-                "{dir}/{}",
-                gate_node(mode, session, token.get(), s.lock_delay_ms)
-            );
             let mut w = client.new_multi_writer();
-            w.add_delete(&path, None).map_err(|e| zk_err(OP, e))?;
-            w.add_delete(&gate, None).map_err(|e| zk_err(OP, e))?;
-            let done = || drop(s.rw_gated.lock().remove(&path));
+            w.add_delete(path, None).map_err(|e| zk_err(OP, e))?;
+            w.add_delete(&node.gate(s.lock_delay_ms), None)
+                .map_err(|e| zk_err(OP, e))?;
             match call(OP, limit, w.commit())? {
-                Ok(_) => {
-                    done();
-                    return Ok(true);
-                }
+                Ok(_) => return gone(true),
                 Err(zk::MultiWriteError::OperationFailed {
                     index: 0,
                     source: zk::Error::NoNode,
-                }) => {
-                    done();
-                    return Ok(false);
-                }
+                }) => return gone(false),
                 // No gate (never expected): the term's node alone, below.
                 Err(zk::MultiWriteError::OperationFailed {
                     index: 1,
@@ -856,81 +804,10 @@ impl Sessions {
                 Err(e) => return self.fail_unchanged(&s, OP, zk::Error::from(e)),
             }
         }
-        let deleted = match call(OP, limit, client.delete(&path, None))? {
-            Ok(()) => true,
-            Err(zk::Error::NoNode) => false,
-            Err(e) => return self.fail_unchanged(&s, OP, e),
-        };
-        s.rw_gated.lock().remove(&path);
-        Ok(deleted)
-    }
-
-    /// Deletes this session's orphans (see [`OwnTerms`]), each with its gate in one multi:
-    /// one round trip each, only then; those that fail again wait for the next keep-alive.
-    /// Skipped while a grant or a take-up of the session is under way (the next keep-alive
-    /// does it). An orphan is not held (a grant or take-up that makes it held drops it under
-    /// the same lock), so it is deleted at any version: it is a stray term of this session.
-    pub(super) fn delete_rw_orphans(&self, s: &ZkSession, client: &zk::Client) {
-        let Some(mut own) = s.rw.try_lock() else {
-            return;
-        };
-        // Each dropped only once handled.
-        for (path, gate) in own.orphans.clone() {
-            if self.delete_orphan(s, client, &path, gate.as_deref()) {
-                own.orphans.retain(|o| o.0 != path);
-            }
-        }
-    }
-
-    /// Deletes an orphaned term, with its gate if it has one, in one multi; whether nothing is
-    /// left to do.
-    fn delete_orphan(
-        &self,
-        s: &ZkSession,
-        client: &zk::Client,
-        path: &str,
-        gate: Option<&str>,
-    ) -> bool {
-        const OP: &str = "releasing a read-write lock";
-        let limit = s.limit(&self.cfg);
-        let gone = || drop(s.rw_gated.lock().remove(path));
-        let r = match gate {
-            Some(gate) => {
-                let mut w = client.new_multi_writer();
-                if w.add_delete(path, None).is_err() || w.add_delete(gate, None).is_err() {
-                    return false;
-                }
-                match call(OP, limit, w.commit()) {
-                    Ok(Ok(_)) => Ok(Ok(())),
-                    // Never created (its gate neither).
-                    Ok(Err(zk::MultiWriteError::OperationFailed {
-                        index: 0,
-                        source: zk::Error::NoNode,
-                    })) => Ok(Err(zk::Error::NoNode)),
-                    // No gate (never expected): the term's node alone.
-                    Ok(Err(zk::MultiWriteError::OperationFailed {
-                        index: 1,
-                        source: zk::Error::NoNode,
-                    })) => call(OP, limit, client.delete(path, None)),
-                    Ok(Err(e)) => Ok(Err(zk::Error::from(e))),
-                    Err(e) => Err(e),
-                }
-            }
-            None => call(OP, limit, client.delete(path, None)),
-        };
-        match r {
-            Ok(Ok(()) | Err(zk::Error::NoNode)) => {
-                gone();
-                true
-            }
-            Ok(Err(e)) => {
-                log::debug!("deleting the read-write term {path}: {e}");
-                false
-            }
-            Err(e) => {
-                log::debug!("deleting the read-write term {path}: {}", e.report());
-                false
-            }
+        match call(OP, limit, client.delete(path, None))? {
+            Ok(()) => gone(true),
+            Err(zk::Error::NoNode) => gone(false),
+            Err(e) => self.fail_unchanged(&s, OP, e),
         }
     }
 
@@ -1041,9 +918,13 @@ mod tests {
         for mode in [RwMode::Read, RwMode::Write] {
             let c = term_node(mode, &id, 42);
             assert_eq!(parse_child(&c), Some(Child::Term(mode, id.clone(), 42)));
-            let g = gate_node(mode, &id, 42, 1500);
+            let name = LeaseName::new("n").unwrap();
+            let node = TermNode::new("/r/rw/n", &name, mode, &id, 42);
+            assert_eq!(node.path, format!("/r/rw/n/{c}"));
+            let g = node.gate(1500);
+            let g = g.strip_prefix("/r/rw/n/").unwrap();
             assert_eq!(
-                parse_child(&g),
+                parse_child(g),
                 Some(Child::Gate(mode, id.clone(), 42, 1500))
             );
         }
