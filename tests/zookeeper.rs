@@ -1965,6 +1965,71 @@ mod rw {
         s.close().unwrap();
     }
 
+    /// A release without an answer keeps its term in the session's bookkeeping: a keep-alive
+    /// lists it exactly while its node stands (for the engine to release it again), whether
+    /// the release ran (its reply lost) or not (the connection cut before it was sent).
+    #[test]
+    fn a_release_without_an_answer_is_listed_while_its_term_stands() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_millis(500))
+        });
+        let h = tck::Harness::new(|| unreachable!());
+        let s = open(&b);
+        let mut raw = Raw::connect(&hosts);
+        let (x, y) = (
+            tck::lease_name("rw-unanswered"),
+            tck::lease_name("rw-unsent"),
+        );
+        let tx = granted(b.acquire_rw(&s, &x, RwMode::Write, LONG).unwrap());
+        let ty = granted(b.acquire_rw(&s, &y, RwMode::Read, LONG).unwrap());
+        let dir = |n: &simba_lease::LeaseName| format!("{}/rw/{n}", b.root());
+        let keep_alive = || {
+            let mut ka = None;
+            h.until("a keep-alive succeeds", || match b.keep_alive(&s, LONG) {
+                Ok(k) => {
+                    ka = Some(k.rw);
+                    true
+                }
+                Err(_) => false,
+            });
+            ka.unwrap()
+        };
+        assert_eq!(keep_alive().len(), 2);
+        // The release runs, its reply is lost: not listed once the node is gone.
+        proxy.hold_replies();
+        let r = b.release_rw(&s, &x, RwMode::Write, tx.token);
+        assert!(r.is_err(), "{r:?}");
+        h.until("the release ran", || raw.children(&dir(&x)).is_empty());
+        proxy.release_replies();
+        let ry = HeldRw {
+            name: y.clone(),
+            mode: RwMode::Read,
+            token: ty.token,
+        };
+        assert_eq!(keep_alive(), vec![ry.clone()]);
+        // The connection is cut before the release: listed while the node stands.
+        proxy.cut();
+        h.until("the keep-alive sees the disconnection", || {
+            b.keep_alive(&s, LONG).is_err()
+        });
+        let r = b.release_rw(&s, &y, RwMode::Read, ty.token);
+        proxy.heal();
+        let listed = keep_alive();
+        let stands = !raw.children(&dir(&y)).is_empty();
+        match r {
+            Ok(true) => assert!(listed.is_empty() && !stands, "{listed:?}"),
+            _ if stands => {
+                assert_eq!(listed, vec![ry]);
+                assert!(b.release_rw(&s, &y, RwMode::Read, ty.token).unwrap());
+                assert!(keep_alive().is_empty());
+            }
+            _ => assert!(listed.is_empty(), "{listed:?}"),
+        }
+        b.close_session(&s).unwrap();
+    }
+
     /// Each term's node carries a watch: a keep-alive reads none of them, and one whose node
     /// is deleted behind the session's back is gone from the very next keep-alive.
     #[test]
