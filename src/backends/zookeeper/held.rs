@@ -412,7 +412,11 @@ impl<K: Node> Watched<K> {
         let (mut held, fired) = self.settled();
         // A node held whose new create's `exists` failed is read again: listed once.
         held.retain(|(n, _)| !again.iter().any(|(a, _)| a == n));
-        again.extend(fired);
+        for f in fired {
+            if !again.iter().any(|(a, _)| *a == f.0) {
+                again.push(f);
+            }
+        }
         Ok((held, again))
     }
 
