@@ -477,6 +477,7 @@ mod ensemble {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let h = serving_harness();
         tck::rw_backend_readers_share_writers_wait_and_tokens_follow_the_rule(&h);
+        tck::rw_keep_alive_lists_the_sessions_read_and_write_terms(&h);
         tck::rw_locks_exclude_under_contention(&h);
         tck::rw_a_waiting_writer_blocks_new_readers(&h);
     }
@@ -1625,9 +1626,11 @@ mod lock_delay {
 /// Read-write locks beyond the TCK: a waiting writer whose session lives but that stopped
 /// asking, releases and leaves as notifications, and grants whose reply was lost.
 mod rw {
-    use super::zk::{self, raw::Raw};
-    use simba_lease::spi::{LeaseBackend, Notification, RwAcquire, RwMode};
-    use simba_lease::{tck, Error, Metadata, SessionId, Term};
+    use super::zk::{self, proxy::Proxy, raw::Raw};
+    use simba_lease::spi::{HeldRw, LeaseBackend, Notification, RwAcquire, RwMode};
+    use simba_lease::{tck, Config, Error, Metadata, Session, SessionId, Term};
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
     use std::time::Duration;
 
     const LONG: Duration = Duration::from_secs(30);
@@ -1811,7 +1814,7 @@ mod rw {
         assert_eq!(children(&mut raw), [format!("w-{plain}-{}", t.token)]);
         assert!(b.release_rw(&plain, &name, RwMode::Write, t.token).unwrap());
         // With a delay: the term's node and its gate, gone together with a release, a close
-        // and a keep-alive that deletes a grant whose reply was lost.
+        // and the release of a grant whose reply was lost (the keep-alive lists it).
         let ms = LONG.as_millis();
         let s = delayed(LONG, LONG);
         let t = take(&s, RwMode::Write);
@@ -1834,8 +1837,11 @@ mod rw {
         b.b().lose_rw_grant_replies(1);
         assert!(b.acquire_rw(&s, &name, RwMode::Read, LONG).is_err());
         assert_eq!(raw.children(&dir).len(), 2, "the grant ran");
-        b.keep_alive(&s, LONG).unwrap();
-        assert!(raw.children(&dir).is_empty(), "deleted by the keep-alive");
+        let ka = b.keep_alive(&s, LONG).unwrap();
+        let [lost] = &ka.rw[..] else { panic!("{ka:?}") };
+        assert_eq!((&lost.name, lost.mode), (&name, RwMode::Read), "listed");
+        assert!(b.release_rw(&s, &name, RwMode::Read, lost.token).unwrap());
+        assert!(raw.children(&dir).is_empty(), "released with its gate");
         b.close_session(&s).unwrap();
 
         // Ended by the watchdog: the gate stays; the first look stamps it, once.
@@ -1885,8 +1891,10 @@ mod rw {
         b.close_session(&plain).unwrap();
     }
 
+    /// A grant whose reply was lost is listed by the next keep-alive (for the engine to
+    /// release it), and so is one the next attempt takes up: once, with its token.
     #[test]
-    fn a_grant_whose_reply_was_lost_goes_with_the_next_keep_alive_unless_taken_up() {
+    fn a_grant_whose_reply_was_lost_is_listed_by_the_next_keep_alive() {
         let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
         let (s, w) = (open(&b), open(&b));
         let name = tck::lease_name("rw-lost");
@@ -1902,17 +1910,27 @@ mod rw {
                 .unwrap(),
             RwAcquire::Busy { readers: 1, .. }
         ));
-        b.keep_alive(&s, LONG).unwrap();
-        assert!(raw.children(&dir).is_empty(), "deleted by the keep-alive");
+        let ka = b.keep_alive(&s, LONG).unwrap();
+        let [lost] = &ka.rw[..] else { panic!("{ka:?}") };
+        assert_eq!((&lost.name, lost.mode), (&name, RwMode::Read));
+        assert_eq!(stray, vec![format!("r-{s}-{}", lost.token)]);
+        assert_eq!(b.keep_alive(&s, LONG).unwrap().rw, ka.rw, "unchanged");
+        assert!(b.release_rw(&s, &name, RwMode::Read, lost.token).unwrap());
+        assert!(b.keep_alive(&s, LONG).unwrap().rw.is_empty(), "released");
         let tw = granted(b.acquire_rw(&w, &name, RwMode::Write, LONG).unwrap());
         assert!(b.release_rw(&w, &name, RwMode::Write, tw.token).unwrap());
 
-        // Taken up by the next attempt before a keep-alive: kept, with its token.
+        // Taken up by the next attempt before a keep-alive: listed once, with its token.
         b.b().lose_rw_grant_replies(1);
         assert!(b.acquire_rw(&s, &name, RwMode::Read, LONG).is_err());
         let t = granted(b.acquire_rw(&s, &name, RwMode::Read, LONG).unwrap());
         assert!(t.token > tw.token);
-        b.keep_alive(&s, LONG).unwrap();
+        let held = vec![HeldRw {
+            name: name.clone(),
+            mode: RwMode::Read,
+            token: t.token,
+        }];
+        assert_eq!(b.keep_alive(&s, LONG).unwrap().rw, held);
         assert_eq!(raw.children(&dir), vec![format!("r-{s}-{}", t.token)]);
         assert!(b.release_rw(&s, &name, RwMode::Read, t.token).unwrap());
         assert!(raw.children(&dir).is_empty());
@@ -1921,11 +1939,153 @@ mod rw {
         }
     }
 
+    /// Through the engine: the term of a grant whose reply was lost is listed by the next
+    /// keep-alive, and the engine releases it.
+    #[test]
+    fn the_engine_releases_a_read_write_term_whose_grant_reply_was_lost() {
+        let b = Arc::new(zk::Isolated::new(&zk::hosts(), None, |b| b));
+        let name = tck::lease_name("rw-stray");
+        let dir = format!("{}/rw/{name}", b.root());
+        let mut raw = Raw::connect(&zk::hosts());
+        let cfg = Config::builder()
+            .lease(Duration::from_secs(20))
+            .renew_interval(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let s = Session::open(b.clone() as Arc<dyn LeaseBackend>, cfg).unwrap();
+        b.b().lose_rw_grant_replies(1);
+        let lock = s.rw_lock(&name).unwrap();
+        assert!(lock.try_write().is_err());
+        assert_eq!(raw.children(&dir).len(), 1, "the grant ran");
+        tck::until(Duration::from_secs(20), "the engine released it", || {
+            raw.children(&dir).is_empty()
+        });
+        let guard = lock.try_write().unwrap().expect("free again");
+        drop(guard);
+        s.close().unwrap();
+    }
+
+    /// A release without an answer keeps its term in the session's bookkeeping: a keep-alive
+    /// lists it exactly while its node stands (for the engine to release it again), whether
+    /// the release ran (its reply lost) or not (the connection cut before it was sent).
+    #[test]
+    fn a_release_without_an_answer_is_listed_while_its_term_stands() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| {
+            b.request_timeout(Duration::from_millis(500))
+        });
+        let h = tck::Harness::new(|| unreachable!());
+        let s = open(&b);
+        let mut raw = Raw::connect(&hosts);
+        let (x, y) = (
+            tck::lease_name("rw-unanswered"),
+            tck::lease_name("rw-unsent"),
+        );
+        let tx = granted(b.acquire_rw(&s, &x, RwMode::Write, LONG).unwrap());
+        let ty = granted(b.acquire_rw(&s, &y, RwMode::Read, LONG).unwrap());
+        let dir = |n: &simba_lease::LeaseName| format!("{}/rw/{n}", b.root());
+        let keep_alive = || {
+            let mut ka = None;
+            h.until("a keep-alive succeeds", || match b.keep_alive(&s, LONG) {
+                Ok(k) => {
+                    ka = Some(k.rw);
+                    true
+                }
+                Err(_) => false,
+            });
+            ka.unwrap()
+        };
+        assert_eq!(keep_alive().len(), 2);
+        // The release runs, its reply is lost: not listed once the node is gone.
+        proxy.hold_replies();
+        let r = b.release_rw(&s, &x, RwMode::Write, tx.token);
+        assert!(r.is_err(), "{r:?}");
+        h.until("the release ran", || raw.children(&dir(&x)).is_empty());
+        proxy.release_replies();
+        let ry = HeldRw {
+            name: y.clone(),
+            mode: RwMode::Read,
+            token: ty.token,
+        };
+        assert_eq!(keep_alive(), vec![ry.clone()]);
+        // The connection is cut before the release: listed while the node stands.
+        proxy.cut();
+        h.until("the keep-alive sees the disconnection", || {
+            b.keep_alive(&s, LONG).is_err()
+        });
+        let r = b.release_rw(&s, &y, RwMode::Read, ty.token);
+        proxy.heal();
+        let listed = keep_alive();
+        let stands = !raw.children(&dir(&y)).is_empty();
+        match r {
+            Ok(true) => assert!(listed.is_empty() && !stands, "{listed:?}"),
+            _ if stands => {
+                assert_eq!(listed, vec![ry]);
+                assert!(b.release_rw(&s, &y, RwMode::Read, ty.token).unwrap());
+                assert!(keep_alive().is_empty());
+            }
+            _ => assert!(listed.is_empty(), "{listed:?}"),
+        }
+        b.close_session(&s).unwrap();
+    }
+
+    /// Each term's node carries a watch: a keep-alive reads none of them, and one whose node
+    /// is deleted behind the session's back is gone from the very next keep-alive.
+    #[test]
+    fn a_term_deleted_behind_the_sessions_back_is_gone_from_the_next_keep_alive() {
+        let hosts = zk::hosts();
+        let proxy = Proxy::start(hosts.split(',').next().unwrap());
+        let b = zk::Isolated::via(&hosts, proxy.addr(), None, |b| b);
+        let s = open(&b);
+        let mut raw = Raw::connect(&hosts);
+        let listed = |s: &SessionId| {
+            let rw = b.keep_alive(s, LONG).unwrap().rw;
+            let n = rw.len();
+            let m: BTreeMap<_, _> = rw
+                .into_iter()
+                .map(|t| (t.name, (t.mode, t.token)))
+                .collect();
+            assert_eq!(m.len(), n, "a term listed twice");
+            m
+        };
+        let mut held = BTreeMap::new();
+        for i in 0..60 {
+            let name = tck::lease_name(&format!("rw-w{i}"));
+            let mode = [RwMode::Read, RwMode::Write][i % 2];
+            let t = granted(b.acquire_rw(&s, &name, mode, LONG).unwrap());
+            held.insert(name, (mode, t.token));
+        }
+        assert_eq!(listed(&s), held);
+        let path_bytes: usize = held.keys().map(|n| n.as_str().len() + 40).sum();
+        for _ in 0..3 {
+            let before = proxy.sent_bytes();
+            assert_eq!(listed(&s), held);
+            let sent = proxy.sent_bytes() - before;
+            // One `exists` of the leases root (and maybe a ping): not a path per term.
+            assert!(
+                sent < 400,
+                "a keep-alive sent {sent} bytes; the term paths are over {path_bytes}"
+            );
+        }
+        let names: Vec<_> = held.keys().take(10).cloned().collect();
+        for (i, name) in names.iter().enumerate() {
+            let (mode, token) = held.remove(name).unwrap();
+            let tag = if mode == RwMode::Read { 'r' } else { 'w' };
+            let path = format!("{}/rw/{name}/{tag}-{s}-{token}", b.root());
+            // The server applied the delete when the raw call returns: the very next
+            // keep-alive must not list the term.
+            assert_eq!(raw.delete(&path), 0);
+            assert_eq!(listed(&s), held, "round {i}");
+        }
+        b.close_session(&s).unwrap();
+    }
+
     /// A grant that never reached the server leaves the counter where it was, so the
     /// session's next attempt gets the same token, hence the same path: once granted, that
-    /// term is held, and the keep-alive's delete of the lost grant's term must spare it.
+    /// term is held, listed once by the keep-alive, and stays.
     #[test]
-    fn a_lost_grant_retried_on_the_same_path_is_not_deleted_by_the_keep_alive() {
+    fn a_lost_grant_retried_on_the_same_path_is_held_and_listed_once() {
         let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
         let m = Metadata::default();
         let name = tck::lease_name("rw-retried");
@@ -1948,7 +2108,13 @@ mod rw {
             let mut held = raw.children(&dir);
             held.sort();
             assert_eq!(held.len(), 1 + usize::from(delay.is_some()), "{held:?}");
-            b.keep_alive(&s, LONG).unwrap();
+            let listed = b.keep_alive(&s, LONG).unwrap().rw;
+            let want = HeldRw {
+                name: name.clone(),
+                mode,
+                token: t.token,
+            };
+            assert_eq!(listed, vec![want], "listed once, with its token");
             let mut after = raw.children(&dir);
             after.sort();
             assert_eq!(after, held, "the held term and its gate stay");

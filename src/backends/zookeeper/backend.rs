@@ -1,20 +1,22 @@
 //! [`ZooKeeperBackend`] and its [`LeaseBackend`] impl: sessions as ZooKeeper sessions, leases
 //! as ephemeral nodes whose `czxid` is the token, groups as ephemeral children, with the
 //! admin calls `simba doctor` uses (ACLs, the ensemble's clock). The parts it stands on are
-//! beside it: `session`, `connect`, `codec`, `watch`, `queue`, `jobs`.
+//! beside it: `session`, `connect`, `codec`, `watch`, `lease`, `queue`, `rw`, `jobs`.
 
 use super::acl::Acl;
-use super::codec::{lease_data, read_leases, token};
+use super::codec::read_nodes;
+use super::connect::Cfg;
 use super::facade::{backend as zk_err, call};
+use super::rw::TermNode;
 use super::session::{Sessions, ZkSession};
-use super::{delay, failure, held};
+use super::{failure, held};
 use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued,
-    RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
+    Acquire, GroupInfo, HeldLease, HeldRw, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink,
+    Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
 };
-use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
+use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -133,13 +135,16 @@ impl ZooKeeperBackend {
     }
 }
 
-/// The number of deletes a take puts before the lease node's create.
-fn w_len(take: &Option<delay::Timed>) -> usize {
-    if take.is_some() {
-        3
-    } else {
-        0
-    }
+/// The paths of the lease nodes `leases`, then of the read-write term nodes `terms`.
+fn paths(
+    cfg: &Cfg,
+    leases: &held::Numbered<LeaseName>,
+    terms: &held::Numbered<TermNode>,
+) -> Vec<String> {
+    let leases = leases.iter().map(|(n, _)| cfg.lease_path(n));
+    leases
+        .chain(terms.iter().map(|(t, _)| t.path.clone()))
+        .collect()
 }
 
 /// This host's wall clock as UTC epoch ms.
@@ -225,8 +230,7 @@ impl LeaseBackend for ZooKeeperBackend {
             releasing: Mutex::new(()),
             closed: Mutex::new(false),
             orphans: Mutex::new(Vec::new()),
-            rw: Mutex::new(Default::default()),
-            rw_gated: Mutex::new(Default::default()),
+            terms: Mutex::new(Default::default()),
         });
         let remaining = s.remaining_at(sent);
         inner.sessions.lock().insert(id.clone(), s);
@@ -234,6 +238,9 @@ impl LeaseBackend for ZooKeeperBackend {
         Ok(SessionGrant { id, remaining })
     }
 
+    /// One `exists` (of `{root}/leases`, or of the few lease and read-write term nodes whose
+    /// create's outcome is unknown), plus one round trip when the watch of a held lease or
+    /// term fired: the held ones are listed from their watches (see `held`).
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         crate::backends::options::check_lease(lease)?;
         const OP: &str = "keep-alive";
@@ -243,16 +250,20 @@ impl LeaseBackend for ZooKeeperBackend {
         let client = s.client()?;
         let sent = Instant::now();
         let limit = s.limit(&inner.cfg);
-        // The names to read are chosen and their reads (or the one `exists`) sent under one
-        // lock, so every create counted was queued before them: see `held` for why the
-        // watches of the other held leases make reading them unnecessary.
-        let (reads, mark, fut) = {
+        // The nodes to read are chosen and their reads (or the one `exists`) sent under the
+        // locks creates are sent under, so every create counted was queued before them: see
+        // `held` for why the watches of the other held leases and read-write terms make
+        // reading them unnecessary.
+        let (reads, mark, term_reads, term_mark, fut) = {
             let mut p = s.possibly.lock();
+            let mut t = s.terms.lock();
             let (reads, mark) = p.unsure();
-            let fut = read_leases(&client, &inner.cfg, &reads);
-            (reads, mark, fut)
+            let (term_reads, term_mark) = t.unsure();
+            let paths = paths(&inner.cfg, &reads, &term_reads);
+            let fut = read_nodes(&client, &inner.cfg, &paths);
+            (reads, mark, term_reads, term_mark, fut)
         };
-        let seen = match call(OP, limit, fut)? {
+        let mut seen = match call(OP, limit, fut)? {
             Ok(r) => r,
             Err(e) => return Err(inner.fail(&s, OP, e)),
         };
@@ -260,30 +271,22 @@ impl LeaseBackend for ZooKeeperBackend {
             // The watchdog (or a close) won the race: the nodes may be gone already.
             return Err(s.expired());
         }
-        let (mut held, again) = {
-            let mut p = s.possibly.lock();
-            for ((name, seq), seen) in reads.iter().zip(seen) {
-                p.observe(name, *seq, s.raw, seen)?;
-            }
-            let mut again = p.collect_sent(mark, s.raw)?;
-            let (held, fired) = p.settled();
-            again.extend(fired);
-            (held, again)
-        };
-        if !again.is_empty() {
-            // Watches fired (those nodes changed, maybe after the requests), or an acquire's
+        let term_seen = seen.split_off(reads.len().min(seen.len()));
+        let (mut held, again) = s.possibly.lock().after_reads(&reads, seen, mark, s.raw)?;
+        let (mut terms, terms_again) =
+            (s.terms.lock()).after_reads(&term_reads, term_seen, term_mark, s.raw)?;
+        if !again.is_empty() || !terms_again.is_empty() {
+            // Watches fired (those nodes changed, maybe after the requests), or a grant's
             // `exists` failed: read them again.
-            let fut = read_leases(&client, &inner.cfg, &again);
-            let seen = match call(OP, limit, fut)? {
+            let paths = paths(&inner.cfg, &again, &terms_again);
+            let fut = read_nodes(&client, &inner.cfg, &paths);
+            let mut seen = match call(OP, limit, fut)? {
                 Ok(r) => r,
                 Err(e) => return Err(inner.fail(&s, OP, e)),
             };
-            let mut p = s.possibly.lock();
-            for ((name, seq), seen) in again.into_iter().zip(seen) {
-                if let Some(token) = p.observe(&name, seq, s.raw, seen)? {
-                    held.push((name, token));
-                }
-            }
+            let term_seen = seen.split_off(again.len().min(seen.len()));
+            (s.possibly.lock()).after_rereads(again, seen, s.raw, &mut held)?;
+            (s.terms.lock()).after_rereads(terms_again, term_seen, s.raw, &mut terms)?;
         }
         inner.delete_orphans(&s, &client);
         let remaining = lease.min(s.negotiated);
@@ -295,10 +298,18 @@ impl LeaseBackend for ZooKeeperBackend {
                 remaining,
             })
             .collect();
+        let rw = terms
+            .into_iter()
+            .map(|(t, token)| HeldRw {
+                name: t.name,
+                mode: t.mode,
+                token,
+            })
+            .collect();
         Ok(KeepAlive {
             remaining,
             leases,
-            rw: Vec::new(),
+            rw,
         })
     }
 
@@ -323,241 +334,17 @@ impl LeaseBackend for ZooKeeperBackend {
     /// its holder's child for a session with a lock-delay. A name in its delay adds a read and
     /// a stamp write per attempt, and the take one more multi.
     fn acquire(&self, session: &SessionId, name: &LeaseName) -> Result<Acquire> {
-        const OP: &str = "acquiring a lease";
-        let inner = &self.inner;
-        let s = inner.live(session)?;
-        let path = inner.cfg.lease_path(name);
-        let gate = inner.cfg.gate_path(name);
-        let acl = inner.cfg.acl.for_path(&path);
-        let opts = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&acl));
-        let gacl = inner.cfg.acl.for_path(&gate);
-        let gopts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&gacl));
-        let holder = delay::holder_path(&gate, session);
-        let hacl = inner.cfg.acl.for_path(&holder);
-        let hopts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&hacl));
-        let gate_data = delay::gate_data(session, s.lock_delay_ms);
-        let limit = s.limit(&inner.cfg);
-        let fail = |e| inner.fail(&s, OP, e);
-        // The nodes of an ended term whose delay ran out, deleted by the next multi.
-        let mut take: Option<delay::Timed> = None;
-        for _ in 0..8 {
-            s.check_connected(OP)?;
-            let client = s.client()?;
-            let sent = Instant::now();
-            let mut w = client.new_multi_writer();
-            if let Some(t) = &take {
-                for node in [&t.stamp, &t.holder, &t.gate] {
-                    w.add_delete(node, None).map_err(|e| zk_err(OP, e))?;
-                }
-            }
-            // The index of the lease node's create, then of the gate's.
-            let at = w_len(&take);
-            w.add_create(&path, &lease_data(session, ""), &opts)
-                .map_err(|e| zk_err(OP, e))?;
-            // No gate may stand (after a take, the one that did is deleted above). The
-            // `setData` of the gate just created answers with its stat on every server (a
-            // multi before 3.8.2 answers a create without it, ZOOKEEPER-4026): all the
-            // multi's operations share one zxid, so its `czxid` is the lease node's, the token.
-            let data = if s.lock_delay_ms > 0 {
-                &gate_data[..]
-            } else {
-                &[]
-            };
-            w.add_create(&gate, data, &gopts)
-                .map_err(|e| zk_err(OP, e))?;
-            w.add_set_data(&gate, data, None)
-                .map_err(|e| zk_err(OP, e))?;
-            if s.lock_delay_ms > 0 {
-                w.add_create(&holder, &[], &hopts)
-                    .map_err(|e| zk_err(OP, e))?;
-            } else {
-                w.add_delete(&gate, None).map_err(|e| zk_err(OP, e))?;
-            }
-            // The name counts as possibly owned from the moment its create is sent. An `exists`
-            // with a watch is queued right behind the multi: the server runs it after the
-            // multi, so it shows the node's owner either way and arms the watch that spares
-            // keep-alives reading the node (see `held`).
-            let (seq, created, seen) = {
-                let mut p = s.possibly.lock();
-                let seq = p.creating(name);
-                let created = w.commit();
-                (seq, created, held::Sent::exists(&client, path.clone()))
-            };
-            let failed = match call(OP, limit, created)? {
-                Ok(results) => {
-                    // The gate's stat after its `setData`: created and written by this
-                    // multi (one zxid), else not to be trusted as the token.
-                    let stat = match results.into_iter().nth(at + 2) {
-                        Some(zk::MultiWriteResult::SetData { stat })
-                            if stat.czxid > 0 && stat.czxid == stat.mzxid =>
-                        {
-                            Some(stat)
-                        }
-                        _ => None,
-                    };
-                    let Some(stat) = stat else {
-                        // Not expected of any server: the `exists` behind it has the node.
-                        let seen = match call(OP, limit, seen.reply())? {
-                            Ok(seen) => seen,
-                            Err(e) => return Err(fail(e)),
-                        };
-                        let token = s.possibly.lock().observe(name, seq, s.raw, seen)?;
-                        let token = token.ok_or_else(|| {
-                            failure::error(OP, format!("{name} was lost as it was created"))
-                        })?;
-                        return Ok(Acquire::Acquired(Term {
-                            name: name.clone(),
-                            token,
-                            remaining: s.remaining_at(sent),
-                        }));
-                    };
-                    // The `exists` reply is not waited for: the next keep-alive applies it
-                    // (its own reply comes after it).
-                    // It holds a clone of the client: never stashed once closing began.
-                    let mut p = s.possibly.lock();
-                    if s.client.lock().is_some() {
-                        p.stash(name, seq, seen);
-                    }
-                    return Ok(Acquire::Acquired(Term {
-                        name: name.clone(),
-                        token: token(&stat)?,
-                        remaining: s.remaining_at(sent),
-                    }));
-                }
-                Err(zk::MultiWriteError::OperationFailed { index, source }) => (index, source),
-                Err(zk::MultiWriteError::RequestFailed { source }) => return Err(fail(source)),
-            };
-            // Not created: what the `exists` behind shows of the lease node.
-            let seen = match call(OP, limit, seen.reply())? {
-                Ok(seen) => seen,
-                Err(e) => return Err(fail(e)),
-            };
-            let stat = seen.0;
-            s.possibly.lock().observe(name, seq, s.raw, seen)?;
-            match failed {
-                (i, zk::Error::NodeExists) if i == at => {
-                    let Some(stat) = stat else {
-                        continue; // released meanwhile: try again
-                    };
-                    if stat.ephemeral_owner == s.raw {
-                        return Ok(Acquire::Acquired(Term {
-                            name: name.clone(),
-                            token: token(&stat)?,
-                            remaining: s.remaining_at(sent),
-                        }));
-                    }
-                    return Ok(Acquire::Held(inner.owner_of(&stat)?));
-                }
-                (i, zk::Error::NoNode) if i == at => {
-                    inner.cfg.mkdirs(&client, &inner.cfg.leases, limit)?
-                }
-                // A gate stands without the lease node: the name may be in its delay.
-                (i, zk::Error::NodeExists) if i == at + 1 => {
-                    match inner.gate(&client, limit, name, OP, &fail)? {
-                        delay::Gate::Closed(owner) => return Ok(Acquire::Held(owner)),
-                        delay::Gate::Over(t) => take = Some(t),
-                        delay::Gate::Open => {}
-                    }
-                }
-                (i, zk::Error::NoNode) if i == at + 1 => {
-                    inner.cfg.mkdirs(&client, &inner.cfg.delays, limit)?
-                }
-                // The timed nodes changed meanwhile (taken by another session): read again.
-                (i, _) if i < at => take = None,
-                (_, e) => return Err(fail(e)),
-            }
-        }
-        Err(failure::error(OP, format!("{name} kept changing hands")))
+        self.inner.acquire(session, name)
     }
 
     fn release(&self, session: &SessionId, name: &LeaseName, token: Token) -> Result<bool> {
-        const OP: &str = "releasing a lease";
-        let inner = &self.inner;
-        let Some(s) = inner.live_or_none(session) else {
-            return Ok(false);
-        };
-        // One release of a session at a time: between the owner check and the delete, only
-        // this session could delete (and so re-create) its own node.
-        let _one = s.releasing.lock();
-        let Ok(client) = s.client() else {
-            return Ok(false);
-        };
-        let limit = s.limit(&inner.cfg);
-        let path = inner.cfg.lease_path(name);
-        let (seq, settled) = {
-            let mut p = s.possibly.lock();
-            (p.seq_of(name), p.settled_version(name, token, s.raw)?)
-        };
-        // One round trip when the node's watch vouches for it (`held`): the delete of the
-        // version it saw. A version that no longer matches (the data changed meanwhile, or
-        // the node was replaced) is read below, as is a node no watch covers. A term with a
-        // lock-delay ends with its gate in one multi, below.
-        if let (Some(version), 0) = (settled, s.lock_delay_ms) {
-            match call(OP, limit, client.delete(&path, Some(version)))? {
-                Ok(()) => {
-                    if let Some(seq) = seq {
-                        s.forget(name, seq);
-                    }
-                    return Ok(true);
-                }
-                Err(zk::Error::NoNode) => return Ok(false),
-                Err(zk::Error::BadVersion) => {}
-                Err(e) => return inner.fail_unchanged(&s, OP, e),
-            }
-        }
-        let stat = match call(OP, limit, client.check_stat(&path))? {
-            Ok(Some(stat)) => stat,
-            Ok(None) => return Ok(false),
-            Err(e) => return inner.fail_unchanged(&s, OP, e),
-        };
-        if stat.ephemeral_owner != s.raw || stat.czxid as u64 != token.get() {
-            return Ok(false);
-        }
-        // A term with a lock-delay ends with its gate, in the same multi.
-        let deleted = if s.lock_delay_ms > 0 {
-            let gate = inner.cfg.gate_path(name);
-            let mut w = client.new_multi_writer();
-            w.add_delete(&path, Some(stat.version))
-                .map_err(|e| zk_err(OP, e))?;
-            w.add_delete(&delay::holder_path(&gate, session), None)
-                .map_err(|e| zk_err(OP, e))?;
-            w.add_delete(&gate, None).map_err(|e| zk_err(OP, e))?;
-            call(OP, limit, w.commit())?
-                .map(drop)
-                .map_err(zk::Error::from)
-        } else {
-            call(OP, limit, client.delete(&path, Some(stat.version)))?
-        };
-        match deleted {
-            Ok(()) => {
-                if let Some(seq) = seq {
-                    s.forget(name, seq);
-                }
-                Ok(true)
-            }
-            Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => inner.fail_unchanged(&s, OP, e),
-        }
+        self.inner.release(session, name, token)
     }
 
     /// One multi read of the lease node and its gate on the reader; a name in its delay adds
     /// the stamp's write (see `delay`), which times the delay left.
     fn owner(&self, name: &LeaseName) -> Result<Option<Owner>> {
-        const OP: &str = "reading a lease owner";
-        let inner = &self.inner;
-        let client = inner.reader.client()?;
-        let limit = inner.cfg.request_timeout;
-        let fail = |e| zk_err(OP, e);
-        match inner.read_lease_and_gate(&client, limit, name, OP, &fail)? {
-            (Some((data, stat)), _) => Ok(Some(inner.owner_with_value(&data, &stat)?)),
-            (None, Some((data, stat))) => {
-                match inner.timed(&client, limit, name, &data, &stat, OP, &fail)? {
-                    delay::Gate::Closed(owner) => Ok(Some(owner)),
-                    delay::Gate::Open | delay::Gate::Over(_) => Ok(None),
-                }
-            }
-            (None, None) => Ok(None),
-        }
+        self.inner.owner(name)
     }
 
     fn supports_values(&self) -> bool {
@@ -575,39 +362,7 @@ impl LeaseBackend for ZooKeeperBackend {
         token: Token,
         value: &str,
     ) -> Result<bool> {
-        const OP: &str = "setting a term value";
-        crate::types::check_value(value)?;
-        let inner = &self.inner;
-        let Some(s) = inner.live_or_none(session) else {
-            return Ok(false);
-        };
-        let Ok(client) = s.client() else {
-            return Ok(false);
-        };
-        let limit = s.limit(&inner.cfg);
-        let path = inner.cfg.lease_path(name);
-        let data = lease_data(session, value);
-        for _ in 0..8 {
-            let stat = match call(OP, limit, client.check_stat(&path))? {
-                Ok(Some(stat)) => stat,
-                Ok(None) => return Ok(false),
-                Err(e) => return inner.fail_unchanged(&s, OP, e),
-            };
-            if stat.ephemeral_owner != s.raw || stat.czxid as u64 != token.get() {
-                return Ok(false);
-            }
-            match call(OP, limit, client.set_data(&path, &data, Some(stat.version)))? {
-                Ok(_) => return Ok(true),
-                // Another value set meanwhile (by this session): read the version again.
-                Err(zk::Error::BadVersion) => continue,
-                Err(zk::Error::NoNode) => return Ok(false),
-                Err(e) => return inner.fail_unchanged(&s, OP, e),
-            }
-        }
-        Err(failure::error(
-            OP,
-            format!("lease node {name} kept changing"),
-        ))
+        self.inner.set_value(session, name, token, value)
     }
 
     fn join(&self, session: &SessionId, group: &GroupName) -> Result<()> {
@@ -769,9 +524,10 @@ impl LeaseBackend for ZooKeeperBackend {
     /// A multi read of the name's counter node and its children; with writers waiting, the
     /// clock write and a multi read of their nodes (sent together); then the grant or the
     /// registration (one multi) or the renewal (one write), unless the reply is known by
-    /// then: 1 to 3 round trips (see `rw`). Terms in their lock-delay add their stamps'
-    /// writes (sent with the waiting writers' read, else one round trip more; one more at
-    /// the first look).
+    /// then: 1 to 3 round trips (see `rw`); a grant's multi has an `exists` with a watch of
+    /// its term node queued behind it, not waited for (the keep-alive lists the term). Terms
+    /// in their lock-delay add their stamps' writes (sent with the waiting writers' read, else
+    /// one round trip more; one more at the first look).
     fn acquire_rw(
         &self,
         session: &SessionId,

@@ -1,10 +1,11 @@
 //! What the backend stores in and reads from a lease node: its data (holder and term value),
-//! its token (the `czxid`), and the batched `exists` reads a keep-alive sends.
+//! its token (the `czxid`), and the batched `exists` reads a keep-alive sends (of lease and
+//! read-write term nodes alike).
 
 use super::connect::Cfg;
 use super::{failure, held};
 use crate::error::Result;
-use crate::types::{LeaseName, SessionId, Token};
+use crate::types::{SessionId, Token};
 use std::future::Future;
 use std::pin::Pin;
 use zookeeper_client as zk;
@@ -41,21 +42,21 @@ pub(super) fn token(stat: &zk::Stat) -> Result<Token> {
 pub(super) type ReadFuture<'a> =
     Pin<Box<dyn Future<Output = std::result::Result<Vec<held::Seen>, zk::Error>> + Send + 'a>>;
 
-/// Sends an `exists` with a watch of each name's lease node at once (requests are queued when
-/// their futures are created), or an `exists` of `{root}/leases` when there is none; the
-/// future resolves once every reply is in.
-pub(super) fn read_leases<'a>(
+/// Sends an `exists` with a watch of each path at once (requests are queued when their
+/// futures are created), or an `exists` of `{root}/leases` when there is none; the future
+/// resolves once every reply is in.
+pub(super) fn read_nodes<'a>(
     client: &'a zk::Client,
     cfg: &Cfg,
-    names: &[(LeaseName, u64)],
+    paths: &[String],
 ) -> ReadFuture<'a> {
-    if names.is_empty() {
+    if paths.is_empty() {
         let f = client.check_stat(&cfg.leases);
         return Box::pin(async move { f.await.map(|_| Vec::new()) });
     }
-    let reads: Vec<_> = names
+    let reads: Vec<_> = paths
         .iter()
-        .map(|(n, _)| client.check_and_watch_stat(&cfg.lease_path(n)))
+        .map(|p| client.check_and_watch_stat(p))
         .collect();
     Box::pin(async move {
         let mut seen = Vec::with_capacity(reads.len());

@@ -293,12 +293,12 @@ impl Sessions {
             w.add_delete(&self.cfg.lease_path(name), None).ok()?;
             Some((name.to_string(), w.commit()))
         });
-        let terms = s.rw_gated.lock().clone();
-        let terms = terms.iter().filter_map(|(term, gate)| {
+        let terms = s.terms.lock().names();
+        let terms = terms.iter().filter_map(|term| {
             let mut w = client.new_multi_writer();
-            w.add_delete(term, None).ok()?;
-            w.add_delete(gate, None).ok()?;
-            Some((term.clone(), w.commit()))
+            w.add_delete(&term.path, None).ok()?;
+            w.add_delete(&term.gate(s.lock_delay_ms), None).ok()?;
+            Some((term.path.clone(), w.commit()))
         });
         let sent: Vec<_> = leases.chain(terms).collect();
         for (name, reply) in sent {

@@ -1,5 +1,8 @@
-//! The leases a ZooKeeper session holds, kept current by one data watch per lease node, so a
-//! keep-alive costs one cheap request however many leases the session holds.
+//! The leases and read-write terms a ZooKeeper session holds, kept current by one data watch
+//! per node, so a keep-alive costs one cheap request however many the session holds. The
+//! bookkeeping is the same for both ([`Watched`], keyed by a [`Node`]): a lease by its name
+//! (its token is the node's `czxid`), a read-write term by its node's path (the token is in
+//! it: see `rw`). What follows says "lease"; it holds for a term's node word for word.
 //!
 //! # Why a watch that has not fired proves the lease is still held
 //!
@@ -55,12 +58,28 @@ use crate::types::{LeaseName, Token};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use zookeeper_client as zk;
 
 type Watch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
+/// A node a session may own, watched while it holds it.
+pub(super) trait Node: Clone + Eq + Hash + Send + Sync + 'static {
+    /// Its token, as the stat of the node, owned by the session, shows it.
+    fn token(&self, stat: &zk::Stat) -> Result<Token>;
+}
+
+impl Node for LeaseName {
+    fn token(&self, stat: &zk::Stat) -> Result<Token> {
+        super::codec::token(stat)
+    }
+}
+
+/// The possibly-owned lease names of one session.
+pub(super) type Leases = Watched<LeaseName>;
 
 /// What a reply showed of a lease node, with the watch its `exists` armed.
 pub(super) type Seen = (Option<zk::Stat>, zk::OneshotWatcher);
@@ -115,19 +134,19 @@ impl Sent {
     }
 }
 
-/// Lease names with a sequence number (of a create, or of a watch).
-pub(super) type Numbered = Vec<(LeaseName, u64)>;
+/// Nodes with a sequence number (of a create, or of a watch).
+pub(super) type Numbered<K> = Vec<(K, u64)>;
 
-type Fired = Arc<Mutex<Numbered>>;
+type Fired<K> = Arc<Mutex<Numbered<K>>>;
 
 /// Records that the watch `id` of `name` fired (see the module docs, step 3).
-struct Fire {
-    name: LeaseName,
+struct Fire<K> {
+    name: K,
     id: u64,
-    fired: Fired,
+    fired: Fired<K>,
 }
 
-impl Wake for Fire {
+impl<K: Node> Wake for Fire<K> {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
@@ -158,15 +177,24 @@ struct Entry {
     sent: Option<Sent>,
 }
 
-/// The possibly-owned lease names of one session.
-#[derive(Default)]
-pub(super) struct Leases {
+/// The possibly-owned nodes of one session (of one kind).
+pub(super) struct Watched<K> {
     seq: u64,
-    names: HashMap<LeaseName, Entry>,
-    fired: Fired,
+    names: HashMap<K, Entry>,
+    fired: Fired<K>,
 }
 
-impl Leases {
+impl<K> Default for Watched<K> {
+    fn default() -> Self {
+        Watched {
+            seq: 0,
+            names: HashMap::new(),
+            fired: Arc::default(),
+        }
+    }
+}
+
+impl<K: Node> Watched<K> {
     fn next(&mut self) -> u64 {
         self.seq += 1;
         self.seq
@@ -174,7 +202,7 @@ impl Leases {
 
     /// Records that a create of `name` is about to be sent: the name counts as possibly owned
     /// from then on. Returns the create's sequence number.
-    pub(super) fn creating(&mut self, name: &LeaseName) -> u64 {
+    pub(super) fn creating(&mut self, name: &K) -> u64 {
         let seq = self.next();
         let e = self.names.entry(name.clone()).or_insert(Entry {
             seq,
@@ -196,24 +224,29 @@ impl Leases {
     }
 
     /// Keeps the `exists` sent with the create numbered `seq`, for the next keep-alive.
-    pub(super) fn stash(&mut self, name: &LeaseName, seq: u64, sent: Sent) {
+    pub(super) fn stash(&mut self, name: &K, seq: u64, sent: Sent) {
         if let Some(e) = self.names.get_mut(name).filter(|e| e.seq == seq) {
             e.sent = Some(sent);
         }
     }
 
     /// Every possibly-owned name.
-    pub(super) fn names(&self) -> Vec<LeaseName> {
+    pub(super) fn names(&self) -> Vec<K> {
         self.names.keys().cloned().collect()
     }
 
+    /// Whether `name` is possibly owned.
+    pub(super) fn knows(&self, name: &K) -> bool {
+        self.names.contains_key(name)
+    }
+
     /// The sequence number of the last create of `name`.
-    pub(super) fn seq_of(&self, name: &LeaseName) -> Option<u64> {
+    pub(super) fn seq_of(&self, name: &K) -> Option<u64> {
         self.names.get(name).map(|e| e.seq)
     }
 
     /// Forgets `name` unless another create of it was sent since `seq`.
-    pub(super) fn forget(&mut self, name: &LeaseName, seq: u64) {
+    pub(super) fn forget(&mut self, name: &K, seq: u64) {
         if self.names.get(name).is_some_and(|e| e.seq == seq) {
             self.names.remove(name);
         }
@@ -235,15 +268,13 @@ impl Leases {
     /// `name`'s node; returns its token when this session (`raw`) owns it.
     pub(super) fn observe(
         &mut self,
-        name: &LeaseName,
+        name: &K,
         seq: u64,
         raw: i64,
         (stat, watcher): Seen,
     ) -> Result<Option<Token>> {
         let (token, version) = match &stat {
-            Some(stat) if stat.ephemeral_owner == raw => {
-                (Some(super::codec::token(stat)?), stat.version)
-            }
+            Some(stat) if stat.ephemeral_owner == raw => (Some(name.token(stat)?), stat.version),
             _ => (None, 0),
         };
         let id = self.next();
@@ -297,7 +328,7 @@ impl Leases {
     /// `None`: read the node.
     pub(super) fn settled_version(
         &mut self,
-        name: &LeaseName,
+        name: &K,
         token: Token,
         raw: i64,
     ) -> Result<Option<i32>> {
@@ -327,7 +358,7 @@ impl Leases {
 
     /// The names a keep-alive must read (pending without a stashed `exists`, or dirty), with
     /// their sequence numbers, and the last sequence number so far.
-    pub(super) fn unsure(&mut self) -> (Numbered, u64) {
+    pub(super) fn unsure(&mut self) -> (Numbered<K>, u64) {
         self.apply_fires();
         let reads = self
             .names
@@ -341,7 +372,7 @@ impl Leases {
     /// After a keep-alive's replies: applies the stashed `exists` replies of the creates sent
     /// before its requests (numbered up to `mark`; their replies came first). Returns the
     /// names whose reply is missing or failed, to read.
-    pub(super) fn collect_sent(&mut self, mark: u64, raw: i64) -> Result<Numbered> {
+    fn collect_sent(&mut self, mark: u64, raw: i64) -> Result<Numbered<K>> {
         let mut done = Vec::new();
         let mut again = Vec::new();
         for (name, e) in self.names.iter_mut() {
@@ -362,9 +393,53 @@ impl Leases {
         Ok(again)
     }
 
-    /// After a keep-alive's replies (and the reads it sent applied): the leases held, and the
-    /// names whose watch fired, to read again.
-    pub(super) fn settled(&mut self) -> (Vec<(LeaseName, Token)>, Numbered) {
+    /// After a keep-alive's replies: applies the reads it sent of `reads` (`seen`, in order)
+    /// and the stashed `exists` replies of the creates numbered up to `mark` (see
+    /// [`Watched::collect_sent`]). Returns the nodes held, and those to read again (a watch
+    /// fired, or a stashed reply is missing or failed).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn after_reads(
+        &mut self,
+        reads: &Numbered<K>,
+        seen: Vec<Seen>,
+        mark: u64,
+        raw: i64,
+    ) -> Result<(Vec<(K, Token)>, Numbered<K>)> {
+        for ((name, seq), seen) in reads.iter().zip(seen) {
+            self.observe(name, *seq, raw, seen)?;
+        }
+        let mut again = self.collect_sent(mark, raw)?;
+        let (mut held, fired) = self.settled();
+        // A node held whose new create's `exists` failed is read again: listed once.
+        held.retain(|(n, _)| !again.iter().any(|(a, _)| a == n));
+        for f in fired {
+            if !again.iter().any(|(a, _)| *a == f.0) {
+                again.push(f);
+            }
+        }
+        Ok((held, again))
+    }
+
+    /// Applies the reads of `again` (`seen`, in order) that [`Watched::after_reads`] asked
+    /// for, adding the nodes they show held to `held`.
+    pub(super) fn after_rereads(
+        &mut self,
+        again: Numbered<K>,
+        seen: Vec<Seen>,
+        raw: i64,
+        held: &mut Vec<(K, Token)>,
+    ) -> Result<()> {
+        for ((name, seq), seen) in again.into_iter().zip(seen) {
+            if let Some(token) = self.observe(&name, seq, raw, seen)? {
+                held.push((name, token));
+            }
+        }
+        Ok(())
+    }
+
+    /// After a keep-alive's replies (and the reads it sent applied): the nodes held, and
+    /// those whose watch fired, to read again.
+    fn settled(&mut self) -> (Vec<(K, Token)>, Numbered<K>) {
         self.apply_fires();
         let mut held = Vec::with_capacity(self.names.len());
         let mut again = Vec::new();

@@ -10,9 +10,11 @@
 //! * `connect`: the settings every client is opened with, and the shared reader;
 //! * `codec`: a lease node's data and token; `watch`: the watchdog and the reader's watch;
 //! * `delay`: lock-delay gates and their stamps;
-//! * `acl`: [`Perms`], [`Acl`], [`AclPolicy`]; `held`: the watches of the held leases;
-//!   `queue`: fair locks; `rw`: read-write locks; `jobs`: run-once jobs; `tls`; `facade`: blocking on the client's
-//!   futures; `failure`: every error.
+//! * `lease`: acquire, release, owner and value of a lease;
+//! * `acl`: [`Perms`], [`Acl`], [`AclPolicy`]; `held`: the watches of the held leases and
+//!   read-write terms; `queue`: fair locks; `rw`: read-write locks (`rw_view`: what an
+//!   attempt or the state reads); `jobs`: run-once jobs; `tls`; `facade`: blocking on the
+//!   client's futures; `failure`: every error.
 
 mod acl;
 mod backend;
@@ -24,8 +26,10 @@ mod facade;
 mod failure;
 mod held;
 mod jobs;
+mod lease;
 mod queue;
 mod rw;
+mod rw_view;
 mod session;
 #[cfg(feature = "tls")]
 mod tls;

@@ -230,9 +230,8 @@ impl Sessions {
         }
     }
 
-    /// Deletes this session's own places whose delete after a grant failed, and read-write
-    /// terms whose grant reply was lost (see `rw`): one round trip each, only then; those
-    /// that fail again wait for the next keep-alive. A place ends with its session anyway,
+    /// Deletes this session's own places whose delete after a grant failed: one round trip
+    /// each, only then; those that fail again wait for the next keep-alive. A place ends with its session anyway,
     /// and is skipped by others one patience after its last renewal. Its delete names the
     /// version it was left at, so it never deletes a place taken up again; a place's name is
     /// made again only after the queue's container node emptied (its sequence starts over),
@@ -246,7 +245,6 @@ impl Sessions {
                 s.orphans.lock().retain(|o| *o != (path.clone(), version));
             }
         }
-        self.delete_rw_orphans(s, client);
     }
 
     /// Makes the next `n` deletes of queue places fail as a lost connection would (tests).

@@ -44,18 +44,19 @@
 //! together); the state one sync with a multi read, plus the clock and the waiting writers'
 //! reads, and the stamps, when there are any.
 //!
-//! A grant whose reply is lost leaves its path to the keep-alive as an orphan; the same path
-//! may be granted again, and held: see [`OwnTerms`].
+//! Each grant's multi has an `exists` with a watch of its term node queued right behind it
+//! (not waited for), so the session's keep-alive lists its terms without reading them, as it
+//! does its leases (see `held` and [`TermNode`]); a grant whose reply is lost is read by the
+//! next keep-alive, and listed if it ran (the engine then releases it).
 
-use super::delay;
 use super::facade::{backend as zk_err, block_on_for, call};
+use super::rw_view::{counter_data, term_node, How, View};
 use super::session::{Sessions, ZkSession};
+use super::{delay, held};
 use crate::backends::options;
 use crate::error::{Error, Result};
-use crate::spi::{RwAcquire, RwDelayed, RwMode, RwState};
+use crate::spi::{RwAcquire, RwMode};
 use crate::types::{LeaseName, SessionId, Term, Token};
-use std::collections::HashSet;
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use zookeeper_client as zk;
@@ -65,217 +66,51 @@ const OP: &str = "taking a read-write lock";
 /// How many times an attempt reads again after a conflicting change.
 const TRIES: usize = 32;
 
-/// A session's own read-write term nodes, as far as it knows ([`ZkSession::rw`]); a path is
-/// never in both.
-///
-/// A term's path names its token, but the token is only handed out once its grant's multi
-/// ran: a grant that never reached the server leaves the counter where it was, and the
-/// session's next attempt builds the same path. So an orphan is only a belief about one
-/// attempt, and a path the session was told it holds is never deleted as one.
-#[derive(Debug, Default)]
-pub(super) struct OwnTerms {
-    /// Paths the engine was told this session holds (granted, or taken up), until released.
-    held: HashSet<String>,
-    /// Paths whose grant got no reply, each with its gate (a session with a lock-delay):
-    /// they may exist, unknown to the engine; the keep-alive deletes them.
-    orphans: Vec<(String, Option<String>)>,
+/// A read-write term node of a session, as its bookkeeping ([`ZkSession::terms`]) knows it:
+/// one possibly held from its grant's send (the grant may run without its reply coming back)
+/// until its release, its deletion or the `exists` behind its grant's multi says it is not
+/// there. Its path names the session and the token: a token is handed out by one multi that
+/// ran only (the counter's compare-and-set), so a path stands for one term ever (a grant that
+/// never ran leaves the counter as it was, and a later grant of the session may build the same
+/// path: that is the same term as far as anyone can tell, since the first never existed).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct TermNode {
+    pub(super) name: LeaseName,
+    pub(super) mode: RwMode,
+    pub(super) token: u64,
+    /// `{root}/rw/{name}/{r|w}-{sessionId}-{token}`.
+    pub(super) path: String,
 }
 
-impl OwnTerms {
-    /// The grant of `node` may have run (no reply): an orphan unless the path is held.
-    fn lost(&mut self, node: &str, gate: Option<&str>) {
-        if !self.held.contains(node) && !self.orphans.iter().any(|o| o.0 == node) {
-            self.orphans
-                .push((node.to_owned(), gate.map(str::to_owned)));
+impl TermNode {
+    pub(super) fn new(
+        dir: &str,
+        name: &LeaseName,
+        mode: RwMode,
+        id: &SessionId,
+        token: u64,
+    ) -> TermNode {
+        TermNode {
+            name: name.clone(),
+            mode,
+            token,
+            path: format!("{dir}/{}", term_node(mode, id, token)),
         }
     }
 
-    /// `node` is held: no longer an orphan, whichever attempt left that belief.
-    fn hold(&mut self, node: &str) {
-        self.orphans.retain(|o| o.0 != node);
-        self.held.insert(node.to_owned());
-    }
-
-    fn is_orphan(&self, node: &str) -> bool {
-        self.orphans.iter().any(|o| o.0 == node)
+    /// Its lock-delay gate's path, for a session with a delay of `delay_ms`: `g`, the term
+    /// node's name, and the delay.
+    pub(super) fn gate(&self, delay_ms: i64) -> String {
+        let (dir, node) = self.path.rsplit_once('/').unwrap_or(("", &self.path));
+        format!("{dir}/g{node}-{delay_ms}")
     }
 }
 
-/// A grant's multi as [`Sessions::rw_commit`] sends it: its term node and gate, and the
-/// session's own terms (locked) where an unknown outcome leaves an orphan.
-struct Grant<'a> {
-    node: &'a str,
-    gate: Option<&'a str>,
-    own: &'a mut OwnTerms,
-}
-
-/// A waiting writer's node as read.
-#[derive(Clone, Debug)]
-struct Waiter {
-    id: SessionId,
-    czxid: i64,
-    version: i32,
-    live: bool,
-}
-
-/// A term whose gate stands without its node: its session ended without a clean end.
-#[derive(Clone, Debug)]
-struct Delayed {
-    id: SessionId,
-    mode: RwMode,
-    token: u64,
-    /// The gate's path.
-    gate: String,
-    delay_ms: i64,
-    /// The delay left in ms as its stamp's write timed it (`None`: not timed, counted as
-    /// in its delay).
-    left: Option<i64>,
-}
-
-impl Delayed {
-    fn blocks(&self) -> bool {
-        self.left.is_none_or(|l| l > 0)
+impl held::Node for TermNode {
+    /// The token its path names (a node of the session at that path is that term).
+    fn token(&self, _: &zk::Stat) -> Result<Token> {
+        Token::new(self.token)
     }
-}
-
-/// How [`Sessions::rw_view`] reads.
-#[derive(Clone, Copy)]
-struct How<'a> {
-    op: &'static str,
-    /// Sync first, sent with the read (no round trip more): the read then sees every change
-    /// that completed before it, whichever server made it.
-    sync: bool,
-    /// The session whose registration to renew, if it has one, with its data.
-    renew: Option<(&'a SessionId, &'a [u8])>,
-}
-
-/// A name's node and children as one attempt read them.
-#[derive(Debug, Default)]
-struct View {
-    /// The own registration was renewed by the read (see [`How::renew`]).
-    renewed: bool,
-    /// The counter node's data version, counter and `mzxid` (`None`: no node yet).
-    node: Option<(i32, u64, i64)>,
-    writer: Option<(SessionId, u64)>,
-    readers: Vec<(SessionId, u64)>,
-    /// In line, first first.
-    waiting: Vec<Waiter>,
-    /// Terms in their lock-delay, or whose delay ran out (to delete with a grant).
-    delayed: Vec<Delayed>,
-}
-
-impl View {
-    fn counter(&self) -> u64 {
-        self.node.map_or(0, |n| n.1)
-    }
-
-    fn live_waiting(&self) -> usize {
-        self.waiting.iter().filter(|w| w.live).count()
-    }
-
-    /// The delayed terms of `mode` that still block.
-    fn delaying(&self, mode: RwMode) -> impl Iterator<Item = &Delayed> {
-        self.delayed
-            .iter()
-            .filter(move |d| d.mode == mode && d.blocks())
-    }
-
-    fn busy(&self, extra: usize) -> RwAcquire {
-        let delayed_writer = self.delaying(RwMode::Write).map(|d| &d.id).next();
-        RwAcquire::Busy {
-            writer: self
-                .writer
-                .as_ref()
-                .map(|w| &w.0)
-                .or(delayed_writer)
-                .cloned(),
-            readers: self.readers.len() + self.delaying(RwMode::Read).count(),
-            writers_waiting: self.live_waiting() + extra,
-        }
-    }
-}
-
-/// The counter node's data.
-fn counter_data(counter: u64) -> Vec<u8> {
-    format!("1 {counter}").into_bytes()
-}
-
-fn parse_counter(data: &[u8]) -> Option<u64> {
-    std::str::from_utf8(data)
-        .ok()?
-        .strip_prefix("1 ")?
-        .parse()
-        .ok()
-}
-
-/// A term node's name.
-fn term_node(mode: RwMode, id: &SessionId, token: u64) -> String {
-    let tag = match mode {
-        RwMode::Read => 'r',
-        RwMode::Write => 'w',
-    };
-    format!("{tag}-{id}-{token}")
-}
-
-/// A term's lock-delay gate's name: `g`, the term node's name, and the delay in ms.
-fn gate_node(mode: RwMode, id: &SessionId, token: u64, delay_ms: i64) -> String {
-    format!("g{}-{delay_ms}", term_node(mode, id, token))
-}
-
-/// A child of a name's node.
-#[derive(Debug, PartialEq, Eq)]
-enum Child {
-    Term(RwMode, SessionId, u64),
-    /// A term's gate, with the delay in ms.
-    Gate(RwMode, SessionId, u64, i64),
-    Waiting(SessionId),
-}
-
-fn parse_child(c: &str) -> Option<Child> {
-    let (tag, rest) = c.split_once('-')?;
-    let mode = |m: &str| match m {
-        "r" => Some(RwMode::Read),
-        "w" => Some(RwMode::Write),
-        _ => None,
-    };
-    if tag == "q" {
-        return Some(Child::Waiting(SessionId::parse(rest).ok()?));
-    }
-    let mut it = rest.split('-');
-    let id = SessionId::parse(it.next()?).ok()?;
-    let token = it.next()?.parse().ok()?;
-    if let Some(m) = tag.strip_prefix('g') {
-        let delay = it.next()?.parse().ok().filter(|d: &i64| *d >= 0)?;
-        return it
-            .next()
-            .is_none()
-            .then_some(Child::Gate(mode(m)?, id, token, delay));
-    }
-    it.next()
-        .is_none()
-        .then_some(Child::Term(mode(tag)?, id, token))
-}
-
-fn bad_node(op: &'static str, path: &str) -> Error {
-    super::failure::error(
-        op,
-        format!("{path} holds no read-write lock counter (written outside simba-lease?)"),
-    )
-}
-
-/// Waits for two requests already sent (one after the other, so the server ran them in that
-/// order): one round trip.
-fn both<A: Future, B: Future>(
-    operation: &'static str,
-    limit: Duration,
-    a: A,
-    b: B,
-) -> Result<(A::Output, B::Output)> {
-    block_on_for(async move { (a.await, b.await) }, limit).ok_or(Error::Timeout {
-        operation,
-        after: limit,
-        source: None,
-    })
 }
 
 /// Takes one fault of `faults`, if any is left.
@@ -303,206 +138,8 @@ enum Outcome {
 }
 
 impl Sessions {
-    fn rw_path(&self, name: &LeaseName) -> String {
+    pub(super) fn rw_path(&self, name: &LeaseName) -> String {
         format!("{}/{}", self.cfg.rw, name.as_str())
-    }
-
-    /// Reads `dir` and its children (after a sync, when `how.sync`), then, when writers wait,
-    /// their nodes with the server's clock, sent together: a write to `{root}/clock` before
-    /// the read, or, when `how.renew` names a session waiting in line, the rewrite of its
-    /// registration after it (its data: the new patience).
-    fn rw_view(
-        &self,
-        client: &zk::Client,
-        limit: Duration,
-        dir: &str,
-        how: How<'_>,
-        fail: &dyn Fn(zk::Error) -> Error,
-    ) -> Result<View> {
-        let op = how.op;
-        let synced = how.sync.then(|| client.sync(dir));
-        let mut r = client.new_multi_reader();
-        r.add_get_data(dir).map_err(|e| zk_err(op, e))?;
-        r.add_get_children(dir).map_err(|e| zk_err(op, e))?;
-        let read = r.commit();
-        let synced = async move {
-            match synced {
-                Some(f) => f.await,
-                None => Ok(()),
-            }
-        };
-        let (synced, read) = both(op, limit, synced, read)?;
-        match synced {
-            Ok(()) | Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(fail(e)),
-        }
-        let mut results = read.map_err(fail)?.into_iter();
-        let mut view = View::default();
-        match results.next() {
-            Some(zk::MultiReadResult::Data { data, stat }) => {
-                let counter = parse_counter(&data).ok_or_else(|| bad_node(op, dir))?;
-                view.node = Some((stat.version, counter, stat.mzxid));
-            }
-            Some(zk::MultiReadResult::Error {
-                err: zk::Error::NoNode,
-            }) => return Ok(view),
-            Some(zk::MultiReadResult::Error { err }) => return Err(fail(err)),
-            _ => return Err(bad_node(op, dir)),
-        }
-        let children = match results.next() {
-            Some(zk::MultiReadResult::Children { children }) => children,
-            Some(zk::MultiReadResult::Error {
-                err: zk::Error::NoNode,
-            }) => Vec::new(),
-            Some(zk::MultiReadResult::Error { err }) => return Err(fail(err)),
-            _ => return Err(bad_node(op, dir)),
-        };
-        let mut queued = Vec::new();
-        let names: HashSet<&str> = children.iter().map(String::as_str).collect();
-        for c in &children {
-            match parse_child(c) {
-                Some(Child::Term(RwMode::Read, id, token)) => view.readers.push((id, token)),
-                // At most one (grants are decided on a consistent read); the newest wins.
-                Some(Child::Term(RwMode::Write, id, token))
-                    if view.writer.as_ref().is_none_or(|w| w.1 < token) =>
-                {
-                    view.writer = Some((id, token));
-                }
-                // Created and deleted with its term's node: alone, the session ended.
-                Some(Child::Gate(mode, id, token, delay_ms))
-                    if !names.contains(term_node(mode, &id, token).as_str()) =>
-                {
-                    view.delayed.push(Delayed {
-                        id,
-                        mode,
-                        token,
-                        gate: format!("{dir}/{c}"),
-                        delay_ms,
-                        left: None,
-                    });
-                }
-                Some(Child::Waiting(id)) => queued.push((id, format!("{dir}/{c}"))),
-                _ => {}
-            }
-        }
-        view.readers.sort();
-        view.delayed.sort_by(|a, b| a.id.cmp(&b.id));
-        // Every delay is timed by its stamp's write, sent now (they travel with the line's
-        // read, if any): a write term's keeps every attempt out, a read term's new writers,
-        // and each counts in `Busy` while it lasts; a grant deletes those that ran out.
-        let paths: Vec<String> = view
-            .delayed
-            .iter()
-            .map(|d| delay::stamp_path(&d.gate))
-            .collect();
-        let sent: Vec<_> = paths
-            .iter()
-            .map(|p| client.set_data(p, &[], None))
-            .collect();
-        if !queued.is_empty() {
-            self.rw_line(client, limit, dir, how, queued, &mut view, fail)?;
-        }
-        let stamps = self.stamps(client, limit, &paths, sent, op, fail)?;
-        let delayed = std::mem::take(&mut view.delayed);
-        // A stamp whose gate is gone: taken since the read.
-        view.delayed = delayed
-            .into_iter()
-            .zip(stamps)
-            .filter_map(|(d, stamp)| {
-                let left = Some(delay::left(&stamp?, d.delay_ms));
-                Some(Delayed { left, ..d })
-            })
-            .collect();
-        Ok(view)
-    }
-
-    /// Reads the waiting writers' nodes `queued` with the server's clock into `view` (see
-    /// [`Sessions::rw_view`]).
-    #[allow(clippy::too_many_arguments)]
-    fn rw_line(
-        &self,
-        client: &zk::Client,
-        limit: Duration,
-        dir: &str,
-        how: How<'_>,
-        queued: Vec<(SessionId, String)>,
-        view: &mut View,
-        fail: &dyn Fn(zk::Error) -> Error,
-    ) -> Result<()> {
-        let op = how.op;
-        let clock = format!("{}/clock", self.cfg.root);
-        // The own registration, renewed after the read of the line: that write's `mtime` is
-        // the clock then (no clock write).
-        let mut renew = how
-            .renew
-            .filter(|(me, _)| queued.iter().any(|(id, _)| id == *me));
-        for _ in 0..3 {
-            let mut r = client.new_multi_reader();
-            for (_, path) in &queued {
-                r.add_get_data(path).map_err(|e| zk_err(op, e))?;
-            }
-            let (now, renewed, read) = match renew {
-                Some((me, data)) => {
-                    let read = r.commit();
-                    let own = client.set_data(&format!("{dir}/q-{me}"), data, None);
-                    let (read, own) = both(op, limit, read, own)?;
-                    match own {
-                        Ok(stat) => (stat.mtime, Some((me, stat.version)), read),
-                        Err(zk::Error::NoNode) => {
-                            renew = None; // left meanwhile: time the line by the clock
-                            continue;
-                        }
-                        Err(e) => return Err(fail(e)),
-                    }
-                }
-                None => {
-                    let now = client.set_data(&clock, &[], None);
-                    let read = r.commit();
-                    let (now, read) = both(op, limit, now, read)?;
-                    match now {
-                        Ok(stat) => (stat.mtime, None, read),
-                        Err(zk::Error::NoNode) => {
-                            self.cfg.mkdirs(client, &clock, limit)?;
-                            continue;
-                        }
-                        Err(e) => return Err(fail(e)),
-                    }
-                }
-            };
-            for ((id, _), r) in queued.into_iter().zip(read.map_err(fail)?) {
-                let zk::MultiReadResult::Data { data, stat } = r else {
-                    continue; // gone meanwhile
-                };
-                // Only a node the waiting writer's own session made counts.
-                if SessionId::from_u64(stat.ephemeral_owner as u64) != id {
-                    continue;
-                }
-                let patience = std::str::from_utf8(&data)
-                    .ok()
-                    .and_then(|d| d.parse::<i64>().ok())
-                    .unwrap_or(0);
-                // The own one: live if it was before this renewal, at the renewal's version.
-                let version = match renewed {
-                    Some((me, version)) if *me == id => {
-                        view.renewed = true;
-                        version
-                    }
-                    _ => stat.version,
-                };
-                view.waiting.push(Waiter {
-                    id,
-                    czxid: stat.czxid,
-                    version,
-                    live: stat.mtime.saturating_add(patience) > now,
-                });
-            }
-            view.waiting.sort_by_key(|w| w.czxid);
-            return Ok(());
-        }
-        Err(super::failure::error(
-            op,
-            format!("the line of {dir} could not be timed"),
-        ))
     }
 
     /// Sets (or creates) the counter node in `w`, first: `counter` + `add`.
@@ -530,9 +167,11 @@ impl Sessions {
     }
 
     /// Commits a multi built on `view`; a conflict (or a missing `{root}/rw`, created here)
-    /// is [`Outcome::Again`]. `grant`: the term node a grant creates, left to the next
-    /// keep-alive to delete when the outcome cannot be known (no reply), and held once done
-    /// (see [`OwnTerms`] and `take_up`).
+    /// is [`Outcome::Again`]. `grant`: the term node a grant creates, possibly held from the
+    /// send: an `exists` with a watch of it is queued right behind the multi, under the lock a
+    /// keep-alive sends its reads under, and its reply (the node as it stands after the multi
+    /// and any earlier grant of the same path, whatever the outcome) is left to the next
+    /// keep-alive. Without a reply (the outcome unknown) the keep-alive reads the node.
     fn rw_commit(
         &self,
         s: &ZkSession,
@@ -540,60 +179,61 @@ impl Sessions {
         limit: Duration,
         mut w: zk::MultiWriter<'_>,
         view: &View,
-        mut grant: Option<Grant<'_>>,
+        grant: Option<&TermNode>,
     ) -> Result<Outcome> {
-        let granting = grant.is_some();
-        let mut unknown = || {
-            if let Some(g) = grant.as_mut() {
-                g.own.lost(g.node, g.gate);
-            }
-        };
         let lost = || Error::Timeout {
             operation: OP,
             after: limit,
             source: None,
         };
-        if granting && lose(&self.rw_unsent_faults) {
-            // As if the connection was lost before the send: it never runs.
-            drop(w);
-            unknown();
+        let (sent, watched) = match grant {
+            Some(node) => {
+                let mut terms = s.terms.lock();
+                let seq = terms.creating(node);
+                if lose(&self.rw_unsent_faults) {
+                    // As if the connection was lost before the send: it never runs.
+                    return Err(lost());
+                }
+                let sent = w.commit();
+                (
+                    sent,
+                    Some((node, seq, held::Sent::exists(client, node.path.clone()))),
+                )
+            }
+            None => (w.commit(), None),
+        };
+        let r = call(OP, limit, sent)?;
+        if r.is_ok() && grant.is_some() && lose(&self.rw_reply_faults) {
             return Err(lost());
         }
-        let sent = w.commit();
-        let r = match call(OP, limit, sent) {
-            Ok(r) => r,
-            Err(e) => {
-                unknown();
-                return Err(e);
+        let stash = || {
+            if let Some((node, seq, seen)) = watched {
+                let mut terms = s.terms.lock();
+                // It holds a clone of the client: never stashed once closing began.
+                if s.client.lock().is_some() {
+                    terms.stash(node, seq, seen);
+                }
             }
         };
-        if r.is_ok() && granting && lose(&self.rw_reply_faults) {
-            unknown();
-            return Err(lost());
-        }
         match r {
             Ok(_) => {
-                if let Some(g) = grant {
-                    g.own.hold(g.node);
-                }
+                stash();
                 Ok(Outcome::Done)
             }
-            Err(zk::MultiWriteError::OperationFailed { index, source }) => match source {
-                zk::Error::NoNode if index == 0 && view.node.is_none() => {
-                    self.cfg.mkdirs(client, &self.cfg.rw, limit)?;
-                    Ok(Outcome::Again)
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                stash();
+                match source {
+                    zk::Error::NoNode if index == 0 && view.node.is_none() => {
+                        self.cfg.mkdirs(client, &self.cfg.rw, limit)?;
+                        Ok(Outcome::Again)
+                    }
+                    zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
+                        Ok(Outcome::Again)
+                    }
+                    e => Err(self.fail(s, OP, e)),
                 }
-                zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
-                    Ok(Outcome::Again)
-                }
-                e => Err(self.fail(s, OP, e)),
-            },
-            Err(zk::MultiWriteError::RequestFailed { source }) => {
-                if matches!(source, zk::Error::ConnectionLoss | zk::Error::Timeout) {
-                    unknown();
-                }
-                Err(self.fail(s, OP, source))
             }
+            Err(zk::MultiWriteError::RequestFailed { source }) => Err(self.fail(s, OP, source)),
         }
     }
 
@@ -639,11 +279,8 @@ impl Sessions {
                 RwMode::Write => view.writer.as_ref().filter(|w| &w.0 == session),
             };
             if let Some(&(_, token)) = held {
-                let path = format!("{dir}/{}", term_node(mode, session, token));
-                if self.take_up(&s, &client, limit, &path)? {
-                    return term(token);
-                }
-                continue;
+                self.found(&s, &client, TermNode::new(&dir, name, mode, session, token));
+                return term(token);
             }
             let own = view.waiting.iter().find(|w| &w.id == session);
             let own_live = own.is_some_and(|o| o.live) && !lapsed;
@@ -709,7 +346,7 @@ impl Sessions {
             // whose delay ran out deleted with their stamps, and the run-out registrations
             // the decision ignored checked as read.
             let token = view.counter() + 1;
-            let node = format!("{dir}/{}", term_node(mode, session, token));
+            let node = TermNode::new(&dir, name, mode, session, token);
             self.add_counter(&mut w, &dir, &view, 1)?;
             for d in view.delayed.iter().filter(|d| !d.blocks()) {
                 w.add_delete(&delay::stamp_path(&d.gate), None)
@@ -724,45 +361,20 @@ impl Sessions {
                 w.add_check_version(&format!("{dir}/q-{}", q.id), q.version)
                     .map_err(|e| zk_err(OP, e))?;
             }
-            let eacl = self.cfg.acl.for_path(&node);
+            let eacl = self.cfg.acl.for_path(&node.path);
             let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&eacl));
-            w.add_create(&node, &[], &ephemeral)
+            w.add_create(&node.path, &[], &ephemeral)
                 .map_err(|e| zk_err(OP, e))?;
-            let gate = (s.lock_delay_ms > 0)
-                .then(|| format!("{dir}/{}", gate_node(mode, session, token, s.lock_delay_ms)));
-            if let Some(gate) = &gate {
-                let gacl = self.cfg.acl.for_path(gate);
+            if s.lock_delay_ms > 0 {
+                let gate = node.gate(s.lock_delay_ms);
+                let gacl = self.cfg.acl.for_path(&gate);
                 let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&gacl));
-                w.add_create(gate, &[], &persistent)
+                w.add_create(&gate, &[], &persistent)
                     .map_err(|e| zk_err(OP, e))?;
             }
-            // From the send to the outcome, no orphan of this session is deleted: the path may
-            // be one a grant without a reply left (same token: that multi never ran), which
-            // this grant, once done, makes held.
-            let mut own = s.rw.lock();
-            if own.held.contains(&node) {
-                // Granted to a concurrent attempt of this session since the read (this multi
-                // would fail): read again, which finds it.
-                continue;
-            }
-            if let Some(gate) = &gate {
-                // Possibly held from now on: a close deletes it with its gate.
-                s.rw_gated.lock().insert(node.clone(), gate.clone());
-            }
-            let grant = Grant {
-                node: &node,
-                gate: gate.as_deref(),
-                own: &mut own,
-            };
-            match self.rw_commit(&s, &client, limit, w, &view, Some(grant))? {
+            match self.rw_commit(&s, &client, limit, w, &view, Some(&node))? {
                 Outcome::Done => return term(token),
-                Outcome::Again => {
-                    // Left as the orphan of an earlier attempt, it keeps its gate.
-                    if !own.is_orphan(&node) {
-                        s.rw_gated.lock().remove(&node);
-                    }
-                    continue;
-                }
+                Outcome::Again => continue,
             }
         }
         Err(super::failure::error(
@@ -771,36 +383,19 @@ impl Sessions {
         ))
     }
 
-    /// An own term found by an attempt: held, unless a grant without a reply left it to the
-    /// keep-alive to delete; then it is taken up, by a write sent after any such delete
-    /// already sent (one client's requests run in the order sent), and held if it still
-    /// stands. Under the session's [`OwnTerms`] lock: no delete of it is sent from now on.
-    /// Whether it is held.
-    fn take_up(
-        &self,
-        s: &ZkSession,
-        client: &zk::Client,
-        limit: Duration,
-        path: &str,
-    ) -> Result<bool> {
-        let mut own = s.rw.lock();
-        if !own.is_orphan(path) {
-            own.hold(path);
-            return Ok(true);
+    /// An own term an attempt found, which it returns as held: watched from now on, in the
+    /// rare case the session's bookkeeping does not know it (a node of its session at that
+    /// path is that term: see [`TermNode`]), by an `exists` with a watch that the next
+    /// keep-alive applies (no round trip here).
+    fn found(&self, s: &ZkSession, client: &zk::Client, node: TermNode) {
+        let mut terms = s.terms.lock();
+        if terms.knows(&node) {
+            return;
         }
-        match call(OP, limit, client.set_data(path, &[], None))? {
-            Ok(_) => {
-                own.hold(path);
-                Ok(true)
-            }
-            Err(zk::Error::NoNode) => {
-                // Deleted by a keep-alive whose reply was lost (with its gate).
-                own.orphans.retain(|o| o.0 != path);
-                s.rw_gated.lock().remove(path);
-                Ok(false)
-            }
-            // Still an orphan (the engine is not told of it).
-            Err(e) => Err(self.fail(s, OP, e)),
+        let seq = terms.creating(&node);
+        if s.client.lock().is_some() {
+            let seen = held::Sent::exists(client, node.path.clone());
+            terms.stash(&node, seq, seen);
         }
     }
 
@@ -818,36 +413,32 @@ impl Sessions {
         let Ok(client) = s.client() else {
             return Ok(false);
         };
-        let dir = self.rw_path(name);
-        let path = format!("{dir}/{}", term_node(mode, session, token.get()));
+        let node = TermNode::new(&self.rw_path(name), name, mode, session, token.get());
+        let path = &node.path;
         let limit = s.limit(&self.cfg);
-        {
-            let mut own = s.rw.lock();
-            own.held.remove(&path);
-            own.orphans.retain(|o| o.0 != path);
-        }
+        // Forgotten once its node is gone (deleted now, or not there: any grant of it was
+        // sent before, so ran before). A release without an answer leaves the term to the
+        // keep-alive: its watch (or its read) says whether it went, and while it stands it is
+        // listed, so the engine releases it again.
+        let seq = s.terms.lock().seq_of(&node);
+        let gone = |deleted: bool| {
+            if let Some(seq) = seq {
+                s.terms.lock().forget(&node, seq);
+            }
+            Ok(deleted)
+        };
         // A term of a session with a lock-delay ends with its gate, in one multi.
         if s.lock_delay_ms > 0 {
-            let gate = format!(
-                "{dir}/{}",
-                gate_node(mode, session, token.get(), s.lock_delay_ms)
-            );
             let mut w = client.new_multi_writer();
-            w.add_delete(&path, None).map_err(|e| zk_err(OP, e))?;
-            w.add_delete(&gate, None).map_err(|e| zk_err(OP, e))?;
-            let done = || drop(s.rw_gated.lock().remove(&path));
+            w.add_delete(path, None).map_err(|e| zk_err(OP, e))?;
+            w.add_delete(&node.gate(s.lock_delay_ms), None)
+                .map_err(|e| zk_err(OP, e))?;
             match call(OP, limit, w.commit())? {
-                Ok(_) => {
-                    done();
-                    return Ok(true);
-                }
+                Ok(_) => return gone(true),
                 Err(zk::MultiWriteError::OperationFailed {
                     index: 0,
                     source: zk::Error::NoNode,
-                }) => {
-                    done();
-                    return Ok(false);
-                }
+                }) => return gone(false),
                 // No gate (never expected): the term's node alone, below.
                 Err(zk::MultiWriteError::OperationFailed {
                     index: 1,
@@ -856,81 +447,10 @@ impl Sessions {
                 Err(e) => return self.fail_unchanged(&s, OP, zk::Error::from(e)),
             }
         }
-        let deleted = match call(OP, limit, client.delete(&path, None))? {
-            Ok(()) => true,
-            Err(zk::Error::NoNode) => false,
-            Err(e) => return self.fail_unchanged(&s, OP, e),
-        };
-        s.rw_gated.lock().remove(&path);
-        Ok(deleted)
-    }
-
-    /// Deletes this session's orphans (see [`OwnTerms`]), each with its gate in one multi:
-    /// one round trip each, only then; those that fail again wait for the next keep-alive.
-    /// Skipped while a grant or a take-up of the session is under way (the next keep-alive
-    /// does it). An orphan is not held (a grant or take-up that makes it held drops it under
-    /// the same lock), so it is deleted at any version: it is a stray term of this session.
-    pub(super) fn delete_rw_orphans(&self, s: &ZkSession, client: &zk::Client) {
-        let Some(mut own) = s.rw.try_lock() else {
-            return;
-        };
-        // Each dropped only once handled.
-        for (path, gate) in own.orphans.clone() {
-            if self.delete_orphan(s, client, &path, gate.as_deref()) {
-                own.orphans.retain(|o| o.0 != path);
-            }
-        }
-    }
-
-    /// Deletes an orphaned term, with its gate if it has one, in one multi; whether nothing is
-    /// left to do.
-    fn delete_orphan(
-        &self,
-        s: &ZkSession,
-        client: &zk::Client,
-        path: &str,
-        gate: Option<&str>,
-    ) -> bool {
-        const OP: &str = "releasing a read-write lock";
-        let limit = s.limit(&self.cfg);
-        let gone = || drop(s.rw_gated.lock().remove(path));
-        let r = match gate {
-            Some(gate) => {
-                let mut w = client.new_multi_writer();
-                if w.add_delete(path, None).is_err() || w.add_delete(gate, None).is_err() {
-                    return false;
-                }
-                match call(OP, limit, w.commit()) {
-                    Ok(Ok(_)) => Ok(Ok(())),
-                    // Never created (its gate neither).
-                    Ok(Err(zk::MultiWriteError::OperationFailed {
-                        index: 0,
-                        source: zk::Error::NoNode,
-                    })) => Ok(Err(zk::Error::NoNode)),
-                    // No gate (never expected): the term's node alone.
-                    Ok(Err(zk::MultiWriteError::OperationFailed {
-                        index: 1,
-                        source: zk::Error::NoNode,
-                    })) => call(OP, limit, client.delete(path, None)),
-                    Ok(Err(e)) => Ok(Err(zk::Error::from(e))),
-                    Err(e) => Err(e),
-                }
-            }
-            None => call(OP, limit, client.delete(path, None)),
-        };
-        match r {
-            Ok(Ok(()) | Err(zk::Error::NoNode)) => {
-                gone();
-                true
-            }
-            Ok(Err(e)) => {
-                log::debug!("deleting the read-write term {path}: {e}");
-                false
-            }
-            Err(e) => {
-                log::debug!("deleting the read-write term {path}: {}", e.report());
-                false
-            }
+        match call(OP, limit, client.delete(path, None))? {
+            Ok(()) => gone(true),
+            Err(zk::Error::NoNode) => gone(false),
+            Err(e) => self.fail_unchanged(&s, OP, e),
         }
     }
 
@@ -983,91 +503,5 @@ impl Sessions {
             .and_then(|d| d.parse::<i64>().ok())
             .unwrap_or(0);
         Ok(stat.mtime.saturating_add(patience) > now)
-    }
-
-    /// Through the shared reader, after a sync (a term or registration that just returned on
-    /// another server is then seen).
-    pub(super) fn rw_state(&self, name: &LeaseName) -> Result<RwState> {
-        const OP: &str = "reading a read-write lock";
-        let client = self.reader.client()?;
-        let dir = self.rw_path(name);
-        let fail = |e| zk_err(OP, e);
-        let how = How {
-            op: OP,
-            sync: true,
-            renew: None,
-        };
-        let view = self.rw_view(&client, self.cfg.request_timeout, &dir, how, &fail)?;
-        let with_token = |(id, t): (SessionId, u64)| Token::new(t).map(|t| (id, t));
-        Ok(RwState {
-            last_token: view.counter(),
-            delayed: view
-                .delayed
-                .iter()
-                .filter_map(|d| {
-                    let left = d.left.filter(|l| *l > 0)?;
-                    Some(Token::new(d.token).map(|token| RwDelayed {
-                        session: d.id.clone(),
-                        mode: d.mode,
-                        token,
-                        remaining: delay::remaining(left),
-                    }))
-                })
-                .collect::<Result<_>>()?,
-            writer: view.writer.clone().map(with_token).transpose()?,
-            readers: view
-                .readers
-                .iter()
-                .cloned()
-                .map(with_token)
-                .collect::<Result<_>>()?,
-            writers_waiting: view
-                .waiting
-                .into_iter()
-                .filter(|w| w.live)
-                .map(|w| w.id)
-                .collect(),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn children_and_counters_round_trip_and_foreign_names_are_skipped() {
-        let id = SessionId::from_u64(0x1234);
-        for mode in [RwMode::Read, RwMode::Write] {
-            let c = term_node(mode, &id, 42);
-            assert_eq!(parse_child(&c), Some(Child::Term(mode, id.clone(), 42)));
-            let g = gate_node(mode, &id, 42, 1500);
-            assert_eq!(
-                parse_child(&g),
-                Some(Child::Gate(mode, id.clone(), 42, 1500))
-            );
-        }
-        assert_eq!(
-            parse_child(&format!("q-{id}")),
-            Some(Child::Waiting(id.clone()))
-        );
-        for bad in [
-            "x-1",
-            "r-zz-1",
-            &format!("r-{id}"),
-            &format!("w-{id}-x"),
-            &format!("w-{id}-1-2"),
-            &format!("gw-{id}-1"),
-            &format!("gw-{id}-1--5"),
-            &format!("gx-{id}-1-5"),
-            &format!("gw-{id}-1-5-6"),
-            "q-",
-        ] {
-            assert_eq!(parse_child(bad), None, "{bad}");
-        }
-        assert_eq!(parse_counter(&counter_data(7)), Some(7));
-        for bad in [&b""[..], b"7", b"2 7", b"1 x"] {
-            assert_eq!(parse_counter(bad), None);
-        }
     }
 }

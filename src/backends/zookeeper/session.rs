@@ -37,13 +37,8 @@ pub(super) struct ZkSession {
     /// Own queue places (path, data version) whose delete after a grant failed: the next
     /// keep-alive deletes them at that version (see `queue`).
     pub(super) orphans: Mutex<Vec<(String, i32)>>,
-    /// The read-write terms this session was told it holds and those whose grant got no
-    /// reply (see `rw`). Held across a grant's multi, a take-up and the keep-alive's deletes
-    /// of the latter, so none of those deletes ever meets a term the engine was told of.
-    pub(super) rw: Mutex<super::rw::OwnTerms>,
-    /// With a lock-delay: the possibly held read-write term nodes, each with its gate (see
-    /// `rw`), deleted together by a release, an orphan's delete and a clean close.
-    pub(super) rw_gated: Mutex<HashMap<String, String>>,
+    /// The possibly held read-write term nodes and the watches of the held ones (see `rw`).
+    pub(super) terms: Mutex<held::Watched<super::rw::TermNode>>,
 }
 
 impl ZkSession {
@@ -111,6 +106,7 @@ impl ZkSession {
     pub(super) fn begin_close(&self) {
         drop(self.client.lock().take());
         self.possibly.lock().drop_sent();
+        self.terms.lock().drop_sent();
     }
 
     /// Closes the ZooKeeper session and, while the client is connected, waits (until `end`)
