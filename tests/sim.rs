@@ -174,6 +174,21 @@ fn token_reset_is_detected() {
     assert!(o.replay_command().contains("SIMBA_SIM_PREMISE=token_reset"));
 }
 
+/// Delivery that runs every callback of a session on one queue (the delivery bug a trial
+/// found: one serial job per session, so a callback that blocked held back the loss events
+/// of every listener): the checker's callbacks wait behind a slow one and hear losses late.
+#[test]
+fn serial_delivery_is_detected() {
+    let premises = Premises {
+        serial_delivery: true,
+        ..Premises::default()
+    };
+    let o = find(premises, Kind::SilentLoss, 50);
+    assert!(o
+        .replay_command()
+        .contains("SIMBA_SIM_PREMISE=serial_delivery"));
+}
+
 #[test]
 fn clock_step_is_detected() {
     let premises = Premises {
@@ -378,7 +393,10 @@ fn engine_regression_seeds() {
 #[test]
 fn the_simulation_takes_the_driver_paths_it_checks() {
     type Path = (&'static str, fn(&str) -> bool);
-    let paths: [Path; 28] = [
+    let paths: [Path; 29] = [
+        ("a slow callback held its own events back", |t| {
+            t.contains("a callback is busy")
+        }),
         ("unlock found its term gone", |t| {
             t.contains("Unlock") && t.contains("was held: false")
         }),

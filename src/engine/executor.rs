@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-type Job = Box<dyn FnOnce() + Send>;
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 /// How long an idle pool thread waits for work before it ends.
 const IDLE: Duration = Duration::from_secs(10);
@@ -190,6 +190,26 @@ impl Serial {
             }
         }
         CURRENT.with(|c| c.set(0));
+    }
+}
+
+/// A queue whose jobs run one at a time, in the order they were pushed: where a callback's
+/// events run. The process's event pool ([`Serial`]) in a session; the simulation's virtual
+/// queues under its clock.
+pub(crate) trait EventQueue: Send + Sync {
+    /// Queues `job` after the ones already queued.
+    fn push(&self, job: Job);
+    /// Whether the calling thread is running one of this queue's jobs.
+    fn is_current(&self) -> bool;
+}
+
+impl EventQueue for Arc<Serial> {
+    fn push(&self, job: Job) {
+        Serial::push(self, job)
+    }
+
+    fn is_current(&self) -> bool {
+        Serial::is_current(self)
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::core::HandleId;
 use super::event::Event;
-use super::executor::{Pool, Serial};
+use super::executor::{EventQueue, Pool};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::cell::Cell;
@@ -30,7 +30,7 @@ type EventFn = Box<dyn FnMut(&Event) + Send>;
 /// A callback and the queue its events run on, in order.
 pub(crate) struct Callback {
     f: Mutex<EventFn>,
-    queue: Arc<Serial>,
+    queue: Arc<dyn EventQueue>,
     /// A wait for this callback ran out: it is not waited for again until it caught up.
     stuck: AtomicBool,
 }
@@ -67,19 +67,31 @@ enum Listener {
     Callback(Arc<Callback>),
 }
 
+/// Makes the queue of each new callback.
+pub(crate) type Queues = Box<dyn Fn() -> Arc<dyn EventQueue> + Send + Sync>;
+
 /// Listeners by handle.
 pub(crate) struct Listeners {
     map: Mutex<HashMap<HandleId, Vec<Listener>>>,
     /// A callback running longer than this is logged.
     slow: Duration,
+    queues: Queues,
 }
 
 impl Listeners {
-    /// No listeners yet; callbacks running longer than `slow` will be logged.
+    /// No listeners yet; each callback will run on a queue of its own on the process's event
+    /// pool, and be logged when it runs longer than `slow`.
     pub(crate) fn new(slow: Duration) -> Self {
+        Self::with_queues(slow, Box::new(|| Arc::new(Pool::events().serial())))
+    }
+
+    /// No listeners yet; each callback will run on a queue `queues` makes (the simulation's
+    /// virtual queues).
+    pub(crate) fn with_queues(slow: Duration, queues: Queues) -> Self {
         Listeners {
             map: Mutex::new(HashMap::new()),
             slow,
+            queues,
         }
     }
 
@@ -98,7 +110,7 @@ impl Listeners {
     pub(crate) fn callback(&self, handle: HandleId, f: impl FnMut(&Event) + Send + 'static) {
         let cb = Arc::new(Callback {
             f: Mutex::new(Box::new(f)),
-            queue: Pool::events().serial(),
+            queue: (self.queues)(),
             stuck: AtomicBool::new(false),
         });
         self.map
@@ -158,10 +170,10 @@ impl Listeners {
                 continue;
             }
             let (tx, marker) = (tx.clone(), cb.clone());
-            cb.queue.push(move || {
+            cb.queue.push(Box::new(move || {
                 marker.stuck.store(false, Ordering::SeqCst);
                 let _ = tx.send(());
-            });
+            }));
             pending.push(cb);
         }
         drop(tx);
@@ -193,7 +205,7 @@ impl Listeners {
                 Listener::Channel(tx) => tx.send(event.clone()).is_ok(),
                 Listener::Callback(cb) => {
                     let (cb2, e, slow) = (cb.clone(), event.clone(), self.slow);
-                    cb.queue.push(move || cb2.call(&e, slow));
+                    cb.queue.push(Box::new(move || cb2.call(&e, slow)));
                     true
                 }
             });

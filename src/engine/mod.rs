@@ -17,9 +17,16 @@ pub(crate) mod driver;
 #[cfg(not(feature = "sim"))]
 mod driver;
 mod event;
+#[cfg(feature = "sim")]
+pub(crate) mod executor;
+#[cfg(not(feature = "sim"))]
 mod executor;
 mod guarded;
 pub(crate) mod handle;
+// The simulation delivers the core's events through the shipped listeners, on virtual queues.
+#[cfg(feature = "sim")]
+pub(crate) mod listeners;
+#[cfg(not(feature = "sim"))]
 mod listeners;
 mod metrics;
 mod router;

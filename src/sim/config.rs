@@ -23,6 +23,9 @@ pub struct Faults {
     pub clock_drift: f64,
     /// Expected workload actions (resign, re-run, close) per client and virtual second.
     pub churn_per_sec: f64,
+    /// Share of events a process's own session callback blocks on, for up to a lease (a
+    /// callback that makes a backend call, say): it must delay only itself.
+    pub slow_callbacks: f64,
 }
 
 impl Faults {
@@ -36,6 +39,7 @@ impl Faults {
             pauses_per_sec: 0.0,
             clock_drift: 0.0,
             churn_per_sec: 0.5,
+            slow_callbacks: 0.0,
         }
     }
 
@@ -49,6 +53,7 @@ impl Faults {
             pauses_per_sec: 0.1,
             clock_drift: 0.01,
             churn_per_sec: 0.7,
+            slow_callbacks: 0.2,
         }
     }
 }
@@ -80,10 +85,14 @@ pub struct Premises {
     /// The backend ignores read-write terms' lock-delays: a term that ended with its
     /// session's expiry blocks nothing.
     pub lost_rw_delays: bool,
+    /// The engine's delivery runs every callback of a session on one queue (as one serial
+    /// delivery job per session once did): a callback that blocks holds back the others'
+    /// events, losses included.
+    pub serial_delivery: bool,
 }
 
 /// Every premise, as `SIMBA_SIM_PREMISE` spells it.
-const PREMISES: [&str; 10] = [
+const PREMISES: [&str; 11] = [
     "token_reset",
     "clock_step",
     "stale_values",
@@ -94,12 +103,13 @@ const PREMISES: [&str; 10] = [
     "shared_writers",
     "lost_delays",
     "lost_rw_delays",
+    "serial_delivery",
 ];
 
 impl Premises {
     /// Reads `SIMBA_SIM_PREMISE` (comma-separated: `token_reset`, `clock_step`,
     /// `stale_values`, `unfair_queue`, `permit_miscount`, `lost_windows`, `false_misses`,
-    /// `shared_writers`, `lost_delays`, `lost_rw_delays`; or unset).
+    /// `shared_writers`, `lost_delays`, `lost_rw_delays`, `serial_delivery`; or unset).
     pub fn from_env() -> Self {
         Self::parse(&std::env::var("SIMBA_SIM_PREMISE").unwrap_or_default())
     }
@@ -134,6 +144,7 @@ impl Premises {
             "shared_writers" => &mut self.shared_writers,
             "lost_delays" => &mut self.lost_delays,
             "lost_rw_delays" => &mut self.lost_rw_delays,
+            "serial_delivery" => &mut self.serial_delivery,
             _ => return None,
         })
     }
@@ -225,6 +236,7 @@ impl SimConfig {
                 slow: 0.1,
                 clock_drift: 0.01,
                 churn_per_sec: 0.7,
+                slow_callbacks: 0.3,
                 ..Faults::none()
             },
             "paused" => Faults {

@@ -11,6 +11,7 @@
 mod beliefs;
 mod calls;
 mod clock;
+mod delivery;
 mod jobs;
 mod locks;
 mod network;
@@ -174,6 +175,8 @@ struct Client {
     /// Whether this process watches the group `g`.
     watches: bool,
     next_handle: HandleId,
+    /// The process's event delivery (its listeners on virtual queues).
+    delivery: delivery::Delivery,
     /// The believed terms of elections and locks, by name.
     open: BTreeMap<LeaseName, usize>,
     /// The believed job claims, by name.
@@ -417,6 +420,10 @@ impl World<'_> {
                 self.schedule_act(c, self.now);
             }
             Ev::Reopen(c) => self.reopen(c),
+            Ev::Callbacks(c) => {
+                self.clients[c].delivery.woken();
+                self.run_callbacks(c);
+            }
             Ev::RetryReopen(c) => {
                 if self.clients[c].reopening {
                     self.send_for(c, Op::Open, Chan::Work, None);
@@ -544,7 +551,7 @@ impl World<'_> {
                     Route::Work(driver::Work::ReleaseRw(n, m, t)) => Some(Op::ReleaseRw(n, m, t)),
                     Route::Work(driver::Work::CloseBackend) => Some(Op::CloseBackend),
                     Route::Emit(h, e) => {
-                        self.on_event(c, h, e);
+                        self.emitted(c, h, e);
                         None
                     }
                 };
@@ -553,6 +560,7 @@ impl World<'_> {
                 }
             }
         }
+        self.run_callbacks(c);
         let cl = &mut self.clients[c];
         if !cl.work_busy {
             if let Some((op, sid)) = cl.work.pop_front() {

@@ -137,6 +137,8 @@ pub(super) enum Ev {
     Snapshot,
     FailOver,
     ClockStep,
+    /// A client's callback queue frees (see `delivery`).
+    Callbacks(usize),
 }
 
 impl Ev {
@@ -147,7 +149,8 @@ impl Ev {
             | Ev::Act(c)
             | Ev::Reopen(c)
             | Ev::RetryReopen(c)
-            | Ev::Pause(c) => Some(*c),
+            | Ev::Pause(c)
+            | Ev::Callbacks(c) => Some(*c),
             _ => None,
         }
     }

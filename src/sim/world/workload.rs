@@ -3,6 +3,7 @@
 //! and the premises' faults, the churn and the pauses, and each client's actions: opening
 //! sessions, the engine's reopen, resigning and running again, setting values, closing.
 
+use super::delivery::Delivery;
 use super::network::{Chan, Ev, Op};
 use super::rw::RwCaller;
 use super::{group, Cand, Client, JobThread, Jobber, Locker, Takes, Thread, World, MS, PPM};
@@ -127,6 +128,12 @@ impl World<'_> {
                 member,
                 watches,
                 next_handle: 1,
+                delivery: Delivery::new(
+                    cfg.premises.serial_delivery,
+                    cfg.faults.slow_callbacks,
+                    cfg.lease.as_nanos() as u64,
+                    self.rng.next_u64(),
+                ),
                 open: BTreeMap::new(),
                 jobs_open: BTreeMap::new(),
             });
