@@ -1201,7 +1201,7 @@ pub fn keep_alive_reports_rw_terms_changed_behind_its_back<D: Db>() {
     for _ in 0..2 {
         let ka = b.keep_alive(&s, lease).unwrap();
         assert_eq!(listed(&ka), ["rw-l"]);
-        assert_eq!(rw_listed(&ka), [planted.clone()]);
+        assert_eq!(rw_listed(&ka), std::slice::from_ref(&planted));
     }
     assert!(
         b.rw_state(&x).unwrap().readers.is_empty(),
@@ -1242,8 +1242,9 @@ pub fn keep_alive_lists_rw_terms_while_they_change<D: Db>() {
     // Per token: when its grant was asked and answered, when its release was asked and
     // answered.
     type Span = (Instant, Instant);
-    let terms: Mutex<HashMap<(String, u64), (Span, Option<Span>)>> = Mutex::new(HashMap::new());
-    let kas: Mutex<Vec<(Span, Vec<(String, u64)>)>> = Mutex::new(Vec::new());
+    type Term = (String, u64);
+    let terms: Mutex<HashMap<Term, (Span, Option<Span>)>> = Mutex::new(HashMap::new());
+    let kas: Mutex<Vec<(Span, Vec<Term>)>> = Mutex::new(Vec::new());
     let (begun, done) = (AtomicU64::new(0), AtomicU64::new(0));
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {

@@ -585,7 +585,8 @@ impl LeaseBackend for SqlBackend {
     }
 
     /// PostgreSQL: one statement. MySQL/MariaDB: a transaction of four to six statements
-    /// (see the design notes).
+    /// (two more the first time a name is used; see the design notes). A grant bumps the
+    /// version of the session's holdings in it, so the next keep-alive lists the term.
     fn acquire_rw(
         &self,
         session: &SessionId,
@@ -596,7 +597,8 @@ impl LeaseBackend for SqlBackend {
         self.acquire_rw_sql(session, name, mode, patience)
     }
 
-    /// One statement.
+    /// One statement, which bumps the version of the session's holdings (the next
+    /// keep-alive no longer lists the term).
     fn release_rw(
         &self,
         session: &SessionId,

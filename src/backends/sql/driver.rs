@@ -310,9 +310,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// Finishes `id`'s running claim with `token`; whether it did.
     fn job_finish(&self, id: &str, name: &str, token: i64, at_least_ms: i64) -> DbResult<bool>;
     /// Read-write locks (see [`super::rw`]): one attempt of `id` to take `name` (`write`:
-    /// the write side) with a waiting writer's `patience_ms`.
+    /// the write side) with a waiting writer's `patience_ms`. A grant bumps the version of
+    /// `id`'s holdings with it.
     fn rw_acquire(&self, id: &str, name: &str, write: bool, patience_ms: i64) -> DbResult<RwRow>;
-    /// Ends `id`'s term of `name` of that side with `token`; whether it held it.
+    /// Ends `id`'s term of `name` of that side with `token`, bumping the version of `id`'s
+    /// holdings with it; whether it held it.
     fn rw_release(&self, id: &str, name: &str, write: bool, token: i64) -> DbResult<bool>;
     /// Deletes `id`'s place among `name`'s waiting writers; whether it was live.
     fn rw_leave(&self, id: &str, name: &str) -> DbResult<bool>;

@@ -28,8 +28,10 @@
 //! * The keep-alive's `UPDATE` hands the session's version and remaining time back in its
 //!   OK packet the same way: a session that holds nothing, at the version it knows, is
 //!   renewed in that one statement. Otherwise a read follows (a primary-key lookup with the
-//!   sample's two), which says whether the leases changed; only then a third statement lists
-//!   them.
+//!   sample's two), which says whether the leases and read-write terms changed; only then a
+//!   third statement lists them (both, in one `UNION ALL`). The read and the listing that
+//!   name the read-write tables are kept with the read-write statements; where those tables
+//!   do not exist, the ones of the leases alone serve (see `Driver::keep_alive`).
 //! * Bounds on each statement: MariaDB's `max_statement_time` (seconds, fractional) bounds
 //!   every statement, reads and writes. MySQL's `max_execution_time` (ms) bounds read-only
 //!   `SELECT`s only, so on MySQL an `INSERT`/`UPDATE`/`DELETE` is bounded by the lock waits

@@ -27,11 +27,11 @@
 //! used. A failure inside the transaction rolls it back before the connection goes back to
 //! the pool (a rollback that fails drops the connection). Release and leave are one
 //! autocommit statement each. A release must also bump the version, and MySQL has no
-//! statement that deletes a row and changes another: it marks the term released (`writer`
-//! + 2) in a multi-table `UPDATE` with the bump. Released rows count nowhere (every read
-//! tests the side: `writer` 0 or 1, or `writer < 2`), are replaced by the session's next
-//! grant of the name, and deleted with the session's other rows at its end or by the
-//! collection.
+//! statement that deletes a row and changes another: it marks the term released (its
+//! `writer` plus 2) in a multi-table `UPDATE` with the bump. Released rows count nowhere
+//! (every read tests the side: `writer` 0 or 1, or `writer < 2`), are replaced by the
+//! session's next grant of the name, and deleted with the session's other rows at its end
+//! or by the collection.
 
 use super::rows::{cells, opt_int, opt_text, req_int, req_text};
 use super::statements::{NOW, NOW_US};

@@ -127,7 +127,8 @@ impl Sql {
             // The listing, only when `ka_read` says so: a later consistent read than the
             // version `ka_read` returned, so a change committed in between is either in the
             // list or, having bumped the version past the one returned, listed at the next
-            // keep-alive.
+            // keep-alive. (name, token, side -1: a lease; `RwSql::ka_list` lists the
+            // read-write terms too.)
             ka_list: format!("SELECT name, token, -1 FROM {l} WHERE session_id = ?"),
             // A session that expired and whose lock-delay has not run out keeps its row, and
             // so its leases (blocked until the purge after the delay): only a live session's
