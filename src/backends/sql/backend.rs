@@ -766,6 +766,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_sample_turns_over_the_leases_then_the_terms() {
+        let name = |n: &str| LeaseName::new(n).unwrap();
+        let t = |n: u64| Token::new(n).unwrap();
+        let mut k = KnownLeases {
+            version: 7,
+            leases: vec![(name("a"), t(1)), (name("b"), t(2))],
+            rw: vec![HeldRw {
+                name: name("a"),
+                mode: RwMode::Write,
+                token: t(3),
+            }],
+            rw_listed: true,
+            next: 0,
+            used: Instant::now(),
+            lease: Duration::from_secs(1),
+        };
+        let e = |n: &str, t: i64, side: i64| (n.to_owned(), t, side);
+        assert_eq!(
+            k.sample(),
+            (7, vec![e("a", 1, LEASE), e("b", 2, LEASE)], true)
+        );
+        assert_eq!(k.sample(), (7, vec![e("a", 3, 1), e("a", 1, LEASE)], true));
+        assert_eq!(k.sample(), (7, vec![e("b", 2, LEASE), e("a", 3, 1)], true));
+        k.leases.clear();
+        k.rw[0].mode = RwMode::Read;
+        k.next = 0;
+        assert_eq!(k.sample(), (7, vec![e("a", 3, 0)], true));
+        k.rw.clear();
+        k.rw_listed = false;
+        assert_eq!(k.sample(), (7, vec![], false));
+    }
+
+    #[test]
     fn remaining_is_rounded_down_to_whole_milliseconds() {
         let ms = Duration::from_millis;
         assert_eq!(

@@ -287,3 +287,20 @@ impl QueueSql {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_read_write_keep_alive_names_the_read_write_tables() {
+        let t = Tables::new("p_");
+        let (plain, rw) = (ka_read(&t, false), ka_read(&t, true));
+        assert!(!plain.contains("p_simba_rw") && rw.contains("p_simba_rw_holder"));
+        // The version twice, two entries, the count, the session.
+        assert_eq!(plain.matches('?').count(), 2 + 2 * 2 + 2);
+        assert_eq!(rw.matches('?').count(), 2 + 2 * 6 + 2);
+        let sql = Sql::new(&t);
+        assert!(!sql.ka_list.contains("p_simba_rw") && !sql.ka_update.contains("p_simba_rw"));
+    }
+}

@@ -409,6 +409,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_the_read_write_keep_alive_names_the_read_write_tables() {
+        let t = Tables::new("p_");
+        let plain = sql(&t)[1].clone();
+        assert!(plain.contains("p_simba_lease") && !plain.contains("p_simba_rw"));
+        let rw = keep_alive_rw_sql(&t);
+        assert!(rw.contains("FROM p_simba_rw_holder h WHERE h.session_id = $1"));
+        assert!(rw.contains("$10") && !plain.contains("$9"));
+        assert_eq!(keep_alive_types(false).len(), 8);
+        assert_eq!(keep_alive_types(true).len(), 10);
+    }
+
+    #[test]
     fn the_valued_acquire_sets_the_value_in_the_upsert_only() {
         let t = Tables::new("p_");
         let acquire = sql(&t)[3].clone();
