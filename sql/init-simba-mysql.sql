@@ -14,7 +14,7 @@ create table if not exists simba_session
     session_id char(32) character set ascii collate ascii_bin not null primary key,
     expires_at bigint                                        not null comment 'database time, epoch ms',
     metadata   varchar(1024) character set utf8mb4 collate utf8mb4_bin not null default '',
-    version    bigint                                        not null default 0 comment 'bumped by every change of its leases',
+    version    bigint                                        not null default 0 comment 'bumped by every change of its leases and read-write terms',
     lock_delay bigint                                        not null default 0 comment 'ms its terms block their names after its expiry',
     index idx_session_expires (expires_at)
 ) engine = InnoDB;
@@ -76,7 +76,7 @@ create table if not exists simba_rw_holder
 (
     name       varchar(128) character set ascii collate ascii_bin not null,
     session_id char(32) character set ascii collate ascii_bin     not null,
-    writer     tinyint                                            not null comment '1 the write term, 0 a read term',
+    writer     tinyint                                            not null comment '1 the write term, 0 a read term, 3 or 2 released (counted nowhere)',
     token      bigint                                             not null,
     primary key (name, session_id),
     index idx_rw_holder_session (session_id)

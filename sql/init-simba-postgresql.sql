@@ -12,7 +12,7 @@ create table if not exists simba_session
     session_id char(32)      collate "C" not null primary key,
     expires_at bigint                    not null, -- database time, epoch ms
     metadata   varchar(1024)             not null default '',
-    version    bigint                    not null default 0, -- bumped by every change of its leases
+    version    bigint                    not null default 0, -- bumped by every change of its leases and read-write terms
     lock_delay bigint                    not null default 0  -- ms its terms block their names after its expiry
 );
 create index if not exists idx_session_expires on simba_session (expires_at);

@@ -1109,6 +1109,237 @@ pub fn rw_exclusion_under_direct_contention<D: Db>() {
     );
 }
 
+/// The read-write terms a keep-alive lists, as `(name, mode, token)`, sorted.
+pub fn rw_listed(ka: &KeepAlive) -> Vec<(String, simba_lease::spi::RwMode, u64)> {
+    let mut terms: Vec<_> = ka
+        .rw
+        .iter()
+        .map(|t| (t.name.to_string(), t.mode, t.token.get()))
+        .collect();
+    terms.sort_by(|a, b| a.0.cmp(&b.0));
+    terms
+}
+
+/// Read-write term rows changed by hand behind the session's back, which no statement of the
+/// backend counted: the keep-alive checks two entries of its list in turn (leases, then
+/// terms), finds a deleted term or a changed token within ⌈3 / 2⌉ keep-alives and reads
+/// the list again; a term row planted for the session is not listed while the version stays
+/// (the list kept is reused), and is once a release changed it. A term granted again after
+/// its release is listed with its new token, and the session's close leaves no term row.
+pub fn keep_alive_reports_rw_terms_changed_behind_its_back<D: Db>() {
+    use simba_lease::spi::{RwAcquire, RwMode};
+    let b = isolated(&D::url());
+    let p = b.0.table_prefix().to_owned();
+    let holders = format!("{p}simba_rw_holder");
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let (l, x, y) = (
+        LeaseName::new("rw-l").unwrap(),
+        LeaseName::new("rw-x").unwrap(),
+        LeaseName::new("rw-y").unwrap(),
+    );
+    let grant = |name: &LeaseName, mode| match b.acquire_rw(&s, name, mode, lease).unwrap() {
+        RwAcquire::Acquired(t) => t.token.get(),
+        other => panic!("{name}: {other:?}"),
+    };
+    acquired(&*b, &s, &l);
+    let tx = grant(&x, RwMode::Read);
+    let ty = grant(&y, RwMode::Write);
+    let ka = b.keep_alive(&s, lease).unwrap();
+    assert_eq!(listed(&ka), ["rw-l"]);
+    assert_eq!(
+        rw_listed(&ka),
+        [
+            ("rw-x".to_owned(), RwMode::Read, tx),
+            ("rw-y".to_owned(), RwMode::Write, ty)
+        ]
+    );
+    let only_x = [("rw-x".to_owned(), RwMode::Read, tx)];
+    D::exec(&format!("DELETE FROM {holders} WHERE name = 'rw-y'"));
+    let rounds = (1..=2)
+        .find(|_| rw_listed(&b.keep_alive(&s, lease).unwrap()) == only_x)
+        .expect("the deleted term is not listed within 2 rounds");
+    eprintln!("the deleted term found at keep-alive {rounds}");
+    for _ in 0..3 {
+        let ka = b.keep_alive(&s, lease).unwrap();
+        assert_eq!(
+            (listed(&ka), rw_listed(&ka)),
+            (vec!["rw-l".to_owned()], only_x.to_vec())
+        );
+    }
+    // A token changed by hand: two entries (the lease and the term) are both checked at
+    // every keep-alive.
+    D::exec(&format!(
+        "UPDATE {holders} SET token = token + 100 WHERE name = 'rw-x'"
+    ));
+    assert_eq!(
+        rw_listed(&b.keep_alive(&s, lease).unwrap()),
+        [("rw-x".to_owned(), RwMode::Read, tx + 100)]
+    );
+    D::exec(&format!(
+        "UPDATE {holders} SET token = token - 100 WHERE name = 'rw-x'"
+    ));
+    assert_eq!(rw_listed(&b.keep_alive(&s, lease).unwrap()), only_x);
+    D::exec(&format!(
+        "INSERT INTO {holders} (name, session_id, writer, token) VALUES ('rw-planted', '{s}', 0, 77)"
+    ));
+    for _ in 0..3 {
+        assert_eq!(
+            rw_listed(&b.keep_alive(&s, lease).unwrap()),
+            only_x,
+            "the list kept, without the planted row"
+        );
+    }
+    // A release changes the version: the terms are read again, the planted row with them.
+    let tx = simba_lease::Token::new(tx).unwrap();
+    assert!(b.release_rw(&s, &x, RwMode::Read, tx).unwrap());
+    assert!(
+        !b.release_rw(&s, &x, RwMode::Read, tx).unwrap(),
+        "released once"
+    );
+    let planted = ("rw-planted".to_owned(), RwMode::Read, 77);
+    for _ in 0..2 {
+        let ka = b.keep_alive(&s, lease).unwrap();
+        assert_eq!(listed(&ka), ["rw-l"]);
+        assert_eq!(rw_listed(&ka), std::slice::from_ref(&planted));
+    }
+    assert!(
+        b.rw_state(&x).unwrap().readers.is_empty(),
+        "the release freed x"
+    );
+    // Granted again (the other side this time), with a new token.
+    let again = grant(&x, RwMode::Write);
+    assert!(again > ty);
+    assert_eq!(
+        rw_listed(&b.keep_alive(&s, lease).unwrap()),
+        [planted, ("rw-x".to_owned(), RwMode::Write, again)]
+    );
+    b.close_session(&s).unwrap();
+    assert_eq!(D::count(&holders), 0, "the close leaves no term row");
+}
+
+/// One session grants and releases read and write terms of two names while another thread
+/// keeps it alive: every keep-alive lists only terms held at some instant of its call (none
+/// released before it began, none granted after it returned) and every term held for all of
+/// its call (half the terms are held until a keep-alive begun after their grant returned, and every
+/// fourth grant waits for one begun after the releases before it).
+/// The session holds three leases too, so that the sample does not cover its whole list.
+pub fn keep_alive_lists_rw_terms_while_they_change<D: Db>() {
+    use simba_lease::spi::{RwAcquire, RwMode};
+    use std::sync::atomic::AtomicU64;
+    let b = isolated(&D::url());
+    let lease = Duration::from_secs(60);
+    let s = b.open_session(lease, &Metadata::default()).unwrap().id;
+    let names = [
+        LeaseName::new("churn-a").unwrap(),
+        LeaseName::new("churn-b").unwrap(),
+    ];
+    // Leases too, so the sample of two does not cover the whole list: a stale list would
+    // stay.
+    for i in 0..3 {
+        acquired(&*b, &s, &LeaseName::new(format!("churn-{i}")).unwrap());
+    }
+    // Per token: when its grant was asked and answered, when its release was asked and
+    // answered.
+    type Span = (Instant, Instant);
+    type Term = (String, u64);
+    let terms: Mutex<HashMap<Term, (Span, Option<Span>)>> = Mutex::new(HashMap::new());
+    let kas: Mutex<Vec<(Span, Vec<Term>)>> = Mutex::new(Vec::new());
+    let (begun, done) = (AtomicU64::new(0), AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                let n = begun.fetch_add(1, Ordering::SeqCst);
+                let start = Instant::now();
+                let ka = b.keep_alive(&s, lease).unwrap();
+                let end = Instant::now();
+                kas.lock().unwrap().push((
+                    (start, end),
+                    ka.rw
+                        .iter()
+                        .map(|t| (t.name.to_string(), t.token.get()))
+                        .collect(),
+                ));
+                done.fetch_max(n + 1, Ordering::SeqCst);
+            }
+        });
+        let mut held: Vec<(usize, RwMode, u64)> = Vec::new();
+        for i in 0..40usize {
+            let (n, mode) = (
+                i % 2,
+                if i % 3 == 0 {
+                    RwMode::Write
+                } else {
+                    RwMode::Read
+                },
+            );
+            // Each name once at a time: release its term first (now and then both).
+            for (k, m, t) in std::mem::take(&mut held) {
+                if k == n || i % 5 == 0 {
+                    let start = Instant::now();
+                    let token = simba_lease::Token::new(t).unwrap();
+                    assert!(b.release_rw(&s, &names[k], m, token).unwrap());
+                    let span = (start, Instant::now());
+                    terms
+                        .lock()
+                        .unwrap()
+                        .get_mut(&(names[k].to_string(), t))
+                        .unwrap()
+                        .1 = Some(span);
+                } else {
+                    held.push((k, m, t));
+                }
+            }
+            let keep_alive_after = || {
+                let after = begun.load(Ordering::SeqCst);
+                until(Duration::from_secs(20), "a keep-alive", || {
+                    done.load(Ordering::SeqCst) > after
+                });
+            };
+            if i % 4 == 1 {
+                keep_alive_after();
+            }
+            let start = Instant::now();
+            let t = match b.acquire_rw(&s, &names[n], mode, Duration::ZERO).unwrap() {
+                RwAcquire::Acquired(t) => t.token.get(),
+                other => panic!("{other:?}"),
+            };
+            terms
+                .lock()
+                .unwrap()
+                .insert((names[n].to_string(), t), ((start, Instant::now()), None));
+            held.push((n, mode, t));
+            if i % 2 == 0 {
+                keep_alive_after();
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let terms = terms.into_inner().unwrap();
+    let kas = kas.into_inner().unwrap();
+    assert!(kas.len() >= 20, "{} keep-alives", kas.len());
+    for ((k0, k1), listed) in &kas {
+        for t in listed {
+            let ((g0, _), released) = terms.get(t).expect("a listed term was granted");
+            assert!(*g0 < *k1, "term {t:?} listed before its grant was asked");
+            assert!(
+                released.is_none_or(|(_, r1)| r1 > *k0),
+                "term {t:?} listed after its release"
+            );
+        }
+        for (t, ((_, g1), released)) in &terms {
+            if g1 < k0 && released.is_none_or(|(r0, _)| r0 > *k1) {
+                assert!(
+                    listed.contains(t),
+                    "term {t:?}, held throughout, not listed"
+                );
+            }
+        }
+    }
+    b.close_session(&s).unwrap();
+}
+
 /// Tables from before read-write locks: everything else works (a close and a purge too),
 /// read-write locks fail with `MissingSchema` until `install_schema` adds their tables.
 pub fn tables_without_rw_serve_the_rest<D: Db>() {
@@ -1122,6 +1353,12 @@ pub fn tables_without_rw_serve_the_rest<D: Db>() {
     let s = b.open_session(lease, &Metadata::default()).unwrap().id;
     let name = LeaseName::new("old").unwrap();
     let t = acquired(&*b, &s, &name);
+    // Keep-alives list the leases (no read-write terms), a listing one and one that reuses
+    // the list.
+    for _ in 0..2 {
+        let ka = b.keep_alive(&s, lease).unwrap();
+        assert_eq!((listed(&ka), ka.rw.len()), (vec!["old".to_owned()], 0));
+    }
     let e = b.acquire_rw(&s, &name, RwMode::Read, lease).unwrap_err();
     assert!(matches!(e, Error::MissingSchema { .. }), "{e:?}");
     assert!(matches!(
@@ -1133,10 +1370,19 @@ pub fn tables_without_rw_serve_the_rest<D: Db>() {
     b.close_session(&s).unwrap();
     b.0.install_schema().unwrap();
     let s = b.open_session(lease, &Metadata::default()).unwrap().id;
-    assert!(matches!(
-        b.acquire_rw(&s, &name, RwMode::Write, lease).unwrap(),
-        simba_lease::spi::RwAcquire::Acquired(_)
-    ));
+    assert!(matches!(b.keep_alive(&s, lease).unwrap().rw.as_slice(), []));
+    let t = match b.acquire_rw(&s, &name, RwMode::Write, lease).unwrap() {
+        simba_lease::spi::RwAcquire::Acquired(t) => t,
+        other => panic!("{other:?}"),
+    };
+    // The keep-alives list read-write terms again.
+    for _ in 0..2 {
+        let ka = b.keep_alive(&s, lease).unwrap();
+        assert_eq!(
+            rw_listed(&ka),
+            [("old".to_owned(), RwMode::Write, t.token.get())]
+        );
+    }
     b.close_session(&s).unwrap();
 }
 
@@ -1289,6 +1535,16 @@ macro_rules! sql_suite {
         #[test]
         fn tables_without_rw_serve_the_rest() {
             sql_common::tables_without_rw_serve_the_rest::<$db>();
+        }
+
+        #[test]
+        fn keep_alive_lists_rw_terms_while_they_change() {
+            sql_common::keep_alive_lists_rw_terms_while_they_change::<$db>();
+        }
+
+        #[test]
+        fn keep_alive_reports_rw_terms_changed_behind_its_back() {
+            sql_common::keep_alive_reports_rw_terms_changed_behind_its_back::<$db>();
         }
 
         #[test]

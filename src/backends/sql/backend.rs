@@ -4,13 +4,13 @@
 //! acquire, and starting the automatic purge. The dialects differ only behind [`Driver`].
 
 use super::builder::Options;
-use super::driver::{missing_table, AcqRow, DbError, Driver, Kind, Known, SAMPLE};
+use super::driver::{missing_table, AcqRow, DbError, Driver, Holding, Kind, Known, LEASE, SAMPLE};
 use super::{failure, Dialect, PURGE_LIMIT};
 use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
-    Acquire, GroupInfo, HeldLease, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued,
-    RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
+    Acquire, GroupInfo, HeldLease, HeldRw, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink,
+    Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
@@ -71,20 +71,24 @@ pub struct SqlBackend {
     pub(super) options: Options,
     last_purge: Mutex<Instant>,
     purging: Arc<AtomicBool>,
-    /// Per session, the version of its leases the last listing keep-alive answered, and that
-    /// list (a keep-alive answering "same version" reuses it).
+    /// Per session, the version of its holdings the last listing keep-alive answered, and
+    /// its leases and read-write terms (a keep-alive answering "same version" reuses them).
     known: Mutex<HashMap<SessionId, KnownLeases>>,
     /// The sessions that asked for a read-write lock through this backend: their end
     /// deletes their read-write rows (see [`SqlBackend::end_rw_session`]).
     pub(super) rw_sessions: Mutex<HashSet<SessionId>>,
 }
 
-/// The leases of a session at one version of its lease set.
+/// The leases and read-write terms of a session at one version of its holdings.
 #[derive(Debug)]
 struct KnownLeases {
     version: i64,
     leases: Vec<(LeaseName, Token)>,
-    /// Where the next sample starts.
+    rw: Vec<HeldRw>,
+    /// Whether the keep-alive that listed them read the read-write terms (see
+    /// [`Known::rw`]).
+    rw_listed: bool,
+    /// Where the next sample starts, in the leases followed by the read-write terms.
     next: usize,
     /// The last keep-alive that used this list, and its lease: an entry unused for longer is
     /// of a session that expired (or was abandoned) and is dropped.
@@ -93,23 +97,29 @@ struct KnownLeases {
 }
 
 impl KnownLeases {
-    /// The version and the next [`SAMPLE`] leases to check, in turn.
-    fn sample(&mut self) -> (i64, Vec<(String, i64)>) {
-        let n = self.leases.len();
+    /// The version, the next [`SAMPLE`] entries to check (leases and read-write terms, in
+    /// turn) and whether the list holds the read-write terms.
+    fn sample(&mut self) -> (i64, Vec<Holding>, bool) {
+        let n = self.leases.len() + self.rw.len();
         let take = SAMPLE.min(n);
+        let wire = |t: Token| i64::try_from(t.get()).unwrap_or(i64::MAX);
         let sample = (0..take)
             .map(|i| {
-                let (name, t) = &self.leases[(self.next + i) % n];
-                (
-                    name.as_str().to_owned(),
-                    i64::try_from(t.get()).unwrap_or(i64::MAX),
-                )
+                let at = (self.next + i) % n;
+                match self.leases.get(at) {
+                    Some((name, t)) => (name.as_str().to_owned(), wire(*t), LEASE),
+                    None => {
+                        let r = &self.rw[at - self.leases.len()];
+                        let side = i64::from(r.mode == RwMode::Write);
+                        (r.name.as_str().to_owned(), wire(r.token), side)
+                    }
+                }
             })
             .collect();
         if n > 0 {
             self.next = (self.next + take) % n;
         }
-        (self.version, sample)
+        (self.version, sample, self.rw_listed)
     }
 }
 
@@ -340,10 +350,11 @@ impl LeaseBackend for SqlBackend {
         })
     }
 
-    /// One statement (PostgreSQL) or two (MySQL) whatever the session holds: the leases are
-    /// read only when their version (bumped by every acquire of a new term, release and
-    /// take-over) differs from the list this backend keeps for the session, or when one of
-    /// a sample of two listed leases is no longer held (a row changed by hand).
+    /// One statement (PostgreSQL) or two (MySQL) whatever the session holds: its leases and
+    /// read-write terms are read only when their version (bumped by every acquire of a new
+    /// term, release and take-over, and by every read-write grant and release) differs from
+    /// the list this backend keeps for the session, or when one of a sample of two listed
+    /// entries is no longer held (a row changed by hand).
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         crate::backends::options::check_lease(lease)?;
         let mut ask = true;
@@ -358,9 +369,10 @@ impl LeaseBackend for SqlBackend {
                 .keep_alive(
                     session.as_str(),
                     ms(lease),
-                    known.as_ref().map(|(version, sample)| Known {
+                    known.as_ref().map(|(version, sample, rw)| Known {
                         version: *version,
                         sample,
+                        rw: *rw,
                     }),
                 )
                 .map_err(|e| self.err("keeping a session alive", e))?;
@@ -373,9 +385,10 @@ impl LeaseBackend for SqlBackend {
                 return Err(Self::expired(session));
             };
             let remaining = remaining(r.remaining_us);
-            let held = |leases: &[(LeaseName, Token)]| KeepAlive {
+            let held = |k: &KnownLeases| KeepAlive {
                 remaining,
-                leases: leases
+                leases: k
+                    .leases
                     .iter()
                     .map(|(name, token)| HeldLease {
                         name: name.clone(),
@@ -383,40 +396,53 @@ impl LeaseBackend for SqlBackend {
                         remaining,
                     })
                     .collect(),
-                rw: Vec::new(),
+                rw: k.rw.clone(),
             };
-            let reply = match r.leases {
+            let reply = match r.held {
                 Some(rows) => {
-                    let leases = rows
-                        .into_iter()
-                        .map(|(name, t)| {
-                            Ok((
-                                LeaseName::new(name)
-                                    .map_err(|e| failure::error("reading a lease name", e))?,
-                                token(t)?,
-                            ))
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    let reply = held(&leases);
-                    self.known.lock().insert(
-                        session.clone(),
-                        KnownLeases {
-                            version: r.version,
-                            leases,
-                            next: 0,
-                            used: Instant::now(),
-                            lease,
-                        },
-                    );
+                    let mut k = KnownLeases {
+                        version: r.version,
+                        leases: Vec::new(),
+                        rw: Vec::new(),
+                        rw_listed: r.rw,
+                        next: 0,
+                        used: Instant::now(),
+                        lease,
+                    };
+                    for (name, t, side) in rows {
+                        let name = LeaseName::new(name)
+                            .map_err(|e| failure::error("reading a lease name", e))?;
+                        let t = token(t)?;
+                        match side {
+                            LEASE => k.leases.push((name, t)),
+                            0 | 1 => k.rw.push(HeldRw {
+                                name,
+                                mode: if side == 1 {
+                                    RwMode::Write
+                                } else {
+                                    RwMode::Read
+                                },
+                                token: t,
+                            }),
+                            other => {
+                                return Err(failure::error(
+                                    "keeping a session alive",
+                                    format!("a held term of side {other}"),
+                                ))
+                            }
+                        }
+                    }
+                    let reply = held(&k);
+                    self.known.lock().insert(session.clone(), k);
                     reply
                 }
                 None => {
                     let mut cache = self.known.lock();
                     match cache.get_mut(session) {
-                        Some(k) if known.is_some() && k.version == r.version => {
+                        Some(k) if known.is_some() && k.version == r.version && k.rw_listed == r.rw => {
                             k.used = Instant::now();
                             k.lease = lease;
-                            held(&k.leases)
+                            held(k)
                         }
                         // "Unchanged" from a version this backend no longer keeps (a
                         // concurrent keep-alive replaced it): ask again for the full list.
@@ -559,7 +585,8 @@ impl LeaseBackend for SqlBackend {
     }
 
     /// PostgreSQL: one statement. MySQL/MariaDB: a transaction of four to six statements
-    /// (see the design notes).
+    /// (two more the first time a name is used; see the design notes). A grant bumps the
+    /// version of the session's holdings in it, so the next keep-alive lists the term.
     fn acquire_rw(
         &self,
         session: &SessionId,
@@ -570,7 +597,8 @@ impl LeaseBackend for SqlBackend {
         self.acquire_rw_sql(session, name, mode, patience)
     }
 
-    /// One statement.
+    /// One statement, which bumps the version of the session's holdings (the next
+    /// keep-alive no longer lists the term).
     fn release_rw(
         &self,
         session: &SessionId,
@@ -736,6 +764,39 @@ impl LeaseBackend for SqlBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sample_turns_over_the_leases_then_the_terms() {
+        let name = |n: &str| LeaseName::new(n).unwrap();
+        let t = |n: u64| Token::new(n).unwrap();
+        let mut k = KnownLeases {
+            version: 7,
+            leases: vec![(name("a"), t(1)), (name("b"), t(2))],
+            rw: vec![HeldRw {
+                name: name("a"),
+                mode: RwMode::Write,
+                token: t(3),
+            }],
+            rw_listed: true,
+            next: 0,
+            used: Instant::now(),
+            lease: Duration::from_secs(1),
+        };
+        let e = |n: &str, t: i64, side: i64| (n.to_owned(), t, side);
+        assert_eq!(
+            k.sample(),
+            (7, vec![e("a", 1, LEASE), e("b", 2, LEASE)], true)
+        );
+        assert_eq!(k.sample(), (7, vec![e("a", 3, 1), e("a", 1, LEASE)], true));
+        assert_eq!(k.sample(), (7, vec![e("b", 2, LEASE), e("a", 3, 1)], true));
+        k.leases.clear();
+        k.rw[0].mode = RwMode::Read;
+        k.next = 0;
+        assert_eq!(k.sample(), (7, vec![e("a", 3, 0)], true));
+        k.rw.clear();
+        k.rw_listed = false;
+        assert_eq!(k.sample(), (7, vec![], false));
+    }
 
     #[test]
     fn remaining_is_rounded_down_to_whole_milliseconds() {

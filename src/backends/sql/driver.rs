@@ -93,17 +93,40 @@ pub(crate) fn with_conn<C: PoolConn, T>(
     }
 }
 
-/// How many leases of its known list a keep-alive checks when their version is unchanged
-/// (a lease row changed by hand, which no statement of the backend counts, is found within
-/// ⌈held / SAMPLE⌉ keep-alives).
+/// How many entries of its known list (leases, then read-write terms) a keep-alive checks
+/// when their version is unchanged (a lease or term row changed by hand, which no statement
+/// of the backend counts, is found within ⌈listed / SAMPLE⌉ keep-alives).
 pub(crate) const SAMPLE: usize = 2;
 
-/// What the backend knows of a session's leases, passed to a keep-alive: the version of the
-/// list it keeps and up to [`SAMPLE`] `(name, token)` of that list to check.
+/// The `side` of a [`Holding`] that is a lease (a read-write term's is the `writer` column
+/// of its row: 0 read, 1 write).
+pub(crate) const LEASE: i64 = -1;
+
+/// One thing a session holds, as the dialects read and check it: `(name, token, side)`,
+/// `side` [`LEASE`] for a lease, 0 for a read term, 1 for a write term.
+pub(crate) type Holding = (String, i64, i64);
+
+/// What the backend knows of a session's holdings, passed to a keep-alive: the version of
+/// the list it keeps, up to [`SAMPLE`] entries of that list to check, and whether that list
+/// came from a keep-alive that read the read-write terms (`rw`; not where their tables do
+/// not exist). A dialect that reads them now while the list did not (or the reverse) lists
+/// again, whatever the version.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Known<'a> {
     pub(crate) version: i64,
-    pub(crate) sample: &'a [(String, i64)],
+    pub(crate) sample: &'a [Holding],
+    pub(crate) rw: bool,
+}
+
+impl<'a> Known<'a> {
+    /// The version and sample to pass to a keep-alive that reads the read-write terms or
+    /// not (`rw`): none when the list was read the other way.
+    pub(crate) fn for_statement(known: Option<Self>, rw: bool) -> (Option<i64>, &'a [Holding]) {
+        match known {
+            Some(k) if k.rw == rw => (Some(k.version), k.sample),
+            _ => (None, &[]),
+        }
+    }
 }
 
 /// A renewed session.
@@ -111,12 +134,14 @@ pub(crate) struct Known<'a> {
 pub(crate) struct Renewed {
     /// The remaining µs.
     pub(crate) remaining_us: i64,
-    /// The version of the session's leases the list belongs to (when not listed: the
+    /// The version of the session's holdings the list belongs to (when not listed: the
     /// current one, which the caller passed).
     pub(crate) version: i64,
-    /// The `(name, token)` of the leases held, when the version differs from the one passed
+    /// Whether the keep-alive read the read-write terms (their tables exist).
+    pub(crate) rw: bool,
+    /// The leases and read-write terms held, when the version differs from the one passed
     /// (or none was passed) or the sample was not all held; `None`: unchanged.
-    pub(crate) leases: Option<Vec<(String, i64)>>,
+    pub(crate) held: Option<Vec<Holding>>,
 }
 
 /// Outcome of one acquire statement.
@@ -233,9 +258,10 @@ pub(crate) trait Driver: Send + Sync + 'static {
         lock_delay_ms: i64,
         metadata: &str,
     ) -> DbResult<i64>;
-    /// Renews the session; lists its leases only when their version differs from `known`'s
-    /// (always without `known`) or a lease of its sample is no longer held. `None` when the
-    /// session is not live.
+    /// Renews the session; lists its leases and read-write terms only when their version
+    /// differs from `known`'s (always without `known`) or an entry of its sample is no
+    /// longer held. `None` when the session is not live. Where the tables of read-write
+    /// locks do not exist (an earlier schema), the leases alone (`Renewed::rw` false).
     fn keep_alive(
         &self,
         id: &str,
@@ -284,9 +310,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// Finishes `id`'s running claim with `token`; whether it did.
     fn job_finish(&self, id: &str, name: &str, token: i64, at_least_ms: i64) -> DbResult<bool>;
     /// Read-write locks (see [`super::rw`]): one attempt of `id` to take `name` (`write`:
-    /// the write side) with a waiting writer's `patience_ms`.
+    /// the write side) with a waiting writer's `patience_ms`. A grant bumps the version of
+    /// `id`'s holdings with it.
     fn rw_acquire(&self, id: &str, name: &str, write: bool, patience_ms: i64) -> DbResult<RwRow>;
-    /// Ends `id`'s term of `name` of that side with `token`; whether it held it.
+    /// Ends `id`'s term of `name` of that side with `token`, bumping the version of `id`'s
+    /// holdings with it; whether it held it.
     fn rw_release(&self, id: &str, name: &str, write: bool, token: i64) -> DbResult<bool>;
     /// Deletes `id`'s place among `name`'s waiting writers; whether it was live.
     fn rw_leave(&self, id: &str, name: &str) -> DbResult<bool>;

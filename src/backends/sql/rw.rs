@@ -11,9 +11,13 @@
 //! Every grant takes the name's row lock and bumps its counter, so two grants of one name are
 //! serialized and a grant sees every term granted before it (how each dialect does it, and
 //! what it costs: see the SQL backend's design notes). Releases, leaves and registrations only
-//! ever free a name or reorder waiters, so they do not take the lock. The statements are
-//! prepared apart from the others (PostgreSQL: on a connection's first read-write call), so
-//! tables from before read-write locks still serve everything else.
+//! ever free a name or reorder waiters, so they do not take the lock. A grant and a release
+//! also bump the version of the session's holdings (its session row, as lease acquires and
+//! releases do), in the same statement or transaction: the keep-alive lists the session's
+//! terms with its leases, read again only when that version changed. The statements are
+//! prepared apart from the others (PostgreSQL: on a connection's first read-write call or
+//! keep-alive), so tables from before read-write locks still serve everything else (the
+//! keep-alive then lists the leases alone).
 
 use super::backend::{ms, remaining, session_id, token};
 use super::SqlBackend;

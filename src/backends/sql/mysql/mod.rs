@@ -28,8 +28,10 @@
 //! * The keep-alive's `UPDATE` hands the session's version and remaining time back in its
 //!   OK packet the same way: a session that holds nothing, at the version it knows, is
 //!   renewed in that one statement. Otherwise a read follows (a primary-key lookup with the
-//!   sample's two), which says whether the leases changed; only then a third statement lists
-//!   them.
+//!   sample's two), which says whether the leases and read-write terms changed; only then a
+//!   third statement lists them (both, in one `UNION ALL`). The read and the listing that
+//!   name the read-write tables are kept with the read-write statements; where those tables
+//!   do not exist, the ones of the leases alone serve (see `Driver::keep_alive`).
 //! * Bounds on each statement: MariaDB's `max_statement_time` (seconds, fractional) bounds
 //!   every statement, reads and writes. MySQL's `max_execution_time` (ms) bounds read-only
 //!   `SELECT`s only, so on MySQL an `INSERT`/`UPDATE`/`DELETE` is bounded by the lock waits
@@ -71,6 +73,7 @@ use crate::backends::BackendUrl;
 use crate::error::Result;
 use ::mysql::prelude::Queryable;
 use ::mysql::{Conn, Opts, OptsBuilder, Row, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -119,6 +122,10 @@ pub(crate) struct MyDriver {
     rw_sql: rw::RwSql,
     timeout: Duration,
     server: Arc<OnceLock<ServerVersion>>,
+    /// Set when a keep-alive found a table of read-write locks missing (an earlier schema):
+    /// keep-alives then list the leases alone. Cleared by a read-write acquire that ran (the
+    /// tables exist) and by `install_schema`.
+    rw_missing: AtomicBool,
 }
 
 /// The driver's host (an IPv6 address without its brackets) and port (3306 by default) of
@@ -233,6 +240,7 @@ impl MyDriver {
             tables,
             timeout: t,
             server,
+            rw_missing: AtomicBool::new(false),
         };
         drop(driver.pool.get(t)?);
         Ok(driver)
@@ -249,6 +257,93 @@ impl MyDriver {
 impl From<::mysql::Error> for DbError {
     fn from(e: ::mysql::Error) -> Self {
         classify(e)
+    }
+}
+
+impl MyDriver {
+    /// A keep-alive with the read-write terms (`rw`) or without.
+    fn keep_alive_with(
+        &self,
+        id: &str,
+        lease_ms: i64,
+        known: Option<Known<'_>>,
+        rw: bool,
+    ) -> DbResult<Option<Renewed>> {
+        let (version, sample) = Known::for_statement(known, rw);
+        let mut params = vec![Value::from(version), Value::from(version)];
+        for i in 0..SAMPLE {
+            let (n, t, side) = match sample.get(i) {
+                Some((n, t, side)) => {
+                    (Value::from(n.as_str()), Value::from(*t), Value::from(*side))
+                }
+                None => (Value::NULL, Value::NULL, Value::NULL),
+            };
+            if rw {
+                params.extend([t.clone(), n.clone(), side.clone(), t, n, side]);
+            } else {
+                params.extend([t, n]);
+            }
+        }
+        params.push(Value::from(sample.len().min(SAMPLE) as i64));
+        params.push(Value::from(id));
+        let (read, list) = if rw {
+            (&self.rw_sql.ka_read, &self.rw_sql.ka_list)
+        } else {
+            (&self.sql.ka_read, &self.sql.ka_list)
+        };
+        self.run(|c| {
+            // One autocommit statement while the session holds nothing and its version is the
+            // known one (the renewal's OK packet carries both). Otherwise two (three after a
+            // change): the renewal, then one read after it committed, so a take-over that
+            // committed while the UPDATE waited for the holder's session row is seen, with
+            // the version it bumped (as are a grant or a release of the session's own, which
+            // lock its row too). (No rows changed can also mean a renewal to the same value
+            // within one millisecond: the read decides.)
+            c.exec_drop(&self.sql.ka_update, (lease_ms, lease_ms, id))?;
+            // Holding nothing, at the known version: the OK packet says all (one statement).
+            if let (Some(known), Some((version, remaining_us))) =
+                (version, renewal(c.affected_rows(), c.last_insert_id()))
+            {
+                if sample.is_empty() && version == known {
+                    return Ok(Some(Renewed {
+                        remaining_us,
+                        version,
+                        rw,
+                        held: None,
+                    }));
+                }
+            }
+            let head: Option<Row> = c.exec_first(read, params.clone())?;
+            let Some(head) = head.map(cells) else {
+                return renewed(&[], rw);
+            };
+            // The holdings only when the read says so (and the session is live); `renewed`
+            // decodes the read's row followed by each listed `(name, token, side)`.
+            const WHAT: &str = "a keep-alive";
+            let listed = matches!(
+                (opt_int(WHAT, &head, 0), opt_int(WHAT, &head, 2)),
+                (Ok(Some(rem)), Ok(Some(1))) if rem > 0
+            );
+            let mut rows: Vec<Vec<Value>> = Vec::new();
+            if listed {
+                let held: Vec<Row> = if rw {
+                    c.exec(list, (id, id))?
+                } else {
+                    c.exec(list, (id,))?
+                };
+                for h in held {
+                    let mut row = head.clone();
+                    row.extend(cells(h));
+                    rows.push(row);
+                }
+            }
+            if rows.is_empty() {
+                let mut row = head;
+                row.extend([Value::NULL, Value::NULL, Value::NULL]);
+                rows.push(row);
+            }
+            renewed(&rows, rw)
+        })
     }
 }
 
@@ -350,7 +445,9 @@ impl Driver for MyDriver {
 
     fn install_schema(&self) -> DbResult<()> {
         let secs = self.timeout.as_secs().max(1);
-        self.run(|c| migrate::install(c, &self.tables, secs))
+        self.run(|c| migrate::install(c, &self.tables, secs))?;
+        self.rw_missing.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     fn drop_tables(&self) -> DbResult<()> {
@@ -378,77 +475,25 @@ impl Driver for MyDriver {
         })
     }
 
+    /// The renewal, then (unless it said all) the read and, after a change, the listing: the
+    /// read-write variants of the read and the listing (the terms in the sample and the
+    /// list), or where their tables do not exist, the ones of the leases alone.
     fn keep_alive(
         &self,
         id: &str,
         lease_ms: i64,
         known: Option<Known<'_>>,
     ) -> DbResult<Option<Renewed>> {
-        let version = known.map(|k| k.version);
-        let sample = known.map_or(&[][..], |k| k.sample);
-        let pair = |i: usize| match sample.get(i) {
-            Some((n, t)) => (Value::from(n.as_str()), Value::from(*t)),
-            None => (Value::NULL, Value::NULL),
-        };
-        let ((n1, t1), (n2, t2)) = (pair(0), pair(1));
-        let params = vec![
-            Value::from(version),
-            Value::from(version),
-            t1,
-            n1,
-            t2,
-            n2,
-            Value::from(sample.len().min(SAMPLE) as i64),
-            Value::from(id),
-        ];
-        self.run(|c| {
-            // One autocommit statement while the session holds nothing and its version is the
-            // known one (the renewal's OK packet carries both). Otherwise two (three after a
-            // change): the renewal, then one read
-            // after it committed, so a take-over that committed while the UPDATE waited for
-            // the holder's session row is seen, with the version it bumped. (No rows changed
-            // can also mean a renewal to the same value within one millisecond: the read
-            // decides.)
-            c.exec_drop(&self.sql.ka_update, (lease_ms, lease_ms, id))?;
-            // Holding nothing, at the known version: the OK packet says all (one statement).
-            if let (Some(known), Some((version, remaining_us))) =
-                (version, renewal(c.affected_rows(), c.last_insert_id()))
-            {
-                if sample.is_empty() && version == known {
-                    return Ok(Some(Renewed {
-                        remaining_us,
-                        version,
-                        leases: None,
-                    }));
+        if !self.rw_missing.load(Ordering::Relaxed) {
+            match self.keep_alive_with(id, lease_ms, known, true) {
+                Err(e) if e.kind == Kind::MissingTable => {
+                    log::debug!("keep-alives list no read-write terms: {}", e.source);
+                    self.rw_missing.store(true, Ordering::Relaxed);
                 }
+                other => return other,
             }
-            let head: Option<Row> = c.exec_first(&self.sql.ka_read, params.clone())?;
-            let Some(head) = head.map(cells) else {
-                return renewed(&[]);
-            };
-            // The leases only when the read says so (and the session is live); `renewed`
-            // decodes the read's row followed by each listed `(name, token)`.
-            const WHAT: &str = "a keep-alive";
-            let list = matches!(
-                (opt_int(WHAT, &head, 0), opt_int(WHAT, &head, 2)),
-                (Ok(Some(rem)), Ok(Some(1))) if rem > 0
-            );
-            let mut rows: Vec<Vec<Value>> = Vec::new();
-            if list {
-                let leases: Vec<Row> = c.exec(&self.sql.ka_list, (id,))?;
-                for lease in leases {
-                    let mut row = head.clone();
-                    row.extend(cells(lease));
-                    rows.push(row);
-                }
-            }
-            if rows.is_empty() {
-                let mut row = head;
-                row.extend([Value::NULL, Value::NULL]);
-                rows.push(row);
-            }
-            renewed(&rows)
-        })
+        }
+        self.keep_alive_with(id, lease_ms, known, false)
     }
 
     fn remove_session(&self, id: &str) -> DbResult<()> {

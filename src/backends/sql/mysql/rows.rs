@@ -74,10 +74,10 @@ pub(super) fn opened(row: Option<Vec<Value>>) -> DbResult<i64> {
 }
 
 /// A keep-alive's read (`ka_read`): no row when the session is gone, else on every row its
-/// remaining µs (not positive: expired), the version of its leases and whether they are
-/// listed (0 or 1), with a held lease's name and token (NULL, NULL when it holds none or they
-/// are not listed).
-pub(super) fn renewed(rows: &[Vec<Value>]) -> DbResult<Option<Renewed>> {
+/// remaining µs (not positive: expired), the version of its holdings and whether they are
+/// listed (0 or 1), with a held lease's or term's name, token and side (NULL, NULL, NULL when
+/// it holds none or they are not listed). `rw`: the read-write terms were read.
+pub(super) fn renewed(rows: &[Vec<Value>], rw: bool) -> DbResult<Option<Renewed>> {
     const WHAT: &str = "a keep-alive";
     let Some(first) = rows.first() else {
         return Ok(None);
@@ -92,18 +92,23 @@ pub(super) fn renewed(rows: &[Vec<Value>]) -> DbResult<Option<Renewed>> {
         1 => true,
         _ => return Err(bad(WHAT, first)),
     };
-    let mut leases = Vec::new();
+    let mut held = Vec::new();
     for r in rows {
-        match (opt_text(WHAT, r, 3)?, opt_int(WHAT, r, 4)?) {
-            (Some(name), Some(token)) if listed => leases.push((name, token)),
-            (None, None) => {}
+        match (
+            opt_text(WHAT, r, 3)?,
+            opt_int(WHAT, r, 4)?,
+            opt_int(WHAT, r, 5)?,
+        ) {
+            (Some(name), Some(token), Some(side)) if listed => held.push((name, token, side)),
+            (None, None, None) => {}
             _ => return Err(bad(WHAT, r)),
         }
     }
     Ok(Some(Renewed {
         remaining_us,
         version,
-        leases: listed.then_some(leases),
+        rw,
+        held: listed.then_some(held),
     }))
 }
 
@@ -217,42 +222,67 @@ mod tests {
         ] {
             assert!(opened(row.clone()).is_err(), "{row:?}");
         }
-        // Keep-alive rows: remaining, version, listed, name, token.
-        let ka = |rem: i64, v: i64, leases: Option<Vec<(&str, i64)>>| {
+        // Keep-alive rows: remaining, version, listed, name, token, side.
+        let ka = |rem: i64, v: i64, held: Option<Vec<(&str, i64, i64)>>| {
             Some(Renewed {
                 remaining_us: rem,
                 version: v,
-                leases: leases.map(|l| l.into_iter().map(|(n, t)| (n.to_owned(), t)).collect()),
+                rw: true,
+                held: held.map(|l| {
+                    l.into_iter()
+                        .map(|(n, t, side)| (n.to_owned(), t, side))
+                        .collect()
+                }),
             })
         };
+        let renewed = |rows: &[Vec<Value>]| renewed(rows, true);
         assert_eq!(renewed(&[]).unwrap(), None);
         assert_eq!(
-            renewed(&[vec![Int(-3), Int(1), Int(1), NULL, NULL]]).unwrap(),
+            renewed(&[vec![Int(-3), Int(1), Int(1), NULL, NULL, NULL]]).unwrap(),
             None
         );
         assert_eq!(
-            renewed(&[vec![Int(10), Int(4), Int(1), NULL, NULL]]).unwrap(),
+            renewed(&[vec![Int(10), Int(4), Int(1), NULL, NULL, NULL]]).unwrap(),
             ka(10, 4, Some(vec![]))
         );
         assert_eq!(
-            renewed(&[vec![Int(10), Int(4), Int(0), NULL, NULL]]).unwrap(),
+            renewed(&[vec![Int(10), Int(4), Int(0), NULL, NULL, NULL]]).unwrap(),
             ka(10, 4, None)
         );
         assert_eq!(
-            renewed(&[vec![Int(10), Int(4), Int(1), b(b"job"), Int(3)]]).unwrap(),
-            ka(10, 4, Some(vec![("job", 3)]))
+            renewed(&[
+                vec![Int(10), Int(4), Int(1), b(b"job"), Int(3), Int(-1)],
+                vec![Int(10), Int(4), Int(1), b(b"job"), Int(5), Int(1)],
+            ])
+            .unwrap(),
+            ka(10, 4, Some(vec![("job", 3, -1), ("job", 5, 1)]))
         );
         for rows in [
-            vec![vec![NULL, Int(1), Int(1), NULL, NULL]],
-            vec![vec![b(b"ten"), Int(1), Int(1), NULL, NULL]],
-            vec![vec![Int(10), NULL, Int(1), NULL, NULL]],
-            vec![vec![Int(10), Int(1), NULL, NULL, NULL]],
-            vec![vec![Int(10), Int(1), Int(2), NULL, NULL]],
-            vec![vec![Int(10), Int(1), Int(0), b(b"job"), Int(3)]],
-            vec![vec![Int(10), Int(1), Int(1), b(b"\xff\xfe"), Int(3)]],
-            vec![vec![Int(10), Int(1), Int(1), b(b"job"), NULL]],
-            vec![vec![Int(10), Int(1), Int(1), NULL, Int(3)]],
-            vec![vec![Int(10), Int(1), Int(1), b(b"job"), b(b"three")]],
+            vec![vec![NULL, Int(1), Int(1), NULL, NULL, NULL]],
+            vec![vec![b(b"ten"), Int(1), Int(1), NULL, NULL, NULL]],
+            vec![vec![Int(10), NULL, Int(1), NULL, NULL, NULL]],
+            vec![vec![Int(10), Int(1), NULL, NULL, NULL, NULL]],
+            vec![vec![Int(10), Int(1), Int(2), NULL, NULL, NULL]],
+            vec![vec![Int(10), Int(1), Int(0), b(b"job"), Int(3), Int(-1)]],
+            vec![vec![
+                Int(10),
+                Int(1),
+                Int(1),
+                b(b"\xff\xfe"),
+                Int(3),
+                Int(-1),
+            ]],
+            vec![vec![Int(10), Int(1), Int(1), b(b"job"), NULL, Int(-1)]],
+            vec![vec![Int(10), Int(1), Int(1), NULL, Int(3), Int(-1)]],
+            vec![vec![Int(10), Int(1), Int(1), b(b"job"), Int(3), NULL]],
+            vec![vec![
+                Int(10),
+                Int(1),
+                Int(1),
+                b(b"job"),
+                b(b"three"),
+                Int(-1),
+            ]],
         ] {
             assert!(renewed(&rows).is_err(), "{rows:?}");
         }

@@ -7,23 +7,31 @@
 //! by the backend ([`RwView::decide`]) from one read under the name's row lock:
 //!
 //! 1. `START TRANSACTION`;
-//! 2. `lock`: an upsert of the name's row that bumps its counter: it takes the row's
-//!    exclusive lock (creating the row for a name never used) and holds it to the end, so
-//!    grants of one name are serialized;
+//! 2. `lock`: a multi-table `UPDATE` of the name's row and the asker's session row that bumps
+//!    the name's counter and the version of the asker's holdings (see the keep-alive): it
+//!    takes both rows' exclusive locks, the name's first, and holds them to the end, so
+//!    grants of one name are serialized. A name never used has no row: `create` inserts it
+//!    (token 0) and `lock` runs again, two more round trips the first time;
 //! 3. `view`: one read of the counter, the terms (live, or in their session's lock-delay)
 //!    and the live waiting writers. It is the transaction's first consistent read, so its
 //!    snapshot is taken after the lock was granted and holds every term granted before
 //!    (grants commit under the lock);
 //! 4. a grant inserts the term (the bumped counter is its token; a writer that waited also
-//!    deletes its place) and commits; anything else rolls back (the bump with it), and a
-//!    writer that waits then adds or renews its place with one autocommit statement (a
-//!    place only orders writers and keeps readers out: it needs no lock).
+//!    deletes its place) and commits, with the version bump; anything else rolls back (both
+//!    bumps with it), and a writer that waits then adds or renews its place with one
+//!    autocommit statement (a place only orders writers and keeps readers out: it needs no
+//!    lock, and holds nothing a keep-alive lists).
 //!
 //! Round trips: 4 without a change (expired, the same term, busy), 5 for a grant or a
-//! registration, 6 for a grant to a writer that waited. A failure inside the transaction
-//! rolls it back before the connection goes back to the pool (a rollback that fails drops
-//! the connection). Release and leave are one autocommit statement each; a release only
-//! deletes a term, which frees the name.
+//! registration, 6 for a grant to a writer that waited; 2 more the first time a name is
+//! used. A failure inside the transaction rolls it back before the connection goes back to
+//! the pool (a rollback that fails drops the connection). Release and leave are one
+//! autocommit statement each. A release must also bump the version, and MySQL has no
+//! statement that deletes a row and changes another: it marks the term released (its
+//! `writer` plus 2) in a multi-table `UPDATE` with the bump. Released rows count nowhere
+//! (every read tests the side: `writer` 0 or 1, or `writer < 2`), are replaced by the
+//! session's next grant of the name, and deleted with the session's other rows at its end
+//! or by the collection.
 
 use super::rows::{cells, opt_int, opt_text, req_int, req_text};
 use super::statements::{NOW, NOW_US};
@@ -33,10 +41,12 @@ use crate::backends::sql::rw::{RwDecision, RwRow, RwStateRow, RwView};
 use crate::backends::sql::tables::Tables;
 use ::mysql::prelude::Queryable;
 use ::mysql::{Conn, Row};
+use std::sync::atomic::Ordering;
 
 /// The read-write lock statements.
 pub(super) struct RwSql {
     lock: String,
+    create: String,
     view: String,
     grant: String,
     unplace: String,
@@ -49,6 +59,11 @@ pub(super) struct RwSql {
     end_waiter: String,
     gc_holder: String,
     gc_waiter: String,
+    /// The keep-alive's read with the read-write terms in its sample (see
+    /// `statements::Sql::ka_read`).
+    pub(super) ka_read: String,
+    /// The keep-alive's listing with the read-write terms.
+    pub(super) ka_list: String,
 }
 
 impl RwSql {
@@ -68,10 +83,19 @@ impl RwSql {
              AND x.expires_at + x.lock_delay > {NOW}"
         );
         RwSql {
-            // name. The row's exclusive lock until the transaction ends; a new name's row is
-            // inserted with the first token.
+            // session, name. The name's row, then the asker's session row, each with its
+            // exclusive lock until the transaction ends (the name's first: an asker waiting
+            // for a busy name holds no lock its keep-alive needs); bumps the name's counter and
+            // the version of the asker's holdings, which a rollback undoes. 2 rows changed,
+            // or 0 when either row is missing.
             lock: format!(
-                "INSERT INTO {rw} (name, token) VALUES (?, 1) ON DUPLICATE KEY UPDATE token = token + 1"
+                "UPDATE {rw} r STRAIGHT_JOIN {s} me ON me.session_id = ? \
+                 SET r.token = r.token + 1, me.version = me.version + 1 WHERE r.name = ?"
+            ),
+            // name: the row of a name never used, with token 0 (`lock` then bumps it to the
+            // first token, 1), under its exclusive lock
+            create: format!(
+                "INSERT INTO {rw} (name, token) VALUES (?, 0) ON DUPLICATE KEY UPDATE token = token"
             ),
             // session, session, side, session, session, session, session, session, name: the
             // asker's remaining µs (NULL: not live), the (bumped) counter, the asker's term of
@@ -99,9 +123,12 @@ impl RwSql {
                         (SELECT COUNT(*) FROM {w} w WHERE w.name = r.name AND w.session_id = ?) \
                  FROM {rw} r WHERE r.name = ?"
             ),
-            // name, session, side, token
+            // name, session, side, token, side, token. A row of the asker for the name can
+            // only be a released term's (`release`: a live term of the asker is in the view,
+            // which then grants nothing), which the new term replaces.
             grant: format!(
-                "INSERT INTO {h} (name, session_id, writer, token) VALUES (?, ?, ?, ?)"
+                "INSERT INTO {h} (name, session_id, writer, token) VALUES (?, ?, ?, ?) \
+                 ON DUPLICATE KEY UPDATE writer = ?, token = ?"
             ),
             // name, session: the new writer's place
             unplace: format!("DELETE FROM {w} WHERE name = ? AND session_id = ?"),
@@ -114,11 +141,18 @@ impl RwSql {
             place: format!(
                 "REPLACE INTO {w} (name, session_id, expires_at) VALUES (?, ?, {NOW} + ?)"
             ),
-            // name, session, side, token: only by a live session
+            // name, token, side, session: only by a live session. One multi-table UPDATE
+            // (MySQL cannot delete a row and change another in one statement) locks the
+            // session row, then the term's, marks the term released (`writer` + 2: 2 a
+            // released read term, 3 a released write term, which no read counts) and bumps
+            // the version of the session's holdings. Both rows change: the count is 2 or 0.
+            // The row goes with the next grant of the name to the session, the session's end
+            // or the collection.
             release: format!(
-                "DELETE h FROM {h} h JOIN {s} me ON me.session_id = h.session_id \
-                   AND me.expires_at > {NOW} \
-                 WHERE h.name = ? AND h.session_id = ? AND h.writer = ? AND h.token = ?"
+                "UPDATE {s} me STRAIGHT_JOIN {h} h \
+                   ON h.name = ? AND h.session_id = me.session_id AND h.token = ? AND h.writer = ? \
+                 SET h.writer = h.writer + 2, me.version = me.version + 1 \
+                 WHERE me.session_id = ? AND me.expires_at > {NOW}"
             ),
             // name, session: a live place
             leave: format!(
@@ -132,19 +166,30 @@ impl RwSql {
                 "SELECT 0, '', token, 0 FROM {rw} WHERE name = ? \
                  UNION ALL SELECT CASE WHEN x.expires_at > {NOW} THEN 1 ELSE 4 END + h.writer, \
                    h.session_id, h.token, (x.expires_at + x.lock_delay) * 1000 - {NOW_US} \
-                   FROM {h} h {held_h} WHERE h.name = ? \
+                   FROM {h} h {held_h} WHERE h.name = ? AND h.writer < 2 \
                  UNION ALL SELECT 3, w.session_id, w.seq, 0 FROM {w} w {live_w} \
                    WHERE w.name = ? AND w.expires_at > {NOW}"
             ),
+            ka_read: super::statements::ka_read(t, true),
+            // session, session: the leases (side -1), then the terms (side 0 read, 1 write;
+            // the released ones left out)
+            ka_list: format!(
+                "SELECT name, token, -1 FROM {l} WHERE session_id = ? \
+                 UNION ALL SELECT name, token, writer FROM {h} WHERE session_id = ? AND writer < 2",
+                l = t.lease,
+            ),
             // session: its terms, unless its row says they are in their lock-delay (an
             // expired session's row stays until the delay ran out; the purge deletes them
-            // after it)
+            // after it), and its released ones
             end_holder: format!(
-                "DELETE h FROM {h} h {ended_h} WHERE h.session_id = ? AND x.session_id IS NULL"
+                "DELETE h FROM {h} h {ended_h} WHERE h.session_id = ? \
+                 AND (x.session_id IS NULL OR h.writer >= 2)"
             ),
             end_waiter: format!("DELETE FROM {w} WHERE session_id = ?"),
-            // the terms of sessions neither live nor in their lock-delay
-            gc_holder: format!("DELETE h FROM {h} h {ended_h} WHERE x.session_id IS NULL"),
+            // the terms of sessions neither live nor in their lock-delay, and released ones
+            gc_holder: format!(
+                "DELETE h FROM {h} h {ended_h} WHERE x.session_id IS NULL OR h.writer >= 2"
+            ),
             gc_waiter: format!(
                 "DELETE w FROM {w} w LEFT JOIN {s} x ON x.session_id = w.session_id \
                    AND x.expires_at > {NOW} WHERE x.session_id IS NULL OR w.expires_at <= {NOW}"
@@ -193,13 +238,18 @@ impl MyDriver {
         let side = i64::from(write);
         self.run(|c| {
             let decided = in_transaction(c, |c| {
-                c.exec_drop(&q.lock, (name,))?;
+                c.exec_drop(&q.lock, (id, name))?;
+                if c.affected_rows() == 0 {
+                    // A name never used (or the session's row is gone: the view tells).
+                    c.exec_drop(&q.create, (name,))?;
+                    c.exec_drop(&q.lock, (id, name))?;
+                }
                 let r: Option<Row> =
                     c.exec_first(&q.view, (id, id, side, id, id, id, id, id, name))?;
                 let (v, has_row) = view(r)?;
                 let d = v.decide(write, patience_ms);
                 if d == RwDecision::Grant {
-                    c.exec_drop(&q.grant, (name, id, side, v.counter))?;
+                    c.exec_drop(&q.grant, (name, id, side, v.counter, side, v.counter))?;
                     if write && has_row {
                         c.exec_drop(&q.unplace, (name, id))?;
                     }
@@ -209,6 +259,8 @@ impl MyDriver {
                 }
                 Ok((v, d))
             })?;
+            // The tables exist: keep-alives list the read-write terms (again).
+            self.rw_missing.store(false, Ordering::Relaxed);
             Ok(match decided {
                 (_, RwDecision::Expired) => RwRow::Expired,
                 (v, RwDecision::Held(t)) => RwRow::Acquired {
@@ -241,7 +293,7 @@ impl MyDriver {
         token: i64,
     ) -> DbResult<bool> {
         self.run(|c| {
-            c.exec_drop(&self.rw_sql.release, (name, id, i64::from(write), token))?;
+            c.exec_drop(&self.rw_sql.release, (name, token, i64::from(write), id))?;
             Ok(c.affected_rows() > 0)
         })
     }

@@ -50,6 +50,38 @@ fn term_end(alias: &str) -> String {
     )
 }
 
+/// The renewal's read, one primary-key lookup: the remaining time, the version of the
+/// session's holdings and whether they are to be listed: when the version differs from the
+/// one passed in (NULL for none), or fewer than the count passed in of the sample's entries
+/// are still held. Parameters: the version twice, each of the two entries (NULL for none),
+/// the count, the session. An entry is (token, name) with the leases alone, (token, name,
+/// side, token, name, side) with `rw` (side -1 a lease, 0 a read term, 1 a write term):
+/// one lookup by primary key, the lease's name or the term's (name, session); a lease's
+/// second only when its row is gone. (No derived table and no join: a materialized derived
+/// table with a join for the listing cost 40% more of the server's time on every
+/// keep-alive, listing or not.)
+pub(super) fn ka_read(t: &Tables, rw: bool) -> String {
+    let (s, l, h) = (&t.session, &t.lease, &t.rw_holder);
+    let entry = if rw {
+        format!(
+            "COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
+                       FROM {l} k WHERE k.name = ? AND ? < 0), \
+                      (SELECT y.token = ? FROM {h} y WHERE y.name = ? \
+                       AND y.session_id = s.session_id AND y.writer = ?), 0)"
+        )
+    } else {
+        format!(
+            "COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
+                       FROM {l} k WHERE k.name = ?), 0)"
+        )
+    };
+    format!(
+        "SELECT s.expires_at * 1000 - {NOW_US}, s.version, \
+                (s.version <> ? OR ? IS NULL OR {entry} + {entry} < ?) \
+         FROM {s} s WHERE s.session_id = ?"
+    )
+}
+
 pub(super) struct Sql {
     pub(super) open: String,
     pub(super) open_read: String,
@@ -91,28 +123,13 @@ impl Sql {
                 "UPDATE {s} SET expires_at = {NOW} + ?, version = {RENEWED} \
                  WHERE session_id = ? AND expires_at > {NOW}"
             ),
-            // The renewal's read, one primary-key lookup: the remaining time, the version of
-            // the session's leases and whether they are to be listed: when the version
-            // differs from the one passed in (NULL for none), or fewer than the count passed
-            // in of the sample's (token, name) pairs (NULL pairs for none; a lookup by name
-            // each, the primary key) are still held. (No derived table and no join: a
-            // materialized derived table with a join for the listing cost 40% more of the
-            // server's time on every keep-alive, listing or not.)
-            ka_read: format!(
-                "SELECT s.expires_at * 1000 - {NOW_US}, s.version, \
-                        (s.version <> ? OR ? IS NULL OR \
-                         COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
-                                   FROM {l} k WHERE k.name = ?), 0) \
-                         + COALESCE((SELECT k.session_id = s.session_id AND k.token = ? \
-                                   FROM {l} k WHERE k.name = ?), 0) \
-                         < ?) \
-                 FROM {s} s WHERE s.session_id = ?"
-            ),
+            ka_read: ka_read(t, false),
             // The listing, only when `ka_read` says so: a later consistent read than the
             // version `ka_read` returned, so a change committed in between is either in the
             // list or, having bumped the version past the one returned, listed at the next
-            // keep-alive.
-            ka_list: format!("SELECT name, token FROM {l} WHERE session_id = ?"),
+            // keep-alive. (name, token, side -1: a lease; `RwSql::ka_list` lists the
+            // read-write terms too.)
+            ka_list: format!("SELECT name, token, -1 FROM {l} WHERE session_id = ?"),
             // A session that expired and whose lock-delay has not run out keeps its row, and
             // so its leases (blocked until the purge after the delay): only a live session's
             // close, or a removal after the delay, frees them.
@@ -268,5 +285,22 @@ impl QueueSql {
                  WHERE q.name = ? AND q.expires_at > {NOW} ORDER BY q.seq"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_read_write_keep_alive_names_the_read_write_tables() {
+        let t = Tables::new("p_");
+        let (plain, rw) = (ka_read(&t, false), ka_read(&t, true));
+        assert!(!plain.contains("p_simba_rw") && rw.contains("p_simba_rw_holder"));
+        // The version twice, two entries, the count, the session.
+        assert_eq!(plain.matches('?').count(), 2 + 2 * 2 + 2);
+        assert_eq!(rw.matches('?').count(), 2 + 2 * 6 + 2);
+        let sql = Sql::new(&t);
+        assert!(!sql.ka_list.contains("p_simba_rw") && !sql.ka_update.contains("p_simba_rw"));
     }
 }

@@ -20,8 +20,8 @@ use self::conn::{classify, col, count, outside_runtime, pid, simple_value, with_
 use self::statements::{prepare, queue_sql, Stmts, NOW, NOW_US, TERM_VALUE};
 use super::builder::Options;
 use super::driver::{
-    AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Kind, Known, RawListing,
-    Renewed, SAMPLE,
+    AcqReport, AcqRow, ConnectionProbe, DbError, DbResult, Driver, Holding, Kind, Known,
+    RawListing, Renewed, SAMPLE,
 };
 use super::pool::Pool;
 use super::rw::{RwRow, RwStateRow};
@@ -32,6 +32,7 @@ use crate::backends::BackendUrl;
 use crate::error::Result;
 use crate::spi::{NotifySink, Subscription};
 use ::postgres::{Client, Config};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub(crate) struct PgDriver {
@@ -44,6 +45,10 @@ pub(crate) struct PgDriver {
     timeout: Duration,
     /// The `LISTEN` connection's thread, started by the first subscription.
     listener: listen::Listener,
+    /// Set when the read-write statements could not be prepared for want of their tables
+    /// (an earlier schema): keep-alives then list the leases alone. Cleared when they are
+    /// prepared (a read-write call found the tables) and by `install_schema`.
+    rw_missing: AtomicBool,
 }
 
 impl PgDriver {
@@ -135,6 +140,7 @@ impl PgDriver {
             tables,
             timeout: options.query_timeout,
             listener,
+            rw_missing: AtomicBool::new(false),
         };
         // Check the server answers now, so a bad URL fails at build time.
         outside_runtime(|| driver.pool.get(options.query_timeout).map(drop))??;
@@ -167,6 +173,101 @@ impl PgDriver {
             f(c.client()?).map_err(classify)
         })
     }
+}
+
+/// The parameters of a keep-alive statement: the session, the lease, the version known,
+/// the sample's two entries (name, token; NULL for none), the count of entries, then the
+/// entries' sides (read only by the statement that lists the read-write terms).
+struct KeepAliveParams<'a> {
+    id: &'a str,
+    lease_ms: i64,
+    version: Option<i64>,
+    names: [Option<&'a str>; 2],
+    tokens: [Option<i64>; 2],
+    expected: i64,
+    side: [Option<i64>; 2],
+}
+
+impl<'a> KeepAliveParams<'a> {
+    fn new(id: &'a str, lease_ms: i64, version: Option<i64>, sample: &'a [Holding]) -> Self {
+        let entry = |i: usize| sample.get(i).map(|(n, t, side)| (n.as_str(), *t, *side));
+        let (one, two) = (entry(0), entry(1));
+        KeepAliveParams {
+            id,
+            lease_ms,
+            version,
+            names: [one.map(|e| e.0), two.map(|e| e.0)],
+            tokens: [one.map(|e| e.1), two.map(|e| e.1)],
+            expected: sample.len().min(SAMPLE) as i64,
+            side: [one.map(|e| e.2), two.map(|e| e.2)],
+        }
+    }
+
+    fn all(&self) -> [&(dyn ::postgres::types::ToSql + Sync); 10] {
+        [
+            &self.id,
+            &self.lease_ms,
+            &self.version,
+            &self.names[0],
+            &self.tokens[0],
+            &self.names[1],
+            &self.tokens[1],
+            &self.expected,
+            &self.side[0],
+            &self.side[1],
+        ]
+    }
+}
+
+/// A keep-alive's rows (see `statements::keep_alive_sql`): none when the session is gone,
+/// else each with the remaining µs (NULL: expired), the version, whether listed, and a held
+/// lease's or term's name, token and side (NULLs for none). `rw`: the statement read the
+/// read-write terms.
+fn renewed(rows: &[::postgres::Row], rw: bool) -> DbResult<Option<Renewed>> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let Some(remaining_us) = col::<Option<i64>>(first, 0)? else {
+        return Ok(None);
+    };
+    let (Some(version), Some(listed)) = (
+        col::<Option<i64>>(first, 1)?,
+        col::<Option<bool>>(first, 2)?,
+    ) else {
+        return Err(DbError::new(
+            Kind::Other,
+            "a keep-alive without the version of the session's leases",
+        ));
+    };
+    let mut held = Vec::new();
+    for r in rows {
+        match (
+            col::<Option<String>>(r, 3)?,
+            col::<Option<i64>>(r, 4)?,
+            col::<Option<i64>>(r, 5)?,
+        ) {
+            (Some(name), Some(token), Some(side)) => held.push((name, token, side)),
+            (None, None, None) => {}
+            _ => {
+                return Err(DbError::new(
+                    Kind::Other,
+                    "a keep-alive listed a lease or term without its token or side",
+                ))
+            }
+        }
+    }
+    if !listed && !held.is_empty() {
+        return Err(DbError::new(
+            Kind::Other,
+            "a keep-alive listed leases it said were unchanged",
+        ));
+    }
+    Ok(Some(Renewed {
+        remaining_us,
+        version,
+        rw,
+        held: listed.then_some(held),
+    }))
 }
 
 impl Driver for PgDriver {
@@ -267,6 +368,7 @@ impl Driver for PgDriver {
         self.run_plain(|c| migrate::install(c, &self.tables))?;
         // Connections opened before the tables existed prepare their statements now.
         self.pool.flush_idle();
+        self.rw_missing.store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -296,62 +398,35 @@ impl Driver for PgDriver {
         })
     }
 
+    /// One statement: the one of the read-write statements that lists the read-write terms
+    /// too, or, where their tables do not exist, the one that lists the leases alone.
     fn keep_alive(
         &self,
         id: &str,
         lease_ms: i64,
         known: Option<Known<'_>>,
     ) -> DbResult<Option<Renewed>> {
-        let version = known.map(|k| k.version);
-        let sample = known.map_or(&[][..], |k| k.sample);
-        let pair = |i: usize| {
-            sample
-                .get(i)
-                .map_or((None, None), |(n, t)| (Some(n.as_str()), Some(*t)))
-        };
-        let ((n1, t1), (n2, t2)) = (pair(0), pair(1));
-        let expected = sample.len().min(SAMPLE) as i64;
+        if !self.rw_missing.load(Ordering::Relaxed) {
+            let (version, sample) = Known::for_statement(known, true);
+            let params = KeepAliveParams::new(id, lease_ms, version, sample);
+            match self.run_rw(|c, st| {
+                let rows = c.query(&st.keep_alive, &params.all()).map_err(classify)?;
+                renewed(&rows, true)
+            }) {
+                Err(e) if e.kind == Kind::MissingTable => {
+                    log::debug!("keep-alives list no read-write terms: {}", e.source);
+                    self.rw_missing.store(true, Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
+        let (version, sample) = Known::for_statement(known, false);
+        let params = KeepAliveParams::new(id, lease_ms, version, sample);
         self.run(|c, st| {
             let rows = c
-                .query(
-                    &st.keep_alive,
-                    &[&id, &lease_ms, &version, &n1, &t1, &n2, &t2, &expected],
-                )
+                .query(&st.keep_alive, &params.all()[..8])
                 .map_err(classify)?;
-            let Some(first) = rows.first() else {
-                return Ok(None);
-            };
-            let Some(remaining_us) = col::<Option<i64>>(first, 0)? else {
-                return Ok(None);
-            };
-            let (Some(version), Some(listed)) = (
-                col::<Option<i64>>(first, 1)?,
-                col::<Option<bool>>(first, 2)?,
-            ) else {
-                return Err(DbError::new(
-                    Kind::Other,
-                    "a keep-alive without the version of the session's leases",
-                ));
-            };
-            let mut leases = Vec::new();
-            for r in &rows {
-                if let (Some(name), Some(token)) =
-                    (col::<Option<String>>(r, 3)?, col::<Option<i64>>(r, 4)?)
-                {
-                    leases.push((name, token));
-                }
-            }
-            if !listed && !leases.is_empty() {
-                return Err(DbError::new(
-                    Kind::Other,
-                    "a keep-alive listed leases it said were unchanged",
-                ));
-            }
-            Ok(Some(Renewed {
-                remaining_us,
-                version,
-                leases: listed.then_some(leases),
-            }))
+            renewed(&rows, false)
         })
     }
 

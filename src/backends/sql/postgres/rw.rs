@@ -14,13 +14,14 @@
 //! result, in the same statement.
 
 use super::conn::{classify, col};
-use super::statements::{NOW, NOW_US};
+use super::statements::{keep_alive_rw_sql, keep_alive_types, NOW, NOW_US};
 use super::PgDriver;
 use crate::backends::sql::driver::DbResult;
 use crate::backends::sql::rw::{RwRow, RwStateRow};
 use crate::backends::sql::tables::Tables;
 use ::postgres::types::Type;
 use ::postgres::{Client, Statement};
+use std::sync::atomic::Ordering;
 
 /// One connection's prepared read-write statements.
 pub(crate) struct RwStmts {
@@ -30,6 +31,9 @@ pub(crate) struct RwStmts {
     state: Statement,
     end_session: Statement,
     gc: Statement,
+    /// The keep-alive that lists the read-write terms too (see
+    /// [`super::statements::keep_alive_rw_sql`]).
+    pub(super) keep_alive: Statement,
 }
 
 /// The statements: acquire, release, leave, state, end of a session, collection.
@@ -61,7 +65,10 @@ pub(super) fn sql(t: &Tables) -> [String; 6] {
         // `hold` is the terms that block (their sessions live or in their lock-delay), `wait`
         // the live places (their sessions live, and within their patience). `ok`: the asker
         // is live, holds no term of that side, and the rules let it in. `up` takes the term
-        // (see the module doc), `ins` records it, `dq` deletes the new writer's place. `reg`
+        // (see the module doc), `ins` records it, `dq` deletes the new writer's place, `bump`
+        // bumps the version of the asker's holdings (its session row is locked after the
+        // name's row, and only by a grant: a keep-alive waits for the grant, see
+        // `keep_alive_rw_sql`). `reg`
         // adds or renews a waiting writer's place: a place whose patience ran out gets a new
         // seq (the back of the line).
         format!(
@@ -91,6 +98,8 @@ pub(super) fn sql(t: &Tables) -> [String; 6] {
                     SELECT $2, $1, $3::int2, token FROM up RETURNING token), \
              dq AS (DELETE FROM {w} WHERE name = $2 AND session_id = $1 AND $3 = 1 \
                     AND EXISTS (SELECT 1 FROM ins) RETURNING 1), \
+             bump AS (UPDATE {s} SET version = version + 1 \
+                    WHERE session_id = $1 AND EXISTS (SELECT 1 FROM ins) RETURNING 1), \
              reg AS (INSERT INTO {w} AS q (name, session_id, expires_at) \
                     SELECT $2, $1, (SELECT ms FROM now) + $4 FROM me \
                     WHERE $3 = 1 AND NOT EXISTS (SELECT 1 FROM ok) \
@@ -108,20 +117,25 @@ pub(super) fn sql(t: &Tables) -> [String; 6] {
                     (SELECT count(*) FROM wait WHERE session_id <> $1) \
                       + CASE WHEN EXISTS (SELECT 1 FROM reg) \
                                OR ($3 = 0 AND EXISTS (SELECT 1 FROM place)) THEN 1 ELSE 0 END, \
-                    (SELECT count(*) FROM dq)",
+                    (SELECT count(*) FROM dq), (SELECT count(*) FROM bump)",
             held_h = held("h"),
             live_w = live("w"),
         ),
         // release: $1 name, $2 session, $3 side, $4 token. Only by a live session (an expired
-        // one holds nothing). Notifies a release: readers or writers waiting try at once.
+        // one holds nothing), whose row is locked first (as a lease release does) and whose
+        // version a release bumps. Notifies a release: readers or writers waiting try at once.
         format!(
             "WITH now AS MATERIALIZED (SELECT {NOW} AS ms), \
+             me AS MATERIALIZED (SELECT 1 FROM {s} \
+                    WHERE session_id = $2 AND expires_at > (SELECT ms FROM now) FOR NO KEY UPDATE), \
              gone AS (DELETE FROM {h} WHERE name = $1 AND session_id = $2 AND writer = $3 \
-                    AND token = $4 AND EXISTS (SELECT 1 FROM {s} \
-                        WHERE session_id = $2 AND expires_at > (SELECT ms FROM now)) \
+                    AND token = $4 AND EXISTS (SELECT 1 FROM me) \
                     RETURNING name), \
+             bump AS (UPDATE {s} SET version = version + 1 \
+                    WHERE session_id = $2 AND EXISTS (SELECT 1 FROM gone) RETURNING 1), \
              note AS MATERIALIZED (SELECT pg_notify({ch}, 'r:' || name) FROM gone) \
-             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM note)"
+             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM note), \
+                    (SELECT count(*) FROM bump)"
         ),
         // leave: $1 name, $2 session. Deletes the place (also one whose patience ran out);
         // a live one counts, and its going is notified (readers behind it may go in).
@@ -185,6 +199,7 @@ pub(super) fn prepare(
     let [acquire, release, leave, state, end_session, gc] = sql(t);
     let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
     Ok(RwStmts {
+        keep_alive: client.prepare_typed(&keep_alive_rw_sql(t), &keep_alive_types(true))?,
         acquire: client.prepare_typed(
             &acquire,
             &[sid.clone(), name.clone(), i8.clone(), i8.clone()],
@@ -202,15 +217,19 @@ pub(super) fn prepare(
 
 impl PgDriver {
     /// Runs `f` with the read-write statements, preparing them on the connection's first
-    /// read-write call.
-    fn run_rw<T: Send>(
+    /// read-write call or keep-alive (which then knows their tables exist).
+    pub(super) fn run_rw<T: Send>(
         &self,
         mut f: impl FnMut(&mut Client, &RwStmts) -> DbResult<T> + Send,
     ) -> DbResult<T> {
         super::conn::with_conn(&self.pool, self.timeout, |c| {
             let stmts = match c.rw.take() {
                 Some(s) => s,
-                None => prepare(c.client()?, &self.tables).map_err(classify)?,
+                None => {
+                    let s = prepare(c.client()?, &self.tables).map_err(classify)?;
+                    self.rw_missing.store(false, Ordering::Relaxed);
+                    s
+                }
             };
             let r = f(c.client()?, &stmts);
             c.rw = Some(stmts);

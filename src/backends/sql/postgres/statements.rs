@@ -31,6 +31,110 @@ pub(super) fn term_end(alias: &str, now: &str) -> String {
     )
 }
 
+/// The keep-alive statement, one statement: renew first (the one-time filters on `renewed`
+/// run the UPDATE before the scans), then read the held leases FOR SHARE (and with `rw` the
+/// session's read-write terms, FOR SHARE too), but only when the version of the session's
+/// holdings differs from the one passed in ($3, NULL for none) or fewer than $8 of the
+/// sample's entries are still held; otherwise nothing scales with what the session holds.
+/// A sample entry is a (name, token) pair ($4, $5 and $6, $7; NULL for none) with, with
+/// `rw`, its side ($9, $10: -1 a lease, 0 a read term, 1 a write term). Each is one
+/// primary-key lookup: a lease by name alone (with `session_id = $1` in the WHERE clause a
+/// generic plan made while the table was small can walk the session's entries of
+/// `idx_lease_session` instead of the primary key), a term by (name, session).
+///
+/// Every statement that changes what a session holds (acquire of a new term, take-over,
+/// release; a read-write grant or release) bumps `version` under an exclusive lock on the
+/// session's row, in the same statement as the change.
+///
+/// A take-over holds the holder's session row locked until it commits, so the UPDATE waits
+/// for it and then renews the newest row (READ COMMITTED), whose version the take-over
+/// bumped: the leases are listed. The scans still use the statement's older snapshot, but
+/// locking a row that was updated (or deleted) since makes PostgreSQL recheck the newest
+/// version, which no longer matches `session_id = $1`: a lease taken meanwhile (a term
+/// released meanwhile: its release locked the session row first too) is not listed. The
+/// version returned is the snapshot's (`snap`): if a change committed after the snapshot,
+/// the list may miss a lease or term acquired meanwhile, but that version is older than the
+/// row's, so the next keep-alive lists again.
+///
+/// Columns: remaining µs, version, listed, then per held lease or term its name, token and
+/// side (NULLs for none).
+fn keep_alive_sql(t: &Tables, rw: bool) -> String {
+    let (s, l, h) = (&t.session, &t.lease, &t.rw_holder);
+    let slot = |n: &str, tok: &str, side: &str| {
+        if rw {
+            format!(
+                "coalesce((SELECT x.session_id = $1 AND x.token = {tok} FROM {l} x \
+                           WHERE x.name = {n} AND {side} < 0), \
+                          (SELECT y.token = {tok} FROM {h} y WHERE y.name = {n} \
+                           AND y.session_id = $1 AND y.writer = {side}), false)::int"
+            )
+        } else {
+            format!(
+                "coalesce((SELECT x.session_id = $1 AND x.token = {tok} FROM {l} x \
+                           WHERE x.name = {n}), false)::int"
+            )
+        }
+    };
+    let held_rw = if rw {
+        format!(
+            ", held_rw AS (SELECT h.name, h.token, h.writer FROM {h} h \
+                      WHERE h.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) \
+                        AND (SELECT yes FROM list) FOR SHARE)"
+        )
+    } else {
+        String::new()
+    };
+    let rows = if rw {
+        "SELECT name, token, -1::int8 AS side FROM held \
+         UNION ALL SELECT name, token, writer::int8 FROM held_rw"
+    } else {
+        "SELECT name, token, -1::int8 AS side FROM held"
+    };
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
+         snap AS MATERIALIZED (SELECT version FROM {s} WHERE session_id = $1), \
+         renewed AS (UPDATE {s} SET expires_at = (SELECT ms FROM now) + $2 \
+                     WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
+                     RETURNING expires_at, version), \
+         list AS MATERIALIZED (SELECT (SELECT version FROM renewed) IS DISTINCT FROM $3 \
+                     OR {one} + {two} < $8 AS yes), \
+         held AS (SELECT l.name, l.token FROM {l} l \
+                  WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) \
+                    AND (SELECT yes FROM list) FOR SHARE){held_rw} \
+         SELECT (SELECT expires_at FROM renewed) * 1000 - (SELECT us FROM now) AS remaining, \
+                (SELECT version FROM snap), (SELECT yes FROM list), \
+                x.name::text, x.token, x.side \
+         FROM (SELECT 1) one LEFT JOIN ({rows}) x ON true",
+        one = slot("$4", "$5", "$9"),
+        two = slot("$6", "$7", "$10"),
+    )
+}
+
+/// The parameter types of [`keep_alive_sql`] (with `rw`, the two sides too).
+pub(super) fn keep_alive_types(rw: bool) -> Vec<Type> {
+    let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
+    let mut types = vec![
+        sid,
+        i8.clone(),
+        i8.clone(),
+        name.clone(),
+        i8.clone(),
+        name,
+        i8.clone(),
+        i8.clone(),
+    ];
+    if rw {
+        types.extend([i8.clone(), i8]);
+    }
+    types
+}
+
+/// [`keep_alive_sql`] reading the read-write terms too (prepared with the read-write
+/// statements, as it needs their tables).
+pub(super) fn keep_alive_rw_sql(t: &Tables) -> String {
+    keep_alive_sql(t, true)
+}
+
 /// One connection's prepared statements, one per operation (see [`sql`]).
 pub(super) struct Stmts {
     pub(super) open: Statement,
@@ -60,45 +164,7 @@ pub(super) fn sql(t: &Tables) -> [String; 11] {
             "INSERT INTO {s} (session_id, expires_at, metadata, lock_delay) \
              VALUES ($1, {NOW} + $2, $3, $4) RETURNING expires_at * 1000 - {NOW_US}"
         ),
-        // keep-alive, one statement: renew first (the one-time filters on `renewed` run the
-        // UPDATE before the lease scan), then read the held leases FOR SHARE, but only when
-        // the version of the session's leases differs from the one passed in ($3, NULL for
-        // none) or fewer than $8 of the sample's (name, token) pairs ($4..$7, NULL for none)
-        // are still held; otherwise nothing scales with what the session holds. (Each pair is
-        // looked up by name alone: with `session_id = $1` in the WHERE clause a generic plan
-        // made while the table was small can walk the session's entries of
-        // `idx_lease_session` instead of the primary key.)
-        // Every statement that changes which leases a session holds (acquire of a new term,
-        // take-over, release) bumps `version` under an exclusive lock on the session's row,
-        // in the same statement as the change.
-        //
-        // A take-over holds the holder's session row locked until it commits, so the UPDATE
-        // waits for it and then renews the newest row (READ COMMITTED), whose version the
-        // take-over bumped: the leases are listed. The lease scan still uses the statement's
-        // older snapshot, but locking a row that was updated since makes PostgreSQL recheck
-        // the newest version, which no longer matches `session_id = $1`: a lease taken
-        // meanwhile is not listed. The version returned is the snapshot's (`snap`): if a
-        // change committed after the snapshot, the list may miss a lease acquired meanwhile,
-        // but that version is older than the row's, so the next keep-alive lists again.
-        format!(
-            "WITH now AS MATERIALIZED (SELECT {NOW} AS ms, {NOW_US} AS us), \
-             snap AS MATERIALIZED (SELECT version FROM {s} WHERE session_id = $1), \
-             renewed AS (UPDATE {s} SET expires_at = (SELECT ms FROM now) + $2 \
-                         WHERE session_id = $1 AND expires_at > (SELECT ms FROM now) \
-                         RETURNING expires_at, version), \
-             list AS MATERIALIZED (SELECT (SELECT version FROM renewed) IS DISTINCT FROM $3 \
-                         OR coalesce((SELECT x.session_id = $1 AND x.token = $5 FROM {l} x \
-                                      WHERE x.name = $4), false)::int \
-                          + coalesce((SELECT x.session_id = $1 AND x.token = $7 FROM {l} x \
-                                      WHERE x.name = $6), false)::int < $8 AS yes), \
-             held AS (SELECT l.name, l.token FROM {l} l \
-                      WHERE l.session_id = $1 AND EXISTS (SELECT 1 FROM renewed) \
-                        AND (SELECT yes FROM list) FOR SHARE) \
-             SELECT (SELECT expires_at FROM renewed) * 1000 - (SELECT us FROM now) AS remaining, \
-                    (SELECT version FROM snap), (SELECT yes FROM list), \
-                    held.name::text, held.token \
-             FROM (SELECT 1) one LEFT JOIN held ON true"
-        ),
+        keep_alive_sql(t, false),
         // remove: the session row first (lock order session -> lease, as in acquire); notifies
         // every freed lease and every group left. An expired session still in its lock-delay
         // keeps its row and its leases (which stay blocked until the purge after the delay):
@@ -317,19 +383,7 @@ pub(super) fn prepare(
     let (sid, name, i8) = (Type::BPCHAR, Type::VARCHAR, Type::INT8);
     Ok(Stmts {
         open: client.prepare_typed(&open, &[sid.clone(), i8.clone(), Type::VARCHAR, i8.clone()])?,
-        keep_alive: client.prepare_typed(
-            &keep_alive,
-            &[
-                sid.clone(),
-                i8.clone(),
-                i8.clone(),
-                name.clone(),
-                i8.clone(),
-                name.clone(),
-                i8.clone(),
-                i8.clone(),
-            ],
-        )?,
+        keep_alive: client.prepare_typed(&keep_alive, &keep_alive_types(false))?,
         remove: client.prepare_typed(&remove, std::slice::from_ref(&sid))?,
         acquire_valued: client.prepare_typed(
             &acquire_with_value(&acquire, &t.lease),
@@ -353,6 +407,18 @@ pub(super) fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_read_write_keep_alive_names_the_read_write_tables() {
+        let t = Tables::new("p_");
+        let plain = sql(&t)[1].clone();
+        assert!(plain.contains("p_simba_lease") && !plain.contains("p_simba_rw"));
+        let rw = keep_alive_rw_sql(&t);
+        assert!(rw.contains("FROM p_simba_rw_holder h WHERE h.session_id = $1"));
+        assert!(rw.contains("$10") && !plain.contains("$9"));
+        assert_eq!(keep_alive_types(false).len(), 8);
+        assert_eq!(keep_alive_types(true).len(), 10);
+    }
 
     #[test]
     fn the_valued_acquire_sets_the_value_in_the_upsert_only() {
