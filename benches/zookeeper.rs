@@ -102,11 +102,17 @@ fn main() {
     let delay = Duration::from_secs(5);
     let (mp, md) = (
         mixed.open_session(lease, &m).unwrap().id,
-        mixed.open_session_with_delay(lease, &m, delay).unwrap().id,
+        mixed
+            .open(&simba_lease::spi::SessionSpec::new(lease, &m).lock_delay(delay))
+            .unwrap()
+            .id,
     );
     let (gp, gd) = (
         gated.open_session(lease, &m).unwrap().id,
-        gated.open_session_with_delay(lease, &m, delay).unwrap().id,
+        gated
+            .open(&simba_lease::spi::SessionSpec::new(lease, &m).lock_delay(delay))
+            .unwrap()
+            .id,
     );
     let dname = LeaseName::new("delayed").unwrap();
     acquired(gated.acquire(&gd, &dname).unwrap());

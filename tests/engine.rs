@@ -67,14 +67,10 @@ impl Delegate for Gate {
     fn call<T>(&self, call: Call<'_>, f: impl FnOnce(&dyn LeaseBackend) -> Result<T>) -> Result<T> {
         let inner: &dyn LeaseBackend = &self.inner;
         match call {
-            Call::OpenSession { .. } | Call::OpenSessionWithDelay { .. }
-                if self.refuse_opens.load(Ordering::SeqCst) =>
-            {
-                Err(Error::config(
-                    "lease",
-                    "the server grants less than the lease",
-                ))
-            }
+            Call::Open(_) if self.refuse_opens.load(Ordering::SeqCst) => Err(Error::config(
+                "lease",
+                "the server grants less than the lease",
+            )),
             Call::KeepAlive { session, .. } => {
                 let only = self.hang_only.lock().unwrap().clone();
                 if only.is_none_or(|o| &o == session) {

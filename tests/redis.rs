@@ -783,7 +783,7 @@ fn an_anchored_term_keeps_its_lock_delay_after_its_anchor_ended(make: fn() -> Ar
     let b = make();
     let (lease, delay) = (Duration::from_secs(30), Duration::from_secs(60));
     let s1 = b
-        .open_session_with_delay(lease, &Metadata::default(), delay)
+        .open(&simba_lease::spi::SessionSpec::new(lease, &Metadata::default()).lock_delay(delay))
         .unwrap()
         .id;
     let s2 = open(&*b, lease);
@@ -839,7 +839,7 @@ fn a_bound_term_keeps_its_lock_delay_after_its_session_ended() {
     let b = standalone();
     let (lease, delay) = (Duration::from_secs(30), Duration::from_secs(60));
     let s1 = b
-        .open_session_with_delay(lease, &Metadata::default(), delay)
+        .open(&simba_lease::spi::SessionSpec::new(lease, &Metadata::default()).lock_delay(delay))
         .unwrap()
         .id;
     let s2 = open(&*b, lease);
@@ -3671,11 +3671,15 @@ fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
         };
         Pair {
             redis: b
-                .open_session_with_delay(long, &Metadata::default(), rd)
+                .open(
+                    &simba_lease::spi::SessionSpec::new(long, &Metadata::default()).lock_delay(rd),
+                )
                 .unwrap()
                 .id,
             memory: m
-                .open_session_with_delay(hour, &Metadata::default(), md)
+                .open(
+                    &simba_lease::spi::SessionSpec::new(hour, &Metadata::default()).lock_delay(md),
+                )
                 .unwrap()
                 .id,
             delay: md,
@@ -3961,7 +3965,7 @@ fn rw_calls_take_one_round_trip(cluster: bool) {
     };
     let long = Duration::from_secs(30);
     let r = b
-        .open_session_with_delay(long, &Metadata::default(), long)
+        .open(&simba_lease::spi::SessionSpec::new(long, &Metadata::default()).lock_delay(long))
         .unwrap()
         .id;
     let w = open(&*b, long);

@@ -1526,7 +1526,10 @@ mod lock_delay {
         let delays = format!("{}/delays", b.root());
         let (m, long) = (Metadata::default(), Duration::from_secs(60));
         let plain = b.open_session(long, &m).unwrap().id;
-        let delayed = b.open_session_with_delay(long, &m, long).unwrap().id;
+        let delayed = b
+            .open(&simba_lease::spi::SessionSpec::new(long, &m).lock_delay(long))
+            .unwrap()
+            .id;
         let name = tck::lease_name("gate");
         let gate = format!("{delays}/{name}");
         // A session without a delay leaves no gate.
@@ -1549,7 +1552,10 @@ mod lock_delay {
         // Ended by the watchdog: the gate stays; the first look stamps it.
         let short = Duration::from_secs(1);
         let d = Duration::from_secs(3);
-        let crashed = b.open_session_with_delay(short, &m, d).unwrap().id;
+        let crashed = b
+            .open(&simba_lease::spi::SessionSpec::new(short, &m).lock_delay(d))
+            .unwrap()
+            .id;
         let t = acquired(&b, &crashed, &name);
         let probe = tck::lease_name("probe");
         tck::until(Duration::from_secs(20), "the session expires", || {
@@ -1593,7 +1599,10 @@ mod lock_delay {
         // can end it during the test.
         let long = Duration::from_secs(60);
         let s = b
-            .open_session_with_delay(Duration::from_secs(1), &Metadata::default(), long)
+            .open(
+                &simba_lease::spi::SessionSpec::new(Duration::from_secs(1), &Metadata::default())
+                    .lock_delay(long),
+            )
             .unwrap()
             .id;
         let name = tck::lease_name("srv-gate");
@@ -1654,7 +1663,7 @@ mod rw {
         let b = zk::Isolated::new(&zk::hosts(), None, |b| b);
         let (rx, _sub) = zk::notifications(&b);
         let delayed = b
-            .open_session_with_delay(LONG, &Metadata::default(), LONG)
+            .open(&simba_lease::spi::SessionSpec::new(LONG, &Metadata::default()).lock_delay(LONG))
             .unwrap()
             .id;
         let plain = open(&b);
@@ -1806,7 +1815,11 @@ mod rw {
             c
         };
         let m = Metadata::default();
-        let delayed = |lease, delay| b.open_session_with_delay(lease, &m, delay).unwrap().id;
+        let delayed = |lease, delay| {
+            b.open(&simba_lease::spi::SessionSpec::new(lease, &m).lock_delay(delay))
+                .unwrap()
+                .id
+        };
         let take = |s: &SessionId, mode| granted(b.acquire_rw(s, &name, mode, LONG).unwrap());
         let plain = open(&b);
         // A session without a delay leaves no gate.
@@ -2095,7 +2108,11 @@ mod rw {
         // Without a lock-delay (the term's node alone) and with one (its gate too).
         for (mode, delay) in [(RwMode::Read, None), (RwMode::Write, Some(LONG))] {
             let s = match delay {
-                Some(d) => b.open_session_with_delay(LONG, &m, d).unwrap().id,
+                Some(d) => {
+                    b.open(&simba_lease::spi::SessionSpec::new(LONG, &m).lock_delay(d))
+                        .unwrap()
+                        .id
+                }
                 None => open(&b),
             };
             b.b().lose_rw_grants_unsent(1);
@@ -2141,7 +2158,10 @@ mod rw {
         let dir = format!("{}/rw/{name}", b.root());
         let mut raw = Raw::connect(&zk::hosts());
         let (short, d) = (Duration::from_secs(1), Duration::from_secs(2));
-        let crashed = b.open_session_with_delay(short, &m, d).unwrap().id;
+        let crashed = b
+            .open(&simba_lease::spi::SessionSpec::new(short, &m).lock_delay(d))
+            .unwrap()
+            .id;
         granted(b.acquire_rw(&crashed, &name, RwMode::Read, LONG).unwrap());
         let probe = tck::lease_name("rw-probe-reader");
         tck::until(Duration::from_secs(20), "the session expires", || {
@@ -2202,7 +2222,10 @@ mod rw {
             c
         };
         let (short, d) = (Duration::from_secs(1), Duration::from_secs(1));
-        let crashed = b.open_session_with_delay(short, &m, d).unwrap().id;
+        let crashed = b
+            .open(&simba_lease::spi::SessionSpec::new(short, &m).lock_delay(d))
+            .unwrap()
+            .id;
         let t0 = granted(b.acquire_rw(&crashed, &name, RwMode::Read, LONG).unwrap());
         let probe = tck::lease_name("rw-probe-read-only");
         tck::until(Duration::from_secs(20), "the session expires", || {

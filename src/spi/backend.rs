@@ -14,6 +14,60 @@ pub struct SessionGrant {
     pub remaining: Duration,
 }
 
+/// What a new session is ([`LeaseBackend::open`]): how long it lives unless kept alive, its
+/// metadata, and its lock-delay.
+///
+/// ```
+/// use simba_lease::spi::SessionSpec;
+/// use simba_lease::Metadata;
+/// use std::time::Duration;
+/// let m = Metadata::new("worker 7").unwrap();
+/// let spec = SessionSpec::new(Duration::from_secs(15), &m).lock_delay(Duration::from_secs(5));
+/// assert_eq!(spec.lock_delay, Duration::from_secs(5));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionSpec<'a> {
+    /// How long the session lives unless kept alive.
+    pub lease: Duration,
+    /// The session's metadata (who holds its terms, for operators).
+    pub metadata: &'a Metadata,
+    /// How long a term of the session that ends with its expiry keeps blocking its name
+    /// (zero: none).
+    pub lock_delay: Duration,
+}
+
+impl<'a> SessionSpec<'a> {
+    /// A session of `lease` with `metadata`, without a lock-delay.
+    pub fn new(lease: Duration, metadata: &'a Metadata) -> Self {
+        SessionSpec {
+            lease,
+            metadata,
+            lock_delay: Duration::ZERO,
+        }
+    }
+
+    /// The same with a lock-delay of `d`.
+    pub fn lock_delay(self, d: Duration) -> Self {
+        SessionSpec {
+            lock_delay: d,
+            ..self
+        }
+    }
+
+    /// For a backend without lock-delays (named `backend`): [`Error::Unsupported`] unless
+    /// the spec asks for none.
+    pub fn without_lock_delay(&self, backend: &'static str) -> Result<()> {
+        match self.lock_delay.is_zero() {
+            true => Ok(()),
+            false => Err(Error::Unsupported {
+                operation: "lock-delay",
+                backend,
+            }),
+        }
+    }
+}
+
 /// A lease a session holds, as listed in a keep-alive reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeldLease {
@@ -218,18 +272,10 @@ pub trait LeaseBackend: Send + Sync {
     /// A short name for diagnostics, e.g. `"memory"` or `"postgres"`.
     fn kind(&self) -> &'static str;
 
-    /// Opens a session that lives for `lease` unless kept alive.
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant>;
-
-    /// Whether the backend keeps lock-delays ([`open_session_with_delay`](Self::open_session_with_delay)
-    /// with a delay above zero).
-    fn supports_lock_delay(&self) -> bool {
-        false
-    }
-
-    /// [`open_session`](Self::open_session) of a session with a lock-delay: a term of this
-    /// session that ends because the session expired (or the term lapsed) keeps its name
-    /// blocked until the end of the term plus `lock_delay`, by the backend's clock.
+    /// Opens a session as `spec` says: it lives for `spec.lease` unless kept alive, with
+    /// `spec.metadata`; with a lock-delay above zero, a term of this session that ends
+    /// because the session expired (or the term lapsed) keeps its name blocked until the end
+    /// of the term plus the delay, by the backend's clock.
     ///
     /// Meanwhile [`acquire`](Self::acquire) by any session answers [`Acquire::Held`] naming
     /// the ended term's session and token, with the delay left as `remaining`, and
@@ -238,21 +284,20 @@ pub trait LeaseBackend: Send + Sync {
     /// session free the name at once, as without a delay; closing a session that already
     /// expired changes nothing. Tokens keep increasing. Fails with
     /// [`Error::InvalidConfig`] for a delay over
-    /// [`Config::MAX_LOCK_DELAY`](crate::Config::MAX_LOCK_DELAY). The default opens a plain
-    /// session for a zero delay and fails with [`Error::Unsupported`] otherwise.
-    fn open_session_with_delay(
-        &self,
-        lease: Duration,
-        metadata: &Metadata,
-        lock_delay: Duration,
-    ) -> Result<SessionGrant> {
-        if lock_delay.is_zero() {
-            return self.open_session(lease, metadata);
-        }
-        Err(Error::Unsupported {
-            operation: "lock-delay",
-            backend: self.kind(),
-        })
+    /// [`Config::MAX_LOCK_DELAY`](crate::Config::MAX_LOCK_DELAY); a backend without
+    /// lock-delays fails with [`Error::Unsupported`] for one above zero
+    /// ([`SessionSpec::without_lock_delay`]).
+    fn open(&self, spec: &SessionSpec<'_>) -> Result<SessionGrant>;
+
+    /// [`open`](Self::open) of a session without a lock-delay: a shorthand, not to be
+    /// implemented.
+    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
+        self.open(&SessionSpec::new(lease, metadata))
+    }
+
+    /// Whether the backend keeps lock-delays ([`SessionSpec::lock_delay`] above zero).
+    fn supports_lock_delay(&self) -> bool {
+        false
     }
 
     /// Renews the session for another `lease` and lists the leases it holds.
@@ -468,7 +513,7 @@ pub trait LeaseBackend: Send + Sync {
     /// write term's. A session asking again for the mode it holds gets the same term. Fails
     /// with `SessionExpired` on an expired session.
     ///
-    /// Lock-delay ([`open_session_with_delay`](Self::open_session_with_delay)): a term of a
+    /// Lock-delay ([`SessionSpec::lock_delay`]): a term of a
     /// session with a delay `d` that ends because the session expired keeps blocking the name
     /// until the session's end plus `d`, by the backend's clock (on ZooKeeper, as for leases,
     /// from when another session first saw it gone). A write term in its delay blocks every
@@ -569,7 +614,8 @@ mod tests {
         fn kind(&self) -> &'static str {
             "minimal"
         }
-        fn open_session(&self, _: Duration, _: &Metadata) -> Result<SessionGrant> {
+        fn open(&self, spec: &SessionSpec<'_>) -> Result<SessionGrant> {
+            spec.without_lock_delay(self.kind())?;
             Err(Error::Closed)
         }
         fn keep_alive(&self, _: &SessionId, _: Duration) -> Result<KeepAlive> {
@@ -659,10 +705,10 @@ mod tests {
         let lease = Duration::from_secs(1);
         assert!(!Minimal.supports_lock_delay());
         // Zero: the plain open (which fails with Closed here).
-        let r = Minimal.open_session_with_delay(lease, &m, Duration::ZERO);
+        let r = Minimal.open(&SessionSpec::new(lease, &m).lock_delay(Duration::ZERO));
         assert!(matches!(r, Err(Error::Closed)), "{r:?}");
         let e = Minimal
-            .open_session_with_delay(lease, &m, Duration::from_millis(1))
+            .open(&SessionSpec::new(lease, &m).lock_delay(Duration::from_millis(1)))
             .unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -5,33 +5,19 @@
 
 use super::backend::{
     Acquire, JobClaim, KeepAlive, LeaseBackend, Listing, Queued, RwAcquire, RwMode, RwState,
-    SessionGrant,
+    SessionGrant, SessionSpec,
 };
 use super::notify::{NotifySink, Subscription};
 use crate::error::Result;
-use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
+use crate::types::{GroupName, LeaseName, Member, Owner, SessionId, Token};
 use std::time::Duration;
 
 /// One fallible call of [`LeaseBackend`], as a [`Delegate`] sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Call<'a> {
-    /// [`LeaseBackend::open_session`].
-    OpenSession {
-        /// The lease asked for.
-        lease: Duration,
-        /// The session's metadata.
-        metadata: &'a Metadata,
-    },
-    /// [`LeaseBackend::open_session_with_delay`].
-    OpenSessionWithDelay {
-        /// The lease asked for.
-        lease: Duration,
-        /// The session's metadata.
-        metadata: &'a Metadata,
-        /// The session's lock-delay.
-        lock_delay: Duration,
-    },
+    /// [`LeaseBackend::open`].
+    Open(SessionSpec<'a>),
     /// [`LeaseBackend::keep_alive`].
     KeepAlive {
         /// The session.
@@ -181,8 +167,8 @@ impl Call<'_> {
     /// What the call does, in the words errors use ("acquiring a lease").
     pub fn operation(self) -> &'static str {
         match self {
-            Call::OpenSession { .. } => "opening a session",
-            Call::OpenSessionWithDelay { .. } => "opening a session with a lock-delay",
+            Call::Open(spec) if spec.lock_delay.is_zero() => "opening a session",
+            Call::Open(_) => "opening a session with a lock-delay",
             Call::KeepAlive { .. } => "keeping a session alive",
             Call::CloseSession { .. } => "closing a session",
             Call::Acquire { .. } => "acquiring a lease",
@@ -256,28 +242,11 @@ impl<D: Delegate> LeaseBackend for D {
     fn kind(&self) -> &'static str {
         self.with(|b| b.kind())
     }
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.call(Call::OpenSession { lease, metadata }, |b| {
-            b.open_session(lease, metadata)
-        })
+    fn open(&self, spec: &SessionSpec<'_>) -> Result<SessionGrant> {
+        self.call(Call::Open(*spec), |b| b.open(spec))
     }
     fn supports_lock_delay(&self) -> bool {
         self.with(|b| b.supports_lock_delay())
-    }
-    fn open_session_with_delay(
-        &self,
-        lease: Duration,
-        metadata: &Metadata,
-        lock_delay: Duration,
-    ) -> Result<SessionGrant> {
-        self.call(
-            Call::OpenSessionWithDelay {
-                lease,
-                metadata,
-                lock_delay,
-            },
-            |b| b.open_session_with_delay(lease, metadata, lock_delay),
-        )
     }
     fn keep_alive(&self, session: &SessionId, lease: Duration) -> Result<KeepAlive> {
         self.call(Call::KeepAlive { session, lease }, |b| {
@@ -467,10 +436,10 @@ mod tests {
         fn kind(&self) -> &'static str {
             "stub"
         }
-        fn open_session(&self, lease: Duration, _: &Metadata) -> Result<SessionGrant> {
+        fn open(&self, spec: &SessionSpec<'_>) -> Result<SessionGrant> {
             Ok(SessionGrant {
                 id: SessionId::random(),
-                remaining: lease,
+                remaining: spec.lease,
             })
         }
         fn keep_alive(&self, _: &SessionId, lease: Duration) -> Result<KeepAlive> {
@@ -531,7 +500,7 @@ mod tests {
     fn every_call_reaches_the_wrapped_backend_through_call() {
         let b = Recording(Stub, Mutex::new(Vec::new()));
         let grant = b
-            .open_session(Duration::from_secs(5), &Metadata::default())
+            .open_session(Duration::from_secs(5), &crate::types::Metadata::default())
             .unwrap();
         let name = LeaseName::new("delegate").unwrap();
         let Acquire::Acquired(term) = b.acquire(&grant.id, &name).unwrap() else {

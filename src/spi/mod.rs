@@ -12,7 +12,7 @@ pub(crate) mod url;
 
 pub use backend::{
     Acquire, GroupInfo, HeldLease, HeldRw, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
-    Queued, RwAcquire, RwDelayed, RwMode, RwState, SessionGrant, SessionInfo,
+    Queued, RwAcquire, RwDelayed, RwMode, RwState, SessionGrant, SessionInfo, SessionSpec,
 };
 pub use delegate::{Call, Delegate};
 pub use notify::{Notification, NotifySink, Subscribers, Subscription};

@@ -7,7 +7,7 @@ use super::backend_cases::{acquired, wait_expired};
 use super::gate::GatedOpens;
 use super::{lease_name, Harness};
 use crate::engine::{Config, Session, SessionState};
-use crate::spi::{Acquire, LeaseBackend};
+use crate::spi::{Acquire, LeaseBackend, SessionSpec};
 use crate::types::{LeaseName, Metadata, Owner, SessionId, Term};
 use crate::Error;
 use std::sync::Arc;
@@ -15,8 +15,8 @@ use std::time::Duration;
 
 /// Opens a backend session with `lease` and `delay`.
 pub(super) fn open_delayed(b: &dyn LeaseBackend, lease: Duration, delay: Duration) -> SessionId {
-    b.open_session_with_delay(lease, &Metadata::default(), delay)
-        .expect("open_session_with_delay")
+    b.open(&SessionSpec::new(lease, &Metadata::default()).lock_delay(delay))
+        .expect("open with a lock-delay")
         .id
 }
 
@@ -27,7 +27,7 @@ pub(super) fn supported_or_refused(h: &Harness, b: &Arc<dyn LeaseBackend>) -> bo
         return true;
     }
     let d = Duration::from_secs(1);
-    let r = b.open_session_with_delay(h.lease, &Metadata::default(), d);
+    let r = b.open(&SessionSpec::new(h.lease, &Metadata::default()).lock_delay(d));
     assert!(matches!(r, Err(Error::Unsupported { .. })), "{r:?}");
     let config = Config::builder()
         .lease(h.lease)
@@ -144,7 +144,7 @@ pub fn lock_delay_holds_a_lost_lock_of_an_engine_session(h: &Harness) {
         return;
     }
     let over = Config::MAX_LOCK_DELAY + Duration::from_secs(1);
-    let r = b.open_session_with_delay(h.lease, &Metadata::default(), over);
+    let r = b.open(&SessionSpec::new(h.lease, &Metadata::default()).lock_delay(over));
     assert!(matches!(r, Err(Error::InvalidConfig { .. })), "{r:?}");
     let gate = Arc::new(GatedOpens::new(b.clone(), h.patience));
     let gated: Arc<dyn LeaseBackend> = gate.clone();

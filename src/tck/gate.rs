@@ -119,9 +119,7 @@ impl Delegate for GatedOpens {
     }
     fn call<T>(&self, call: Call<'_>, f: impl FnOnce(&dyn LeaseBackend) -> Result<T>) -> Result<T> {
         match call {
-            Call::OpenSession { .. } | Call::OpenSessionWithDelay { .. } => {
-                self.opens.through(self.patience, || f(&*self.current()))
-            }
+            Call::Open(_) => self.opens.through(self.patience, || f(&*self.current())),
             Call::KeepAlive { .. } => self
                 .keep_alives
                 .through(self.patience, || f(&*self.current())),

@@ -926,7 +926,10 @@ pub fn install_schema_migrates_older_tables<D: Db>() {
     assert_eq!(listed(&b.keep_alive(&s, lease).unwrap()), ["after"]);
     b.close_session(&s).unwrap();
     let delayed = b
-        .open_session_with_delay(lease, &Metadata::default(), Duration::from_secs(5))
+        .open(
+            &simba_lease::spi::SessionSpec::new(lease, &Metadata::default())
+                .lock_delay(Duration::from_secs(5)),
+        )
         .unwrap()
         .id;
     acquired(&*b, &delayed, &before);
@@ -1008,7 +1011,7 @@ pub fn rw_delayed_terms_keep_their_rows_until_the_delay_ran_out<D: Db>() {
         .id;
     let (lease, delay) = (Duration::from_millis(300), Duration::from_secs(4));
     let d = b
-        .open_session_with_delay(lease, &Metadata::default(), delay)
+        .open(&simba_lease::spi::SessionSpec::new(lease, &Metadata::default()).lock_delay(delay))
         .unwrap()
         .id;
     assert!(matches!(

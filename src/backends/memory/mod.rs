@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, HeldRw, JobClaim, KeepAlive, LeaseBackend, LeaseInfo, Listing,
     Notification, NotifySink, Queued, RwAcquire, RwDelayed, RwMode, RwState, SessionGrant,
-    SessionInfo, Subscribers, Subscription,
+    SessionInfo, SessionSpec, Subscribers, Subscription,
 };
 use crate::types::{Clock, SystemClock};
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
@@ -399,20 +399,16 @@ impl LeaseBackend for MemoryBackend {
         "memory"
     }
 
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.open_session_with_delay(lease, metadata, Duration::ZERO)
-    }
-
     fn supports_lock_delay(&self) -> bool {
         true
     }
 
-    fn open_session_with_delay(
-        &self,
-        lease: Duration,
-        metadata: &Metadata,
-        lock_delay: Duration,
-    ) -> Result<SessionGrant> {
+    fn open(&self, spec: &SessionSpec<'_>) -> Result<SessionGrant> {
+        let SessionSpec {
+            lease,
+            metadata,
+            lock_delay,
+        } = *spec;
         crate::backends::options::check_lease(lease)?;
         crate::types::limits::check_lock_delay(lock_delay)?;
         let now = self.clock.now();

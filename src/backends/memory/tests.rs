@@ -72,7 +72,10 @@ fn a_lock_delay_blocks_until_expiry_plus_delay() {
         other => panic!("{other:?}"),
     };
     for purged in [false, true] {
-        let a = b.open_session_with_delay(s(10), &m, s(5)).unwrap().id;
+        let a = b
+            .open(&crate::spi::SessionSpec::new(s(10), &m).lock_delay(s(5)))
+            .unwrap()
+            .id;
         let Acquire::Acquired(t) = b.acquire(&a, &n).unwrap() else {
             panic!("free");
         };
@@ -98,7 +101,10 @@ fn a_lock_delay_blocks_until_expiry_plus_delay() {
         assert!(b.release(&other, &n, next.token).unwrap());
     }
     // A release and a close of the live session free at once.
-    let a = b.open_session_with_delay(s(10), &m, s(5)).unwrap().id;
+    let a = b
+        .open(&crate::spi::SessionSpec::new(s(10), &m).lock_delay(s(5)))
+        .unwrap()
+        .id;
     let Acquire::Acquired(t) = b.acquire(&a, &n).unwrap() else {
         panic!("free");
     };
@@ -113,7 +119,10 @@ fn a_lock_delay_blocks_until_expiry_plus_delay() {
         Acquire::Acquired(_)
     ));
     assert!(matches!(
-        b.open_session_with_delay(s(10), &m, crate::types::limits::MAX_LOCK_DELAY * 2),
+        b.open(
+            &crate::spi::SessionSpec::new(s(10), &m)
+                .lock_delay(crate::types::limits::MAX_LOCK_DELAY * 2)
+        ),
         Err(Error::InvalidConfig { .. })
     ));
 }

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::spi::url::BackendUrl;
 use crate::spi::{
     Acquire, GroupInfo, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink, Queued, RwAcquire,
-    RwMode, RwState, SessionGrant, SessionInfo, Subscribers, Subscription,
+    RwMode, RwState, SessionGrant, SessionInfo, SessionSpec, Subscribers, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use std::collections::HashSet;
@@ -382,22 +382,18 @@ impl LeaseBackend for RedisBackend {
         "redis"
     }
 
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.open_session_with_delay(lease, metadata, Duration::ZERO)
-    }
-
     fn supports_lock_delay(&self) -> bool {
         true
     }
 
     /// The same one script: the session hash keeps the delay, and a record beside it
     /// expires the delay after the session (see lock-delay in `lua/common.lua`).
-    fn open_session_with_delay(
-        &self,
-        lease: Duration,
-        metadata: &Metadata,
-        lock_delay: Duration,
-    ) -> Result<SessionGrant> {
+    fn open(&self, spec: &SessionSpec<'_>) -> Result<SessionGrant> {
+        let SessionSpec {
+            lease,
+            metadata,
+            lock_delay,
+        } = *spec;
         crate::backends::options::check_lease(lease)?;
         crate::types::limits::check_lock_delay(lock_delay)?;
         let id = SessionId::random();

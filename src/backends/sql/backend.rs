@@ -10,7 +10,7 @@ use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, HeldRw, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink,
-    Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
+    Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, SessionSpec, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Term, Token};
 use parking_lot::Mutex;
@@ -314,22 +314,18 @@ impl LeaseBackend for SqlBackend {
         }
     }
 
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.open_session_with_delay(lease, metadata, Duration::ZERO)
-    }
-
     fn supports_lock_delay(&self) -> bool {
         true
     }
 
     /// One statement (PostgreSQL) or two (MySQL), as without a delay: the delay is a column
     /// of the session's row, which acquire, owner and purge read with the expiry.
-    fn open_session_with_delay(
-        &self,
-        lease: Duration,
-        metadata: &Metadata,
-        lock_delay: Duration,
-    ) -> Result<SessionGrant> {
+    fn open(&self, spec: &SessionSpec<'_>) -> Result<SessionGrant> {
+        let SessionSpec {
+            lease,
+            metadata,
+            lock_delay,
+        } = *spec;
         crate::backends::options::check_lease(lease)?;
         crate::types::limits::check_lock_delay(lock_delay)?;
         if self.dialect == Dialect::Postgres && metadata.as_str().contains('\0') {

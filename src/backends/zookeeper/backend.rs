@@ -14,7 +14,7 @@ use crate::backends::options;
 use crate::error::{Error, Result};
 use crate::spi::{
     Acquire, GroupInfo, HeldLease, HeldRw, KeepAlive, LeaseBackend, LeaseInfo, Listing, NotifySink,
-    Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, Subscription,
+    Queued, RwAcquire, RwMode, RwState, SessionGrant, SessionInfo, SessionSpec, Subscription,
 };
 use crate::types::{GroupName, LeaseName, Member, Metadata, Owner, SessionId, Token};
 use parking_lot::Mutex;
@@ -174,22 +174,18 @@ impl LeaseBackend for ZooKeeperBackend {
         "zookeeper"
     }
 
-    fn open_session(&self, lease: Duration, metadata: &Metadata) -> Result<SessionGrant> {
-        self.open_session_with_delay(lease, metadata, Duration::ZERO)
-    }
-
     fn supports_lock_delay(&self) -> bool {
         true
     }
 
     /// As [`open_session`](LeaseBackend::open_session): the delay is kept by this backend
     /// and written into the gate of every term the session begins (see `delay`).
-    fn open_session_with_delay(
-        &self,
-        lease: Duration,
-        metadata: &Metadata,
-        lock_delay: Duration,
-    ) -> Result<SessionGrant> {
+    fn open(&self, spec: &SessionSpec<'_>) -> Result<SessionGrant> {
+        let SessionSpec {
+            lease,
+            metadata,
+            lock_delay,
+        } = *spec;
         crate::backends::options::check_lease(lease)?;
         crate::types::limits::check_lock_delay(lock_delay)?;
         let lock_delay_ms =

@@ -501,7 +501,9 @@ mod tests {
         let b = MemoryBackend::with_clock(clock.clone());
         let (lease, delay) = (Duration::from_secs(10), Duration::from_secs(30));
         let s = b
-            .open_session_with_delay(lease, &Metadata::default(), delay)
+            .open(
+                &simba_lease::spi::SessionSpec::new(lease, &Metadata::default()).lock_delay(delay),
+            )
             .unwrap()
             .id;
         let name = LeaseName::new("catalog").unwrap();

@@ -16,7 +16,7 @@ use super::handle::EngineHandle;
 use super::listeners::{Listeners, SESSION};
 use super::router::{Interest, Router};
 use crate::error::{Error, Result};
-use crate::spi::{LeaseBackend, Notification, SessionGrant};
+use crate::spi::{LeaseBackend, Notification, SessionGrant, SessionSpec};
 use crate::types::{Clock, SystemClock};
 use crate::types::{GroupName, LeaseName, SessionId, Term};
 use crossbeam_channel::{Receiver, Sender};
@@ -141,7 +141,9 @@ pub(super) fn open_backend_session(
     if config.lock_delay().is_zero() {
         backend.open_session(config.lease(), config.metadata())
     } else {
-        backend.open_session_with_delay(config.lease(), config.metadata(), config.lock_delay())
+        backend.open(
+            &SessionSpec::new(config.lease(), config.metadata()).lock_delay(config.lock_delay()),
+        )
     }
 }
 
