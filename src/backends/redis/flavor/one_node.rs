@@ -300,3 +300,47 @@ impl OneNode {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spi::RwMode;
+
+    #[test]
+    fn full_keep_alive_lists_are_checked_whole() {
+        let int = Reply::Int;
+        let arr = Reply::Array;
+        let data = |s: &str| Reply::Data(s.as_bytes().to_vec());
+        let r = Reply::Nil;
+        let tok = |t| Token::new(t).unwrap();
+        let x = LeaseName::new("x").unwrap();
+        let leases = listed_leases(&r, &arr(vec![data("x"), int(3)])).unwrap();
+        assert_eq!(leases, vec![(x.clone(), tok(3))]);
+        let rw = arr(vec![
+            data("x"),
+            data("write"),
+            int(5),
+            data("y"),
+            data("read"),
+            int(2),
+        ]);
+        let rw = listed_rw(&r, &rw).unwrap();
+        assert_eq!(rw.len(), 2);
+        assert_eq!(
+            (&rw[0].name, rw[0].mode, rw[0].token),
+            (&x, RwMode::Write, tok(5))
+        );
+        assert_eq!((rw[1].name.as_str(), rw[1].mode), ("y", RwMode::Read));
+        assert!(listed_rw(&r, &arr(vec![])).unwrap().is_empty());
+        for bad in [
+            arr(vec![data("x"), data("write")]),
+            arr(vec![data("x"), data("up"), int(5)]),
+            arr(vec![data("x y"), data("read"), int(5)]),
+            arr(vec![data("x"), data("read"), int(0)]),
+            int(1),
+        ] {
+            assert!(listed_rw(&r, &bad).is_err(), "{bad:?}");
+        }
+        assert!(listed_leases(&r, &arr(vec![data("x")])).is_err());
+    }
+}
