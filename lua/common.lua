@@ -672,8 +672,9 @@ end
 
 -- Moves the end of sid's live entries in `key` to at least up + ms (routed keep-alive: bound
 -- entries need none), and the session's known end of its `d:<sid>` with them; deletes its dead
--- ones (a term in its lock-delay stays). {1 if sid still holds or waits for the name else 0,
--- then mode, token of each term it holds there, renewed}.
+-- terms (one in its lock-delay stays). A dead place is left to the next acquire, as a release
+-- leaves dead entries (a leave still counts it, as on the memory backend). {1 if sid still
+-- holds or waits for the name else 0, then mode, token of each term it holds there, renewed}.
 local function rw_extend(key, sid, ms, now, up)
   local h = redis.call('HMGET', key, 'writer', 'r:' .. sid, 'q:' .. sid, 'd:' .. sid)
   -- Whether a term entry of sid lives on, or stays in its lock-delay (its `d:` then stays).
@@ -685,7 +686,7 @@ local function rw_extend(key, sid, ms, now, up)
     if not (live and rw_holds(sid, e, now, '')) then
       if mode and live and rw_delay_left(sid, e, h[4], now, up, '') then
         term_stays = true
-      else
+      elseif mode then
         redis.call('HDEL', key, field)
       end
       return
