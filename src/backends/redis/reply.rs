@@ -137,7 +137,7 @@ pub(super) fn rw_terms_in(
     name: &LeaseName,
     flat: &[Reply],
 ) -> Result<Vec<HeldRw>> {
-    if flat.len() % 2 != 0 {
+    if !flat.len().is_multiple_of(2) {
         return Err(bad_reply(op, r));
     }
     flat.chunks_exact(2)

@@ -45,7 +45,7 @@ fn session_keys(b: &Base, session: &SessionId) -> [String; 5] {
 fn listed_leases(r: &Reply, flat: &Reply) -> Result<Vec<(LeaseName, Token)>> {
     const OP: &str = "keeping a session alive";
     let flat = flat.as_array().ok_or_else(|| bad_reply(OP, r))?;
-    if flat.len() % 2 != 0 {
+    if !flat.len().is_multiple_of(2) {
         return Err(bad_reply(OP, r));
     }
     flat.chunks_exact(2)
@@ -61,7 +61,7 @@ fn listed_leases(r: &Reply, flat: &Reply) -> Result<Vec<(LeaseName, Token)>> {
 fn listed_rw(r: &Reply, flat: &Reply) -> Result<Vec<HeldRw>> {
     const OP: &str = "keeping a session alive";
     let flat = flat.as_array().ok_or_else(|| bad_reply(OP, r))?;
-    if flat.len() % 3 != 0 {
+    if !flat.len().is_multiple_of(3) {
         return Err(bad_reply(OP, r));
     }
     let mut out = Vec::with_capacity(flat.len() / 3);
