@@ -672,24 +672,31 @@ end
 
 -- Moves the end of sid's live entries in `key` to at least up + ms (routed keep-alive: bound
 -- entries need none), and the session's known end of its `d:<sid>` with them; deletes its dead
--- ones (a term in its lock-delay stays); 1 if sid still holds or waits for the name.
+-- terms (one in its lock-delay stays). A dead place is left to the next acquire, as a release
+-- leaves dead entries (a leave still counts it, as on the memory backend). {1 if sid still
+-- holds or waits for the name else 0, then mode, token of each term it holds there, renewed}.
 local function rw_extend(key, sid, ms, now, up)
   local h = redis.call('HMGET', key, 'writer', 'r:' .. sid, 'q:' .. sid, 'd:' .. sid)
   -- Whether a term entry of sid lives on, or stays in its lock-delay (its `d:` then stays).
-  local ends, kept, term_lives, term_stays = up + ms, 0, false, false
-  -- The field, its words, and the index of `expires` among them; the other words stay.
-  local function move(field, w, at, live, term)
+  local ends, out, term_lives, term_stays = up + ms, {0}, false, false
+  -- The field, its words, and the index of `expires` among them; the other words stay. A
+  -- term (`mode`, its token) kept is listed.
+  local function move(field, w, at, live, mode, token)
     local e = tonumber(w[at] or '0')
     if not (live and rw_holds(sid, e, now, '')) then
-      if term and live and rw_delay_left(sid, e, h[4], now, up, '') then
+      if mode and live and rw_delay_left(sid, e, h[4], now, up, '') then
         term_stays = true
-      else
+      elseif mode then
         redis.call('HDEL', key, field)
       end
       return
     end
-    kept = 1
-    if term then term_lives = true end
+    out[1] = 1
+    if mode then
+      term_lives = true
+      out[#out + 1] = mode
+      out[#out + 1] = tonumber(token)
+    end
     if e < BOUND and ends > e then
       w[at] = fmt(ends)
       redis.call('HSET', key, field, table.concat(w, ' '))
@@ -697,15 +704,15 @@ local function rw_extend(key, sid, ms, now, up)
   end
   if h[1] then
     local w = rw_words(h[1])
-    if w[1] == sid then move('writer', w, 3, #w == 3, true) end
+    if w[1] == sid then move('writer', w, 3, #w == 3, 'write', w[2]) end
   end
   if h[2] then
     local w = rw_words(h[2])
-    move('r:' .. sid, w, 2, #w == 2, true)
+    move('r:' .. sid, w, 2, #w == 2, 'read', w[1])
   end
   if h[3] then
     local w = rw_words(h[3])
-    move('q:' .. sid, w, 3, #w == 3 and tonumber(w[2]) > now, false)
+    move('q:' .. sid, w, 3, #w == 3 and tonumber(w[2]) > now, nil, nil)
   end
   if h[4] then
     local delay, known = rw_d(h[4])
@@ -715,5 +722,44 @@ local function rw_extend(key, sid, ms, now, up)
       redis.call('HDEL', key, 'd:' .. sid)
     end
   end
-  return kept
+  return out
+end
+
+-- One node, sid's session live: {mode, token, ...} of the terms sid holds in `key` (bound
+-- entries live with the session; others while their `expires` is ahead), and 1 if it holds
+-- or waits for the name else 0. Reads one HMGET; writes nothing.
+local function rw_own(key, sid, now)
+  local h = redis.call('HMGET', key, 'writer', 'r:' .. sid, 'q:' .. sid)
+  local terms, has = {}, 0
+  if h[1] then
+    local w = rw_words(h[1])
+    if #w == 3 and w[1] == sid and rw_holds(sid, tonumber(w[3]), now, '') then
+      terms[#terms + 1] = 'write'
+      terms[#terms + 1] = tonumber(w[2])
+      has = 1
+    end
+  end
+  if h[2] then
+    local w = rw_words(h[2])
+    if #w == 2 and rw_holds(sid, tonumber(w[2]), now, '') then
+      terms[#terms + 1] = 'read'
+      terms[#terms + 1] = tonumber(w[1])
+      has = 1
+    end
+  end
+  if h[3] then
+    local w = rw_words(h[3])
+    if #w == 3 and tonumber(w[2]) > now and rw_holds(sid, tonumber(w[3]), now, '') then
+      has = 1
+    end
+  end
+  return terms, has
+end
+
+-- Whether `key` has an entry of sid at all (a term or a place, live or not): a keep-alive's
+-- sample of the session's rw index (one node), reading no clock.
+local function rw_touched(key, sid)
+  local h = redis.call('HMGET', key, 'writer', 'r:' .. sid, 'q:' .. sid)
+  if h[2] or h[3] then return true end
+  return h[1] ~= false and rw_words(h[1])[1] == sid
 end

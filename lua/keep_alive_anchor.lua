@@ -8,7 +8,8 @@
 -- Renews the anchor for at least ms, or creates it with a new epoch when it is gone (every term
 -- bound to the old epoch is then over), and sid's read-write terms and places for ms. Returns
 -- {1 if the anchor lived with the known epoch else 0, its epoch, then one token (or 0 when not
--- held) per lease key, then per read-write lock key 1 if sid still holds or waits for it}.
+-- held) per lease key, then per read-write lock key rw_extend's {1 if sid still holds or waits
+-- for it else 0, mode, token of each term of sid there, renewed}}.
 local sid, ms, known = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local horizon, delay, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local m = tonumber(ARGV[7])

@@ -2,7 +2,8 @@
 -- keep_alive, one slot of leases, read-write locks and groups (cluster): KEYS lease keys, then
 -- read-write lock keys, then group keys; ARGV sid, ms left of the session, number of lease
 -- keys, number of read-write lock keys. Returns one token (or 0 when not held) per lease key,
--- then per read-write lock key 1 if sid still holds or waits for it (its entries renewed).
+-- then per read-write lock key rw_extend's {1 if sid still holds or waits for it else 0, mode,
+-- token of each term of sid there} (its entries renewed).
 local sid, ms, n, m = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4] or '0')
 local now, up = clock()
 local out = {}

@@ -1301,6 +1301,122 @@ fn late_on(prefix: String, script: &'static str, before: bool, delay: Duration) 
     Isolated { inner: b, prefix }
 }
 
+/// A scripting port (one server) whose keep-alive scripts fail while they carry a given key:
+/// a node or slot of a routed keep-alive that cannot be reached.
+struct FailingKey {
+    inner: StandaloneScripting,
+    key: Mutex<Option<String>>,
+}
+
+impl RedisScripting for FailingKey {
+    fn clustered(&self) -> bool {
+        false
+    }
+    fn eval(
+        &self,
+        role: Role,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+    ) -> simba_lease::Result<Reply> {
+        let failing = self.key.lock().unwrap().clone();
+        if let Some(k) = failing.filter(|_| script.name().starts_with("keep_alive_")) {
+            if keys.iter().chain(args).any(|x| *x == k) {
+                return Err(Error::Timeout {
+                    operation: "a keep-alive script of an unreachable slot",
+                    after: Duration::ZERO,
+                    source: None,
+                });
+            }
+        }
+        self.inner.eval(role, script, keys, args)
+    }
+    fn eval_then_wait(
+        &self,
+        script: &LuaScript,
+        keys: &[String],
+        args: &[String],
+        wait_if: &dyn Fn(&Reply) -> bool,
+        replicas: u32,
+        timeout: Duration,
+    ) -> simba_lease::Result<(Reply, Option<u32>)> {
+        self.inner
+            .eval_then_wait(script, keys, args, wait_if, replicas, timeout)
+    }
+    fn command(&self, role: Role, args: &[&str]) -> simba_lease::Result<Reply> {
+        self.inner.command(role, args)
+    }
+    fn scan(&self, pattern: &str, limit: usize) -> simba_lease::Result<Vec<String>> {
+        self.inner.scan(pattern, limit)
+    }
+    fn listen(
+        &self,
+        name: &str,
+        patterns: &[String],
+        idle: Duration,
+        on_event: &mut dyn FnMut(PubSubEvent<'_>) -> bool,
+    ) -> simba_lease::Result<()> {
+        self.inner.listen(name, patterns, idle, on_event)
+    }
+}
+
+/// Routed, a read-write term whose slot's keep-alive script failed is not listed (the engine
+/// then counts it lost), the others are and the keep-alive succeeds, as leases whose slot
+/// failed; the next keep-alive that reaches the slot lists it again (its name stays known).
+#[test]
+fn routed_keep_alive_lists_no_read_write_term_whose_slot_failed() {
+    let scripting = Arc::new(FailingKey {
+        inner: StandaloneScripting::new(&standalone_url(), ConnectOptions::default()).unwrap(),
+        key: Mutex::new(None),
+    });
+    let prefix = random_prefix();
+    let cfg = RedisConfig {
+        prefix: prefix.clone(),
+        route_by_slot: true,
+        ..RedisConfig::default()
+    };
+    let b = Isolated {
+        inner: RedisBackend::new(scripting.clone(), cfg).unwrap(),
+        prefix,
+    };
+    let long = Duration::from_secs(30);
+    let s = open(&b, long);
+    let (x, y) = (
+        LeaseName::new("rw-failing-x").unwrap(),
+        LeaseName::new("rw-failing-y").unwrap(),
+    );
+    assert_ne!(key_slot(&rw_key(&b, &x)), key_slot(&rw_key(&b, &y)));
+    let tx = rw_granted(b.acquire_rw(&s, &x, RwMode::Read, long).unwrap(), "x").token;
+    let ty = rw_granted(b.acquire_rw(&s, &y, RwMode::Write, long).unwrap(), "y").token;
+    let listed = |ka: KeepAlive| -> Vec<(String, RwMode, u64)> {
+        let mut v: Vec<_> = ka
+            .rw
+            .into_iter()
+            .map(|t| (t.name.to_string(), t.mode, t.token.get()))
+            .collect();
+        v.sort();
+        v
+    };
+    let both = vec![
+        (x.to_string(), RwMode::Read, tx.get()),
+        (y.to_string(), RwMode::Write, ty.get()),
+    ];
+    assert_eq!(listed(b.keep_alive(&s, long).unwrap()), both);
+    *scripting.key.lock().unwrap() = Some(rw_key(&b, &x));
+    assert_eq!(
+        listed(b.keep_alive(&s, long).unwrap()),
+        vec![(y.to_string(), RwMode::Write, ty.get())],
+        "x's slot failed: not listed, the keep-alive succeeds"
+    );
+    *scripting.key.lock().unwrap() = None;
+    assert_eq!(
+        listed(b.keep_alive(&s, long).unwrap()),
+        both,
+        "reached again"
+    );
+    b.close_session(&s).unwrap();
+}
+
 /// A by-slot backend on which `script` answers 500 ms late, a session of 300 ms on it (so
 /// the reply comes after the session's time) and that 300 ms.
 fn late_reply(script: &'static str) -> (Isolated, SessionId, Duration) {
@@ -2088,6 +2204,8 @@ fn raw_keep_alive(b: &Isolated, s: &SessionId, known: &str) -> Vec<Reply> {
         skey.clone(),
         format!("{skey}:leases"),
         format!("{skey}:groups"),
+        format!("{skey}:delay"),
+        format!("{skey}:rw"),
     ];
     let args = [
         s.to_string(),
@@ -2096,6 +2214,7 @@ fn raw_keep_alive(b: &Isolated, s: &SessionId, known: &str) -> Vec<Reply> {
         format!("{}:group:", b.prefix),
         format!("{}:session:", b.prefix),
         known.to_owned(),
+        format!("{}:rw:", b.prefix),
     ];
     let r = b
         .inner
@@ -2140,10 +2259,15 @@ fn one_node_keep_alive_lists_leases_only_when_they_changed() {
     let unchanged = raw_keep_alive(&b, &s, &v);
     assert_eq!(unchanged.len(), 3, "{unchanged:?}");
     assert_eq!(unchanged[2].as_int(), Some(0));
-    // With an older version (or none) it lists them all.
+    // With an older version (or none) it lists them all (and the read-write terms: none).
     let full = raw_keep_alive(&b, &s, "");
-    assert_eq!(full.len(), 3 + 2 * names.len());
+    assert_eq!(full.len(), 5);
     assert_eq!(full[2].as_int(), Some(1));
+    assert_eq!(
+        full[3].as_array().map(<[Reply]>::len),
+        Some(2 * names.len())
+    );
+    assert_eq!(full[4].as_array().map(<[Reply]>::len), Some(0));
     // A release and a new term each change the version, and the next keep-alive shows them.
     let t0 = acquired(&*b, &s, &names[0]);
     assert!(b.release(&s, &names[0], t0.token).unwrap());
@@ -3322,6 +3446,69 @@ fn rw_granted(r: RwAcquire, what: &str) -> simba_lease::Term {
     }
 }
 
+/// One server, the keep-alive lists the read-write terms by the session's version: grants
+/// and releases bump it (in their scripts), a keep-alive that finds it unchanged bumps nothing
+/// and answers the list kept; a lock hash deleted behind the library's back shows in the
+/// keep-alive's sample, which bumps the version, and the full list drops it (and the rw index
+/// forgets a lock the session neither holds nor waits for).
+#[test]
+fn one_node_keep_alive_lists_read_write_terms_by_version() {
+    let b = standalone();
+    let long = Duration::from_secs(30);
+    let s = open(&*b, long);
+    let (x, y) = (
+        LeaseName::new("rw-version-x").unwrap(),
+        LeaseName::new("rw-version-y").unwrap(),
+    );
+    let version = || {
+        b.command(&["HGET", &b.session_key(&s), "v"])
+            .as_int()
+            .unwrap_or(0)
+    };
+    let index = format!("{}:rw", b.session_key(&s));
+    let listed = || -> Vec<(String, RwMode, u64)> {
+        let mut v: Vec<_> = b
+            .keep_alive(&s, long)
+            .unwrap()
+            .rw
+            .into_iter()
+            .map(|t| (t.name.to_string(), t.mode, t.token.get()))
+            .collect();
+        v.sort();
+        v
+    };
+    let v0 = version();
+    let tx = rw_granted(b.acquire_rw(&s, &x, RwMode::Read, long).unwrap(), "x").token;
+    let ty = rw_granted(b.acquire_rw(&s, &y, RwMode::Write, long).unwrap(), "y").token;
+    rw_granted(b.acquire_rw(&s, &x, RwMode::Read, long).unwrap(), "x again");
+    assert_eq!(version(), v0 + 2, "two new terms; asking again is none");
+    let both = vec![
+        (x.to_string(), RwMode::Read, tx.get()),
+        (y.to_string(), RwMode::Write, ty.get()),
+    ];
+    assert_eq!(listed(), both);
+    assert_eq!(listed(), both, "unchanged");
+    assert_eq!(version(), v0 + 2, "an unchanged keep-alive bumps nothing");
+    b.command(&["DEL", &rw_key(&b, &x)]);
+    assert_eq!(
+        listed(),
+        vec![(y.to_string(), RwMode::Write, ty.get())],
+        "a lock deleted behind the library's back"
+    );
+    assert_eq!(version(), v0 + 3, "found by the sample");
+    assert_eq!(
+        b.command(&["SISMEMBER", &index, &rw_key(&b, &x)]).as_int(),
+        Some(0)
+    );
+    assert!(b.release_rw(&s, &y, RwMode::Write, ty).unwrap());
+    assert_eq!(version(), v0 + 4, "a release");
+    assert!(!b.release_rw(&s, &y, RwMode::Write, ty).unwrap());
+    assert_eq!(version(), v0 + 4, "a release that ended nothing");
+    assert_eq!(listed(), vec![]);
+    assert_eq!(b.command(&["EXISTS", &index]).as_int(), Some(0));
+    b.close_session(&s).unwrap();
+}
+
 /// A release, a writer leaving the queue and a close each publish a release of the name (the
 /// path that wakes waiters).
 fn rw_releases_leaves_and_closes_are_notified(make: fn() -> Arc<Isolated>) {
@@ -3426,7 +3613,8 @@ fn rw_terms_last_while_the_session_is_kept_alive_cluster() {
 }
 
 /// A cluster keep-alive renews the session's read-write terms and places on every master in
-/// the one script per node it sends anyway: their expiries move by most of the new lease.
+/// the one script per node it sends anyway: their expiries move by most of the new lease, and
+/// it lists the terms (not the places).
 #[test]
 fn cluster_keep_alive_renews_rw_terms_and_places_on_every_master() {
     let b = cluster();
@@ -3465,13 +3653,22 @@ fn cluster_keep_alive_renews_rw_terms_and_places_on_every_master() {
         .map(|n| (expires(n, &rf), expires(n, &qf)))
         .collect();
     let by_node = b.inner.keep_alives_by_node();
-    b.keep_alive(&s, Duration::from_secs(60)).unwrap();
-    b.keep_alive(&w, Duration::from_secs(60)).unwrap();
+    let ka = b.keep_alive(&s, Duration::from_secs(60)).unwrap();
+    let waiting = b.keep_alive(&w, Duration::from_secs(60)).unwrap();
     assert_eq!(
         b.inner.keep_alives_by_node(),
         by_node + 2,
         "one script per node, not slot by slot"
     );
+    // Every reader's term is listed (from the three masters), the waiting writer's none.
+    let mut listed: Vec<(LeaseName, RwMode)> =
+        ka.rw.into_iter().map(|t| (t.name, t.mode)).collect();
+    listed.sort();
+    let mut all: Vec<(LeaseName, RwMode)> =
+        names.iter().map(|n| (n.clone(), RwMode::Read)).collect();
+    all.sort();
+    assert_eq!(listed, all);
+    assert!(waiting.rw.is_empty(), "{:?}", waiting.rw);
     for (n, (r, q)) in names.iter().zip(before) {
         let (r2, q2) = (expires(n, &rf), expires(n, &qf));
         assert!(r2 - r >= 40_000, "{n}: reader's expiry {r} -> {r2}");
@@ -3633,7 +3830,8 @@ return 1
 /// others kept alive) and a delay runs out when that clock passes it; on Redis an expiry
 /// deletes the session hash (routed: its entries end now, as when its keep-alives stop) and a
 /// delay that ran out on the memory backend is ended by deleting its record and `d:` field,
-/// so both see the same delays run. Expired sessions' releases and purges are compared too.
+/// so both see the same delays run. Expired sessions' releases and purges are compared too,
+/// and after each call the read-write terms a keep-alive of one current session lists.
 fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
     use simba_lease::backends::MemoryBackend;
     let b = make();
@@ -3726,7 +3924,7 @@ fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
         )
     };
     let mut tokens: Vec<u64> = vec![1];
-    let (mut expiries, mut delayed_steps) = (0, 0);
+    let (mut expiries, mut delayed_steps, mut listing_steps) = (0, 0, 0);
     for step in 0..1000 {
         let slot = next(3) as usize;
         let i = current[slot];
@@ -3824,10 +4022,44 @@ fn rw_calls_answer_as_the_memory_backend(make: fn() -> Arc<Isolated>) {
         if !st.ends_with("delayed []") {
             delayed_steps += 1;
         }
+        // The keep-alive of the session of this slot lists the same read-write terms (on the
+        // memory backend renewed for what it has left, so its clock's moves stay the same).
+        let j = current[slot];
+        let left = m
+            .list()
+            .unwrap()
+            .sessions
+            .iter()
+            .find(|s| s.id == all[j].memory)
+            .map(|s| s.remaining)
+            .expect("a current session lives");
+        let held = |ka: KeepAlive| {
+            let mut v: Vec<(String, &str, u64)> = ka
+                .rw
+                .iter()
+                .map(|t| (t.name.to_string(), t.mode.as_str(), t.token.get()))
+                .collect();
+            v.sort();
+            v
+        };
+        let listed = held(b.keep_alive(&all[j].redis, long).unwrap());
+        assert_eq!(
+            listed,
+            held(m.keep_alive(&all[j].memory, left).unwrap()),
+            "step {step}: session {j}'s keep-alive"
+        );
+        if !listed.is_empty() {
+            listing_steps += 1;
+        }
     }
     eprintln!(
-        "{} grants, {expiries} expiries, {delayed_steps} steps with delayed terms",
+        "{} grants, {expiries} expiries, {delayed_steps} steps with delayed terms, \
+         {listing_steps} keep-alives listing terms",
         tokens.len() - 1
+    );
+    assert!(
+        listing_steps > 100,
+        "keep-alives listed terms: {listing_steps} steps"
     );
     assert!(tokens.len() > 20, "the sequence granted terms");
     assert!(expiries > 20, "sessions expired: {expiries}");

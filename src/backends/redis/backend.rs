@@ -522,7 +522,7 @@ impl LeaseBackend for RedisBackend {
             &[self.base.keys.rw(name.as_str())],
             &self.flavor.rw_state_args(&self.base, name),
         )?;
-        super::flavor::rw_state_reply(&r)
+        super::rw::rw_state_reply(&r)
     }
 
     fn acquire_queued(

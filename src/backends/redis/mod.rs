@@ -5,11 +5,12 @@
 
 // The files: `design.md` (the documentation above); `backend` (`RedisBackend`, what every
 // topology does alike, and the one dispatch on the topology); `flavor` (the two topologies,
-// one node and routed by slot, with the anchors, the routed keep-alive and the slot map);
-// `config`, `keys` (the key schema and hash slots), `reply` (reply decoding), `notifier`
-// (the pub/sub thread), `jobs` (run-once jobs), `scripts` (the Lua sources), `builder` (URL
-// and builder), `failure` (every Redis error); `scripting` (the scripting port and its two
-// implementations on the `redis` crate).
+// one node and routed by slot, with the anchors, the routed keep-alive, the slot map and what
+// the routed flavor knows of each session); `rw` (read-write locks on both flavors, and the
+// decoding of their replies); `config`, `keys` (the key schema and hash slots), `reply` (reply
+// decoding), `notifier` (the pub/sub thread), `jobs` (run-once jobs), `scripts` (the Lua
+// sources), `builder` (URL and builder), `failure` (every Redis error); `scripting` (the
+// scripting port and its two implementations on the `redis` crate).
 
 mod backend;
 mod builder;
@@ -20,6 +21,7 @@ mod jobs;
 mod keys;
 mod notifier;
 mod reply;
+mod rw;
 mod scripting;
 mod scripts;
 

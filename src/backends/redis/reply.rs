@@ -4,6 +4,7 @@
 use super::failure;
 use super::scripting::{self, Reply};
 use crate::error::{Error, Result};
+use crate::spi::{HeldRw, RwMode};
 use crate::types::{GroupName, LeaseName, Metadata, Owner, SessionId, Token};
 use std::time::Duration;
 
@@ -118,6 +119,36 @@ pub(super) fn session_in(op: &'static str, r: &Reply, s: &str) -> Result<Session
 /// A lease name in a reply.
 pub(super) fn lease_in(op: &'static str, r: &Reply, s: &str) -> Result<LeaseName> {
     LeaseName::new(s).map_err(|_| bad_reply(op, r))
+}
+
+/// A read-write mode in a reply: `"read"` or `"write"`.
+pub(super) fn rw_mode_in(op: &'static str, r: &Reply, x: &Reply) -> Result<RwMode> {
+    match x.as_str() {
+        Some("read") => Ok(RwMode::Read),
+        Some("write") => Ok(RwMode::Write),
+        _ => Err(bad_reply(op, r)),
+    }
+}
+
+/// The read-write terms of lock `name` in a flat list `{mode, token, ...}` of reply `r`.
+pub(super) fn rw_terms_in(
+    op: &'static str,
+    r: &Reply,
+    name: &LeaseName,
+    flat: &[Reply],
+) -> Result<Vec<HeldRw>> {
+    if !flat.len().is_multiple_of(2) {
+        return Err(bad_reply(op, r));
+    }
+    flat.chunks_exact(2)
+        .map(|c| {
+            Ok(HeldRw {
+                name: name.clone(),
+                mode: rw_mode_in(op, r, &c[0])?,
+                token: token(op, c[1].as_int().ok_or_else(|| bad_reply(op, r))?)?,
+            })
+        })
+        .collect()
 }
 
 /// A group name in a reply.

@@ -9,10 +9,10 @@ mod anchors;
 mod one_node;
 mod routed;
 mod routed_keep_alive;
-mod rw;
+mod rw_known;
 mod slot_map;
 
-pub(super) use rw::rw_state_reply;
+pub(super) use routed::Routed;
 
 use super::backend::Base;
 use super::keys::Keys;
@@ -21,8 +21,7 @@ use crate::error::Result;
 use crate::spi::KeepAlive;
 use crate::types::{GroupName, LeaseName, Member, SessionId, Token};
 use one_node::OneNode;
-use routed::Routed;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One node, or routed by slot (`route_by_slot`, or a cluster), with what each keeps.
 pub(super) enum Flavor {
@@ -39,6 +38,21 @@ impl Flavor {
             Flavor::Routed(Box::default())
         } else {
             Flavor::OneNode(OneNode::default())
+        }
+    }
+
+    /// A session was opened for `lease` with a lock-delay of `delay_ms`: it lives at least
+    /// until `deadline` (routed: read-write and lease acquires count on that).
+    pub(super) fn session_opened(
+        &self,
+        sid: &SessionId,
+        deadline: Instant,
+        lease: Option<Duration>,
+        delay_ms: u64,
+    ) {
+        if let Flavor::Routed(f) = self {
+            f.rw.renewed(sid, deadline, lease);
+            f.rw.delay_known(sid, delay_ms);
         }
     }
 

@@ -1,17 +1,18 @@
 //! One node: every key of an operation is on one server, so each operation is one script
 //! that also checks the session hash and keeps the session's index sets. A new term (or
 //! membership) is bound to its session: a keep-alive renews the session hash alone, whatever
-//! the session holds, and lists its leases only when their version changed.
+//! the session holds, and lists its leases and read-write terms only when their version
+//! changed.
 
 use super::super::backend::{lease_ms, Base};
 use super::super::reply::{
-    acquired, array_of, bad_reply, expired, gone, lease_in, metadata_in, renewed, session_in,
-    token, Acquired,
+    acquired, array_of, bad_reply, expired, gone, lease_in, metadata_in, renewed, rw_terms_in,
+    session_in, token, Acquired,
 };
 use super::super::scripting::{Reply, Role};
 use super::super::scripts::scripts;
 use crate::error::Result;
-use crate::spi::{HeldLease, KeepAlive};
+use crate::spi::{HeldLease, HeldRw, KeepAlive};
 use crate::types::{GroupName, LeaseName, Member, SessionId, Token};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -20,22 +21,55 @@ use std::time::Duration;
 /// What the one-node flavor keeps between calls.
 #[derive(Default)]
 pub(in super::super) struct OneNode {
-    /// Per session, the version of its leases the last full keep-alive reply listed, and
-    /// that list (a keep-alive answering "same version" reuses it).
-    known: Mutex<HashMap<SessionId, KnownLeases>>,
+    /// Per session, the version of what it holds the last full keep-alive reply listed,
+    /// and those lists (a keep-alive answering "same version" reuses them).
+    known: Mutex<HashMap<SessionId, KnownTerms>>,
 }
 
-/// The leases of a session at one version of its lease set (one node).
+/// The leases and read-write terms of a session at one version of what it holds (one node:
+/// lease and read-write acquires and releases bump the version).
 #[derive(Debug)]
-struct KnownLeases {
+struct KnownTerms {
     version: i64,
     leases: Vec<(LeaseName, Token)>,
+    rw: Vec<HeldRw>,
 }
 
 /// The session's keys and, last, its rw index (the keys of a keep-alive or a close).
 fn session_keys(b: &Base, session: &SessionId) -> [String; 5] {
     let [s, leases, groups, delay] = b.keys.session_keys(session);
     [s, leases, groups, delay, b.keys.rw_index(session)]
+}
+
+/// The leases `{name, token, ...}` of a full keep-alive reply `r`.
+fn listed_leases(r: &Reply, flat: &Reply) -> Result<Vec<(LeaseName, Token)>> {
+    const OP: &str = "keeping a session alive";
+    let flat = flat.as_array().ok_or_else(|| bad_reply(OP, r))?;
+    if !flat.len().is_multiple_of(2) {
+        return Err(bad_reply(OP, r));
+    }
+    flat.chunks_exact(2)
+        .map(|c| {
+            let name = c[0].as_str().ok_or_else(|| bad_reply(OP, r))?;
+            let t = c[1].as_int().ok_or_else(|| bad_reply(OP, r))?;
+            Ok((lease_in(OP, r, name)?, token(OP, t)?))
+        })
+        .collect()
+}
+
+/// The read-write terms `{name, mode, token, ...}` of a full keep-alive reply `r`.
+fn listed_rw(r: &Reply, flat: &Reply) -> Result<Vec<HeldRw>> {
+    const OP: &str = "keeping a session alive";
+    let flat = flat.as_array().ok_or_else(|| bad_reply(OP, r))?;
+    if !flat.len().is_multiple_of(3) {
+        return Err(bad_reply(OP, r));
+    }
+    let mut out = Vec::with_capacity(flat.len() / 3);
+    for c in flat.chunks_exact(3) {
+        let name = lease_in(OP, r, c[0].as_str().ok_or_else(|| bad_reply(OP, r))?)?;
+        out.extend(rw_terms_in(OP, r, &name, &c[1..])?);
+    }
+    Ok(out)
 }
 
 impl OneNode {
@@ -98,8 +132,8 @@ impl OneNode {
         self.renew(b, session, lease_ms(lease), &session_keys(b, session))
     }
 
-    /// [`Self::keep_alive`]: the reply lists the leases only when their version changed
-    /// since the list this backend kept.
+    /// [`Self::keep_alive`]: the reply lists the leases and read-write terms only when their
+    /// version changed since the lists this backend kept.
     fn renew(
         &self,
         b: &Base,
@@ -120,6 +154,7 @@ impl OneNode {
                 b.keys.group_prefix(),
                 b.keys.session_prefix(),
                 known.map(|v| v.to_string()).unwrap_or_default(),
+                b.keys.rw_prefix(),
             ],
         )?;
         if gone(&r) {
@@ -127,20 +162,24 @@ impl OneNode {
             return Err(expired(session));
         }
         let remaining = renewed(OP, &r, lease_ms)?;
-        let (version, listed, rest) = match r.as_array() {
-            Some([_, v, listed, rest @ ..]) if rest.len() % 2 == 0 => (
-                v.as_int().filter(|v| *v >= 0),
-                listed.as_int().filter(|l| *l == 0 || *l == 1),
-                rest,
-            ),
+        let (version, lists) = match r.as_array() {
+            Some([_, v, listed, lists @ ..]) => {
+                let lists = match (listed.as_int(), lists) {
+                    (Some(0), []) => None,
+                    (Some(1), [leases, rw]) => Some((leases, rw)),
+                    _ => return Err(bad_reply(OP, &r)),
+                };
+                (v.as_int().filter(|v| *v >= 0), lists)
+            }
             _ => return Err(bad_reply(OP, &r)),
         };
-        let (Some(version), Some(listed)) = (version, listed) else {
+        let Some(version) = version else {
             return Err(bad_reply(OP, &r));
         };
-        let held = |leases: &[(LeaseName, Token)]| KeepAlive {
+        let held = |k: &KnownTerms| KeepAlive {
             remaining,
-            leases: leases
+            leases: k
+                .leases
                 .iter()
                 .map(|(name, token)| HeldLease {
                     name: name.clone(),
@@ -148,15 +187,12 @@ impl OneNode {
                     remaining,
                 })
                 .collect(),
-            rw: Vec::new(),
+            rw: k.rw.clone(),
         };
-        if listed == 0 {
-            if !rest.is_empty() {
-                return Err(bad_reply(OP, &r));
-            }
+        let Some((leases, rw)) = lists else {
             let known = self.known.lock();
             return match known.get(session) {
-                Some(k) if k.version == version => Ok(held(&k.leases)),
+                Some(k) if k.version == version => Ok(held(k)),
                 // "Unchanged" from a version this backend no longer keeps (a concurrent
                 // keep-alive replaced it): ask again for the full list.
                 _ => {
@@ -165,19 +201,14 @@ impl OneNode {
                     self.renew(b, session, lease_ms, index)
                 }
             };
-        }
-        let leases = rest
-            .chunks_exact(2)
-            .map(|c| {
-                let name = c[0].as_str().ok_or_else(|| bad_reply(OP, &r))?;
-                let t = c[1].as_int().ok_or_else(|| bad_reply(OP, &r))?;
-                Ok((lease_in(OP, &r, name)?, token(OP, t)?))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let reply = held(&leases);
-        self.known
-            .lock()
-            .insert(session.clone(), KnownLeases { version, leases });
+        };
+        let known = KnownTerms {
+            version,
+            leases: listed_leases(&r, leases)?,
+            rw: listed_rw(&r, rw)?,
+        };
+        let reply = held(&known);
+        self.known.lock().insert(session.clone(), known);
         Ok(reply)
     }
 
@@ -267,5 +298,49 @@ impl OneNode {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spi::RwMode;
+
+    #[test]
+    fn full_keep_alive_lists_are_checked_whole() {
+        let int = Reply::Int;
+        let arr = Reply::Array;
+        let data = |s: &str| Reply::Data(s.as_bytes().to_vec());
+        let r = Reply::Nil;
+        let tok = |t| Token::new(t).unwrap();
+        let x = LeaseName::new("x").unwrap();
+        let leases = listed_leases(&r, &arr(vec![data("x"), int(3)])).unwrap();
+        assert_eq!(leases, vec![(x.clone(), tok(3))]);
+        let rw = arr(vec![
+            data("x"),
+            data("write"),
+            int(5),
+            data("y"),
+            data("read"),
+            int(2),
+        ]);
+        let rw = listed_rw(&r, &rw).unwrap();
+        assert_eq!(rw.len(), 2);
+        assert_eq!(
+            (&rw[0].name, rw[0].mode, rw[0].token),
+            (&x, RwMode::Write, tok(5))
+        );
+        assert_eq!((rw[1].name.as_str(), rw[1].mode), ("y", RwMode::Read));
+        assert!(listed_rw(&r, &arr(vec![])).unwrap().is_empty());
+        for bad in [
+            arr(vec![data("x"), data("write")]),
+            arr(vec![data("x"), data("up"), int(5)]),
+            arr(vec![data("x y"), data("read"), int(5)]),
+            arr(vec![data("x"), data("read"), int(0)]),
+            int(1),
+        ] {
+            assert!(listed_rw(&r, &bad).is_err(), "{bad:?}");
+        }
+        assert!(listed_leases(&r, &arr(vec![data("x")])).is_err());
     }
 }

@@ -9,8 +9,8 @@
 use super::super::backend::{lease_ms, Base};
 use super::super::keys::key_slot;
 use super::super::reply::{
-    acquired, array_of, bad_reply, expired, flag, group_in, lease_in, metadata_in, session_call,
-    session_in, strings, Acquired,
+    acquired, array_of, bad_reply, expired, flag, group_in, lease_in, metadata_in, millis,
+    session_call, session_in, strings, Acquired,
 };
 use super::super::scripting::{Reply, Role, ScriptCall};
 use super::super::scripts::scripts;
@@ -36,7 +36,7 @@ pub(in super::super) struct Routed {
     /// Cluster keep-alives sent one script per node (for tests).
     pub(super) by_node: AtomicU64,
     /// Per session, its deadline and the read-write locks it holds or waits for.
-    pub(super) rw: super::rw::RwKnown,
+    pub(in super::super) rw: super::rw_known::RwKnown,
     /// The names each session's last acquire through this backend found held by another (or
     /// queued behind others): its next one sends the lease call first (see
     /// [`Routed::acquire_lease_first`]).
@@ -698,5 +698,44 @@ impl Routed {
         b.scripting
             .command(Role::Other, &["DEL", &index[1], &index[2]])?;
         Ok(())
+    }
+}
+
+impl Routed {
+    /// What `sid` has left and its lock-delay in ms, read from its session hash
+    /// (`session_ttl.lua`: both are kept, the deadline from `sent`); `SessionExpired` (and
+    /// the session forgotten) when it is gone.
+    pub(in super::super) fn session_left(
+        &self,
+        b: &Base,
+        sid: &SessionId,
+        sent: Instant,
+    ) -> Result<(Duration, u64)> {
+        const OP: &str = "reading a session's time to live";
+        let r = b.eval(
+            Role::Other,
+            &scripts().session_ttl,
+            &[b.keys.session(sid)],
+            &[],
+        )?;
+        let a = array_of(OP, &r, 2)?;
+        let (Some(ms), Some(delay)) = (a[0].as_int(), a[1].as_int()) else {
+            return Err(bad_reply(OP, &r));
+        };
+        let delay = u64::try_from(delay).map_err(|_| bad_reply(OP, &r))?;
+        match ms {
+            // -2: no such key, -1: no expiry (not a session hash of this backend)
+            ms if ms > 0 => {
+                let left = millis(OP, &r, ms)?;
+                self.rw.renewed(sid, sent + left, None);
+                self.rw.delay_known(sid, delay);
+                Ok((left, delay))
+            }
+            -2..=0 => {
+                self.forget_expired(sid);
+                Err(expired(sid))
+            }
+            _ => Err(bad_reply(OP, &r)),
+        }
     }
 }

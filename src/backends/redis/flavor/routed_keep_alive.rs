@@ -5,7 +5,7 @@
 use super::super::backend::{lease_ms, Base};
 use super::super::keys::key_slot;
 use super::super::reply::{
-    array_of, bad_reply, expired, gone, group_in, lease_in, renewed, strings, token,
+    array_of, bad_reply, expired, gone, group_in, lease_in, renewed, rw_terms_in, strings, token,
 };
 use super::super::scripting::{Reply, Role, ScriptCall};
 use super::super::scripts::scripts;
@@ -13,7 +13,7 @@ use super::anchors::{self, Binding, Indexed};
 use super::routed::Routed;
 use super::slot_map::SlotMap;
 use crate::error::Result;
-use crate::spi::{HeldLease, KeepAlive};
+use crate::spi::{HeldLease, HeldRw, KeepAlive};
 use crate::types::{LeaseName, SessionId, Token};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +24,10 @@ const OP: &str = "keeping a session alive";
 /// What a keep-alive found of one indexed lease: its name, its token (`None`: not held)
 /// and the time its term has left.
 type Outcome = (LeaseName, Option<Token>, Duration);
+
+/// What a keep-alive's node scripts found: the indexed leases, and the read-write terms they
+/// renewed (a lock whose node's script failed lists none: its terms are then lost).
+type Outcomes = (Vec<Outcome>, Vec<HeldRw>);
 
 /// A read-write lock the session holds or waits for (as this backend knows): its name, the
 /// stamp it was noted with, and the hash slot of its key.
@@ -221,7 +225,7 @@ impl Routed {
             answered,
             delay_ms,
         };
-        let outcomes = match self.keep_alive_by_anchor(b, &round, lease, true)? {
+        let (outcomes, rw_held) = match self.keep_alive_by_anchor(b, &round, lease, true)? {
             Some(o) => o,
             None => {
                 // The slot-by-slot scripts unbind what they renew: nothing known stays true.
@@ -259,7 +263,7 @@ impl Routed {
         Ok(KeepAlive {
             remaining,
             leases,
-            rw: Vec::new(),
+            rw: rw_held,
         })
     }
 
@@ -268,7 +272,8 @@ impl Routed {
     /// binds again the terms [`anchors::plan`] picks; the others are held while the anchor
     /// lived with the epoch they were bound to, unless a sampled one was not held (changed
     /// behind the library's back): every term is then checked, by one more round that trusts
-    /// nothing (`again` false). `None` when the map is unknown or any node refused (a slot moved):
+    /// nothing (`again` false). Each also renews the session's read-write entries there and
+    /// answers its terms. `None` when the map is unknown or any node refused (a slot moved):
     /// the caller renews slot by slot, and the map is read again after a while.
     fn keep_alive_by_anchor(
         &self,
@@ -276,7 +281,7 @@ impl Routed {
         round: &Round<'_>,
         lease: Duration,
         again: bool,
-    ) -> Result<Option<Vec<Outcome>>> {
+    ) -> Result<Option<Outcomes>> {
         let Round {
             session,
             names,
@@ -291,7 +296,7 @@ impl Routed {
         };
         // Measured after reading the map, so a slow `CLUSTER SLOTS` does not stretch terms.
         let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
-            return Ok(Some(Vec::new()));
+            return Ok(Some((Vec::new(), Vec::new())));
         };
         let left = Duration::from_millis(left_ms);
         let Some(nodes) = by_node(&map, names, rw, group_keys) else {
@@ -360,12 +365,13 @@ impl Routed {
         self.by_node
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut out = Vec::with_capacity(names.len());
+        let mut rw_held = Vec::new();
         let mut guard = self.anchored.lock();
         let st = guard.entry(session.clone()).or_default();
         let mut doubt = false;
         for (((anchor, known, plan), r), w) in plans.into_iter().zip(replies).zip(nodes.values()) {
-            let (confirmed, epoch, tokens, kept) = anchor_reply(&r, plan.rebind.len(), w.rw.len())?;
-            self.rw_kept(session, rw, &w.rw, &kept);
+            let (confirmed, epoch, tokens, found) = anchor_reply(&r, plan.rebind.len(), rw, &w.rw)?;
+            self.rw_kept(session, rw, &w.rw, found, &mut rw_held);
             let confirmed = confirmed && known.as_deref() == Some(&*epoch);
             st.epochs.insert(anchor.clone(), epoch.clone());
             let sampled = &plan.rebind[plan.rebind.len() - plan.sampled..];
@@ -416,17 +422,14 @@ impl Routed {
         if doubt && again {
             return self.keep_alive_by_anchor(b, round, lease, false);
         }
-        Ok(Some(out))
+        Ok(Some((out, rw_held)))
     }
 
     /// Cluster keep-alive, one `keep_alive_slot.lua` per slot (all pipelined), then slot by
-    /// slot when the batch failed. Each extends (and unbinds) the session's terms there.
-    fn keep_alive_by_slot(
-        &self,
-        b: &Base,
-        round: &Round<'_>,
-        left: Duration,
-    ) -> Result<Vec<Outcome>> {
+    /// slot when the batch failed. Each extends (and unbinds) the session's terms there, and
+    /// renews its read-write entries and answers its terms; a slot whose script failed lists
+    /// none of its leases and terms (the engine counts them lost).
+    fn keep_alive_by_slot(&self, b: &Base, round: &Round<'_>, left: Duration) -> Result<Outcomes> {
         let Round {
             session,
             names,
@@ -437,7 +440,7 @@ impl Routed {
             ..
         } = *round;
         let Some(left_ms) = slot_left(remaining, answered.elapsed()) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         };
         let mut slots: BTreeMap<u16, SlotWork> = BTreeMap::new();
         for (i, n) in names.iter().enumerate() {
@@ -495,33 +498,24 @@ impl Routed {
             }
         };
         let mut out = Vec::with_capacity(names.len());
-        let mut rw_missed = 0;
+        let mut rw_held = Vec::new();
         for ((lk, rk, _), r) in slots.into_iter().zip(replies) {
+            // A slot whose script failed: its leases and read-write terms are not listed, so
+            // the engine counts them lost (their names stay known, for the next keep-alive).
             let Some(r) = r else {
-                rw_missed += rk.len();
                 continue;
             };
-            // One token (0: not held) per lease key of the slot, then a flag per rw key.
+            // One token (0: not held) per lease key of the slot, then one `{has, mode,
+            // token…}` per rw key.
             let a = array_of(OP, &r, lk.len() + rk.len())?;
+            let found = rw_replies(&r, &a[lk.len()..], rw, &rk)?;
             for (&i, t) in lk.iter().zip(a) {
                 let t = held_token(t).ok_or_else(|| bad_reply(OP, &r))?;
                 out.push((names[i].name.clone(), t, left));
             }
-            let kept = a[lk.len()..]
-                .iter()
-                .map(|x| rw_flag(x).ok_or_else(|| bad_reply(OP, &r)))
-                .collect::<Result<Vec<_>>>()?;
-            self.rw_kept(session, rw, &rk, &kept);
+            self.rw_kept(session, rw, &rk, found, &mut rw_held);
         }
-        if rw_missed > 0 {
-            // The engine counts a read-write term valid while its session is: a term not
-            // renewed must not let the session's deadline move on.
-            return Err(super::super::failure::error(
-                OP,
-                format!("{rw_missed} read-write lock(s) of session {session} could not be renewed"),
-            ));
-        }
-        Ok(out)
+        Ok((out, rw_held))
     }
 }
 
@@ -530,15 +524,51 @@ impl Routed {
 type SlotWork = (Vec<usize>, Vec<usize>, Vec<String>);
 
 impl Routed {
-    /// Drops from what this backend knows the read-write locks `on` (indices into `rw`) a
-    /// keep-alive found neither held nor waited for (`kept` false), unless noted since.
-    fn rw_kept(&self, session: &SessionId, rw: &[RwName], on: &[usize], kept: &[bool]) {
-        for (&i, &k) in on.iter().zip(kept) {
-            if !k {
+    /// Takes in what a node's script answered of the read-write locks `on` (indices into
+    /// `rw`), one [`RwFound`] each: the terms it renewed go to `held`; a lock the session
+    /// neither holds nor waits for is dropped from what this backend knows, unless noted since.
+    fn rw_kept(
+        &self,
+        session: &SessionId,
+        rw: &[RwName],
+        on: &[usize],
+        found: Vec<RwFound>,
+        held: &mut Vec<HeldRw>,
+    ) {
+        for (&i, (has, terms)) in on.iter().zip(found) {
+            if !has {
                 self.rw.drop_if(session, &rw[i].name, Some(rw[i].stamp));
             }
+            held.extend(terms);
         }
     }
+}
+
+/// What a keep-alive's node script found of one read-write lock: whether the session still
+/// holds or waits for it, and the terms it holds there (renewed by that script).
+type RwFound = (bool, Vec<HeldRw>);
+
+/// Decodes the `{has (0|1), mode, token…}` of each read-write lock `on` (indices into `rw`)
+/// in `items` of reply `r` (rw_extend's).
+fn rw_replies(r: &Reply, items: &[Reply], rw: &[RwName], on: &[usize]) -> Result<Vec<RwFound>> {
+    if items.len() != on.len() {
+        return Err(bad_reply(OP, r));
+    }
+    items
+        .iter()
+        .zip(on)
+        .map(|(x, &i)| match x.as_array() {
+            Some([has, terms @ ..]) => {
+                let has = rw_flag(has).ok_or_else(|| bad_reply(OP, r))?;
+                let terms = rw_terms_in(OP, r, &rw[i].name, terms)?;
+                if !has && !terms.is_empty() {
+                    return Err(bad_reply(OP, r));
+                }
+                Ok((has, terms))
+            }
+            _ => Err(bad_reply(OP, r)),
+        })
+        .collect()
 }
 
 /// The session's leases and read-write locks (indices into `names` and `rw`) and group keys
@@ -584,14 +614,15 @@ fn rw_flag(r: &Reply) -> Option<bool> {
 }
 
 /// What `keep_alive_anchor.lua` answered: whether the anchor lived with the known epoch, its
-/// epoch, a token (`None`: not held) per lease key and a flag per read-write lock key sent.
-type AnchorReply = (bool, Arc<str>, Vec<Option<Token>>, Vec<bool>);
+/// epoch, a token (`None`: not held) per lease key and what it found of each read-write lock
+/// key sent.
+type AnchorReply = (bool, Arc<str>, Vec<Option<Token>>, Vec<RwFound>);
 
-/// Decodes `keep_alive_anchor.lua`'s reply: `{confirmed (0|1), epoch, token…, flag…}` with one
-/// token (0: not held) per lease key and one flag (1: still held or waited for) per
-/// read-write lock key sent.
-fn anchor_reply(r: &Reply, n: usize, m: usize) -> Result<AnchorReply> {
-    let a = array_of(OP, r, n + m + 2)?;
+/// Decodes `keep_alive_anchor.lua`'s reply: `{confirmed (0|1), epoch, token…, {has, mode,
+/// token…}…}` with one token (0: not held) per lease key of `n` and one `{has (1: still held
+/// or waited for), then the terms there}` per read-write lock `on` (indices into `rw`).
+fn anchor_reply(r: &Reply, n: usize, rw: &[RwName], on: &[usize]) -> Result<AnchorReply> {
+    let a = array_of(OP, r, n + on.len() + 2)?;
     let confirmed = match a[0].as_int() {
         Some(0) => false,
         Some(1) => true,
@@ -606,16 +637,14 @@ fn anchor_reply(r: &Reply, n: usize, m: usize) -> Result<AnchorReply> {
         .iter()
         .map(|t| held_token(t).ok_or_else(|| bad_reply(OP, r)))
         .collect::<Result<Vec<_>>>()?;
-    let kept = a[2 + n..]
-        .iter()
-        .map(|x| rw_flag(x).ok_or_else(|| bad_reply(OP, r)))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((confirmed, epoch, tokens, kept))
+    let found = rw_replies(r, &a[2 + n..], rw, on)?;
+    Ok((confirmed, epoch, tokens, found))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spi::RwMode;
 
     #[test]
     fn slot_times_round_down() {
@@ -627,5 +656,65 @@ mod tests {
         assert_eq!(slot_left(ms(5), us(4_500)), None);
         assert_eq!(slot_left(ms(5), ms(5)), None);
         assert_eq!(slot_left(ms(5), ms(6)), None);
+    }
+
+    #[test]
+    fn anchor_replies_list_the_read_write_terms_their_node_renewed() {
+        let int = Reply::Int;
+        let arr = Reply::Array;
+        let data = |s: &str| Reply::Data(s.as_bytes().to_vec());
+        let rw_name = |n: &str, slot| RwName {
+            name: LeaseName::new(n).unwrap(),
+            stamp: 1,
+            slot,
+        };
+        let rw = [rw_name("a", 1), rw_name("b", 2), rw_name("c", 3)];
+        let tok = |t| Token::new(t).unwrap();
+        // One lease key, then locks a (read term), c (a place only) and nothing of b sent.
+        let r = arr(vec![
+            int(1),
+            data("17.5"),
+            int(4),
+            arr(vec![int(1), data("read"), int(9)]),
+            arr(vec![int(1)]),
+        ]);
+        let (confirmed, epoch, tokens, found) = anchor_reply(&r, 1, &rw, &[0, 2]).unwrap();
+        assert!(confirmed);
+        assert_eq!(&*epoch, "17.5");
+        assert_eq!(tokens, vec![Some(tok(4))]);
+        let held = HeldRw {
+            name: rw[0].name.clone(),
+            mode: RwMode::Read,
+            token: tok(9),
+        };
+        assert_eq!(found, vec![(true, vec![held]), (true, vec![])]);
+        let r = arr(vec![int(0), data("1.2"), arr(vec![int(0)])]);
+        let (_, _, _, found) = anchor_reply(&r, 0, &rw, &[1]).unwrap();
+        assert_eq!(found, vec![(false, vec![])]);
+        for bad in [
+            // A term listed while the lock is neither held nor waited for.
+            arr(vec![
+                int(0),
+                data("1.2"),
+                arr(vec![int(0), data("write"), int(3)]),
+            ]),
+            arr(vec![
+                int(0),
+                data("1.2"),
+                arr(vec![int(1), data("both"), int(3)]),
+            ]),
+            arr(vec![
+                int(0),
+                data("1.2"),
+                arr(vec![int(1), data("read"), int(0)]),
+            ]),
+            arr(vec![int(0), data("1.2"), arr(vec![int(1), data("read")])]),
+            arr(vec![int(0), data("1.2"), arr(vec![int(2)])]),
+            // The flag alone, as an earlier script answered.
+            arr(vec![int(0), data("1.2"), int(1)]),
+            arr(vec![int(0), data("1.2")]),
+        ] {
+            assert!(anchor_reply(&bad, 0, &rw, &[1]).is_err(), "{bad:?}");
+        }
     }
 }
