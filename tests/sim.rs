@@ -189,6 +189,25 @@ fn serial_delivery_is_detected() {
         .contains("SIMBA_SIM_PREMISE=serial_delivery"));
 }
 
+/// The engine's own check, as the session's pumps run it (`driver::tokens`): a grant below
+/// a token its process saw is reported (`Event::TokenRegressed`), as the backend lost data.
+#[test]
+fn the_engine_reports_the_token_regressions_it_sees() {
+    let premises = Premises {
+        token_reset: true,
+        ..Premises::default()
+    };
+    for seed in 0..100 {
+        let o = run_seed(seed, premises, true);
+        let reported = |l: &simba_lease::sim::TraceLine| l.text.contains("EVENT TokenRegressed");
+        if let Some(l) = o.trace.iter().find(|l| reported(l)) {
+            println!("seed {seed}: {}", l.text);
+            return;
+        }
+    }
+    panic!("no engine reported a token regression in 100 seeds with token_reset");
+}
+
 #[test]
 fn clock_step_is_detected() {
     let premises = Premises {

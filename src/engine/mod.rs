@@ -31,7 +31,6 @@ mod listeners;
 mod metrics;
 mod router;
 mod session;
-mod watermark;
 
 pub use self::core::Health;
 pub use crate::types::{Clock, ManualClock, SystemClock};

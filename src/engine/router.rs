@@ -29,7 +29,7 @@ struct Routes {
 pub(crate) struct Router {
     routes: RwLock<Routes>,
     /// The highest tokens this process saw granted on this backend.
-    pub(crate) tokens: super::watermark::Watermarks,
+    pub(crate) tokens: super::driver::tokens::Watermarks,
     subscription: Mutex<Option<Subscription>>,
     next: AtomicU64,
 }

@@ -15,6 +15,7 @@ pub(crate) mod release;
 pub(crate) mod reopen;
 pub(crate) mod reserve;
 pub(crate) mod rw;
+pub(crate) mod tokens;
 pub(crate) mod values;
 pub(crate) mod wait;
 

@@ -51,21 +51,14 @@ impl Inner {
     }
 
     /// Checks a term just granted to `handle` against the highest token this process saw
-    /// for its name on this backend, and reports a regression (to `handle`'s listeners if
-    /// given: an election's; a lock's `lost()` channel carries only losses).
+    /// for its name on this backend ([`driver::tokens::check`]).
     pub(in crate::engine) fn check_token(
         &self,
         core: &mut Core,
         handle: Option<HandleId>,
         term: &Term,
     ) {
-        if let Some(seen) = self
-            .router
-            .tokens
-            .note(&term.name, term.token, core.session())
-        {
-            core.token_regressed(handle, term, seen);
-        }
+        driver::tokens::check(&self.router.tokens, core, handle, term);
     }
 
     pub(crate) fn next_handle(&self) -> HandleId {

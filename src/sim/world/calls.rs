@@ -9,7 +9,7 @@ use super::network::{Chan, Op};
 use super::{Thread, World};
 use crate::engine::core::HandleId;
 use crate::engine::driver::acquire::{Acquisition, Ask, Ctx, Done, Reply, Step, Want};
-use crate::engine::driver::reopen;
+use crate::engine::driver::{reopen, tokens};
 use crate::spi::{Queued, RwMode};
 use std::time::Duration;
 
@@ -173,7 +173,9 @@ impl World<'_> {
             now: local,
             jitter: &mut jitter,
         };
-        m.on_reply(&mut cx, reply);
+        if let Some(term) = m.on_reply(&mut cx, reply) {
+            tokens::check(&cl.tokens, cx.core, None, &term);
+        }
         let permit = m.spec().want == Want::Permit;
         self.set_thread(c, who, Thread::Idle, Some(self.now));
         self.pump(c, who);

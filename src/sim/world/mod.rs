@@ -33,6 +33,7 @@ use crate::engine::driver::acquire::Acquisition;
 use crate::engine::driver::attempt::Attempt;
 use crate::engine::driver::reopen;
 use crate::engine::driver::reserve::Reserved;
+use crate::engine::driver::tokens::Watermarks;
 use crate::engine::driver::{self, Route};
 use crate::error::Error;
 use crate::spi::{Acquire, Notification};
@@ -177,6 +178,8 @@ struct Client {
     next_handle: HandleId,
     /// The process's event delivery (its listeners on virtual queues).
     delivery: delivery::Delivery,
+    /// The highest token the process saw granted per name (its sessions share it).
+    tokens: Watermarks,
     /// The believed terms of elections and locks, by name.
     open: BTreeMap<LeaseName, usize>,
     /// The believed job claims, by name.

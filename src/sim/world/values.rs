@@ -9,6 +9,7 @@ use super::network::{Chan, Op};
 use super::World;
 use crate::engine::core::HandleId;
 use crate::engine::driver::attempt::{Attempt, Call, Ctx, Reply};
+use crate::engine::driver::tokens;
 use crate::engine::driver::values;
 use crate::types::{LeaseName, SessionId};
 
@@ -85,7 +86,11 @@ impl World<'_> {
             changes: cl.value_changes,
             now: local,
         };
-        m.on_reply(cx, reply);
+        if let Some(term) = m.on_reply(cx, reply) {
+            if let Some(core) = cl.core.as_mut() {
+                tokens::check(&cl.tokens, core, Some(h), &term);
+            }
+        }
         self.attempt_step(c)
     }
 

@@ -9,6 +9,7 @@ use super::rw::RwCaller;
 use super::{group, Cand, Client, JobThread, Jobber, Locker, Takes, Thread, World, MS, PPM};
 use crate::engine::core::Core;
 use crate::engine::driver::reserve::Reserved;
+use crate::engine::driver::tokens::Watermarks;
 use crate::engine::driver::{groups, reopen};
 use crate::sim::check::Kind;
 use crate::sim::model::session_no;
@@ -128,6 +129,7 @@ impl World<'_> {
                 member,
                 watches,
                 next_handle: 1,
+                tokens: Watermarks::default(),
                 delivery: Delivery::new(
                     cfg.premises.serial_delivery,
                     cfg.faults.slow_callbacks,

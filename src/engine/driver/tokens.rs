@@ -1,8 +1,10 @@
 //! The highest fencing token this process has seen granted for each name of one backend:
 //! a grant that does not exceed it means the backend lost data (a failover to a replica
-//! that missed writes, a restart without persistence, an eviction).
+//! that missed writes, a restart without persistence, an eviction). [`check`] is what the
+//! pumps of the call machines (the session's threads, the simulation) do with a grant.
 
-use crate::types::{LeaseName, SessionId, Token};
+use crate::engine::core::{Core, HandleId};
+use crate::types::{LeaseName, SessionId, Term, Token};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
@@ -38,6 +40,15 @@ impl Watermarks {
                 None
             }
         }
+    }
+}
+
+/// Checks a term just granted to `handle` of `core`'s session against the highest token
+/// its process saw for the name (`seen`), and reports a regression (to `handle`'s
+/// listeners if given: an election's; a lock's `lost()` channel carries only losses).
+pub(crate) fn check(seen: &Watermarks, core: &mut Core, handle: Option<HandleId>, term: &Term) {
+    if let Some(higher) = seen.note(&term.name, term.token, core.session()) {
+        core.token_regressed(handle, term, higher);
     }
 }
 
