@@ -64,8 +64,8 @@ mod world;
 pub use check::{Belief, Held, Kind, Violation};
 pub use config::{Faults, Premises, SimConfig, MIXES};
 pub use model::{
-    session_id, session_no, DelayEntry, DelayStep, Grant, JobEntry, Model, QueueEntry, QueueStep,
-    RwDelayEntry, RwGrant,
+    session_id, session_no, DelayEntry, DelayStep, Grant, JobEntry, Model, ModelBackend,
+    QueueEntry, QueueStep, RwDelayEntry, RwGrant,
 };
 pub use rng::Rng;
 pub use world::{run, Outcome, Stats, TraceLine};

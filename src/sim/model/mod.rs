@@ -1,18 +1,22 @@
 //! The model backend: the contract of [`LeaseBackend`](crate::spi::LeaseBackend) on the
 //! simulation's virtual clock (sessions, fenced leases with values, fair-lock queues, run-once
-//! job records, read-write locks ([`rw`](self::rw)), groups), as [`MemoryBackend`](crate::backends::MemoryBackend) keeps it, with
-//! the premises that break it on request, and the logs the checker reads.
+//! job records, read-write locks ([`rw`](self::rw)), groups), with the premises that break it
+//! on request, and the logs the checker reads. Behind the SPI on a clock it is
+//! [`ModelBackend`], which passes the TCK as every backend does (`tests/sim_model.rs`): the
+//! model the simulation judges the engine against keeps the contract.
 //!
-//! It is a separate small model rather than [`MemoryBackend`](crate::backends::MemoryBackend)
-//! on a virtual [`Clock`](crate::Clock) for three reasons: session ids must come from the seed
+//! It is a model of its own rather than [`MemoryBackend`](crate::backends::MemoryBackend) on
+//! a virtual [`Clock`](crate::Clock) for three reasons: session ids must come from the seed
 //! (the memory backend draws them from the operating system), the `token_reset` premise needs
-//! to roll the whole state back to an older snapshot (an asynchronous replica), and the checker
-//! needs the log of every grant the backend made.
+//! to roll the whole state back to an older snapshot (an asynchronous replica), and the
+//! checker needs the log of every grant the backend made.
 
+mod backend;
 mod jobs;
 mod queues;
 mod rw;
 
+pub use backend::ModelBackend;
 pub use rw::{RwDelayEntry, RwGrant};
 
 use crate::error::{Error, Result};
@@ -34,6 +38,7 @@ pub fn session_no(id: &SessionId) -> u64 {
 #[derive(Clone, Debug)]
 struct SessionRow {
     expires: u64,
+    metadata: Metadata,
     leases: BTreeSet<LeaseName>,
     /// Its lock-delay (ns): a term that ends with its expiry keeps its name blocked so long.
     lock_delay: u64,
@@ -361,12 +366,12 @@ impl Model {
 
     /// Opens a session for `lease` at true time `t`.
     pub fn open_session(&mut self, t: u64, lease: Duration) -> (SessionId, Duration) {
-        self.open_session_with_delay(t, lease, Duration::ZERO)
+        self.open_with_delay(t, lease, Duration::ZERO)
     }
 
     /// Opens a session for `lease` with `lock_delay` at true time `t`, as
-    /// `LeaseBackend::open_session_with_delay`.
-    pub fn open_session_with_delay(
+    /// `LeaseBackend::open`.
+    pub fn open_with_delay(
         &mut self,
         t: u64,
         lease: Duration,
@@ -379,6 +384,7 @@ impl Model {
             id.clone(),
             SessionRow {
                 expires,
+                metadata: Metadata::default(),
                 leases: BTreeSet::new(),
                 lock_delay: lock_delay.as_nanos() as u64,
             },
@@ -688,9 +694,44 @@ impl Model {
             .filter(|id| self.live(id, now).is_some())
             .map(|id| Member {
                 session: id.clone(),
-                metadata: Metadata::default(),
+                metadata: (self.tables.sessions.get(id))
+                    .map_or_else(Metadata::default, |s| s.metadata.clone()),
             })
             .collect()
+    }
+
+    /// Takes `id` out of `group`; whether it was a member (an expired session is none).
+    pub fn leave(&mut self, t: u64, id: &SessionId, group: &GroupName) -> Result<bool> {
+        let live = self.live(id, self.clock(t)).is_some();
+        let Some(members) = self.tables.groups.get_mut(group) else {
+            return Ok(false);
+        };
+        let was = members.remove(id) && live;
+        if members.is_empty() {
+            self.tables.groups.remove(group);
+        }
+        Ok(was)
+    }
+
+    /// Sets the metadata of session `id`.
+    pub fn set_metadata(&mut self, id: &SessionId, metadata: &Metadata) {
+        if let Some(s) = self.tables.sessions.get_mut(id) {
+            s.metadata = metadata.clone();
+        }
+    }
+
+    /// Removes every session expired at true time `t` (their terms keep their lock-delays);
+    /// how many.
+    pub fn purge_expired(&mut self, t: u64) -> usize {
+        let now = self.clock(t);
+        let expired: Vec<SessionId> = (self.tables.sessions.iter())
+            .filter(|(_, s)| s.expires <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            self.remove(id, now);
+        }
+        expired.len()
     }
 }
 

@@ -96,6 +96,17 @@ impl Model {
         (left, left && self.owner(t, name).is_none())
     }
 
+    /// The live places of `name`'s queue at true time `t`, in arrival order.
+    pub fn queue(&self, t: u64, name: &LeaseName) -> Vec<SessionId> {
+        let now = self.clock(t);
+        let sessions = &self.tables.sessions;
+        let places = self.tables.queues.get(name).into_iter().flatten();
+        let live = places.filter(|(id, until)| {
+            *until > now && sessions.get(id).is_some_and(|s| s.expires > now)
+        });
+        live.map(|(id, _)| id.clone()).collect()
+    }
+
     /// Drops the dead places of `name`'s queue (session gone or patience run out).
     fn prune_queue(&mut self, name: &LeaseName, now: u64) {
         let sessions = &self.tables.sessions;

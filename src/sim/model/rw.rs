@@ -447,7 +447,7 @@ mod tests {
     fn expired_holder(mode: RwMode, lost: bool) -> (Model, [SessionId; 3]) {
         let mut m = Model::new();
         m.lost_rw_delays = lost;
-        let (s1, _) = m.open_session_with_delay(0, LEASE, DELAY);
+        let (s1, _) = m.open_with_delay(0, LEASE, DELAY);
         assert!(gets(&mut m, 0, &s1, mode));
         let (s2, _) = m.open_session(1000 * MS, LEASE);
         let (s3, _) = m.open_session(1000 * MS, LEASE);
@@ -521,8 +521,8 @@ mod tests {
     #[test]
     fn a_release_a_close_and_a_waiting_writer_leave_no_delay() {
         let mut m = Model::new();
-        let (s1, _) = m.open_session_with_delay(0, LEASE, DELAY);
-        let (s2, _) = m.open_session_with_delay(0, LEASE, DELAY);
+        let (s1, _) = m.open_with_delay(0, LEASE, DELAY);
+        let (s2, _) = m.open_with_delay(0, LEASE, DELAY);
         assert!(gets(&mut m, 0, &s1, RwMode::Write));
         assert!(m.release_rw(100 * MS, &s1, &rw0(), RwMode::Write, token(1)));
         assert!(gets(&mut m, 100, &s2, RwMode::Read));

@@ -241,7 +241,7 @@ impl World<'_> {
         let reply: Result<Rep> = match &op {
             Op::Open => {
                 let delay = self.clients[client].lock_delay;
-                let (id, rem) = self.model.open_session_with_delay(t, lease, delay);
+                let (id, rem) = self.model.open_with_delay(t, lease, delay);
                 Ok(Rep::Open(id, rem))
             }
             Op::KeepAlive => {
