@@ -23,6 +23,7 @@ mod builder;
 mod driver;
 mod failure;
 mod jobs;
+mod known;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pool;
