@@ -29,6 +29,69 @@ fn report(backend: &str, f: Figures) {
     );
 }
 
+/// The fault history's run, from `SIMBA_FAULT_SECONDS` (default 8), and its seed, from
+/// `SIMBA_FAULT_SEED` (default: the time).
+fn history_run() -> (Duration, u64) {
+    let secs = std::env::var("SIMBA_FAULT_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let seed = std::env::var("SIMBA_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    (Duration::from_secs(secs), seed)
+}
+
+/// Runs the fault history on `upstream` with `connect` building each client's backend.
+fn history(
+    upstream: &str,
+    lease: Duration,
+    connect: &(dyn Fn(&str) -> Arc<dyn LeaseBackend> + Sync),
+) -> tck::history::Summary {
+    let (run, seed) = history_run();
+    let c = tck::Clients {
+        upstream: upstream.to_owned(),
+        connect,
+        lease,
+        clients: 4,
+        run,
+        seed,
+    };
+    tck::a_history_under_faults_keeps_the_contract(&c)
+}
+
+/// The checker's teeth: clients on a backend that answers keep-alives without renewing
+/// (`tck::NeverRenews`) believe terms the server already gave to another: the history's
+/// check names two clients holding one name at once.
+#[test]
+fn the_checker_catches_a_backend_that_extends_leases_it_should_not() {
+    use simba_lease::backends::MemoryBackend;
+    let server: Arc<dyn LeaseBackend> = Arc::new(MemoryBackend::new());
+    let connect =
+        |_: &str| -> Arc<dyn LeaseBackend> { Arc::new(tck::NeverRenews::new(server.clone())) };
+    let c = tck::Clients {
+        upstream: "127.0.0.1:9".to_owned(),
+        connect: &connect,
+        lease: Duration::from_millis(300),
+        clients: 3,
+        run: Duration::from_secs(3),
+        seed: 7,
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tck::a_history_under_faults_keeps_the_contract(&c)
+    }));
+    let message = match r {
+        Ok(summary) => panic!("a broken backend went unnoticed: {summary:?}"),
+        Err(p) => p.downcast_ref::<String>().cloned().unwrap_or_default(),
+    };
+    assert!(message.contains("both believed"), "{message}");
+}
+
 fn faulty(
     proxy: FaultProxy,
     through: Arc<dyn LeaseBackend>,
@@ -82,6 +145,24 @@ mod postgres {
         drop(f);
         direct.drop_tables().unwrap();
     }
+
+    #[test]
+    fn a_history_under_faults_keeps_the_contract() {
+        let prefix = tck::unique("faulth_").replace(['-', '.', ':'], "_");
+        let prefix = &prefix[..prefix.len().min(30)];
+        let build = |url: String| {
+            SqlBackend::builder(url)
+                .table_prefix(prefix)
+                .query_timeout(Duration::from_millis(500))
+                .build()
+                .unwrap()
+        };
+        let direct = build(url());
+        direct.install_schema().unwrap();
+        let connect = |addr: &str| -> Arc<dyn LeaseBackend> { Arc::new(build(via(&url(), addr))) };
+        history(&host_port(&url()), Duration::from_secs(1), &connect);
+        direct.drop_tables().unwrap();
+    }
 }
 
 mod mysql {
@@ -122,6 +203,24 @@ mod mysql {
         drop(f);
         direct.drop_tables().unwrap();
     }
+
+    #[test]
+    fn a_history_under_faults_keeps_the_contract() {
+        let prefix = tck::unique("faulth_").replace(['-', '.', ':'], "_");
+        let prefix = &prefix[..prefix.len().min(30)];
+        let build = |url: String| {
+            SqlBackend::builder(url)
+                .table_prefix(prefix)
+                .query_timeout(Duration::from_millis(500))
+                .build()
+                .unwrap()
+        };
+        let direct = build(url());
+        direct.install_schema().unwrap();
+        let connect = |addr: &str| -> Arc<dyn LeaseBackend> { Arc::new(build(via(&url(), addr))) };
+        history(&host_port(&url()), Duration::from_secs(1), &connect);
+        direct.drop_tables().unwrap();
+    }
 }
 
 mod redis {
@@ -159,6 +258,23 @@ mod redis {
             let _ = direct.scripting().command(Role::Other, &["DEL", &k]);
         }
     }
+
+    #[test]
+    fn a_history_under_faults_keeps_the_contract() {
+        let prefix = tck::stamped_prefix("simbatest-");
+        let build = |url: String| {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            RedisBackend::connect(&format!("{url}{sep}prefix={prefix}&query_timeout=500ms"))
+                .unwrap()
+        };
+        let connect = |addr: &str| -> Arc<dyn LeaseBackend> { Arc::new(build(via(&url(), addr))) };
+        history(&host_port(&url()), Duration::from_secs(1), &connect);
+        let direct = build(url());
+        let keys = direct.scripting().scan(&format!("{prefix}:*"), 100_000);
+        for k in keys.unwrap_or_default() {
+            let _ = direct.scripting().command(Role::Other, &["DEL", &k]);
+        }
+    }
 }
 
 #[path = "zk/mod.rs"]
@@ -188,5 +304,24 @@ mod zookeeper {
             "zookeeper",
             tck::a_blackhole_ends_the_lock_before_another_process_takes_it(&f),
         );
+    }
+
+    #[test]
+    fn a_history_under_faults_keeps_the_contract() {
+        let hosts = zk::hosts();
+        // The clean-up: the root's tree goes when this backend is dropped.
+        let owner = zk::Isolated::new(&hosts, None, |b| b);
+        let root = owner.root().to_owned();
+        let connect = |addr: &str| -> Arc<dyn LeaseBackend> {
+            let b = ZooKeeperBackend::builder(addr)
+                .root(root.clone())
+                .connection_timeout(Duration::from_secs(20))
+                .build()
+                .unwrap();
+            Arc::new(b)
+        };
+        let upstream = hosts.split(',').next().unwrap().to_owned();
+        history(&upstream, Duration::from_secs(2), &connect);
+        drop(owner);
     }
 }

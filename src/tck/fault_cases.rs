@@ -117,3 +117,274 @@ pub fn a_blackhole_ends_the_lock_before_another_process_takes_it(f: &Faulty) -> 
         takeover_after_heal,
     }
 }
+
+/// Many processes on one server, each its own session through a proxy of its own, locking a
+/// few names while a seeded schedule breaks their networks in turn.
+pub struct Clients<'a> {
+    /// The server's address, which each client's proxy fronts.
+    pub upstream: String,
+    /// A backend reaching the server at the given address (a proxy's), on names shared by
+    /// every client.
+    pub connect: &'a (dyn Fn(&str) -> Arc<dyn LeaseBackend> + Sync),
+    /// The sessions' lease.
+    pub lease: Duration,
+    /// How many clients.
+    pub clients: usize,
+    /// How long the workload runs.
+    pub run: Duration,
+    /// The schedule's seed (printed by the case).
+    pub seed: u64,
+}
+
+impl std::fmt::Debug for Clients<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clients")
+            .field("upstream", &self.upstream)
+            .field("clients", &self.clients)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A small seeded generator (xorshift), one per thread.
+struct Draw(u64);
+
+impl Draw {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+
+    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let span = hi.saturating_sub(lo).as_micros() as u64;
+        lo + Duration::from_micros(self.below(span + 1))
+    }
+}
+
+/// The faults the schedule applies, by name.
+const FAULTS: [&str; 7] = [
+    "blackhole",
+    "latency",
+    "requests lost",
+    "replies lost",
+    "cut",
+    "cut mid-reply",
+    "trickle",
+];
+
+/// Many clients lock two names under faults (blackholes, latency, one-way partitions, cuts,
+/// cuts in the middle of a reply, trickles, each healed after a while): the recorded history
+/// keeps the rules of [`history::check`](super::history::check) (no two clients believe
+/// they hold a name at once; tokens increase with the grants). A client's belief ends at
+/// its unlock, or at the deadline its guard promised once the guard is found invalid.
+/// Returns what the history held.
+pub fn a_history_under_faults_keeps_the_contract(c: &Clients) -> super::history::Summary {
+    use super::history::{check, History, Step};
+    println!("fault history: seed {}", c.seed);
+    let cfg = Config::builder()
+        .lease(c.lease)
+        .renew_interval(c.lease / 5)
+        .build()
+        .expect("valid config");
+    let proxies: Vec<FaultProxy> = (0..c.clients)
+        .map(|i| FaultProxy::start(c.upstream.as_str(), c.seed ^ i as u64).expect("proxy"))
+        .collect();
+    let sessions: Vec<Session> = (proxies.iter())
+        .map(|p| Session::open((c.connect)(&p.addr().to_string()), cfg.clone()).expect("open"))
+        .collect();
+    let names = [lease_name("fault-h0"), lease_name("fault-h1")];
+    let history = History::default();
+    let end = Instant::now() + c.run;
+    std::thread::scope(|scope| {
+        for (i, s) in sessions.iter().enumerate() {
+            let (names, history) = (&names, &history);
+            let mut draw = Draw(c.seed.wrapping_mul(31).wrapping_add(i as u64) | 1);
+            scope.spawn(move || {
+                while Instant::now() < end {
+                    let name = &names[draw.below(2) as usize];
+                    let guard = match s.lock_timeout(name, c.lease) {
+                        Ok(g) => g,
+                        Err(e) => {
+                            history.record(i, name, Step::Failed(e.to_string()));
+                            std::thread::sleep(draw.between(MS, 20 * MS));
+                            continue;
+                        }
+                    };
+                    history.record(i, name, Step::Granted(guard.token()));
+                    // Some holds outlast a lease: a fault meanwhile ends them.
+                    let hold = Instant::now() + draw.between(MS, c.lease * 3);
+                    let mut promised = Instant::now();
+                    loop {
+                        match guard.valid_for() {
+                            Some(left) if guard.lost().is_empty() => {
+                                promised = Instant::now() + left;
+                            }
+                            _ => {
+                                // Believed until the deadline the guard last promised.
+                                let at = promised.min(Instant::now());
+                                history.record_at(at, i, name, Step::Lost);
+                                break;
+                            }
+                        }
+                        if Instant::now() >= hold {
+                            history.record(i, name, Step::Unlocking);
+                            let _ = guard.unlock();
+                            break;
+                        }
+                        std::thread::sleep(2 * MS);
+                    }
+                }
+            });
+        }
+        let (proxies, mut draw) = (&proxies, Draw(c.seed | 1));
+        scope.spawn(move || {
+            while Instant::now() < end {
+                // One fault (a blackhole, which ends terms, two times in five), on each
+                // client's network with even odds.
+                let fault = match draw.below(5) < 2 {
+                    true => "blackhole",
+                    false => FAULTS[draw.below(FAULTS.len() as u64) as usize],
+                };
+                let hit: Vec<&FaultProxy> =
+                    (proxies.iter()).filter(|_| draw.below(2) == 0).collect();
+                let delay = draw.between(MS, c.lease / 4);
+                for p in &hit {
+                    match fault {
+                        "blackhole" => p.blackhole(),
+                        "latency" => p.latency(delay, 20 * MS),
+                        "requests lost" => p.partition(super::net::Direction::ToServer),
+                        "replies lost" => p.partition(super::net::Direction::ToClient),
+                        "cut" => p.cut(),
+                        "cut mid-reply" => p.cut_mid_reply(),
+                        _ => p.trickle(64),
+                    }
+                }
+                std::thread::sleep(draw.between(c.lease / 2, c.lease * 5 / 2));
+                hit.iter().for_each(|p| p.heal());
+                std::thread::sleep(draw.between(10 * MS, c.lease / 2));
+            }
+        });
+    });
+    for p in &proxies {
+        p.heal();
+    }
+    for s in sessions {
+        let _ = s.close();
+    }
+    let entries = history.entries();
+    match check(&entries) {
+        Ok(summary) => {
+            println!("fault history: seed {}: {summary:?}", c.seed);
+            assert!(summary.grants > 0, "no grant in the whole run");
+            summary
+        }
+        Err(e) => panic!("seed {}: {e}", c.seed),
+    }
+}
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A broken backend for the checker's teeth: it answers every keep-alive as renewed,
+/// listing the leases it granted, without renewing anything on `inner` (a backend that
+/// extends leases it should not). Its sessions expire on the server while their process
+/// believes them live.
+pub struct NeverRenews {
+    inner: Arc<dyn LeaseBackend>,
+    granted: parking_lot::Mutex<Vec<(crate::types::SessionId, crate::spi::HeldLease)>>,
+}
+
+impl NeverRenews {
+    /// `inner`, broken.
+    pub fn new(inner: Arc<dyn LeaseBackend>) -> Self {
+        let granted = parking_lot::Mutex::new(Vec::new());
+        NeverRenews { inner, granted }
+    }
+}
+
+impl std::fmt::Debug for NeverRenews {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NeverRenews").finish_non_exhaustive()
+    }
+}
+
+impl LeaseBackend for NeverRenews {
+    fn kind(&self) -> &'static str {
+        "never-renews"
+    }
+    fn open(&self, spec: &crate::spi::SessionSpec<'_>) -> crate::Result<crate::spi::SessionGrant> {
+        self.inner.open(spec)
+    }
+    fn keep_alive(
+        &self,
+        session: &crate::types::SessionId,
+        lease: Duration,
+    ) -> crate::Result<crate::spi::KeepAlive> {
+        let leases = (self.granted.lock().iter())
+            .filter(|(s, _)| s == session)
+            .map(|(_, l)| crate::spi::HeldLease {
+                remaining: lease,
+                ..l.clone()
+            })
+            .collect();
+        Ok(crate::spi::KeepAlive {
+            remaining: lease,
+            leases,
+            rw: Vec::new(),
+        })
+    }
+    fn close_session(&self, session: &crate::types::SessionId) -> crate::Result<()> {
+        self.inner.close_session(session)
+    }
+    fn acquire(
+        &self,
+        session: &crate::types::SessionId,
+        name: &crate::types::LeaseName,
+    ) -> crate::Result<crate::spi::Acquire> {
+        let r = self.inner.acquire(session, name)?;
+        if let crate::spi::Acquire::Acquired(t) = &r {
+            let held = crate::spi::HeldLease {
+                name: t.name.clone(),
+                token: t.token,
+                remaining: t.remaining,
+            };
+            let mut g = self.granted.lock();
+            g.retain(|(s, l)| !(s == session && l.name == t.name));
+            g.push((session.clone(), held));
+        }
+        Ok(r)
+    }
+    fn release(
+        &self,
+        session: &crate::types::SessionId,
+        name: &crate::types::LeaseName,
+        token: crate::types::Token,
+    ) -> crate::Result<bool> {
+        (self.granted.lock()).retain(|(s, l)| !(s == session && &l.name == name));
+        self.inner.release(session, name, token)
+    }
+    fn owner(&self, name: &crate::types::LeaseName) -> crate::Result<Option<crate::types::Owner>> {
+        self.inner.owner(name)
+    }
+    fn join(
+        &self,
+        session: &crate::types::SessionId,
+        group: &crate::types::GroupName,
+    ) -> crate::Result<()> {
+        self.inner.join(session, group)
+    }
+    fn leave(
+        &self,
+        session: &crate::types::SessionId,
+        group: &crate::types::GroupName,
+    ) -> crate::Result<bool> {
+        self.inner.leave(session, group)
+    }
+    fn members(&self, group: &crate::types::GroupName) -> crate::Result<Vec<crate::types::Member>> {
+        self.inner.members(group)
+    }
+    fn purge_expired(&self) -> crate::Result<usize> {
+        self.inner.purge_expired()
+    }
+}

@@ -19,6 +19,7 @@ mod event_cases;
 mod fair_cases;
 mod fault_cases;
 mod gate;
+pub mod history;
 mod job_cases;
 pub mod net;
 mod rw_cases;
