@@ -8,7 +8,7 @@
 use super::net::FaultProxy;
 use super::{lease_name, until};
 use crate::engine::{Config, Event, Session, SessionState};
-use crate::spi::LeaseBackend;
+use crate::spi::{LeaseBackend, RwMode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -174,7 +174,7 @@ const FAULTS: [&str; 7] = [
     "trickle",
 ];
 
-/// Many clients lock two names under faults (blackholes, latency, one-way partitions, cuts,
+/// Many clients lock two names, and read or write a third (a read-write lock), under faults (blackholes, latency, one-way partitions, cuts,
 /// cuts in the middle of a reply, trickles, each healed after a while): the recorded history
 /// keeps the rules of [`history::check`](super::history::check) (no two clients believe
 /// they hold a name at once; tokens increase with the grants). A client's belief ends at
@@ -195,16 +195,38 @@ pub fn a_history_under_faults_keeps_the_contract(c: &Clients) -> super::history:
         .map(|p| Session::open((c.connect)(&p.addr().to_string()), cfg.clone()).expect("open"))
         .collect();
     let names = [lease_name("fault-h0"), lease_name("fault-h1")];
+    let rw_name = lease_name("fault-rw");
     let history = History::default();
     let end = Instant::now() + c.run;
     std::thread::scope(|scope| {
         for (i, s) in sessions.iter().enumerate() {
-            let (names, history) = (&names, &history);
+            let (names, rw_name, history) = (&names, &rw_name, &history);
             let mut draw = Draw(c.seed.wrapping_mul(31).wrapping_add(i as u64) | 1);
             scope.spawn(move || {
                 while Instant::now() < end {
-                    let name = &names[draw.below(2) as usize];
-                    let guard = match s.lock_timeout(name, c.lease) {
+                    // A lock of one of two names, or a read or write term of a third.
+                    let pick = draw.below(6) as usize;
+                    let mode = match pick {
+                        0..=2 => None,
+                        3 | 4 => Some(RwMode::Read),
+                        _ => Some(RwMode::Write),
+                    };
+                    let name = match mode {
+                        None => &names[pick % 2],
+                        Some(_) => rw_name,
+                    };
+                    let taken = match mode {
+                        None => s.lock_timeout(name, c.lease).map(Held::Lock),
+                        Some(RwMode::Read) => s
+                            .rw_lock(name)
+                            .and_then(|l| l.read_timeout(c.lease))
+                            .map(Held::Rw),
+                        Some(RwMode::Write) => s
+                            .rw_lock(name)
+                            .and_then(|l| l.write_timeout(c.lease))
+                            .map(Held::Rw),
+                    };
+                    let guard = match taken {
                         Ok(g) => g,
                         Err(e) => {
                             history.record(i, name, Step::Failed(e.to_string()));
@@ -212,13 +234,17 @@ pub fn a_history_under_faults_keeps_the_contract(c: &Clients) -> super::history:
                             continue;
                         }
                     };
-                    history.record(i, name, Step::Granted(guard.token()));
+                    let step = match mode {
+                        None => Step::Granted(guard.token()),
+                        Some(m) => Step::GrantedRw(guard.token(), m),
+                    };
+                    history.record(i, name, step);
                     // Some holds outlast a lease: a fault meanwhile ends them.
                     let hold = Instant::now() + draw.between(MS, c.lease * 3);
                     let mut promised = Instant::now();
                     loop {
                         match guard.valid_for() {
-                            Some(left) if guard.lost().is_empty() => {
+                            Some(left) if guard.not_lost() => {
                                 promised = Instant::now() + left;
                             }
                             _ => {
@@ -230,7 +256,7 @@ pub fn a_history_under_faults_keeps_the_contract(c: &Clients) -> super::history:
                         }
                         if Instant::now() >= hold {
                             history.record(i, name, Step::Unlocking);
-                            let _ = guard.unlock();
+                            guard.unlock();
                             break;
                         }
                         std::thread::sleep(2 * MS);
@@ -285,6 +311,42 @@ pub fn a_history_under_faults_keeps_the_contract(c: &Clients) -> super::history:
 }
 
 const MS: Duration = Duration::from_millis(1);
+
+/// A guard of either kind, as the workload holds it.
+enum Held {
+    Lock(crate::LockGuard),
+    Rw(crate::RwGuard),
+}
+
+impl Held {
+    fn token(&self) -> crate::types::Token {
+        match self {
+            Held::Lock(g) => g.token(),
+            Held::Rw(g) => g.token(),
+        }
+    }
+
+    fn valid_for(&self) -> Option<Duration> {
+        match self {
+            Held::Lock(g) => g.valid_for(),
+            Held::Rw(g) => g.valid_for(),
+        }
+    }
+
+    fn not_lost(&self) -> bool {
+        match self {
+            Held::Lock(g) => g.lost().is_empty(),
+            Held::Rw(g) => g.lost().is_empty(),
+        }
+    }
+
+    fn unlock(self) {
+        let _ = match self {
+            Held::Lock(g) => g.unlock(),
+            Held::Rw(g) => g.unlock(),
+        };
+    }
+}
 
 /// A broken backend for the checker's teeth: it answers every keep-alive as renewed,
 /// listing the leases it granted, without renewing anything on `inner` (a backend that

@@ -3,13 +3,15 @@
 //! history must keep whatever the network did:
 //!
 //! * no two clients believe they hold the same name at once (a belief runs from the grant
-//!   to the first of its loss event, the guard found invalid, or the unlock);
-//! * a name's tokens increase strictly in the order of its grants (never reused, never
-//!   back).
+//!   to the first of its loss event, the guard found invalid, or the unlock), but for two
+//!   read terms of a read-write lock;
+//! * a lease's or a write term's token is above every token granted before it (never
+//!   reused, never back), a read term's above every write term's before it.
 //!
 //! [`check`] names the first counter-example. The recorder is shared by the clients'
 //! threads.
 
+use crate::spi::RwMode;
 use crate::types::{LeaseName, Token};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -20,6 +22,9 @@ use std::time::Instant;
 pub enum Step {
     /// A lock call returned a guard with `token`.
     Granted(Token),
+    /// A read-write lock's call returned a guard of `mode` with `token` (a read-write lock's
+    /// name is a name of its own, apart from a lease of the same name).
+    GrantedRw(Token, RwMode),
     /// The guard's loss event arrived (or the guard was found invalid).
     Lost,
     /// The client began to unlock (it no longer relies on the term).
@@ -82,6 +87,8 @@ pub struct Belief {
     pub name: LeaseName,
     /// The token.
     pub token: Token,
+    /// A read-write term's mode (none: a lease's).
+    pub mode: Option<RwMode>,
     /// When the client got it.
     pub from: Instant,
     /// When the belief ended (the end of the history if it never did).
@@ -104,68 +111,112 @@ pub struct Summary {
 pub fn check(entries: &[Entry]) -> Result<Summary, String> {
     let mut summary = Summary::default();
     let end = entries.last().map(|e| e.at);
-    let mut open: BTreeMap<(usize, LeaseName), Belief> = BTreeMap::new();
+    // Keyed by client, read-write or not, and name.
+    let mut open: BTreeMap<(usize, bool, LeaseName), Belief> = BTreeMap::new();
     let mut beliefs: Vec<Belief> = Vec::new();
-    let mut last_token: BTreeMap<LeaseName, (Token, usize)> = BTreeMap::new();
+    // Per name: the highest token granted, and the highest of a lease or write term.
+    let mut highest: BTreeMap<(bool, LeaseName), (Token, usize)> = BTreeMap::new();
+    let mut exclusive: BTreeMap<(bool, LeaseName), (Token, usize)> = BTreeMap::new();
+    let mut last_rw: BTreeMap<(usize, LeaseName), bool> = BTreeMap::new();
     for e in entries {
-        let key = (e.client, e.name.clone());
-        match &e.step {
-            Step::Granted(token) => {
-                summary.grants += 1;
-                if let Some((before, by)) = last_token.get(&e.name) {
-                    if token <= before {
-                        return Err(format!(
-                            "{}: client {} was granted token {token} after client {by} was \
-                             granted token {before}",
-                            e.name, e.client
-                        ));
-                    }
-                }
-                last_token.insert(e.name.clone(), (*token, e.client));
-                if let Some(b) = open.remove(&key) {
-                    beliefs.push(Belief { until: e.at, ..b });
-                }
-                let belief = Belief {
-                    client: e.client,
-                    name: e.name.clone(),
-                    token: *token,
-                    from: e.at,
-                    until: e.at,
-                };
-                open.insert(key, belief);
-            }
+        let (token, mode) = match &e.step {
+            Step::Granted(t) => (*t, None),
+            Step::GrantedRw(t, m) => (*t, Some(*m)),
             Step::Lost | Step::Unlocking => {
                 summary.losses += usize::from(e.step == Step::Lost);
+                let rw = last_rw.get(&(e.client, e.name.clone())).copied();
+                let key = (e.client, rw.unwrap_or(false), e.name.clone());
                 if let Some(b) = open.remove(&key) {
                     beliefs.push(Belief { until: e.at, ..b });
                 }
+                continue;
             }
-            Step::Failed(_) => summary.failures += 1,
+            Step::Failed(_) => {
+                summary.failures += 1;
+                continue;
+            }
+        };
+        summary.grants += 1;
+        let rw = mode.is_some();
+        let name = (rw, e.name.clone());
+        // A read term need only be above the writes before it.
+        let bound = match mode {
+            Some(RwMode::Read) => exclusive.get(&name),
+            _ => highest.get(&name),
+        };
+        if let Some((before, by)) = bound {
+            if token <= *before {
+                return Err(format!(
+                    "{}: client {} was granted token {token} after client {by} was granted \
+                     token {before}",
+                    e.name, e.client
+                ));
+            }
         }
+        let top = highest.entry(name.clone()).or_insert((token, e.client));
+        if token > top.0 {
+            *top = (token, e.client);
+        }
+        if mode != Some(RwMode::Read) {
+            exclusive.insert(name, (token, e.client));
+        }
+        last_rw.insert((e.client, e.name.clone()), rw);
+        let key = (e.client, rw, e.name.clone());
+        if let Some(b) = open.remove(&key) {
+            beliefs.push(Belief { until: e.at, ..b });
+        }
+        let belief = Belief {
+            client: e.client,
+            name: e.name.clone(),
+            token,
+            mode,
+            from: e.at,
+            until: e.at,
+        };
+        open.insert(key, belief);
     }
     for (_, b) in open {
         let until = end.unwrap_or(b.from);
         beliefs.push(Belief { until, ..b });
     }
-    let mut by_name: BTreeMap<&LeaseName, Vec<&Belief>> = BTreeMap::new();
+    let mut by_name: BTreeMap<(bool, &LeaseName), Vec<&Belief>> = BTreeMap::new();
     for b in &beliefs {
-        by_name.entry(&b.name).or_default().push(b);
+        by_name
+            .entry((b.mode.is_some(), &b.name))
+            .or_default()
+            .push(b);
     }
-    for (name, mut list) in by_name {
+    for ((_, name), mut list) in by_name {
         list.sort_by_key(|b| b.from);
-        for pair in list.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            if b.from < a.until && a.client != b.client {
-                let overlap = a.until.duration_since(b.from);
-                return Err(format!(
-                    "{name}: client {} (token {}) and client {} (token {}) both believed they \
-                     held it for {overlap:?}",
-                    a.client, a.token, b.client, b.token
-                ));
+        // Each belief against every later one that began before it ended.
+        for (i, a) in list.iter().enumerate() {
+            for b in list[i + 1..].iter().take_while(|b| b.from < a.until) {
+                let readers = a.mode == Some(RwMode::Read) && b.mode == Some(RwMode::Read);
+                if a.client != b.client && !readers {
+                    let overlap = a.until.min(b.until).duration_since(b.from);
+                    return Err(format!(
+                        "{name}: client {} (token {}{}) and client {} (token {}{}) both \
+                         believed they held it for {overlap:?}",
+                        a.client,
+                        a.token,
+                        mode_str(a.mode),
+                        b.client,
+                        b.token,
+                        mode_str(b.mode)
+                    ));
+                }
             }
         }
     }
     Ok(summary)
+}
+
+fn mode_str(mode: Option<RwMode>) -> &'static str {
+    match mode {
+        None => "",
+        Some(RwMode::Read) => ", read",
+        Some(RwMode::Write) => ", write",
+    }
 }
 
 #[cfg(test)]
@@ -223,5 +274,35 @@ mod tests {
         ];
         let e = check(&h).unwrap_err();
         assert!(e.contains("token 4 after"), "{e}");
+    }
+
+    #[test]
+    fn readers_share_writers_do_not_and_a_read_is_above_the_last_write() {
+        let t0 = Instant::now();
+        let (r, w) = (RwMode::Read, RwMode::Write);
+        let readers = [
+            entry(t0, 0, 0, Step::GrantedRw(t(2), r)),
+            entry(t0, 1, 1, Step::GrantedRw(t(1), r)),
+            entry(t0, 5, 0, Step::Unlocking),
+            entry(t0, 6, 1, Step::Unlocking),
+            // A lease of the same name is another name.
+            entry(t0, 2, 2, Step::Granted(t(1))),
+        ];
+        let mut readers = readers.to_vec();
+        readers.sort_by_key(|e| e.at);
+        assert_eq!(check(&readers).unwrap().grants, 3);
+        let writer_with_reader = [
+            entry(t0, 0, 0, Step::GrantedRw(t(1), r)),
+            entry(t0, 1, 1, Step::GrantedRw(t(2), w)),
+            entry(t0, 9, 0, Step::Unlocking),
+        ];
+        let e = check(&writer_with_reader).unwrap_err();
+        assert!(e.contains("write") && e.contains("both believed"), "{e}");
+        let stale_read = [
+            entry(t0, 0, 0, Step::GrantedRw(t(3), w)),
+            entry(t0, 1, 0, Step::Unlocking),
+            entry(t0, 2, 1, Step::GrantedRw(t(3), r)),
+        ];
+        assert!(check(&stale_read).unwrap_err().contains("token 3 after"));
     }
 }
