@@ -107,10 +107,56 @@ fn faulty(
     }
 }
 
-mod postgres {
+/// The two cases on one SQL database (PostgreSQL or MySQL/MariaDB at `url`), under a fresh
+/// table prefix dropped afterwards.
+mod sql {
     use super::*;
     use simba_lease::backends::SqlBackend;
 
+    /// A backend on `url` under `prefix`.
+    fn build(url: &str, prefix: &str) -> SqlBackend {
+        SqlBackend::builder(url)
+            .table_prefix(prefix)
+            .query_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap()
+    }
+
+    /// A fresh table prefix, its tables installed through a backend on `url` (returned,
+    /// to drop them).
+    fn installed(url: &str) -> (String, SqlBackend) {
+        let prefix = tck::unique("fault_").replace(['-', '.', ':'], "_");
+        let prefix = prefix[..prefix.len().min(30)].to_owned();
+        let direct = build(url, &prefix);
+        direct.install_schema().unwrap();
+        (prefix, direct)
+    }
+
+    pub(super) fn blackhole(db: &str, url: &str, seed: u64) {
+        let proxy = FaultProxy::start(host_port(url), seed).unwrap();
+        let (prefix, direct) = installed(url);
+        let through = build(&via(url, &proxy.addr().to_string()), &prefix);
+        let direct = Arc::new(direct);
+        let lease = Duration::from_secs(1);
+        let f = faulty(proxy, Arc::new(through), direct.clone(), lease);
+        report(
+            db,
+            tck::a_blackhole_ends_the_lock_before_another_process_takes_it(&f),
+        );
+        drop(f);
+        direct.drop_tables().unwrap();
+    }
+
+    pub(super) fn history(url: &str) {
+        let (prefix, direct) = installed(url);
+        let connect =
+            |addr: &str| -> Arc<dyn LeaseBackend> { Arc::new(build(&via(url, addr), &prefix)) };
+        super::history(&host_port(url), Duration::from_secs(1), &connect);
+        direct.drop_tables().unwrap();
+    }
+}
+
+mod postgres {
     fn url() -> String {
         std::env::var("SIMBA_POSTGRES_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
@@ -118,57 +164,16 @@ mod postgres {
 
     #[test]
     fn a_blackhole_ends_the_lock_before_another_process_takes_it() {
-        let proxy = FaultProxy::start(host_port(&url()), 11).unwrap();
-        let prefix = tck::unique("fault_").replace(['-', '.', ':'], "_");
-        let prefix = &prefix[..prefix.len().min(30)];
-        let build = |url: String| {
-            SqlBackend::builder(url)
-                .table_prefix(prefix)
-                .query_timeout(Duration::from_millis(500))
-                .build()
-                .unwrap()
-        };
-        let direct = build(url());
-        direct.install_schema().unwrap();
-        let through = build(via(&url(), &proxy.addr().to_string()));
-        let direct = Arc::new(direct);
-        let f = faulty(
-            proxy,
-            Arc::new(through),
-            direct.clone(),
-            Duration::from_secs(1),
-        );
-        report(
-            "postgres",
-            tck::a_blackhole_ends_the_lock_before_another_process_takes_it(&f),
-        );
-        drop(f);
-        direct.drop_tables().unwrap();
+        super::sql::blackhole("postgres", &url(), 11);
     }
 
     #[test]
     fn a_history_under_faults_keeps_the_contract() {
-        let prefix = tck::unique("faulth_").replace(['-', '.', ':'], "_");
-        let prefix = &prefix[..prefix.len().min(30)];
-        let build = |url: String| {
-            SqlBackend::builder(url)
-                .table_prefix(prefix)
-                .query_timeout(Duration::from_millis(500))
-                .build()
-                .unwrap()
-        };
-        let direct = build(url());
-        direct.install_schema().unwrap();
-        let connect = |addr: &str| -> Arc<dyn LeaseBackend> { Arc::new(build(via(&url(), addr))) };
-        history(&host_port(&url()), Duration::from_secs(1), &connect);
-        direct.drop_tables().unwrap();
+        super::sql::history(&url());
     }
 }
 
 mod mysql {
-    use super::*;
-    use simba_lease::backends::SqlBackend;
-
     fn url() -> String {
         std::env::var("SIMBA_MYSQL_URL")
             .unwrap_or_else(|_| "mysql://simba:simba@127.0.0.1:3306/test".to_owned())
@@ -176,50 +181,12 @@ mod mysql {
 
     #[test]
     fn a_blackhole_ends_the_lock_before_another_process_takes_it() {
-        let proxy = FaultProxy::start(host_port(&url()), 12).unwrap();
-        let prefix = tck::unique("fault_").replace(['-', '.', ':'], "_");
-        let prefix = &prefix[..prefix.len().min(30)];
-        let build = |url: String| {
-            SqlBackend::builder(url)
-                .table_prefix(prefix)
-                .query_timeout(Duration::from_millis(500))
-                .build()
-                .unwrap()
-        };
-        let direct = build(url());
-        direct.install_schema().unwrap();
-        let through = build(via(&url(), &proxy.addr().to_string()));
-        let direct = Arc::new(direct);
-        let f = faulty(
-            proxy,
-            Arc::new(through),
-            direct.clone(),
-            Duration::from_secs(1),
-        );
-        report(
-            "mysql",
-            tck::a_blackhole_ends_the_lock_before_another_process_takes_it(&f),
-        );
-        drop(f);
-        direct.drop_tables().unwrap();
+        super::sql::blackhole("mysql", &url(), 12);
     }
 
     #[test]
     fn a_history_under_faults_keeps_the_contract() {
-        let prefix = tck::unique("faulth_").replace(['-', '.', ':'], "_");
-        let prefix = &prefix[..prefix.len().min(30)];
-        let build = |url: String| {
-            SqlBackend::builder(url)
-                .table_prefix(prefix)
-                .query_timeout(Duration::from_millis(500))
-                .build()
-                .unwrap()
-        };
-        let direct = build(url());
-        direct.install_schema().unwrap();
-        let connect = |addr: &str| -> Arc<dyn LeaseBackend> { Arc::new(build(via(&url(), addr))) };
-        history(&host_port(&url()), Duration::from_secs(1), &connect);
-        direct.drop_tables().unwrap();
+        super::sql::history(&url());
     }
 }
 
