@@ -5,7 +5,7 @@
 //!
 //! [`tck_suite!`]: crate::tck_suite
 
-use super::net::FaultProxy;
+use super::net::{Draw, FaultProxy};
 use super::{lease_name, until};
 use crate::engine::{Config, Event, Session, SessionState};
 use crate::spi::{LeaseBackend, RwMode};
@@ -143,23 +143,6 @@ impl std::fmt::Debug for Clients<'_> {
             .field("clients", &self.clients)
             .field("seed", &self.seed)
             .finish_non_exhaustive()
-    }
-}
-
-/// A small seeded generator (xorshift), one per thread.
-struct Draw(u64);
-
-impl Draw {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-
-    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
-        let span = hi.saturating_sub(lo).as_micros() as u64;
-        lo + Duration::from_micros(self.below(span + 1))
     }
 }
 

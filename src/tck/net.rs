@@ -36,6 +36,27 @@ use std::time::{Duration, Instant};
 /// How often the proxy's threads look at the faults and their sockets.
 const TICK: Duration = Duration::from_millis(2);
 
+/// A small seeded generator (xorshift): the proxies' jitter and the fault schedules.
+#[derive(Debug, Default)]
+pub(super) struct Draw(pub(super) u64);
+
+impl Draw {
+    /// A draw in `[0, n)`.
+    pub(super) fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.max(1);
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+
+    /// A draw in `[lo, hi]`, to the microsecond.
+    pub(super) fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let span = hi.saturating_sub(lo).as_micros() as u64;
+        lo + Duration::from_micros(self.below(span + 1))
+    }
+}
+
 /// A direction of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
@@ -64,7 +85,7 @@ struct Shared {
     /// Bumped by [`FaultProxy::cut`]: connections older than it close.
     cut: AtomicU64,
     accepted: AtomicU64,
-    seed: AtomicU64,
+    jitter: Mutex<Draw>,
 }
 
 impl Shared {
@@ -72,18 +93,9 @@ impl Shared {
         self.faults.lock().clone()
     }
 
-    /// A draw in `[0, max)` from the proxy's seeded generator.
+    /// A draw in `[0, max]` from the proxy's seeded generator.
     fn draw(&self, max: Duration) -> Duration {
-        let n = max.as_nanos() as u64;
-        if n == 0 {
-            return Duration::ZERO;
-        }
-        let mut x = self.seed.load(Ordering::Relaxed) | 1;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.seed.store(x, Ordering::Relaxed);
-        Duration::from_nanos(x % n)
+        self.jitter.lock().between(Duration::ZERO, max)
     }
 }
 
@@ -111,8 +123,10 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::default());
-        shared.seed.store(seed | 1, Ordering::Relaxed);
+        let shared = Arc::new(Shared {
+            jitter: Mutex::new(Draw(seed | 1)),
+            ..Shared::default()
+        });
         let s = shared.clone();
         thread::Builder::new()
             .name(format!("fault-proxy-{}", addr.port()))
